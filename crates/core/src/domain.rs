@@ -1,0 +1,91 @@
+//! Domain status from the connectivity matrix: the rule behind `Domain State:` and the
+//! top-level JSON `status`.
+//!
+//! NVIDIA does not document the rule. Observed (imex-guide.md §3): UP when every configured
+//! node is READY and the matrix is all `C`; DEGRADED when some nodes are READY and others are
+//! not (3 live nodes of 18 slots stays DEGRADED); DOWN when the local daemon is not serving.
+
+use crate::ids::NodeId;
+use crate::state::{ConnStatus, DaemonState, DomainStatus};
+
+/// One row of the matrix: a node's state and its view of every node (itself included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    /// The node the row belongs to.
+    pub node: NodeId,
+    /// Its daemon state, or `Unavailable` when it could not be asked.
+    pub state: DaemonState,
+    /// Its view of each node, indexed by node ID.
+    pub cells: Vec<ConnStatus>,
+}
+
+impl NodeRow {
+    /// The row of a node that could not be asked: UNAVAILABLE, every cell INVALID.
+    pub fn unreachable(node: NodeId, nodes: usize) -> Self {
+        Self {
+            node,
+            state: DaemonState::Unavailable,
+            cells: vec![ConnStatus::Invalid; nodes],
+        }
+    }
+}
+
+/// Computes the domain status as seen from `local`.
+pub fn domain_status(local: NodeId, rows: &[NodeRow]) -> DomainStatus {
+    let local_ready = rows
+        .iter()
+        .any(|r| r.node == local && r.state == DaemonState::Ready);
+    if !local_ready {
+        return DomainStatus::Down;
+    }
+    let all_up = rows.iter().all(|r| {
+        r.state == DaemonState::Ready
+            && r.cells.len() == rows.len()
+            && r.cells.iter().all(|c| *c == ConnStatus::Connected)
+    });
+    if all_up {
+        DomainStatus::Up
+    } else {
+        DomainStatus::Degraded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(node: u16, cells: Vec<ConnStatus>) -> NodeRow {
+        NodeRow {
+            node: NodeId(node),
+            state: DaemonState::Ready,
+            cells,
+        }
+    }
+
+    #[test]
+    fn up_degraded_down() {
+        use ConnStatus::*;
+        let up = vec![ready(0, vec![Connected; 2]), ready(1, vec![Connected; 2])];
+        assert_eq!(domain_status(NodeId(0), &up), DomainStatus::Up);
+
+        let one_down = vec![
+            ready(0, vec![Connected, Recovering]),
+            NodeRow::unreachable(NodeId(1), 2),
+        ];
+        assert_eq!(domain_status(NodeId(0), &one_down), DomainStatus::Degraded);
+
+        let link_down = vec![
+            ready(0, vec![Connected, Connected]),
+            ready(1, vec![Recovering, Connected]),
+        ];
+        assert_eq!(domain_status(NodeId(1), &link_down), DomainStatus::Degraded);
+
+        let local_down = vec![NodeRow::unreachable(NodeId(0), 1)];
+        assert_eq!(domain_status(NodeId(0), &local_down), DomainStatus::Down);
+
+        let mut starting = up.clone();
+        starting[0].state = DaemonState::WaitingForPeers;
+        assert_eq!(domain_status(NodeId(0), &starting), DomainStatus::Down);
+        assert_eq!(domain_status(NodeId(1), &starting), DomainStatus::Degraded);
+    }
+}

@@ -1,0 +1,29 @@
+//! The domain logic of openimex as plain state machines.
+//!
+//! This crate performs no I/O: no sockets, no threads, no tokio, and it never reads a clock.
+//! Every input takes `now` from the caller and every output is an action the caller performs,
+//! so the same code runs under the daemon, under a simulated network and in property tests.
+//!
+//! # Layout
+//! - [`ids`]: node IDs and instance IDs.
+//! - [`nodemap`]: the node map and the digest peers compare.
+//! - [`state`]: NVIDIA's words for daemon, connection and domain states.
+//! - [`backoff`]: reconnect backoff with seeded jitter.
+//! - [`mesh`]: one daemon's links, handshake verdicts, liveness, quorum and daemon state.
+//! - [`domain`]: the domain status rule over the connectivity matrix.
+
+#![deny(missing_docs)]
+
+pub mod backoff;
+pub mod domain;
+pub mod ids;
+pub mod mesh;
+pub mod nodemap;
+pub mod state;
+
+pub use backoff::{Backoff, Rng};
+pub use domain::{NodeRow, domain_status};
+pub use ids::{InstanceId, NodeId};
+pub use mesh::{Action, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict};
+pub use nodemap::NodeMap;
+pub use state::{ConnStatus, DaemonState, DomainStatus, Mismatch, UnknownWord};

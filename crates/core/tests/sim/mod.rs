@@ -1,0 +1,294 @@
+//! An in-memory network of meshes in virtual time (raft-rs harness style): nodes can be
+//! killed (sessions reset at once, like a kill -9 with TCP RST), hung (links cut silently, like
+//! SIGSTOP or a partition) and restarted with a new instance.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use openimex_core::*;
+
+pub struct Net {
+    pub now: Instant,
+    pub start: Instant,
+    pub nodes: Vec<Option<Mesh>>,
+    pub maps: Vec<NodeMap>,
+    pub quorum: QuorumPolicy,
+    /// (from, to) pairs whose packets are dropped silently.
+    pub cut: HashSet<(usize, usize)>,
+    /// Live outbound sessions: (from, to) -> attempt.
+    pub sessions: HashMap<(usize, usize), u64>,
+    pub next_instance: u64,
+    /// Every action each node emitted, in order.
+    pub log: Vec<(usize, Action)>,
+}
+
+pub fn config(local: usize, map: NodeMap, instance: u64, quorum: QuorumPolicy) -> MeshConfig {
+    MeshConfig {
+        local: NodeId(u16::try_from(local).unwrap()),
+        domain_id: map.derived_domain_id(),
+        map,
+        instance: InstanceId(instance),
+        protocol_version: 1,
+        quorum,
+        heartbeat_interval: Duration::from_millis(500),
+        peer_timeout: Duration::from_millis(3000),
+        backoff: Backoff {
+            min: Duration::from_millis(250),
+            max: Duration::from_secs(5),
+        },
+        seed: instance,
+    }
+}
+
+pub fn hosts(n: usize) -> Vec<String> {
+    (1..=n)
+        .map(|i| format!("10.0.{}.{}", i / 250, i % 250 + 1))
+        .collect()
+}
+
+impl Net {
+    pub fn new(n: usize, quorum: QuorumPolicy) -> Self {
+        let start = Instant::now();
+        let map = NodeMap::new(hosts(n));
+        Self {
+            now: start,
+            start,
+            nodes: (0..n).map(|_| None).collect(),
+            maps: vec![map; n],
+            quorum,
+            cut: HashSet::new(),
+            sessions: HashMap::new(),
+            next_instance: 1000,
+            log: Vec::new(),
+        }
+    }
+
+    pub fn id(i: usize) -> NodeId {
+        NodeId(u16::try_from(i).unwrap())
+    }
+
+    pub fn start(&mut self, i: usize) {
+        self.next_instance += 1;
+        let cfg = config(i, self.maps[i].clone(), self.next_instance, self.quorum);
+        let mut m = Mesh::new(cfg, self.now);
+        m.handle_start(self.now);
+        self.nodes[i] = Some(m);
+        self.pump();
+    }
+
+    pub fn start_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.start(i);
+        }
+    }
+
+    pub fn mesh(&self, i: usize) -> &Mesh {
+        self.nodes[i].as_ref().expect("node is down")
+    }
+
+    /// kill -9: the process is gone; peers' sessions to it see a reset at once.
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i] = None;
+        let dead: Vec<_> = self
+            .sessions
+            .keys()
+            .copied()
+            .filter(|(a, b)| *a == i || *b == i)
+            .collect();
+        for (a, b) in dead {
+            let attempt = self.sessions.remove(&(a, b)).unwrap();
+            if b == i
+                && let Some(m) = self.nodes[a].as_mut()
+            {
+                m.handle_session_lost(self.now, Self::id(b), attempt, "connection reset".into());
+            }
+        }
+        self.pump();
+    }
+
+    /// SIGSTOP / partition: nothing reaches `i` and nothing leaves it; no reset is seen.
+    pub fn isolate(&mut self, i: usize) {
+        for j in 0..self.nodes.len() {
+            if j != i {
+                self.cut.insert((i, j));
+                self.cut.insert((j, i));
+            }
+        }
+    }
+
+    pub fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    pub fn shutdown(&mut self, i: usize) {
+        if let Some(m) = self.nodes[i].as_mut() {
+            m.handle_shutdown(self.now);
+        }
+        self.pump();
+        self.nodes[i] = None;
+        let gone: Vec<_> = self
+            .sessions
+            .keys()
+            .copied()
+            .filter(|(a, b)| *a == i || *b == i)
+            .collect();
+        for k in gone {
+            self.sessions.remove(&k);
+        }
+    }
+
+    fn reachable(&self, a: usize, b: usize) -> bool {
+        self.nodes.get(b).is_some_and(Option::is_some)
+            && !self.cut.contains(&(a, b))
+            && !self.cut.contains(&(b, a))
+    }
+
+    /// Perform every queued action until the network is quiet.
+    pub fn pump(&mut self) {
+        loop {
+            let mut did = false;
+            for a in 0..self.nodes.len() {
+                while let Some(action) = self.nodes[a].as_mut().and_then(Mesh::poll_action) {
+                    did = true;
+                    self.log.push((a, action.clone()));
+                    self.perform(a, action);
+                }
+            }
+            if !did {
+                return;
+            }
+        }
+    }
+
+    fn perform(&mut self, a: usize, action: Action) {
+        let now = self.now;
+        match action {
+            Action::Dial { peer, attempt } => {
+                let b = peer.index();
+                if !self.reachable(a, b) {
+                    self.nodes[a].as_mut().unwrap().handle_dial_failed(
+                        now,
+                        peer,
+                        attempt,
+                        "connection refused".into(),
+                    );
+                    return;
+                }
+                let hello_a = self.mesh(a).hello();
+                let verdict = self.nodes[b].as_mut().unwrap().handle_hello(now, &hello_a);
+                let hello_b = self.mesh(b).hello();
+                let ma = self.nodes[a].as_mut().unwrap();
+                match verdict {
+                    Verdict::Accept => {
+                        self.sessions.insert((a, b), attempt);
+                        ma.handle_dial_ok(now, peer, attempt, &hello_b);
+                    }
+                    Verdict::Refuse { mismatch, detail } => {
+                        ma.handle_dial_refused(now, peer, attempt, mismatch, detail)
+                    }
+                }
+            }
+            Action::SendHeartbeat { peer } => {
+                let b = peer.index();
+                if let Some(&attempt) = self.sessions.get(&(a, b))
+                    && self.reachable(a, b)
+                {
+                    self.nodes[a]
+                        .as_mut()
+                        .unwrap()
+                        .handle_heartbeat(now, peer, attempt);
+                }
+            }
+            Action::CloseSession { peer, attempt } => {
+                if self.sessions.get(&(a, peer.index())) == Some(&attempt) {
+                    self.sessions.remove(&(a, peer.index()));
+                }
+            }
+            Action::SendGoodbye { peer } => {
+                let b = peer.index();
+                if self.reachable(a, b) {
+                    let inst = self.mesh(a).config().instance;
+                    self.nodes[b].as_mut().unwrap().handle_goodbye(
+                        now,
+                        Self::id(a),
+                        inst,
+                        "shutting down",
+                    );
+                }
+            }
+            Action::InitDriver => self.nodes[a].as_mut().unwrap().handle_driver_ready(now),
+            Action::LinkChanged { .. }
+            | Action::PeerRestarted { .. }
+            | Action::StateChanged { .. } => {}
+        }
+    }
+
+    /// Advance virtual time to the next timer (at most `limit` ahead) and fire it.
+    pub fn step(&mut self, limit: Instant) -> bool {
+        let next = self
+            .nodes
+            .iter()
+            .flatten()
+            .filter_map(Mesh::poll_timeout)
+            .min();
+        let Some(next) = next.filter(|t| *t <= limit) else {
+            self.now = self.now.max(limit);
+            return false;
+        };
+        self.now = self.now.max(next);
+        for m in self.nodes.iter_mut().flatten() {
+            if m.poll_timeout().is_some_and(|t| t <= self.now) {
+                m.handle_timeout(self.now);
+            }
+        }
+        self.pump();
+        true
+    }
+
+    pub fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        let mut steps = 0;
+        while self.step(until) {
+            steps += 1;
+            assert!(steps < 1_000_000, "runaway timers");
+        }
+    }
+
+    /// Run until `pred` holds; returns the virtual time it took, or None after `max`.
+    pub fn run_until(&mut self, max: Duration, pred: impl Fn(&Net) -> bool) -> Option<Duration> {
+        let begin = self.now;
+        let until = self.now + max;
+        loop {
+            if pred(self) {
+                return Some(self.now - begin);
+            }
+            if !self.step(until) {
+                return pred(self).then(|| self.now - begin);
+            }
+        }
+    }
+
+    pub fn cell(&self, from: usize, to: usize) -> ConnStatus {
+        self.mesh(from).links()[to].status
+    }
+
+    pub fn all_up(&self) -> bool {
+        let n = self.nodes.len();
+        self.nodes.iter().all(|m| {
+            m.as_ref().is_some_and(|m| {
+                m.state() == DaemonState::Ready
+                    && m.links().iter().all(|l| l.status == ConnStatus::Connected)
+                    && m.links().len() == n
+            })
+        })
+    }
+
+    pub fn dials_to(&self, target: usize) -> usize {
+        self.log
+            .iter()
+            .filter(|(_, a)| matches!(a, Action::Dial { peer, .. } if peer.index() == target))
+            .count()
+    }
+}

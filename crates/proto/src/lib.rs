@@ -1,0 +1,29 @@
+//! Generated gRPC code for openimex.
+//!
+//! - [`peer`]: daemon ↔ daemon (handshake, session, status row).
+//! - [`cmd`]: the command service `openimex ctl` talks to.
+
+#![allow(missing_docs, unreachable_pub, clippy::all)]
+
+/// Generated modules, nested as the proto packages are so cross-package paths resolve.
+pub mod openimex {
+    pub mod peer {
+        pub mod v1 {
+            tonic::include_proto!("openimex.peer.v1");
+        }
+    }
+    pub mod cmd {
+        pub mod v1 {
+            tonic::include_proto!("openimex.cmd.v1");
+        }
+    }
+}
+
+/// Daemon ↔ daemon protocol.
+pub use openimex::peer::v1 as peer;
+
+/// Command service protocol.
+pub use openimex::cmd::v1 as cmd;
+
+/// Wire protocol version carried in every handshake. Bump on incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
