@@ -11,6 +11,7 @@
 //! - [`backoff`]: reconnect backoff with seeded jitter.
 //! - [`mesh`]: one daemon's links, handshake verdicts, liveness, quorum and daemon state.
 //! - [`domain`]: the domain status rule over the connectivity matrix.
+//! - [`timefmt`]: NVIDIA's timestamp formats.
 
 #![deny(missing_docs)]
 
@@ -20,6 +21,7 @@ pub mod ids;
 pub mod mesh;
 pub mod nodemap;
 pub mod state;
+pub mod timefmt;
 
 pub use backoff::{Backoff, Rng};
 pub use domain::{NodeRow, domain_status};

@@ -1,0 +1,433 @@
+//! `config.cfg`: NVIDIA's IMEX daemon configuration file, plus openimex's own `OPENIMEX_*` keys.
+//!
+//! # Format
+//!
+//! One `KEY=value` per line. Blank lines and lines whose first non-blank character is `#` are
+//! ignored. Whitespace around the key and around the value is trimmed; the value is everything
+//! after the first `=`, so it may itself contain `=` or `#` (there are no trailing comments and
+//! no quoting: `LOG_FILE_NAME="x"` names a file whose name starts with a quote). A value may be
+//! empty; for keys that take an address, a path or a name, empty means "not set" (for
+//! `LOG_FILE_NAME` and `STATS_FILE_NAME` that is stderr). Numeric and 0/1 keys need a value.
+//! Keys are case-sensitive, like NVIDIA's.
+//!
+//! # Decisions where NVIDIA's behaviour is unknown
+//!
+//! - A key given twice: the later line wins, and a [`Notice`] names both lines.
+//! - A key this crate does not know is accepted and reported as a [`Notice`] ("unknown key KEY
+//!   ignored"), never silently dropped, because other IMEX versions have keys we lack
+//!   (e.g. `IMEX_CONN_WAIT_TIMEOUT` came and went). An unknown key starting with `OPENIMEX_` is
+//!   an error instead: that prefix is ours, so it is a typo.
+//! - Keys openimex accepts but does not implement yet produce a "not supported yet" [`Notice`]
+//!   when set to something other than their default. The list lives in one table
+//!   (`keys::NOT_SUPPORTED_YET`) so entries are removed as features land.
+//! - `IMEX_AUTH_ENCRYPTION_MODE` and `IMEX_AUTH_SOURCE` with an empty or unknown value are an
+//!   error only when `IMEX_ENABLE_AUTH_ENCRYPTION=1` (as NVIDIA documents); otherwise they are
+//!   ignored with a notice.
+//!
+//! The daemon must log every notice once at warn level after start ([`Config::notices`]).
+
+mod keys;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use crate::ConfigError;
+
+/// `IMEX_WAIT_FOR_QUORUM`: what the daemon waits for before it reports READY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quorum {
+    /// `NONE`: never wait for other nodes.
+    None,
+    /// `RECOVERY` (default): after an unclean exit, wait until the nodes that had imported
+    /// from this node reconnect.
+    Recovery,
+    /// `FULL`: wait for every node (undocumented by NVIDIA, but still accepted).
+    Full,
+}
+
+/// `IMEX_AUTH_ENCRYPTION_MODE`: how peers authenticate and encrypt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthMode {
+    /// `SSL_TLS` (default): gRPC over mutual TLS.
+    SslTls,
+    /// `GSS_AUTH_ENCRYPT`: GSSAPI (Kerberos) authentication, integrity and encryption.
+    GssAuthEncrypt,
+    /// `GSS_AUTH_ONLY`: GSSAPI authentication and integrity, no encryption.
+    GssAuthOnly,
+}
+
+/// `IMEX_AUTH_SOURCE`: how the `IMEX_SERVER_*` / `IMEX_CLIENT_*` values are interpreted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthSource {
+    /// `FILE`: the values are file paths.
+    File,
+    /// `ENV_PATH`: the values name environment variables that hold file paths.
+    EnvPath,
+    /// `ENV_VAL`: the values name environment variables that hold the PEM text itself.
+    EnvVal,
+}
+
+/// `OPENIMEX_DRIVER`: which GPU driver backend the daemon uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DriverKind {
+    /// Empty, absent or `auto`: the daemon picks (NVIDIA driver if present, else no GPU).
+    Auto,
+    /// `nogpu`: run without GPUs (like `nvidia-imex --nogpu`).
+    NoGpu,
+    /// `sim`: the in-process simulated GPU, for tests.
+    Sim,
+    /// `nvidia`: the real NVIDIA kernel driver; fail if it is missing.
+    Nvidia,
+}
+
+/// `IMEX_NODE_DISCONNECTED_GRACE_TIME`: how long to wait after losing a peer before cleaning
+/// up its imports and exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GraceTime {
+    /// `-1` (default): never clean up until the peer comes back.
+    Forever,
+    /// `N >= 0`: clean up after N seconds; `0` means at once.
+    Seconds(u64),
+}
+
+macro_rules! names {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every variant, in documentation order.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The spelling used in the config file.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+
+            /// The variant spelled exactly `s` (case-sensitive), if any.
+            pub(crate) fn from_name(s: &str) -> Option<$ty> {
+                $ty::ALL.iter().copied().find(|v| v.as_str() == s)
+            }
+
+            /// "A, B, C": the accepted spellings, for error messages.
+            pub(crate) fn expected() -> String {
+                $ty::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(", ")
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+names!(Quorum { None => "NONE", Recovery => "RECOVERY", Full => "FULL" });
+names!(AuthMode {
+    SslTls => "SSL_TLS",
+    GssAuthEncrypt => "GSS_AUTH_ENCRYPT",
+    GssAuthOnly => "GSS_AUTH_ONLY",
+});
+names!(AuthSource { File => "FILE", EnvPath => "ENV_PATH", EnvVal => "ENV_VAL" });
+names!(DriverKind { Auto => "auto", NoGpu => "nogpu", Sim => "sim", Nvidia => "nvidia" });
+
+impl fmt::Display for GraceTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GraceTime::Forever => f.write_str("-1"),
+            GraceTime::Seconds(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Something the daemon must log once at warn level after start: an unknown key, a key given
+/// twice, a key set to a value openimex does not implement yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The config file.
+    pub path: PathBuf,
+    /// 1-based line number the notice is about.
+    pub line: usize,
+    /// The key the notice is about, as written.
+    pub key: String,
+    /// The message, without the `path:line: ` prefix.
+    pub message: String,
+}
+
+impl fmt::Display for Notice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.path.display(), self.line, self.message)
+    }
+}
+
+/// The parsed `config.cfg`. One public field per key (NVIDIA's keys in the order of the
+/// shipped file, then openimex's own), named after the key in snake case. [`Config::default`]
+/// holds the documented defaults, which is also what an empty file yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `LOG_LEVEL`: 0 off, 1 CRITICAL, 2 ERROR, 3 WARNING, 4 INFO (default 4).
+    pub log_level: u8,
+    /// `LOG_FILE_NAME`: log file; `None` (empty value) means stderr.
+    /// Default `/var/log/nvidia-imex.log`.
+    pub log_file_name: Option<PathBuf>,
+    /// `STATS_FILE_NAME`: statistics file; `None` (empty value) means stderr.
+    /// Default `/var/log/nvidia-imex-stats.log`.
+    pub stats_file_name: Option<PathBuf>,
+    /// `LOG_APPEND_TO_LOG`: append to the log file (true, default) or overwrite it.
+    pub log_append_to_log: bool,
+    /// `LOG_FILE_MAX_SIZE`: log file size cap in MB (default 1024).
+    pub log_file_max_size_mb: u64,
+    /// `LOG_MAX_ROTATE_COUNT`: 0 (default) no rotation, N keep N rotated files.
+    pub log_max_rotate_count: u32,
+    /// `LOG_USE_SYSLOG`: log to syslog instead of the file (default false).
+    pub log_use_syslog: bool,
+    /// `DAEMONIZE`: fork into the background (default true).
+    pub daemonize: bool,
+    /// `BIND_INTERFACE_IP`: peer-listener address; `None` (empty, default) means "find this
+    /// host's address in the nodes file" ([`crate::identify_local`]).
+    pub bind_interface_ip: Option<IpAddr>,
+    /// `SERVER_PORT`: peer gRPC port (default 50000).
+    pub server_port: u16,
+    /// `IMEX_NODE_CONFIG_FILE`: the nodes file (default `/etc/nvidia-imex/nodes_config.cfg`).
+    /// A relative path in the file is resolved against the directory of the config file, so
+    /// the result does not depend on the daemon's working directory.
+    pub imex_node_config_file: PathBuf,
+    /// `NETWORK_INTERFACE`: interface name for an IPv6 link-local bind address; `None` when
+    /// empty (default).
+    pub network_interface: Option<String>,
+    /// `IMEX_WAIT_FOR_QUORUM`: `NONE`, `RECOVERY` (default) or `FULL`, upper case only.
+    pub imex_wait_for_quorum: Quorum,
+    /// `IMEX_ENABLE_AUTH_ENCRYPTION`: peer authentication and encryption (default false).
+    pub imex_enable_auth_encryption: bool,
+    /// `IMEX_AUTH_ENCRYPTION_MODE`: default `Some(SslTls)`; `None` when the value is empty (or
+    /// unknown while auth is off). Empty or unknown with auth on is an error.
+    pub imex_auth_encryption_mode: Option<AuthMode>,
+    /// `IMEX_AUTH_SOURCE`: `FILE`, `ENV_PATH` or `ENV_VAL`; `None` when empty (default).
+    pub imex_auth_source: Option<AuthSource>,
+    /// `IMEX_SERVER_KEY`, interpreted per `IMEX_AUTH_SOURCE`; `None` when empty.
+    pub imex_server_key: Option<String>,
+    /// `IMEX_SERVER_CERT`, interpreted per `IMEX_AUTH_SOURCE`; `None` when empty.
+    pub imex_server_cert: Option<String>,
+    /// `IMEX_SERVER_CERT_AUTH` (CA), interpreted per `IMEX_AUTH_SOURCE`; `None` when empty.
+    pub imex_server_cert_auth: Option<String>,
+    /// `IMEX_CLIENT_KEY`, interpreted per `IMEX_AUTH_SOURCE`; `None` when empty.
+    pub imex_client_key: Option<String>,
+    /// `IMEX_CLIENT_CERT`, interpreted per `IMEX_AUTH_SOURCE`; `None` when empty.
+    pub imex_client_cert: Option<String>,
+    /// `IMEX_CLIENT_CERT_AUTH` (CA), interpreted per `IMEX_AUTH_SOURCE`; `None` when empty.
+    pub imex_client_cert_auth: Option<String>,
+    /// `IMEX_SECURITY_TARGET_OVERRIDE`: name to check peer certificates against instead of
+    /// the peer's address; `None` when empty.
+    pub imex_security_target_override: Option<String>,
+    /// `IMEX_GSS_SERVICE_NAME`: Kerberos service principal name (default `host`).
+    pub imex_gss_service_name: String,
+    /// `IMEX_GSS_TIMEOUT_SEC`: -1 (default, retry forever) or seconds >= 0.
+    pub imex_gss_timeout_sec: i64,
+    /// `IMEX_GSS_RETRY_INTERVAL_SEC`: seconds between GSSAPI retries (default 5).
+    pub imex_gss_retry_interval_sec: u64,
+    /// `IMEX_GSS_SEC_CONTEXT_LIFETIME_SEC`: -1 (default, credential lifetime) or seconds >= 0.
+    pub imex_gss_sec_context_lifetime_sec: i64,
+    /// `IMEX_GSS_SHUTDOWN_ON_FAILURE`: on fatal GSSAPI failure shut down (true, default) or
+    /// only drop that peer.
+    pub imex_gss_shutdown_on_failure: bool,
+    /// `IMEX_CMD_ENABLED`: run the command service used by `nvidia-imex-ctl`. Default false
+    /// (NVIDIA does not state one; every shipped file sets 1). When true, `IMEX_CMD_PORT` or
+    /// `IMEX_CMD_UNIX_DOMAIN_PATH` must be set.
+    pub imex_cmd_enabled: bool,
+    /// `IMEX_CMD_BIND_INTERFACE_IP`: command-service address; `None` (empty) means all
+    /// interfaces.
+    pub imex_cmd_bind_interface_ip: Option<IpAddr>,
+    /// `IMEX_CMD_PORT`: command-service TCP port; `None` when empty (shipped files use 50005).
+    pub imex_cmd_port: Option<u16>,
+    /// `IMEX_CMD_UNIX_DOMAIN_PATH`: command-service Unix socket; `None` when empty.
+    pub imex_cmd_unix_domain_path: Option<PathBuf>,
+    /// `IMEX_NODE_DISCONNECTED_GRACE_TIME`: -1 forever (default), 0 at once, N seconds.
+    pub imex_node_disconnected_grace_time: GraceTime,
+    /// `IMEX_CONN_WAIT_TIMEOUT` (legacy): seconds; `None` when absent or empty.
+    pub imex_conn_wait_timeout: Option<u64>,
+
+    /// `OPENIMEX_DRIVER`: `nogpu`, `sim`, `nvidia`; empty, absent or `auto` = [`DriverKind::Auto`].
+    pub driver: DriverKind,
+    /// `OPENIMEX_DOMAIN_ID`: domain identifier; `None` (empty, default) means the daemon
+    /// derives it from the node map.
+    pub domain_id: Option<String>,
+    /// `OPENIMEX_HEARTBEAT_INTERVAL_MS`: peer heartbeat interval, > 0 (default 1000).
+    pub heartbeat_interval_ms: u64,
+    /// `OPENIMEX_PEER_TIMEOUT_MS`: a peer silent this long is lost; must exceed the heartbeat
+    /// interval (default 5000).
+    pub peer_timeout_ms: u64,
+    /// `OPENIMEX_RECONNECT_MIN_MS`: first reconnect delay, > 0 (default 250).
+    pub reconnect_min_ms: u64,
+    /// `OPENIMEX_RECONNECT_MAX_MS`: reconnect back-off cap, >= the minimum (default 5000).
+    pub reconnect_max_ms: u64,
+    /// `OPENIMEX_HOSTNAME`: host name shown by `ctl -H`; `None` (empty, default) means the
+    /// system host name.
+    pub host_name: Option<String>,
+
+    /// Warnings found while parsing; see [`Config::notices`]. Empty for [`Config::default`].
+    pub notices: Vec<Notice>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            log_level: 4,
+            log_file_name: Some(PathBuf::from("/var/log/nvidia-imex.log")),
+            stats_file_name: Some(PathBuf::from("/var/log/nvidia-imex-stats.log")),
+            log_append_to_log: true,
+            log_file_max_size_mb: 1024,
+            log_max_rotate_count: 0,
+            log_use_syslog: false,
+            daemonize: true,
+            bind_interface_ip: None,
+            server_port: 50000,
+            imex_node_config_file: PathBuf::from("/etc/nvidia-imex/nodes_config.cfg"),
+            network_interface: None,
+            imex_wait_for_quorum: Quorum::Recovery,
+            imex_enable_auth_encryption: false,
+            imex_auth_encryption_mode: Some(AuthMode::SslTls),
+            imex_auth_source: None,
+            imex_server_key: None,
+            imex_server_cert: None,
+            imex_server_cert_auth: None,
+            imex_client_key: None,
+            imex_client_cert: None,
+            imex_client_cert_auth: None,
+            imex_security_target_override: None,
+            imex_gss_service_name: "host".to_owned(),
+            imex_gss_timeout_sec: -1,
+            imex_gss_retry_interval_sec: 5,
+            imex_gss_sec_context_lifetime_sec: -1,
+            imex_gss_shutdown_on_failure: true,
+            imex_cmd_enabled: false,
+            imex_cmd_bind_interface_ip: None,
+            imex_cmd_port: None,
+            imex_cmd_unix_domain_path: None,
+            imex_node_disconnected_grace_time: GraceTime::Forever,
+            imex_conn_wait_timeout: None,
+            driver: DriverKind::Auto,
+            domain_id: None,
+            heartbeat_interval_ms: 1000,
+            peer_timeout_ms: 5000,
+            reconnect_min_ms: 250,
+            reconnect_max_ms: 5000,
+            host_name: None,
+            notices: Vec::new(),
+        }
+    }
+}
+
+/// Where a key was set: 1-based line and the trimmed value as written.
+type Seen<'t> = HashMap<&'static str, (usize, &'t str)>;
+
+impl Config {
+    /// Parse the text of a config file. `path` is only used in error messages and notices,
+    /// and to resolve a relative `IMEX_NODE_CONFIG_FILE`.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let mut cfg = Config::default();
+        let mut seen: Seen<'_> = HashMap::new();
+        let mut notices = Vec::new();
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let trimmed = raw.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let syntax = |problem| ConfigError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                text: trimmed.to_owned(),
+                problem,
+            };
+            let (key, value) = trimmed
+                .split_once('=')
+                .ok_or_else(|| syntax("is not KEY=value"))?;
+            let (key, value) = (key.trim(), value.trim());
+            if key.is_empty() {
+                return Err(syntax("has no key before '='"));
+            }
+            let Some(known) = keys::find(key) else {
+                notices.push(unknown_key(path, line, key)?);
+                continue;
+            };
+            if let Some((first, _)) = seen.insert(known.name, (line, value)) {
+                notices.push(Notice {
+                    path: path.to_path_buf(),
+                    line,
+                    key: key.to_owned(),
+                    message: format!(
+                        "{key} is set twice (lines {first} and {line}); the later value is used"
+                    ),
+                });
+            }
+            (known.set)(
+                &mut cfg,
+                &keys::Value {
+                    path,
+                    line,
+                    key,
+                    raw: value,
+                },
+            )?;
+        }
+
+        let config_dir = path
+            .parent()
+            .filter(|_| cfg.imex_node_config_file.is_relative());
+        if let Some(dir) = config_dir {
+            cfg.imex_node_config_file = dir.join(&cfg.imex_node_config_file);
+        }
+        notices.extend(keys::check_combinations(&cfg, &seen, path)?);
+        notices.extend(keys::not_supported_yet(&cfg, &seen, path));
+        notices.sort_by_key(|n| n.line);
+        cfg.notices = notices;
+        Ok(cfg)
+    }
+
+    /// Read and parse a config file. An unreadable file is a [`ConfigError::Io`] naming the
+    /// file and carrying the OS error.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Things the daemon must log once at warn level after start, in line order: unknown
+    /// keys, keys given twice, keys set to a value openimex does not support yet, ignored
+    /// values. Each displays as `path:line: message`.
+    pub fn notices(&self) -> &[Notice] {
+        &self.notices
+    }
+}
+
+/// The notice for a key this crate does not know, or the error if it has our prefix.
+fn unknown_key(path: &Path, line: usize, key: &str) -> Result<Notice, ConfigError> {
+    let upper = key.to_ascii_uppercase();
+    let known = keys::find(&upper);
+    if upper.starts_with("OPENIMEX_") && known.is_none() {
+        return Err(ConfigError::UnknownOpenimexKey {
+            path: path.to_path_buf(),
+            line,
+            key: key.to_owned(),
+            known: keys::openimex_keys().join(", "),
+        });
+    }
+    let hint = match known {
+        Some(k) => format!(" (keys are case-sensitive: did you mean {}?)", k.name),
+        None => String::new(),
+    };
+    Ok(Notice {
+        path: path.to_path_buf(),
+        line,
+        key: key.to_owned(),
+        message: format!("unknown key {key} ignored{hint}"),
+    })
+}

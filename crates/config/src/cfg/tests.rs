@@ -1,0 +1,518 @@
+//! Tests of `config.cfg` parsing: defaults, NVIDIA's shipped layout, every error kind, notices.
+
+use super::*;
+use std::net::Ipv4Addr;
+
+const NVIDIA_CFG: &str = include_str!("../../testdata/nvidia-config.cfg");
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("cfg"))
+}
+
+fn err(text: &str) -> String {
+    parse(text).unwrap_err().to_string()
+}
+
+fn notice_keys(cfg: &Config) -> Vec<(usize, &str)> {
+    cfg.notices()
+        .iter()
+        .map(|n| (n.line, n.key.as_str()))
+        .collect()
+}
+
+#[test]
+fn empty_file_gives_every_default() {
+    for text in ["", "\n\n# only comments\n   \n\t# indented\n"] {
+        let c = parse(text).unwrap();
+        assert_eq!(c.log_level, 4);
+        assert_eq!(
+            c.log_file_name,
+            Some(PathBuf::from("/var/log/nvidia-imex.log"))
+        );
+        assert_eq!(
+            c.stats_file_name,
+            Some(PathBuf::from("/var/log/nvidia-imex-stats.log"))
+        );
+        assert!(c.log_append_to_log);
+        assert_eq!(c.log_file_max_size_mb, 1024);
+        assert_eq!(c.log_max_rotate_count, 0);
+        assert!(!c.log_use_syslog);
+        assert!(c.daemonize);
+        assert_eq!(c.bind_interface_ip, None);
+        assert_eq!(c.server_port, 50000);
+        assert_eq!(
+            c.imex_node_config_file,
+            PathBuf::from("/etc/nvidia-imex/nodes_config.cfg")
+        );
+        assert_eq!(c.network_interface, None);
+        assert_eq!(c.imex_wait_for_quorum, Quorum::Recovery);
+        assert!(!c.imex_enable_auth_encryption);
+        assert_eq!(c.imex_auth_encryption_mode, Some(AuthMode::SslTls));
+        assert_eq!(c.imex_auth_source, None);
+        assert_eq!(c.imex_server_key, None);
+        assert_eq!(c.imex_server_cert, None);
+        assert_eq!(c.imex_server_cert_auth, None);
+        assert_eq!(c.imex_client_key, None);
+        assert_eq!(c.imex_client_cert, None);
+        assert_eq!(c.imex_client_cert_auth, None);
+        assert_eq!(c.imex_security_target_override, None);
+        assert_eq!(c.imex_gss_service_name, "host");
+        assert_eq!(c.imex_gss_timeout_sec, -1);
+        assert_eq!(c.imex_gss_retry_interval_sec, 5);
+        assert_eq!(c.imex_gss_sec_context_lifetime_sec, -1);
+        assert!(c.imex_gss_shutdown_on_failure);
+        assert!(!c.imex_cmd_enabled);
+        assert_eq!(c.imex_cmd_bind_interface_ip, None);
+        assert_eq!(c.imex_cmd_port, None);
+        assert_eq!(c.imex_cmd_unix_domain_path, None);
+        assert_eq!(c.imex_node_disconnected_grace_time, GraceTime::Forever);
+        assert_eq!(c.imex_conn_wait_timeout, None);
+        assert_eq!(c.driver, DriverKind::Auto);
+        assert_eq!(c.domain_id, None);
+        assert_eq!(c.heartbeat_interval_ms, 1000);
+        assert_eq!(c.peer_timeout_ms, 5000);
+        assert_eq!(c.reconnect_min_ms, 250);
+        assert_eq!(c.reconnect_max_ms, 5000);
+        assert_eq!(c.host_name, None);
+        assert!(c.notices().is_empty());
+        assert_eq!(c, Config::default());
+    }
+}
+
+#[test]
+fn nvidia_shipped_layout_parses() {
+    let c = Config::parse(NVIDIA_CFG, Path::new("/etc/nvidia-imex/config.cfg")).unwrap();
+    let want = Config {
+        log_max_rotate_count: 3,
+        imex_cmd_enabled: true,
+        imex_cmd_port: Some(50005),
+        imex_conn_wait_timeout: Some(70),
+        notices: c.notices.clone(),
+        ..Config::default()
+    };
+    assert_eq!(c, want);
+    assert_eq!(
+        notice_keys(&c),
+        [
+            (45, "LOG_MAX_ROTATE_COUNT"),
+            (189, "IMEX_NODE_DISCONNECTED_GRACE_TIME"),
+            (192, "IMEX_CONN_WAIT_TIMEOUT"),
+        ]
+    );
+    assert_eq!(
+        c.notices()[0].to_string(),
+        "/etc/nvidia-imex/config.cfg:45: LOG_MAX_ROTATE_COUNT is not supported yet by openimex; \
+         the value is accepted and ignored"
+    );
+}
+
+#[test]
+fn dra_style_values() {
+    let text = "LOG_FILE_NAME=\nSTATS_FILE_NAME=\nDAEMONIZE=0\nIMEX_CMD_ENABLED=1\n\
+                IMEX_CMD_BIND_INTERFACE_IP=10.1.2.3\nIMEX_CMD_UNIX_DOMAIN_PATH=/var/run/imex.sock\n\
+                IMEX_WAIT_FOR_QUORUM=NONE\nIMEX_NODE_DISCONNECTED_GRACE_TIME=30\n\
+                BIND_INTERFACE_IP=fd00::5\n";
+    let c = parse(text).unwrap();
+    assert_eq!(c.log_file_name, None);
+    assert_eq!(c.stats_file_name, None);
+    assert!(!c.daemonize);
+    assert_eq!(
+        c.imex_cmd_bind_interface_ip,
+        Some(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)))
+    );
+    assert_eq!(c.imex_cmd_port, None);
+    assert_eq!(
+        c.imex_cmd_unix_domain_path,
+        Some(PathBuf::from("/var/run/imex.sock"))
+    );
+    assert_eq!(c.imex_wait_for_quorum, Quorum::None);
+    assert_eq!(c.imex_node_disconnected_grace_time, GraceTime::Seconds(30));
+    assert_eq!(c.bind_interface_ip, Some("fd00::5".parse().unwrap()));
+    // The empty stats file differs from the default: not written yet, so a notice.
+    assert_eq!(
+        notice_keys(&c),
+        [
+            (2, "STATS_FILE_NAME"),
+            (8, "IMEX_NODE_DISCONNECTED_GRACE_TIME")
+        ]
+    );
+}
+
+#[test]
+fn openimex_keys() {
+    let text = "OPENIMEX_DRIVER=sim\nOPENIMEX_DOMAIN_ID=dom-1\nOPENIMEX_HEARTBEAT_INTERVAL_MS=200\n\
+                OPENIMEX_PEER_TIMEOUT_MS=1000\nOPENIMEX_RECONNECT_MIN_MS=10\n\
+                OPENIMEX_RECONNECT_MAX_MS=10\nOPENIMEX_HOSTNAME=tray-7\n";
+    let c = parse(text).unwrap();
+    assert_eq!(c.driver, DriverKind::Sim);
+    assert_eq!(c.domain_id.as_deref(), Some("dom-1"));
+    assert_eq!((c.heartbeat_interval_ms, c.peer_timeout_ms), (200, 1000));
+    assert_eq!((c.reconnect_min_ms, c.reconnect_max_ms), (10, 10));
+    assert_eq!(c.host_name.as_deref(), Some("tray-7"));
+    assert!(c.notices().is_empty());
+    for (value, kind) in [
+        ("nogpu", DriverKind::NoGpu),
+        ("nvidia", DriverKind::Nvidia),
+        ("", DriverKind::Auto),
+    ] {
+        assert_eq!(
+            parse(&format!("OPENIMEX_DRIVER={value}")).unwrap().driver,
+            kind
+        );
+    }
+    assert_eq!(
+        parse("OPENIMEX_DRIVER=auto").unwrap().driver,
+        DriverKind::Auto
+    );
+}
+
+#[test]
+fn whitespace_and_equals_in_values() {
+    let c = parse("  SERVER_PORT =  123  \r\nLOG_FILE_NAME = /tmp/a=b #c\n").unwrap();
+    assert_eq!(c.server_port, 123);
+    assert_eq!(c.log_file_name, Some(PathBuf::from("/tmp/a=b #c")));
+    let c = Config::parse("\u{feff}SERVER_PORT=1\n", Path::new("cfg")).unwrap();
+    assert_eq!(c.server_port, 1);
+}
+
+#[test]
+fn relative_nodes_file_is_resolved_against_config_dir() {
+    let c = Config::parse(
+        "IMEX_NODE_CONFIG_FILE=nodes.cfg",
+        Path::new("/etc/openimex/config.cfg"),
+    )
+    .unwrap();
+    assert_eq!(
+        c.imex_node_config_file,
+        PathBuf::from("/etc/openimex/nodes.cfg")
+    );
+    let c = Config::parse(
+        "IMEX_NODE_CONFIG_FILE=/abs/n.cfg",
+        Path::new("/etc/x/config.cfg"),
+    )
+    .unwrap();
+    assert_eq!(c.imex_node_config_file, PathBuf::from("/abs/n.cfg"));
+}
+
+#[test]
+fn bad_port() {
+    let mut text = "# c\n".repeat(11);
+    text.push_str("SERVER_PORT=70000\n");
+    let e = Config::parse(&text, Path::new("/etc/nvidia-imex/config.cfg")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "/etc/nvidia-imex/config.cfg:12: SERVER_PORT=\"70000\" is not a valid port: expected an \
+         integer 0-65535"
+    );
+    assert!(matches!(e, ConfigError::Invalid { line: 12, .. }));
+    assert_eq!(
+        err("\nSERVER_PORT=abc"),
+        "cfg:2: SERVER_PORT=\"abc\" is not a valid port: expected an integer 0-65535"
+    );
+    assert_eq!(
+        err("SERVER_PORT="),
+        "cfg:1: SERVER_PORT=\"\" is not a valid port: expected an integer 0-65535"
+    );
+    assert!(err("IMEX_CMD_ENABLED=1\nIMEX_CMD_PORT=-1").starts_with("cfg:2: IMEX_CMD_PORT=\"-1\""));
+}
+
+#[test]
+fn bad_bool() {
+    assert_eq!(
+        err("DAEMONIZE=yes"),
+        "cfg:1: DAEMONIZE=\"yes\" is not a valid boolean: expected 0 or 1"
+    );
+    assert!(err("\n\nLOG_USE_SYSLOG=true").starts_with("cfg:3: LOG_USE_SYSLOG=\"true\""));
+}
+
+#[test]
+fn bad_quorum() {
+    assert_eq!(
+        err("#\n\nIMEX_WAIT_FOR_QUORUM=SOMETIMES"),
+        "cfg:3: IMEX_WAIT_FOR_QUORUM=\"SOMETIMES\" is not a valid value: expected one of NONE, \
+         RECOVERY, FULL"
+    );
+    assert!(err("IMEX_WAIT_FOR_QUORUM=recovery").contains("\"recovery\""));
+    assert_eq!(
+        parse("IMEX_WAIT_FOR_QUORUM=FULL")
+            .unwrap()
+            .imex_wait_for_quorum,
+        Quorum::Full
+    );
+}
+
+#[test]
+fn line_without_equals() {
+    let text = "LOG_LEVEL=4\n".repeat(6) + "BLAH\n";
+    assert_eq!(
+        err(&text),
+        "cfg:7: line \"BLAH\" is not KEY=value: write KEY=value or start the line with # for a \
+         comment"
+    );
+    assert_eq!(
+        err("=5"),
+        "cfg:1: line \"=5\" has no key before '=': write KEY=value or start the line with # for \
+         a comment"
+    );
+}
+
+#[test]
+fn unknown_openimex_key_is_an_error() {
+    let msg = err("LOG_LEVEL=3\nOPENIMEX_HEARTBEAT_MS=100");
+    assert!(
+        msg.starts_with("cfg:2: unknown key OPENIMEX_HEARTBEAT_MS: keys starting with OPENIMEX_")
+    );
+    assert!(msg.contains("OPENIMEX_HEARTBEAT_INTERVAL_MS"), "{msg}");
+    assert!(err("openimex_drvier=sim").starts_with("cfg:1: unknown key openimex_drvier"));
+}
+
+#[test]
+fn cmd_enabled_needs_an_endpoint() {
+    assert_eq!(
+        err("IMEX_CMD_PORT=\nIMEX_CMD_ENABLED=1\nIMEX_CMD_UNIX_DOMAIN_PATH="),
+        "cfg:2: IMEX_CMD_ENABLED=1 needs IMEX_CMD_PORT or IMEX_CMD_UNIX_DOMAIN_PATH: set one of \
+         them (e.g. IMEX_CMD_PORT=50005), or set IMEX_CMD_ENABLED=0"
+    );
+    assert!(parse("IMEX_CMD_ENABLED=0").is_ok());
+    assert!(parse("IMEX_CMD_ENABLED=1\nIMEX_CMD_UNIX_DOMAIN_PATH=/run/x.sock").is_ok());
+}
+
+#[test]
+fn peer_timeout_must_exceed_heartbeat() {
+    assert_eq!(
+        err("OPENIMEX_HEARTBEAT_INTERVAL_MS=1000\nOPENIMEX_PEER_TIMEOUT_MS=1000"),
+        "cfg:2: OPENIMEX_PEER_TIMEOUT_MS=\"1000\" is not a valid value: expected more than \
+         OPENIMEX_HEARTBEAT_INTERVAL_MS=1000 (line 1): a peer is declared lost after this long \
+         without a heartbeat, so the timeout must be greater than the heartbeat interval"
+    );
+    let msg = err("#\nOPENIMEX_HEARTBEAT_INTERVAL_MS=6000");
+    assert!(
+        msg.starts_with(
+            "cfg:2: OPENIMEX_HEARTBEAT_INTERVAL_MS=\"6000\" is not a valid value: expected less \
+             than OPENIMEX_PEER_TIMEOUT_MS=5000 (the default)"
+        ),
+        "{msg}"
+    );
+    assert!(err("OPENIMEX_HEARTBEAT_INTERVAL_MS=0").contains("greater than 0"));
+}
+
+#[test]
+fn reconnect_bounds() {
+    let msg = err("OPENIMEX_RECONNECT_MIN_MS=100\nOPENIMEX_RECONNECT_MAX_MS=50");
+    assert!(
+        msg.starts_with("cfg:2: OPENIMEX_RECONNECT_MAX_MS=\"50\""),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("expected at least OPENIMEX_RECONNECT_MIN_MS=100 (line 1)"),
+        "{msg}"
+    );
+    let msg = err("OPENIMEX_RECONNECT_MIN_MS=9000");
+    assert!(
+        msg.contains("expected at most OPENIMEX_RECONNECT_MAX_MS=5000 (the default)"),
+        "{msg}"
+    );
+    assert!(
+        err("OPENIMEX_RECONNECT_MIN_MS=0").starts_with("cfg:1: OPENIMEX_RECONNECT_MIN_MS=\"0\"")
+    );
+}
+
+#[test]
+fn other_value_errors() {
+    let cases = [
+        (
+            "LOG_LEVEL=5",
+            "LOG_LEVEL=\"5\" is not a valid log level: expected an integer 0-4",
+        ),
+        ("LOG_LEVEL=-1", "LOG_LEVEL=\"-1\" is not a valid log level"),
+        (
+            "IMEX_NODE_DISCONNECTED_GRACE_TIME=-2",
+            "expected -1 (wait forever), 0 (clean up at once)",
+        ),
+        (
+            "IMEX_NODE_DISCONNECTED_GRACE_TIME=",
+            "is not a valid grace time",
+        ),
+        ("IMEX_GSS_TIMEOUT_SEC=-5", "expected -1 or an integer >= 0"),
+        (
+            "IMEX_GSS_SEC_CONTEXT_LIFETIME_SEC=x",
+            "expected -1 or an integer >= 0",
+        ),
+        (
+            "IMEX_GSS_RETRY_INTERVAL_SEC=-1",
+            "expected a non-negative integer",
+        ),
+        (
+            "BIND_INTERFACE_IP=10.0.0.1:50000",
+            "is not a valid IP address",
+        ),
+        (
+            "IMEX_CMD_BIND_INTERFACE_IP=eth0",
+            "is not a valid IP address",
+        ),
+        (
+            "IMEX_NODE_CONFIG_FILE=",
+            "expected the path of the nodes file",
+        ),
+        ("IMEX_GSS_SERVICE_NAME=", "expected a Kerberos service name"),
+        (
+            "IMEX_CONN_WAIT_TIMEOUT=soon",
+            "expected a number of seconds",
+        ),
+        (
+            "OPENIMEX_DRIVER=cuda",
+            "OPENIMEX_DRIVER=\"cuda\" is not a valid driver: expected one of",
+        ),
+        ("LOG_FILE_MAX_SIZE=1G", "expected a size in MB"),
+    ];
+    for (text, want) in cases {
+        let msg = err(text);
+        assert!(msg.starts_with("cfg:1: "), "{msg}");
+        assert!(msg.contains(want), "{text}: {msg}");
+    }
+    assert_eq!(
+        parse("IMEX_NODE_DISCONNECTED_GRACE_TIME=0")
+            .unwrap()
+            .imex_node_disconnected_grace_time,
+        GraceTime::Seconds(0)
+    );
+}
+
+#[test]
+fn auth_checks_only_when_enabled() {
+    // Off: unknown values are ignored with a notice.
+    let c = parse("IMEX_AUTH_ENCRYPTION_MODE=KERBEROS\nIMEX_AUTH_SOURCE=DISK").unwrap();
+    assert_eq!(c.imex_auth_encryption_mode, None);
+    assert_eq!(
+        notice_keys(&c),
+        [(1, "IMEX_AUTH_ENCRYPTION_MODE"), (2, "IMEX_AUTH_SOURCE")]
+    );
+    assert!(
+        c.notices()[0]
+            .message
+            .contains("ignored because IMEX_ENABLE_AUTH_ENCRYPTION is 0")
+    );
+    assert!(
+        parse("IMEX_AUTH_ENCRYPTION_MODE=")
+            .unwrap()
+            .notices()
+            .is_empty()
+    );
+
+    // On: empty or unknown mode is an error, SSL_TLS needs a source.
+    let msg = err("IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_ENCRYPTION_MODE=");
+    assert!(
+        msg.starts_with(
+            "cfg:2: IMEX_AUTH_ENCRYPTION_MODE=\"\" is not a valid value: expected one of SSL_TLS, \
+             GSS_AUTH_ENCRYPT, GSS_AUTH_ONLY (required because IMEX_ENABLE_AUTH_ENCRYPTION=1 at \
+             line 1)"
+        ),
+        "{msg}"
+    );
+    let msg = err("IMEX_ENABLE_AUTH_ENCRYPTION=1");
+    assert!(msg.starts_with("cfg:1: IMEX_ENABLE_AUTH_ENCRYPTION=1 with IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS needs IMEX_AUTH_SOURCE"));
+    let msg = err("IMEX_AUTH_SOURCE=\nIMEX_ENABLE_AUTH_ENCRYPTION=1");
+    assert!(
+        msg.starts_with("cfg:1: IMEX_AUTH_SOURCE=\"\" is not a valid value"),
+        "{msg}"
+    );
+
+    let c =
+        parse("IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_SOURCE=FILE\nIMEX_SERVER_KEY=/k").unwrap();
+    assert_eq!(c.imex_auth_source, Some(AuthSource::File));
+    assert_eq!(c.imex_server_key.as_deref(), Some("/k"));
+    assert_eq!(
+        notice_keys(&c),
+        [
+            (1, "IMEX_ENABLE_AUTH_ENCRYPTION"),
+            (2, "IMEX_AUTH_SOURCE"),
+            (3, "IMEX_SERVER_KEY")
+        ]
+    );
+    let c =
+        parse("IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_ENCRYPTION_MODE=GSS_AUTH_ONLY").unwrap();
+    assert_eq!(c.imex_auth_encryption_mode, Some(AuthMode::GssAuthOnly));
+}
+
+#[test]
+fn unknown_key_is_a_notice() {
+    let c = parse("LOG_LEVEL=3\nIMEX_FUTURE_KEY=7\nlog_level=2\n").unwrap();
+    assert_eq!(c.log_level, 3);
+    let shown: Vec<String> = c.notices().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "cfg:2: unknown key IMEX_FUTURE_KEY ignored",
+            "cfg:3: unknown key log_level ignored (keys are case-sensitive: did you mean LOG_LEVEL?)",
+        ]
+    );
+    // Misspelled as in NVIDIA's comment: just unknown.
+    let c = parse("IMEX_AUTH_ENCRYPTIPON_MODE=SSL_TLS").unwrap();
+    assert_eq!(notice_keys(&c), [(1, "IMEX_AUTH_ENCRYPTIPON_MODE")]);
+}
+
+#[test]
+fn duplicate_key_later_wins_with_notice() {
+    let c = parse("SERVER_PORT=1\n# x\nSERVER_PORT=2\nSERVER_PORT=3\n").unwrap();
+    assert_eq!(c.server_port, 3);
+    let shown: Vec<String> = c.notices().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "cfg:3: SERVER_PORT is set twice (lines 1 and 3); the later value is used",
+            "cfg:4: SERVER_PORT is set twice (lines 3 and 4); the later value is used",
+        ]
+    );
+}
+
+#[test]
+fn not_supported_only_when_not_default() {
+    let c = parse("LOG_USE_SYSLOG=0\nLOG_FILE_MAX_SIZE=1024\nNETWORK_INTERFACE=\n").unwrap();
+    assert!(c.notices().is_empty(), "{:?}", c.notices());
+    let c = parse("LOG_USE_SYSLOG=1\nNETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\n").unwrap();
+    assert_eq!(
+        notice_keys(&c),
+        [
+            (1, "LOG_USE_SYSLOG"),
+            (2, "NETWORK_INTERFACE"),
+            (3, "IMEX_GSS_TIMEOUT_SEC")
+        ]
+    );
+    assert_eq!(
+        c.notices()[1].message,
+        "NETWORK_INTERFACE is not supported yet by openimex; the value is accepted and ignored"
+    );
+}
+
+#[test]
+fn load_reads_and_reports_missing_files() {
+    let e = Config::load(Path::new("/nonexistent/openimex/config.cfg")).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.starts_with("failed to read config file /nonexistent/openimex/config.cfg: "));
+    assert!(matches!(e, ConfigError::Io { .. }));
+
+    let dir = std::env::temp_dir().join(format!("openimex-config-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.cfg");
+    std::fs::write(&path, "SERVER_PORT=4242\nIMEX_NODE_CONFIG_FILE=nodes.cfg\n").unwrap();
+    let c = Config::load(&path);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let c = c.unwrap();
+    assert_eq!(c.server_port, 4242);
+    assert_eq!(c.imex_node_config_file, dir.join("nodes.cfg"));
+}
+
+#[test]
+fn enum_spellings_round_trip() {
+    for q in Quorum::ALL {
+        assert_eq!(Quorum::from_name(&q.to_string()), Some(*q));
+    }
+    for m in AuthMode::ALL {
+        assert_eq!(AuthMode::from_name(m.as_str()), Some(*m));
+    }
+    for s in AuthSource::ALL {
+        assert_eq!(AuthSource::from_name(s.as_str()), Some(*s));
+    }
+    assert_eq!(GraceTime::Forever.to_string(), "-1");
+    assert_eq!(GraceTime::Seconds(9).to_string(), "9");
+}

@@ -1,0 +1,217 @@
+//! The one error type of this crate.
+//!
+//! Every message is written for the person who edits the file: it names the file and the
+//! 1-based line, quotes the key and the value as written, and says what is expected or how to
+//! fix it. The daemon prints these messages as they are and exits.
+
+use std::io;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Everything that can go wrong while reading `config.cfg`, `nodes_config.cfg`, or while
+/// picking this node's entry from the nodes file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The config file could not be read (missing, no permission, not UTF-8).
+    #[error("failed to read config file {}: {source}; pass the right file with -c", .path.display())]
+    Io {
+        /// The file that could not be read.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+
+    /// A config line is neither blank, a `#` comment, nor `KEY=value`.
+    #[error(
+        "{}:{line}: line \"{text}\" {problem}: write KEY=value or start the line with # for a comment",
+        .path.display()
+    )]
+    Syntax {
+        /// The config file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The line as written (trimmed).
+        text: String,
+        /// What is wrong with it, e.g. "is not KEY=value".
+        problem: &'static str,
+    },
+
+    /// A known key has a value it cannot take.
+    #[error("{}:{line}: {key}=\"{value}\" is not a valid {what}: {expected}", .path.display())]
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// 1-based line number of the key.
+        line: usize,
+        /// The key as written.
+        key: String,
+        /// The value as written (trimmed).
+        value: String,
+        /// What kind of value the key takes, e.g. "port", "boolean", "value".
+        what: &'static str,
+        /// What is expected instead, starting with "expected ...", or how to fix it.
+        expected: String,
+    },
+
+    /// A key starting with `OPENIMEX_` that openimex does not know. The prefix is ours, so
+    /// this is a typo rather than a key of some other IMEX version.
+    #[error(
+        "{}:{line}: unknown key {key}: keys starting with OPENIMEX_ belong to openimex, so this is \
+         probably a typo; known ones are {known}",
+        .path.display()
+    )]
+    UnknownOpenimexKey {
+        /// The config file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The key as written.
+        key: String,
+        /// Comma-separated list of the `OPENIMEX_` keys that exist.
+        known: String,
+    },
+
+    /// A key's value is valid on its own but needs another key that is missing or unusable.
+    #[error("{}:{line}: {key}={value} {needs}", .path.display())]
+    Incomplete {
+        /// The config file.
+        path: PathBuf,
+        /// 1-based line number of `key`.
+        line: usize,
+        /// The key whose value needs more settings.
+        key: String,
+        /// Its value as written.
+        value: String,
+        /// What is missing and how to fix it.
+        needs: String,
+    },
+
+    /// The nodes file could not be read. The message keeps NVIDIA's phrase
+    /// "Failed to read node configuration file", which DCGM searches for.
+    #[error(
+        "Failed to read node configuration file {}: {source}; create it with one IP address or DNS \
+         name per line, or point IMEX_NODE_CONFIG_FILE in config.cfg at the right file",
+        .path.display()
+    )]
+    NodesIo {
+        /// The nodes file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+
+    /// A line of the nodes file is neither an IP address nor a valid DNS name.
+    #[error(
+        "{}:{line}: node \"{value}\" is not a valid IP address or DNS name: {reason}; write one \
+         IPv4 or IPv6 address or DNS name per line",
+        .path.display()
+    )]
+    InvalidNode {
+        /// The nodes file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The entry as written (trailing comment removed).
+        value: String,
+        /// Why it is not valid.
+        reason: String,
+    },
+
+    /// The same node appears on two lines.
+    #[error(
+        "{}:{line}: node \"{value}\" is listed twice (first at line {first_line}): every node must \
+         appear once, because its line index is its node ID",
+        .path.display()
+    )]
+    DuplicateNode {
+        /// The nodes file.
+        path: PathBuf,
+        /// 1-based line number of the second occurrence.
+        line: usize,
+        /// 1-based line number of the first occurrence.
+        first_line: usize,
+        /// The entry as written on `line`.
+        value: String,
+    },
+
+    /// The nodes file lists no node at all.
+    #[error(
+        "{}: no nodes listed: write one IP address or DNS name per line (node 0 is the first \
+         non-comment, non-blank line)",
+        .path.display()
+    )]
+    NoNodes {
+        /// The nodes file.
+        path: PathBuf,
+    },
+
+    /// The nodes file lists more nodes than a 16-bit node ID can number.
+    #[error("{}:{line}: too many nodes: at most {max} entries are supported", .path.display())]
+    TooManyNodes {
+        /// The nodes file.
+        path: PathBuf,
+        /// 1-based line number of the first entry over the limit.
+        line: usize,
+        /// The limit.
+        max: usize,
+    },
+
+    /// `BIND_INTERFACE_IP` is set but no entry of the nodes file is (or resolves to) it.
+    #[error(
+        "BIND_INTERFACE_IP={bind} is not in nodes file {} ({count} entries): add this node's \
+         address to the nodes file or fix BIND_INTERFACE_IP",
+        .path.display()
+    )]
+    BindNotInNodes {
+        /// The nodes file.
+        path: PathBuf,
+        /// The configured bind address.
+        bind: IpAddr,
+        /// How many entries the nodes file has.
+        count: usize,
+    },
+
+    /// `BIND_INTERFACE_IP` matches more than one entry (e.g. an IP and a name resolving to it).
+    #[error(
+        "BIND_INTERFACE_IP={bind} matches several entries of nodes file {} ({}): every node must \
+         appear once; remove the extra entries",
+        .path.display(), .matches.join(", ")
+    )]
+    BindMatchesSeveral {
+        /// The nodes file.
+        path: PathBuf,
+        /// The configured bind address.
+        bind: IpAddr,
+        /// The matching entries, e.g. `line 2 node-b (10.0.0.2)`.
+        matches: Vec<String>,
+    },
+
+    /// `BIND_INTERFACE_IP` is empty and no entry is an address of this host.
+    #[error(
+        "no entry of nodes file {} is an address of this host (tried {}): set BIND_INTERFACE_IP \
+         in config.cfg to this node's address, or add this host's address to the nodes file",
+        .path.display(), .tried.join(", ")
+    )]
+    NoLocalNode {
+        /// The nodes file.
+        path: PathBuf,
+        /// What was tried, e.g. `line 1 10.0.0.1`, `line 2 node-b (does not resolve)`.
+        tried: Vec<String>,
+    },
+
+    /// `BIND_INTERFACE_IP` is empty and several entries are addresses of this host.
+    #[error(
+        "several entries of nodes file {} are addresses of this host ({}): set BIND_INTERFACE_IP \
+         in config.cfg to the one this daemon should use (on one machine every 127.x address is \
+         local)",
+        .path.display(), .matches.join(", ")
+    )]
+    SeveralLocalNodes {
+        /// The nodes file.
+        path: PathBuf,
+        /// The matching entries, e.g. `line 1 127.0.0.1`.
+        matches: Vec<String>,
+    },
+}

@@ -1,0 +1,28 @@
+//! Configuration of the openimex daemon: NVIDIA's `config.cfg` and `nodes_config.cfg`, and
+//! which entry of the nodes file is this node.
+//!
+//! This crate owns the file formats: parsing, defaults, validation, and error messages that
+//! name the file, the line, the key and the bad value and say how to fix it. It does not open
+//! log files, bind sockets for the daemon, compute the node-map digest (core does) or watch
+//! files for changes. Its only system calls are reading the two files, and, in
+//! [`system_resolve`] / [`system_is_local`], DNS look-ups and a test bind.
+//!
+//! # Layout
+//!
+//! - [`error`](ConfigError): the one error enum of the crate.
+//! - `cfg`: `config.cfg` ([`Config`]) with NVIDIA's keys and openimex's `OPENIMEX_*` keys.
+//! - `nodes`: `nodes_config.cfg` ([`NodeConfig`]): node ID = index among entry lines.
+//! - `local`: [`identify_local`] picks this node's entry and bind address.
+
+mod cfg;
+mod error;
+mod local;
+mod nodes;
+
+pub use cfg::{AuthMode, AuthSource, Config, DriverKind, GraceTime, Notice, Quorum};
+pub use error::ConfigError;
+pub use local::{LocalNode, identify_local, system_is_local, system_resolve};
+pub use nodes::{NodeConfig, NodeEntry};
+
+/// Where `nvidia-imex` and `nvidia-imex-ctl` look for the config file when `-c` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/nvidia-imex/config.cfg";

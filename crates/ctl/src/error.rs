@@ -1,0 +1,40 @@
+//! Errors of the control client.
+
+/// What went wrong, phrased for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// Bad command line.
+    #[error("{0}")]
+    Usage(String),
+    /// The config file given with `-c` is unusable.
+    #[error(transparent)]
+    Config(#[from] openimex_config::ConfigError),
+    /// The command service is not configured in the config file.
+    #[error(
+        "the command service is disabled in {path} (IMEX_CMD_ENABLED={enabled}, IMEX_CMD_PORT and IMEX_CMD_UNIX_DOMAIN_PATH {ports}): enable it there, or point ctl at the daemon with -i IP PORT or -u PATH"
+    )]
+    NoCommandService {
+        /// The config file.
+        path: String,
+        /// IMEX_CMD_ENABLED.
+        enabled: u8,
+        /// Whether the endpoints are set.
+        ports: &'static str,
+    },
+    /// No daemon answered.
+    #[error(
+        "cannot reach the IMEX daemon's command service at {target}: {cause}. Is the daemon running (systemctl status nvidia-imex, or openimex daemon -c CFG)? Check IMEX_CMD_PORT / IMEX_CMD_UNIX_DOMAIN_PATH"
+    )]
+    Connect {
+        /// Where we tried.
+        target: String,
+        /// Why it failed.
+        cause: String,
+    },
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    /// Writing the output failed.
+    #[error("cannot write output: {0}")]
+    Output(std::io::Error),
+}

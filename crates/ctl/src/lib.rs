@@ -1,0 +1,293 @@
+//! `openimex ctl`: a client of the daemon's command service, compatible with NVIDIA's
+//! `nvidia-imex-ctl` (flags, output and exit codes as `imex-guide.md` §2 describes them), plus
+//! our own `--links` view (instances and the reason of each link's last change).
+//!
+//! # Layout
+//! - [`client`]: TCP / unix-socket connection and the two calls.
+//! - [`render`]: the `-N` table, `-N -j` JSON and `--links` views.
+//! - [`error`]: [`CtlError`].
+
+pub mod client;
+pub mod error;
+pub mod render;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use openimex_config::{Config, DEFAULT_CONFIG_PATH, NodeConfig};
+
+pub use client::{Client, Target};
+pub use error::CtlError;
+
+/// NVIDIA's short usage, printed on a bad command line (exit 1).
+pub const USAGE: &str =
+    "Usage: nvidia-imex-ctl [-c <nvidia-imex config.cfg path>] <-n|-N|-q> [-j][-H]";
+
+/// Exit code NVIDIA's ctl uses when the node configuration file cannot be read.
+const EXIT_NODE_FILE: u8 = 255;
+
+/// The command line as NVIDIA spells it.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nvidia-imex-ctl",
+    about = "Query the IMEX daemon (openimex, compatible with nvidia-imex-ctl)",
+    disable_version_flag = true,
+    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]"
+)]
+pub struct Args {
+    /// Config file: the command endpoint and node file come from it (default /etc/nvidia-imex/config.cfg).
+    #[arg(short = 'c', value_name = "CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Command service address and port.
+    #[arg(short = 'i', num_args = 2, value_names = ["IP", "PORT"])]
+    pub ip: Option<Vec<String>>,
+    /// Command service unix socket (also --u=PATH).
+    #[arg(short = 'u', long = "u", value_name = "PATH")]
+    pub unix: Option<PathBuf>,
+    /// Print the local daemon's state word once (READY, ...).
+    #[arg(short = 'q')]
+    pub query: bool,
+    /// Print the whole domain's status once.
+    #[arg(short = 'N')]
+    pub domain_once: bool,
+    /// Print the whole domain's status, refreshed every second.
+    #[arg(short = 'n')]
+    pub domain_loop: bool,
+    /// Print the daemon state whenever it changes, until the daemon exits or -t elapses.
+    #[arg(short = 's')]
+    pub subscribe: bool,
+    /// With -s or -n: stop after this many milliseconds.
+    #[arg(short = 't', value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// JSON output (with -N/-n/--links).
+    #[arg(short = 'j')]
+    pub json: bool,
+    /// Show host names (with -N/-n).
+    #[arg(short = 'H')]
+    pub hostnames: bool,
+    /// Legacy flag of NVIDIA's Slurm prolog example (`-a -q`); accepted and ignored.
+    #[arg(short = 'a', hide = true)]
+    pub legacy_a: bool,
+    /// openimex: every link with its state, the peer's instance and the reason of its last change.
+    #[arg(long)]
+    pub links: bool,
+    /// Print the version.
+    #[arg(long)]
+    pub version: bool,
+}
+
+enum Mode {
+    Query,
+    Domain { repeat: bool },
+    Subscribe,
+    Links,
+}
+
+/// Runs `ctl` with `args` (including the program name) and returns the exit code.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let args = match Args::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{}", e.kind());
+            eprintln!("{USAGE}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.version {
+        println!(
+            "openimex ctl {} (nvidia-imex-ctl compatible)",
+            env!("CARGO_PKG_VERSION")
+        );
+        return ExitCode::SUCCESS;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&CtlError::Runtime(e), 1),
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((e, code)) => fail(&e, code),
+    }
+}
+
+fn fail(e: &CtlError, code: u8) -> ExitCode {
+    if let CtlError::Output(io) = e
+        && io.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("nvidia-imex-ctl: {e}");
+    ExitCode::from(code)
+}
+
+fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, (CtlError, u8)> {
+    let given = [
+        args.config.is_some(),
+        args.ip.is_some(),
+        args.unix.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if given > 1 {
+        return Err((
+            CtlError::Usage(format!("give at most one of -c, -i and -u\n{USAGE}")),
+            1,
+        ));
+    }
+    if let Some(ip) = &args.ip {
+        let [host, port] = ip.as_slice() else {
+            return Err((
+                CtlError::Usage(format!("-i takes an IP and a port\n{USAGE}")),
+                1,
+            ));
+        };
+        let port = port.parse().map_err(|_| {
+            (
+                CtlError::Usage(format!(
+                    "-i {host} {port}: {port:?} is not a port (0-65535)"
+                )),
+                1,
+            )
+        })?;
+        return Ok(Target::Tcp {
+            host: host.clone(),
+            port,
+        });
+    }
+    if let Some(path) = &args.unix {
+        return Ok(Target::Unix(path.clone()));
+    }
+    let path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+    let cfg = Config::load(&path).map_err(|e| (CtlError::Config(e), 1))?;
+    if needs_nodes {
+        // NVIDIA's ctl reads the node file for -N/-n; DCGM greps for this failure.
+        NodeConfig::load(&cfg.imex_node_config_file)
+            .map_err(|e| (CtlError::Config(e), EXIT_NODE_FILE))?;
+    }
+    match (
+        &cfg.imex_cmd_unix_domain_path,
+        cfg.imex_cmd_port,
+        cfg.imex_cmd_enabled,
+    ) {
+        (Some(p), _, true) => Ok(Target::Unix(p.clone())),
+        (None, Some(port), true) => {
+            let host = cfg
+                .imex_cmd_bind_interface_ip
+                .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
+            Ok(Target::Tcp { host, port })
+        }
+        (unix, port, enabled) => Err((
+            CtlError::NoCommandService {
+                path: path.display().to_string(),
+                enabled: u8::from(enabled),
+                ports: if unix.is_none() && port.is_none() {
+                    "unset"
+                } else {
+                    "set"
+                },
+            },
+            1,
+        )),
+    }
+}
+
+async fn run(args: Args) -> Result<(), (CtlError, u8)> {
+    let mode = if args.links {
+        Mode::Links
+    } else if args.query {
+        Mode::Query
+    } else if args.subscribe {
+        Mode::Subscribe
+    } else {
+        // -N, -n, or nothing (bare `-H` prints the table on NVIDIA's too).
+        Mode::Domain {
+            repeat: args.domain_loop,
+        }
+    };
+    let needs_nodes = matches!(mode, Mode::Domain { .. });
+    let target = resolve(&args, needs_nodes)?;
+    let mut client = Client::connect(target, Duration::from_secs(3))
+        .await
+        .map_err(|e| (e, 1))?;
+    let deadline = args
+        .timeout_ms
+        .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    let expired = || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+    match mode {
+        Mode::Query => {
+            let state = client.state().await.map_err(|e| (e, 1))?;
+            out(&format!("{state}\n"))
+        }
+        Mode::Links => {
+            let reply = client.domain().await.map_err(|e| (e, 1))?;
+            let text = if args.json {
+                render::links_json(&reply) + "\n"
+            } else {
+                render::links_text(&reply)
+            };
+            out(&text)
+        }
+        Mode::Domain { repeat } => loop {
+            let reply = client.domain().await.map_err(|e| (e, 1))?;
+            let stamp = stamp();
+            let text = if args.json {
+                render::json(&reply, &stamp, args.hostnames) + "\n"
+            } else {
+                render::table(&reply, &stamp, args.hostnames)
+            };
+            out(&text)?;
+            if !repeat || expired() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        },
+        Mode::Subscribe => {
+            let mut last = String::new();
+            loop {
+                match client.state().await {
+                    Ok(state) if state != last => {
+                        out(&format!("{state}\n"))?;
+                        last = state;
+                    }
+                    Ok(_) => {}
+                    // The daemon exited: the subscription ends.
+                    Err(_) => return Ok(()),
+                }
+                if expired() {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn stamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    openimex_core::timefmt::nv_timestamp(now)
+}
+
+fn out(text: &str) -> Result<(), (CtlError, u8)> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| (CtlError::Output(e), 1))
+}

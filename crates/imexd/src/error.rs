@@ -1,0 +1,45 @@
+//! The daemon's error type.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why the daemon could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {what} {addr}: {source}; {fix}")]
+    Bind {
+        /// Which listener (peer, command).
+        what: &'static str,
+        /// Address or path.
+        addr: String,
+        /// OS error.
+        source: io::Error,
+        /// What to do.
+        fix: &'static str,
+    },
+    /// The unix socket path is taken by something that is not a stale socket.
+    #[error(
+        "cannot use {path} as the command socket: {reason}; remove it or change IMEX_CMD_UNIX_DOMAIN_PATH"
+    )]
+    SocketPath {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The GPU driver refused the session.
+    #[error(transparent)]
+    Driver(#[from] openimex_driver::DriverError),
+    /// A server task failed.
+    #[error("{what} server failed: {source}")]
+    Serve {
+        /// Which server.
+        what: &'static str,
+        /// The transport error.
+        source: tonic::transport::Error,
+    },
+    /// The engine stopped unexpectedly.
+    #[error("the daemon engine stopped unexpectedly")]
+    EngineGone,
+}

@@ -1,0 +1,152 @@
+//! The openimex daemon: drives the core state machines with real sockets, timers, signals and
+//! the GPU driver.
+//!
+//! [`run`] takes its world as arguments (bound listeners, the driver, a shutdown future) so the
+//! same code runs behind `main`, in tests and under a simulated network. The binary resolves the
+//! config, binds with [`World::bind`], optionally [`daemonize`]s, and calls [`run`].
+//!
+//! # Layout
+//! - `engine`: the single task owning the core `Mesh`; performs its actions.
+//! - `peer_client` / `peer_server`: both sides of the daemon-to-daemon gRPC protocol.
+//! - `cmd_server`: the command service `ctl` talks to.
+//! - [`settings`]: what the daemon needs, resolved from the config files.
+//! - [`world`]: listeners.
+//! - [`daemonize`], [`logging`]: process set-up as NVIDIA's daemon does it.
+
+mod cmd_server;
+mod convert;
+pub mod daemonize;
+mod engine;
+mod error;
+pub mod logging;
+mod peer_client;
+mod peer_server;
+pub mod settings;
+pub mod world;
+
+use std::future::Future;
+
+use openimex_core::{DaemonState, InstanceId, Mesh, MeshConfig, NodeMap};
+use openimex_driver::Driver;
+use openimex_proto::cmd::command_server::CommandServer;
+use openimex_proto::peer::peer_server::PeerServer;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::Server;
+use tracing::info;
+
+pub use error::DaemonError;
+pub use settings::Settings;
+pub use world::World;
+
+/// Runs the daemon until `shutdown` resolves, then says goodbye to the peers and returns.
+pub async fn run(
+    settings: Settings,
+    world: World,
+    driver: Box<dyn Driver>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let now = tokio::time::Instant::now().into_std();
+    let map = NodeMap::new(settings.hosts.clone());
+    let instance = InstanceId(rand::random::<u64>());
+    let cfg = MeshConfig {
+        local: settings.local,
+        domain_id: settings
+            .domain_id
+            .clone()
+            .unwrap_or_else(|| map.derived_domain_id()),
+        map,
+        instance,
+        protocol_version: openimex_proto::PROTOCOL_VERSION,
+        quorum: settings.quorum,
+        heartbeat_interval: settings.heartbeat_interval,
+        peer_timeout: settings.peer_timeout,
+        backoff: settings.backoff,
+        seed: rand::random(),
+    };
+    info!(
+        "Identified this node as ID {}, using bind IP of '{}' (instance {instance}, domain {})",
+        settings.local,
+        world.peer_addr(),
+        cfg.domain_id
+    );
+    let nodes = settings.hosts.len();
+    let mesh = Mesh::new(cfg, now);
+    let (tx, rx) = mpsc::channel(1024);
+    let (state_tx, state_rx) = watch::channel(DaemonState::Initializing);
+
+    let keepalive = settings
+        .heartbeat_interval
+        .max(std::time::Duration::from_secs(1));
+    let peer_svc = peer_server::PeerService {
+        engine: tx.clone(),
+        host_name: settings.host_name.clone(),
+    };
+    let peer_server = Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(keepalive))
+        .http2_keepalive_timeout(Some(settings.peer_timeout))
+        .add_service(PeerServer::new(peer_svc))
+        .serve_with_incoming(TcpListenerStream::new(tokio_tcp(world.peer)?));
+    let mut servers = vec![tokio::spawn(async move {
+        peer_server.await.map_err(|source| ("peer", source))
+    })];
+
+    let cmd = || cmd_server::CommandService {
+        engine: tx.clone(),
+        state: state_rx.clone(),
+        hosts: settings.hosts.clone(),
+        host_name: settings.host_name.clone(),
+    };
+    if let Some(l) = world.cmd_tcp {
+        let l = tokio_tcp(l)?;
+        let s = Server::builder()
+            .add_service(CommandServer::new(cmd()))
+            .serve_with_incoming(TcpListenerStream::new(l));
+        servers.push(tokio::spawn(async move {
+            s.await.map_err(|source| ("command (TCP)", source))
+        }));
+    }
+    if let Some(l) = world.cmd_unix {
+        let l = tokio::net::UnixListener::from_std(l).map_err(|source| DaemonError::Bind {
+            what: "command socket",
+            addr: settings
+                .cmd_unix_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            source,
+            fix: "check IMEX_CMD_UNIX_DOMAIN_PATH",
+        })?;
+        let s = Server::builder()
+            .add_service(CommandServer::new(cmd()))
+            .serve_with_incoming(UnixListenerStream::new(l));
+        servers.push(tokio::spawn(async move {
+            s.await.map_err(|source| ("command (unix)", source))
+        }));
+    }
+    info!(
+        "Creating gRPC channels to all peers (nPeers = {}).",
+        nodes.saturating_sub(1)
+    );
+    let engine = engine::Engine::new(mesh, settings.clone(), driver, tx, state_tx);
+    let result = engine.run(rx, shutdown).await;
+    for s in &servers {
+        s.abort();
+    }
+    if let Some(path) = &settings.cmd_unix_path {
+        let _ = std::fs::remove_file(path);
+    }
+    info!("IMEX daemon stopped");
+    result
+}
+
+fn tokio_tcp(l: std::net::TcpListener) -> Result<tokio::net::TcpListener, DaemonError> {
+    let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tokio::net::TcpListener::from_std(l).map_err(|source| DaemonError::Bind {
+        what: "TCP listener",
+        addr,
+        source,
+        fix: "this is a bug: the listener could not be registered with the runtime",
+    })
+}

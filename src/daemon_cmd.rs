@@ -1,0 +1,228 @@
+//! `openimex daemon` (and `nvidia-imex`): NVIDIA's daemon command line, config resolution, and
+//! the process set-up around [`openimex_imexd::run`]: everything is validated and every
+//! listener bound before the daemon forks or serves, so a bad config exits non-zero at once.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use openimex_config::{
+    Config, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum, identify_local,
+};
+use openimex_core::{Backoff, NodeId, QuorumPolicy};
+use openimex_driver::Backend;
+use openimex_imexd::{Settings, World, daemonize, logging};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{info, warn};
+
+/// The daemon's command line, as NVIDIA's `nvidia-imex`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nvidia-imex",
+    about = "IMEX daemon (openimex, compatible with nvidia-imex)",
+    disable_version_flag = true
+)]
+struct Args {
+    /// Config file.
+    #[arg(short = 'c', value_name = "CONFIG", default_value = DEFAULT_CONFIG_PATH)]
+    config: PathBuf,
+    /// Peer port; overrides SERVER_PORT.
+    #[arg(short = 'p', long = "port", value_name = "PORT")]
+    port: Option<u16>,
+    /// Control plane only, no GPU (same as OPENIMEX_DRIVER=nogpu; also -nogpu).
+    #[arg(long = "nogpu")]
+    nogpu: bool,
+    /// Print the version.
+    #[arg(long)]
+    version: bool,
+}
+
+/// Runs the daemon command line.
+pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
+    // NVIDIA's spelling `-nogpu` is a single-dash long flag.
+    let args = args.into_iter().map(|a| {
+        if a == "-nogpu" {
+            OsString::from("--nogpu")
+        } else {
+            a
+        }
+    });
+    let args = match Args::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    if args.version {
+        println!(
+            "openimex daemon {} (nvidia-imex compatible)",
+            env!("CARGO_PKG_VERSION")
+        );
+        return ExitCode::SUCCESS;
+    }
+    match start(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nvidia-imex: {e:#}");
+            tracing::error!("{e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+struct Prepared {
+    cfg: Config,
+    settings: Settings,
+    world: World,
+    backend: Backend,
+}
+
+/// Everything that can fail because of the config happens here, before anything is bound.
+fn prepare(args: &Args) -> Result<Prepared> {
+    let mut cfg = Config::load(&args.config)?;
+    if let Some(port) = args.port {
+        cfg.server_port = port;
+    }
+    let nodes = NodeConfig::load(&cfg.imex_node_config_file)?;
+    let local = identify_local(
+        &nodes,
+        cfg.bind_interface_ip,
+        &openimex_config::system_resolve,
+        &openimex_config::system_is_local,
+    )?;
+    let backend = if args.nogpu {
+        Backend::NoGpu
+    } else {
+        match cfg.driver {
+            DriverKind::Auto => Backend::Auto,
+            DriverKind::NoGpu => Backend::NoGpu,
+            DriverKind::Sim => Backend::Sim,
+            DriverKind::Nvidia => Backend::Nvidia,
+        }
+    };
+    // Fail on an unusable driver before binding: the probe opens nothing that lingers.
+    drop(openimex_driver::open(backend)?);
+    let host_name = cfg.host_name.clone().unwrap_or_else(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_default()
+    });
+    let cmd_unix = cfg
+        .imex_cmd_unix_domain_path
+        .clone()
+        .filter(|_| cfg.imex_cmd_enabled);
+    let settings = Settings {
+        local: NodeId(local.node_id),
+        hosts: nodes.hosts(),
+        server_port: cfg.server_port,
+        domain_id: cfg.domain_id.clone(),
+        quorum: match cfg.imex_wait_for_quorum {
+            Quorum::None => QuorumPolicy::None,
+            Quorum::Recovery => QuorumPolicy::Recovery,
+            Quorum::Full => QuorumPolicy::Full,
+        },
+        heartbeat_interval: Duration::from_millis(cfg.heartbeat_interval_ms),
+        peer_timeout: Duration::from_millis(cfg.peer_timeout_ms),
+        backoff: Backoff {
+            min: Duration::from_millis(cfg.reconnect_min_ms),
+            max: Duration::from_millis(cfg.reconnect_max_ms),
+        },
+        host_name,
+        cmd_unix_path: cmd_unix.clone(),
+    };
+    let world = World::bind(
+        std::net::SocketAddr::new(local.bind_ip, cfg.server_port),
+        cfg.imex_cmd_bind_interface_ip,
+        cfg.imex_cmd_port.filter(|_| cfg.imex_cmd_enabled),
+        cmd_unix.as_deref(),
+    )?;
+    Ok(Prepared {
+        cfg,
+        settings,
+        world,
+        backend,
+    })
+}
+
+fn start(args: Args) -> Result<()> {
+    let Prepared {
+        cfg,
+        settings,
+        world,
+        backend,
+    } = prepare(&args)?;
+    let mut ready = if cfg.daemonize {
+        daemonize::daemonize().context("cannot fork into the background")?
+    } else {
+        daemonize::ReadyPipe::none()
+    };
+    let target = logging::init(
+        cfg.log_level,
+        cfg.log_file_name.as_deref(),
+        cfg.log_append_to_log,
+    );
+    if let logging::LogTarget::Stderr(Some(why)) = &target {
+        warn!("{why}; logging to stderr");
+    }
+    info!(
+        "IMEX version {} (openimex) is running with the following configuration options: config {}, node file {}, bind port {}",
+        env!("CARGO_PKG_VERSION"),
+        args.config.display(),
+        cfg.imex_node_config_file.display(),
+        cfg.server_port
+    );
+    for notice in cfg.notices() {
+        warn!("{notice}");
+    }
+    if cfg.imex_wait_for_quorum == Quorum::Recovery {
+        info!(
+            "IMEX_WAIT_FOR_QUORUM=RECOVERY: no previous importers are recorded yet (nothing is persisted before export/import lands), so there is nobody to wait for"
+        );
+    }
+    let driver = openimex_driver::open(backend)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(async move {
+        let shutdown = shutdown_signal()?;
+        ready.ready();
+        openimex_imexd::run(settings, world, driver, shutdown)
+            .await
+            .map_err(anyhow::Error::from)
+    });
+    // Tasks still blocked on a hung peer must not hold the exit past the 5 s promise.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result
+}
+
+/// Resolves on SIGTERM, SIGINT or SIGQUIT. SIGHUP and SIGUSR1 are taken (their default action
+/// would kill the daemon) and logged until their NVIDIA behaviours land.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut quit = signal(SignalKind::quit()).context("cannot handle SIGQUIT")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    let mut usr1 = signal(SignalKind::user_defined1()).context("cannot handle SIGUSR1")?;
+    Ok(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => { info!("SIGTERM received, shutting down"); return; }
+                _ = int.recv() => { info!("SIGINT received, shutting down"); return; }
+                _ = quit.recv() => { info!("SIGQUIT received, shutting down"); return; }
+                _ = hup.recv() => warn!("SIGHUP received: the verbose log buffer is not supported yet"),
+                _ = usr1.recv() => warn!("SIGUSR1 received: credential reload and re-dial are not supported yet"),
+            }
+        }
+    })
+}
