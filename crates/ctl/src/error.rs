@@ -8,7 +8,10 @@ pub enum CtlError {
     Usage(String),
     /// The config file given with `-c` is unusable.
     #[error(transparent)]
-    Config(#[from] openimex_config::ConfigError),
+    Config(Box<openimex_config::ConfigError>),
+    /// The node file named by the config cannot be read (NVIDIA exits 255; DCGM greps the text).
+    #[error(transparent)]
+    NodeFile(Box<openimex_config::ConfigError>),
     /// The command service is not configured in the config file.
     #[error(
         "the command service is disabled in {path} (IMEX_CMD_ENABLED={enabled}, IMEX_CMD_PORT and IMEX_CMD_UNIX_DOMAIN_PATH {ports}): enable it there, or point ctl at the daemon with -i IP PORT or -u PATH"
@@ -37,4 +40,14 @@ pub enum CtlError {
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Output(std::io::Error),
+}
+
+impl CtlError {
+    /// The process exit code for this error, as NVIDIA's ctl uses them.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::NodeFile(_) => 255,
+            _ => 1,
+        }
+    }
 }

@@ -3,9 +3,9 @@
 //! our own `--links` view (instances and the reason of each link's last change).
 //!
 //! # Layout
-//! - [`client`]: TCP / unix-socket connection and the two calls.
-//! - [`render`]: the `-N` table, `-N -j` JSON and `--links` views.
-//! - [`error`]: [`CtlError`].
+//! - [`client`] — TCP / unix-socket connection and the two calls.
+//! - [`render`] — the `-N` table, `-N -j` JSON and `--links` views.
+//! - [`error`] — [`CtlError`] and exit codes.
 
 pub mod client;
 pub mod error;
@@ -26,9 +26,6 @@ pub use error::CtlError;
 /// NVIDIA's short usage, printed on a bad command line (exit 1).
 pub const USAGE: &str =
     "Usage: nvidia-imex-ctl [-c <nvidia-imex config.cfg path>] <-n|-N|-q> [-j][-H]";
-
-/// Exit code NVIDIA's ctl uses when the node configuration file cannot be read.
-const EXIT_NODE_FILE: u8 = 255;
 
 /// The command line as NVIDIA spells it.
 #[derive(Debug, Parser)]
@@ -113,100 +110,67 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => return fail(&CtlError::Runtime(e), 1),
+        Err(e) => return fail(&CtlError::Runtime(e)),
     };
     match rt.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err((e, code)) => fail(&e, code),
+        Err(e) => fail(&e),
     }
 }
 
-fn fail(e: &CtlError, code: u8) -> ExitCode {
+fn fail(e: &CtlError) -> ExitCode {
     if let CtlError::Output(io) = e
         && io.kind() == std::io::ErrorKind::BrokenPipe
     {
         return ExitCode::SUCCESS;
     }
     eprintln!("nvidia-imex-ctl: {e}");
-    ExitCode::from(code)
+    ExitCode::from(e.exit_code())
 }
 
-fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, (CtlError, u8)> {
-    let given = [
-        args.config.is_some(),
-        args.ip.is_some(),
-        args.unix.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
-    if given > 1 {
-        return Err((
-            CtlError::Usage(format!("give at most one of -c, -i and -u\n{USAGE}")),
-            1,
-        ));
+fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
+    let given = [args.config.is_some(), args.ip.is_some(), args.unix.is_some()];
+    if given.iter().filter(|b| **b).count() > 1 {
+        let msg = format!("give at most one of -c, -i and -u\n{USAGE}");
+        return Err(CtlError::Usage(msg));
     }
     if let Some(ip) = &args.ip {
         let [host, port] = ip.as_slice() else {
-            return Err((
-                CtlError::Usage(format!("-i takes an IP and a port\n{USAGE}")),
-                1,
-            ));
+            return Err(CtlError::Usage(format!("-i takes an IP and a port\n{USAGE}")));
         };
         let port = port.parse().map_err(|_| {
-            (
-                CtlError::Usage(format!(
-                    "-i {host} {port}: {port:?} is not a port (0-65535)"
-                )),
-                1,
-            )
+            CtlError::Usage(format!("-i {host} {port}: {port:?} is not a port (0-65535)"))
         })?;
-        return Ok(Target::Tcp {
-            host: host.clone(),
-            port,
-        });
+        return Ok(Target::Tcp { host: host.clone(), port });
     }
     if let Some(path) = &args.unix {
         return Ok(Target::Unix(path.clone()));
     }
-    let path = args
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
-    let cfg = Config::load(&path).map_err(|e| (CtlError::Config(e), 1))?;
+    let path = args.config.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+    let cfg = Config::load(&path).map_err(|e| CtlError::Config(Box::new(e)))?;
     if needs_nodes {
         // NVIDIA's ctl reads the node file for -N/-n; DCGM greps for this failure.
         NodeConfig::load(&cfg.imex_node_config_file)
-            .map_err(|e| (CtlError::Config(e), EXIT_NODE_FILE))?;
+            .map_err(|e| CtlError::NodeFile(Box::new(e)))?;
     }
-    match (
-        &cfg.imex_cmd_unix_domain_path,
-        cfg.imex_cmd_port,
-        cfg.imex_cmd_enabled,
-    ) {
-        (Some(p), _, true) => Ok(Target::Unix(p.clone())),
+    let unix = cfg.imex_cmd_unix_domain_path.clone();
+    match (unix, cfg.imex_cmd_port, cfg.imex_cmd_enabled) {
+        (Some(p), _, true) => Ok(Target::Unix(p)),
         (None, Some(port), true) => {
             let host = cfg
                 .imex_cmd_bind_interface_ip
                 .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
             Ok(Target::Tcp { host, port })
         }
-        (unix, port, enabled) => Err((
-            CtlError::NoCommandService {
-                path: path.display().to_string(),
-                enabled: u8::from(enabled),
-                ports: if unix.is_none() && port.is_none() {
-                    "unset"
-                } else {
-                    "set"
-                },
-            },
-            1,
-        )),
+        (unix, port, enabled) => Err(CtlError::NoCommandService {
+            path: path.display().to_string(),
+            enabled: u8::from(enabled),
+            ports: if unix.is_none() && port.is_none() { "unset" } else { "set" },
+        }),
     }
 }
 
-async fn run(args: Args) -> Result<(), (CtlError, u8)> {
+async fn run(args: Args) -> Result<(), CtlError> {
     let mode = if args.links {
         Mode::Links
     } else if args.query {
@@ -223,18 +187,18 @@ async fn run(args: Args) -> Result<(), (CtlError, u8)> {
     let target = resolve(&args, needs_nodes)?;
     let mut client = Client::connect(target, Duration::from_secs(3))
         .await
-        .map_err(|e| (e, 1))?;
+        ?;
     let deadline = args
         .timeout_ms
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let expired = || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
     match mode {
         Mode::Query => {
-            let state = client.state().await.map_err(|e| (e, 1))?;
+            let state = client.state().await?;
             out(&format!("{state}\n"))
         }
         Mode::Links => {
-            let reply = client.domain().await.map_err(|e| (e, 1))?;
+            let reply = client.domain().await?;
             let text = if args.json {
                 render::links_json(&reply) + "\n"
             } else {
@@ -243,7 +207,7 @@ async fn run(args: Args) -> Result<(), (CtlError, u8)> {
             out(&text)
         }
         Mode::Domain { repeat } => loop {
-            let reply = client.domain().await.map_err(|e| (e, 1))?;
+            let reply = client.domain().await?;
             let stamp = stamp();
             let text = if args.json {
                 render::json(&reply, &stamp, args.hostnames) + "\n"
@@ -284,10 +248,10 @@ fn stamp() -> String {
     openimex_core::timefmt::nv_timestamp(now)
 }
 
-fn out(text: &str) -> Result<(), (CtlError, u8)> {
+fn out(text: &str) -> Result<(), CtlError> {
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-        .map_err(|e| (CtlError::Output(e), 1))
+        .map_err(CtlError::Output)
 }

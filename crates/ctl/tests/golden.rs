@@ -1,0 +1,150 @@
+//! Golden tests of what `ctl` prints, against NVIDIA's published outputs
+//! (`testdata/nvidia-*`, `testdata/ctl-N-j.*` copied from the reference samples) and against our
+//! own recorded outputs (`testdata/golden-*`; rewrite with `UPDATE_GOLDEN=1`).
+
+use std::path::PathBuf;
+
+use openimex_ctl::render;
+use openimex_proto::cmd::{DomainReply, NodeReport};
+use openimex_proto::peer::ConnectionStatus;
+use serde_json::Value;
+
+fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata").join(name)
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(testdata(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Compares with a recorded golden file, or records it when UPDATE_GOLDEN is set.
+fn golden(name: &str, got: &str) {
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(testdata(name), got).unwrap();
+        return;
+    }
+    let want = read(name);
+    assert!(want == got, "{name} differs\n--- want\n{want}\n--- got\n{got}");
+}
+
+fn node(id: u32, host: &str, state: &str, version: &str, cells: &[(&str, bool)]) -> NodeReport {
+    let reachable = state != "UNAVAILABLE";
+    NodeReport {
+        node_id: id,
+        host: host.into(),
+        state: state.into(),
+        version: version.into(),
+        host_name: if reachable { format!("tray-{id}") } else { String::new() },
+        reachable,
+        instance_id: if reachable { 0x1234_5678_9abc_def0 + u64::from(id) } else { 0 },
+        connections: cells
+            .iter()
+            .enumerate()
+            .map(|(j, (s, changed))| ConnectionStatus {
+                node_id: u32::try_from(j).unwrap(),
+                status: (*s).into(),
+                changed: *changed,
+                reason: format!("reason {id}->{j}"),
+            })
+            .collect(),
+    }
+}
+
+fn two_healthy(hosts: [&str; 2], version: &str) -> DomainReply {
+    DomainReply {
+        local_node_id: 0,
+        nodes: vec![
+            node(0, hosts[0], "READY", version, &[("CONNECTED", true), ("CONNECTED", true)]),
+            node(1, hosts[1], "READY", version, &[("CONNECTED", true), ("CONNECTED", true)]),
+        ],
+        status: "UP".into(),
+    }
+}
+
+/// Sorts object keys so two documents compare regardless of key order.
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let sorted: std::collections::BTreeMap<_, _> = m.iter().map(|(k, v)| (k.clone(), canonical(v))).collect();
+            Value::Object(sorted.into_iter().collect())
+        }
+        other => other.clone(),
+    }
+}
+
+fn strip_host_name(v: &mut Value) {
+    if let Some(nodes) = v.get_mut("nodes").and_then(Value::as_object_mut) {
+        for n in nodes.values_mut() {
+            n.as_object_mut().unwrap().remove("hostName");
+        }
+    }
+}
+
+#[test]
+fn table_matches_nvidia_570_byte_for_byte() {
+    let reply = two_healthy(["172.31.48.81", "172.31.48.98"], "570.172");
+    let got = render::table(&reply, "5/12/2025 06:08:10.580", false);
+    let want = read("nvidia-N.570.172.txt");
+    // 570 did not mark the local node; 580 wraps its address in `*`. Every other line is NVIDIA's.
+    let local = "Node #0   * 172.31.48.81 *  - READY                - Version: 570.172";
+    let got_570 = got.replace(local, "Node #0   - 172.31.48.81    - READY                - Version: 570.172");
+    assert!(got.contains(local), "{got}");
+    assert_eq!(got_570, want);
+}
+
+#[test]
+fn json_matches_nvidia_samples() {
+    let reply = two_healthy(["192.168.103.159", "192.168.107.187"], "570.172.08");
+    let got = render::json(&reply, "8/8/2025 17:38:02.641", false);
+    assert!(!got.contains('\n'), "one line, like live output");
+    let mut ours: Value = serde_json::from_str(&got).unwrap();
+    strip_host_name(&mut ours);
+    let nvidia: Value = serde_json::from_str(&read("ctl-N-j.570.172.healthy.json")).unwrap();
+    assert_eq!(canonical(&ours), canonical(&nvidia));
+
+    let down = DomainReply {
+        local_node_id: 0,
+        nodes: vec![node(0, "0.0.0.0", "UNAVAILABLE", "", &[("INVALID", false)])],
+        status: "DOWN".into(),
+    };
+    let mut ours: Value = serde_json::from_str(&render::json(&down, "8/11/2025 20:08:55.625", false)).unwrap();
+    strip_host_name(&mut ours);
+    let nvidia: Value = serde_json::from_str(&read("ctl-N-j.570.172.unconfigured.json")).unwrap();
+    assert_eq!(canonical(&ours), canonical(&nvidia));
+}
+
+#[test]
+fn json_key_order_is_the_compatibility_contract() {
+    let reply = two_healthy(["10.0.0.1", "10.0.0.2"], "NO_GPU");
+    let got = render::json(&reply, "1/2/2026 03:04:05.006", true);
+    // Top level: nodes, then timestamp, then status; DCGM takes the last `"status":`.
+    let nodes_at = got.find("\"nodes\":").unwrap();
+    let ts_at = got.find("\"timestamp\":").unwrap();
+    let status_at = got.rfind("\"status\":").unwrap();
+    assert!(nodes_at < ts_at && ts_at < status_at);
+    assert_eq!(&got[status_at..], "\"status\":\"UP\"}");
+    // Per node: status, host, connections, changed, version, hostName.
+    let v: Value = serde_json::from_str(&got).unwrap();
+    let keys: Vec<_> = v["nodes"]["0"].as_object().unwrap().keys().cloned().collect();
+    assert_eq!(keys, ["status", "host", "connections", "changed", "version", "hostName"]);
+    assert_eq!(v["nodes"]["1"]["hostName"], "tray-1");
+}
+
+#[test]
+fn degraded_domain_goldens() {
+    let reply = DomainReply {
+        local_node_id: 1,
+        nodes: vec![
+            node(0, "10.1.0.1", "READY", "NO_GPU", &[("CONNECTED", true), ("CONNECTED", true), ("RECOVERING", true)]),
+            node(1, "10.1.0.2", "READY", "NO_GPU", &[("CONNECTED", true), ("CONNECTED", true), ("NODE_MAP_MISMATCH", true)]),
+            node(2, "10.1.0.3", "UNAVAILABLE", "", &[("INVALID", false), ("INVALID", false), ("INVALID", false)]),
+        ],
+        status: "DEGRADED".into(),
+    };
+    let ts = "12/2/2026 09:00:00.000";
+    golden("golden-N-degraded.txt", &render::table(&reply, ts, false));
+    golden("golden-N-H-degraded.txt", &render::table(&reply, ts, true));
+    golden("golden-N-j-degraded.json", &(render::json(&reply, ts, false) + "\n"));
+    golden("golden-links-degraded.json", &(render::links_json(&reply) + "\n"));
+    golden("golden-links-degraded.txt", &render::links_text(&reply));
+}
