@@ -79,6 +79,9 @@ pub struct Hello {
 pub enum Verdict {
     /// Talk.
     Accept,
+    /// This daemon is shutting down: answer "unavailable", so the caller treats it as a failed
+    /// dial (its link keeps showing our departure) rather than as a mismatch.
+    ShuttingDown,
     /// Refuse, with the reason the caller shows in `ctl`.
     Refuse {
         /// What differs.
@@ -490,7 +493,7 @@ impl Mesh {
                     self.set_status(now, remote.node, status, format!("refused peer: {detail}"));
                 }
             }
-            Verdict::Refuse { .. } => {}
+            Verdict::Refuse { .. } | Verdict::ShuttingDown => {}
             Verdict::Accept => {
                 self.note_instance(remote.node, remote.instance);
                 if let Some(link) = self.link(remote.node)

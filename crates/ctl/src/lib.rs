@@ -129,24 +129,38 @@ fn fail(e: &CtlError) -> ExitCode {
 }
 
 fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
-    let given = [args.config.is_some(), args.ip.is_some(), args.unix.is_some()];
+    let given = [
+        args.config.is_some(),
+        args.ip.is_some(),
+        args.unix.is_some(),
+    ];
     if given.iter().filter(|b| **b).count() > 1 {
         let msg = format!("give at most one of -c, -i and -u\n{USAGE}");
         return Err(CtlError::Usage(msg));
     }
     if let Some(ip) = &args.ip {
         let [host, port] = ip.as_slice() else {
-            return Err(CtlError::Usage(format!("-i takes an IP and a port\n{USAGE}")));
+            return Err(CtlError::Usage(format!(
+                "-i takes an IP and a port\n{USAGE}"
+            )));
         };
         let port = port.parse().map_err(|_| {
-            CtlError::Usage(format!("-i {host} {port}: {port:?} is not a port (0-65535)"))
+            CtlError::Usage(format!(
+                "-i {host} {port}: {port:?} is not a port (0-65535)"
+            ))
         })?;
-        return Ok(Target::Tcp { host: host.clone(), port });
+        return Ok(Target::Tcp {
+            host: host.clone(),
+            port,
+        });
     }
     if let Some(path) = &args.unix {
         return Ok(Target::Unix(path.clone()));
     }
-    let path = args.config.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+    let path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
     let cfg = Config::load(&path).map_err(|e| CtlError::Config(Box::new(e)))?;
     if needs_nodes {
         // NVIDIA's ctl reads the node file for -N/-n; DCGM greps for this failure.
@@ -165,7 +179,11 @@ fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
         (unix, port, enabled) => Err(CtlError::NoCommandService {
             path: path.display().to_string(),
             enabled: u8::from(enabled),
-            ports: if unix.is_none() && port.is_none() { "unset" } else { "set" },
+            ports: if unix.is_none() && port.is_none() {
+                "unset"
+            } else {
+                "set"
+            },
         }),
     }
 }
@@ -185,9 +203,7 @@ async fn run(args: Args) -> Result<(), CtlError> {
     };
     let needs_nodes = matches!(mode, Mode::Domain { .. });
     let target = resolve(&args, needs_nodes)?;
-    let mut client = Client::connect(target, Duration::from_secs(3))
-        .await
-        ?;
+    let mut client = Client::connect(target, Duration::from_secs(3)).await?;
     let deadline = args
         .timeout_ms
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));

@@ -10,7 +10,9 @@ use openimex_proto::peer::ConnectionStatus;
 use serde_json::Value;
 
 fn testdata(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
 }
 
 fn read(name: &str) -> String {
@@ -24,7 +26,10 @@ fn golden(name: &str, got: &str) {
         return;
     }
     let want = read(name);
-    assert!(want == got, "{name} differs\n--- want\n{want}\n--- got\n{got}");
+    assert!(
+        want == got,
+        "{name} differs\n--- want\n{want}\n--- got\n{got}"
+    );
 }
 
 fn node(id: u32, host: &str, state: &str, version: &str, cells: &[(&str, bool)]) -> NodeReport {
@@ -34,9 +39,17 @@ fn node(id: u32, host: &str, state: &str, version: &str, cells: &[(&str, bool)])
         host: host.into(),
         state: state.into(),
         version: version.into(),
-        host_name: if reachable { format!("tray-{id}") } else { String::new() },
+        host_name: if reachable {
+            format!("tray-{id}")
+        } else {
+            String::new()
+        },
         reachable,
-        instance_id: if reachable { 0x1234_5678_9abc_def0 + u64::from(id) } else { 0 },
+        instance_id: if reachable {
+            0x1234_5678_9abc_def0 + u64::from(id)
+        } else {
+            0
+        },
         connections: cells
             .iter()
             .enumerate()
@@ -54,8 +67,20 @@ fn two_healthy(hosts: [&str; 2], version: &str) -> DomainReply {
     DomainReply {
         local_node_id: 0,
         nodes: vec![
-            node(0, hosts[0], "READY", version, &[("CONNECTED", true), ("CONNECTED", true)]),
-            node(1, hosts[1], "READY", version, &[("CONNECTED", true), ("CONNECTED", true)]),
+            node(
+                0,
+                hosts[0],
+                "READY",
+                version,
+                &[("CONNECTED", true), ("CONNECTED", true)],
+            ),
+            node(
+                1,
+                hosts[1],
+                "READY",
+                version,
+                &[("CONNECTED", true), ("CONNECTED", true)],
+            ),
         ],
         status: "UP".into(),
     }
@@ -65,7 +90,8 @@ fn two_healthy(hosts: [&str; 2], version: &str) -> DomainReply {
 fn canonical(v: &Value) -> Value {
     match v {
         Value::Object(m) => {
-            let sorted: std::collections::BTreeMap<_, _> = m.iter().map(|(k, v)| (k.clone(), canonical(v))).collect();
+            let sorted: std::collections::BTreeMap<_, _> =
+                m.iter().map(|(k, v)| (k.clone(), canonical(v))).collect();
             Value::Object(sorted.into_iter().collect())
         }
         other => other.clone(),
@@ -87,7 +113,10 @@ fn table_matches_nvidia_570_byte_for_byte() {
     let want = read("nvidia-N.570.172.txt");
     // 570 did not mark the local node; 580 wraps its address in `*`. Every other line is NVIDIA's.
     let local = "Node #0   * 172.31.48.81 *  - READY                - Version: 570.172";
-    let got_570 = got.replace(local, "Node #0   - 172.31.48.81    - READY                - Version: 570.172");
+    let got_570 = got.replace(
+        local,
+        "Node #0   - 172.31.48.81    - READY                - Version: 570.172",
+    );
     assert!(got.contains(local), "{got}");
     assert_eq!(got_570, want);
 }
@@ -107,7 +136,8 @@ fn json_matches_nvidia_samples() {
         nodes: vec![node(0, "0.0.0.0", "UNAVAILABLE", "", &[("INVALID", false)])],
         status: "DOWN".into(),
     };
-    let mut ours: Value = serde_json::from_str(&render::json(&down, "8/11/2025 20:08:55.625", false)).unwrap();
+    let mut ours: Value =
+        serde_json::from_str(&render::json(&down, "8/11/2025 20:08:55.625", false)).unwrap();
     strip_host_name(&mut ours);
     let nvidia: Value = serde_json::from_str(&read("ctl-N-j.570.172.unconfigured.json")).unwrap();
     assert_eq!(canonical(&ours), canonical(&nvidia));
@@ -125,8 +155,23 @@ fn json_key_order_is_the_compatibility_contract() {
     assert_eq!(&got[status_at..], "\"status\":\"UP\"}");
     // Per node: status, host, connections, changed, version, hostName.
     let v: Value = serde_json::from_str(&got).unwrap();
-    let keys: Vec<_> = v["nodes"]["0"].as_object().unwrap().keys().cloned().collect();
-    assert_eq!(keys, ["status", "host", "connections", "changed", "version", "hostName"]);
+    let keys: Vec<_> = v["nodes"]["0"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "status",
+            "host",
+            "connections",
+            "changed",
+            "version",
+            "hostName"
+        ]
+    );
     assert_eq!(v["nodes"]["1"]["hostName"], "tray-1");
 }
 
@@ -135,16 +180,48 @@ fn degraded_domain_goldens() {
     let reply = DomainReply {
         local_node_id: 1,
         nodes: vec![
-            node(0, "10.1.0.1", "READY", "NO_GPU", &[("CONNECTED", true), ("CONNECTED", true), ("RECOVERING", true)]),
-            node(1, "10.1.0.2", "READY", "NO_GPU", &[("CONNECTED", true), ("CONNECTED", true), ("NODE_MAP_MISMATCH", true)]),
-            node(2, "10.1.0.3", "UNAVAILABLE", "", &[("INVALID", false), ("INVALID", false), ("INVALID", false)]),
+            node(
+                0,
+                "10.1.0.1",
+                "READY",
+                "NO_GPU",
+                &[
+                    ("CONNECTED", true),
+                    ("CONNECTED", true),
+                    ("RECOVERING", true),
+                ],
+            ),
+            node(
+                1,
+                "10.1.0.2",
+                "READY",
+                "NO_GPU",
+                &[
+                    ("CONNECTED", true),
+                    ("CONNECTED", true),
+                    ("NODE_MAP_MISMATCH", true),
+                ],
+            ),
+            node(
+                2,
+                "10.1.0.3",
+                "UNAVAILABLE",
+                "",
+                &[("INVALID", false), ("INVALID", false), ("INVALID", false)],
+            ),
         ],
         status: "DEGRADED".into(),
     };
     let ts = "12/2/2026 09:00:00.000";
     golden("golden-N-degraded.txt", &render::table(&reply, ts, false));
     golden("golden-N-H-degraded.txt", &render::table(&reply, ts, true));
-    golden("golden-N-j-degraded.json", &(render::json(&reply, ts, false) + "\n"));
-    golden("golden-links-degraded.json", &(render::links_json(&reply) + "\n"));
+    golden(
+        "golden-N-j-degraded.json",
+        &(render::json(&reply, ts, false) + "\n"),
+    );
+    golden(
+        "golden-links-degraded.json",
+        &(render::links_json(&reply) + "\n"),
+    );
     golden("golden-links-degraded.txt", &render::links_text(&reply));
 }

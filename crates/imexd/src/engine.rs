@@ -38,7 +38,6 @@ pub(crate) enum Input {
         peer: NodeId,
         attempt: u64,
         remote: Hello,
-        driver_version: String,
         link: OutLink,
     },
     /// A dial failed before a session.
@@ -102,7 +101,6 @@ pub(crate) struct Engine {
     driver_version: String,
     tx: mpsc::Sender<Input>,
     sessions: HashMap<NodeId, (u64, OutLink)>,
-    versions: HashMap<NodeId, String>,
     state_tx: watch::Sender<DaemonState>,
     goodbyes: Vec<(NodeId, Channel)>,
     heartbeat_seq: u64,
@@ -124,7 +122,6 @@ impl Engine {
             driver_version: String::new(),
             tx,
             sessions: HashMap::new(),
-            versions: HashMap::new(),
             state_tx,
             goodbyes: Vec::new(),
             heartbeat_seq: 0,
@@ -219,10 +216,13 @@ impl Engine {
                 peer,
                 attempt,
                 remote,
-                driver_version,
                 link,
             } => {
-                self.versions.insert(peer, driver_version);
+                if self.sessions.get(&peer).is_some_and(|(a, _)| *a > attempt) {
+                    // A late answer to a superseded attempt: never replace a newer session.
+                    link.reader.abort();
+                    return;
+                }
                 // Hold the link before the mesh decides, so a CloseSession it emits finds it.
                 if let Some((_, old)) = self.sessions.insert(peer, (attempt, link)) {
                     old.reader.abort();

@@ -9,9 +9,9 @@
 //! - `engine`: the single task owning the core `Mesh`; performs its actions.
 //! - `peer_client` / `peer_server`: both sides of the daemon-to-daemon gRPC protocol.
 //! - `cmd_server`: the command service `ctl` talks to.
-//! - [`settings`]: what the daemon needs, resolved from the config files.
-//! - [`world`]: listeners.
-//! - [`daemonize`], [`logging`]: process set-up as NVIDIA's daemon does it.
+//! - [`settings`] — what the daemon needs, resolved from the config files.
+//! - [`world`] — the listeners.
+//! - [`daemonize`], [`logging`] — process set-up as NVIDIA's daemon does it.
 
 mod cmd_server;
 mod convert;

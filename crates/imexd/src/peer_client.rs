@@ -135,7 +135,6 @@ async fn handshake(
         peer,
         attempt,
         remote,
-        driver_version: identity.driver_version,
         link,
     })
 }

@@ -68,6 +68,7 @@ impl Peer for PeerService {
         let snap = snapshot(&self.engine).await?;
         let me = snapshot_identity(&snap);
         let (refusal, detail) = match verdict {
+            Verdict::ShuttingDown => return Err(Status::unavailable("daemon is shutting down")),
             Verdict::Accept => (Refusal::None, String::new()),
             Verdict::Refuse { mismatch, detail } => (convert::refusal(mismatch), detail),
         };

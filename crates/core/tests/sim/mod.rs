@@ -190,6 +190,9 @@ impl Net {
                     Verdict::Refuse { mismatch, detail } => {
                         ma.handle_dial_refused(now, peer, attempt, mismatch, detail)
                     }
+                    Verdict::ShuttingDown => {
+                        ma.handle_dial_failed(now, peer, attempt, "peer shutting down".into())
+                    }
                 }
             }
             Action::SendHeartbeat { peer } => {

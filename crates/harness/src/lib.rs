@@ -1,0 +1,63 @@
+//! Starts N `openimex` nodes on one machine as real processes, for integration tests,
+//! `openimex bench` and `openimex demo`.
+//!
+//! Each node is an `openimex daemon -c <node dir>/config.cfg` process in the foreground,
+//! bound to its own loopback address (`127.A.B.1`, `127.A.B.2`, … with `A`, `B` random and
+//! probed free), so clusters started by tests running in parallel never collide even though
+//! every node uses the fixed ports 50000/50005. The harness is synchronous `std::process`
+//! code: no async runtime, no threads of its own except short-lived pipe readers.
+//!
+//! # Layout
+//! - [`cluster`]: [`Cluster`] and [`ClusterSpec`]: prepare/start/kill -9/SIGTERM/restart/
+//!   signal nodes, run `ctl` against them, wait for domain states, collect logs on failure.
+//! - [`node`]: a node's files (config.cfg, nodes_config.cfg, imex.log, stdout/stderr, socket).
+//! - [`addr`]: allocation of free loopback address blocks.
+//! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]) and `ctl --links -j`
+//!   ([`LinksView`]), and NVIDIA's timestamp format.
+//! - [`process`]: running a command with a time limit; finding a process by argument.
+//! - [`scratch`]: temporary directories kept for inspection when a test panics.
+//! - [`bench`]: `formation`, the time to form a domain against a bare-listener baseline.
+//!
+//! # Clean-up
+//! Dropping a [`Cluster`] SIGTERMs every daemon it started, SIGKILLs those still alive after
+//! 2 s, reaps them, and removes the cluster directory, except while a panic is unwinding:
+//! then the logs are printed to stderr and the directory is kept. Daemons are also spawned
+//! with `PR_SET_PDEATHSIG=SIGKILL`, so a test process killed by a runner's timeout leaves
+//! nothing behind; Linux ties that to the *thread* that spawned them, so keep a `Cluster` on
+//! the thread that created it.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use openimex_harness::{Cluster, ClusterSpec};
+//!
+//! let mut cluster = Cluster::start(ClusterSpec::new(3, "target/debug/openimex"))?;
+//! cluster.wait_up(0, Duration::from_secs(30))?;
+//! cluster.kill9(2)?;
+//! cluster.wait_domain(0, Duration::from_secs(30), "node 2 gone", |d| {
+//!     d.node_status(2) == Some("UNAVAILABLE")
+//! })?;
+//! # Ok::<(), openimex_harness::HarnessError>(())
+//! ```
+
+pub mod addr;
+pub mod bench;
+pub mod cluster;
+pub mod domain;
+mod error;
+pub mod node;
+pub mod process;
+pub mod scratch;
+
+/// The `nix` the harness uses, so callers can name signals without depending on it.
+pub use nix;
+pub use nix::sys::signal::Signal;
+
+pub use addr::AddrBlock;
+pub use cluster::{Cluster, ClusterSpec, StopOutcome};
+pub use domain::{DomainView, LinkNodeView, LinkView, LinksView, NodeView, is_ctl_timestamp};
+pub use error::HarnessError;
+pub use node::Node;
+pub use scratch::ScratchDir;
+
+#[cfg(test)]
+mod tests;
