@@ -71,8 +71,9 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
     match start(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nvidia-imex: {e:#}");
-            tracing::error!("{e:#}");
+            let msg = crate::error_text(&e);
+            eprintln!("nvidia-imex: {msg}");
+            tracing::error!("{msg}");
             ExitCode::from(1)
         }
     }

@@ -116,8 +116,22 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("openimex: {e:#}");
+            eprintln!("openimex: {}", error_text(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes on one line, skipping a cause whose text the message already holds
+/// (several error types print their source themselves).
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+    }
+    msg
 }
