@@ -16,7 +16,7 @@
 //!   ([`LinksView`]), and NVIDIA's timestamp format.
 //! - [`process`]: running a command with a time limit; finding a process by argument.
 //! - [`scratch`]: temporary directories kept for inspection when a test panics.
-//! - [`bench`]: `formation`, the time to form a domain against a bare-listener baseline.
+//! - [`bench`](mod@bench): `formation`, the time to form a domain against a bare-listener baseline.
 //!
 //! # Clean-up
 //! Dropping a [`Cluster`] SIGTERMs every daemon it started, SIGKILLs those still alive after

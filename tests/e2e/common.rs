@@ -1,0 +1,69 @@
+//! Helpers shared by the end-to-end tests.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use openimex_harness::process::{find_pids_with_args, run_with_timeout, send_signal};
+use openimex_harness::{ClusterSpec, Signal};
+
+/// Time allowed for a domain to form (18 daemons on a loaded 2-core machine included).
+pub(crate) const FORM: Duration = Duration::from_secs(60);
+/// Time allowed for peers to notice a change (a kill, a departure, a mismatch).
+pub(crate) const NOTICE: Duration = Duration::from_secs(30);
+/// Time allowed for one command that should fail or finish at once.
+pub(crate) const COMMAND: Duration = Duration::from_secs(10);
+
+/// The binary under test.
+pub(crate) fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_openimex"))
+}
+
+/// A cluster of `nodes` nodes of the binary under test, harness defaults.
+pub(crate) fn spec(nodes: usize) -> ClusterSpec {
+    ClusterSpec::new(nodes, binary())
+}
+
+/// Lossy UTF-8.
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs `cmd` with the 10 s limit; a timeout fails the test.
+pub(crate) fn run(cmd: &mut Command) -> Output {
+    run_with_timeout(cmd, COMMAND).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Asserts a command failed the way an operator wants: non-zero exit, a message on stderr,
+/// no Rust panic. Returns stderr.
+pub(crate) fn assert_clean_failure(out: &Output, what: &str) -> String {
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "{what}: must exit non-zero, got {:?}\nstdout: {}\nstderr: {stderr}",
+        out.status,
+        text(&out.stdout)
+    );
+    assert!(
+        !stderr.trim().is_empty(),
+        "{what}: stderr must explain the failure"
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "{what}: must not panic:\n{stderr}"
+    );
+    stderr
+}
+
+/// SIGKILLs, on drop, every process whose arguments include all of these (for daemons that
+/// forked away from the test, which the harness does not track).
+pub(crate) struct KillOnDrop(pub(crate) Vec<String>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let args: Vec<&str> = self.0.iter().map(String::as_str).collect();
+        for pid in find_pids_with_args(&args) {
+            let _ = send_signal(pid, Signal::SIGKILL);
+        }
+    }
+}

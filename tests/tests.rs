@@ -1,0 +1,15 @@
+//! End-to-end tests of the `openimex` binary: real daemon processes on loopback addresses,
+//! started and observed through the cluster harness (`crates/harness`). One test binary; each
+//! module below is one area. Every wait is bounded, and a failing test prints every node's
+//! log tail and keeps the cluster directory for inspection.
+
+#[path = "e2e/cli.rs"]
+mod cli;
+#[path = "e2e/common.rs"]
+mod common; // shared helpers: the binary under test, time limits, checks on failed commands
+#[path = "e2e/config_errors.rs"]
+mod config_errors; // bad config files fail before binding, naming file:line and the fix
+#[path = "e2e/faults.rs"]
+mod faults; // kill -9 and restart, clean SIGTERM departure, mismatched node maps
+#[path = "e2e/formation.rs"]
+mod formation; // a domain forms: states, `ctl -q` and `ctl -N -j` output as tools parse them // ctl without a daemon, nvidia-imex / nvidia-imex-ctl links, DAEMONIZE=1
