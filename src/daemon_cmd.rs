@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use openimex_config::{
-    Config, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum, identify_local,
-};
+use openimex_config::{Config, DEFAULT_CONFIG_PATH, DriverKind, Quorum, identify_local};
 use openimex_core::{Backoff, NodeId, QuorumPolicy};
 use openimex_driver::Backend;
 use openimex_imexd::{Settings, World, daemonize, logging};
@@ -92,7 +90,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
     if let Some(port) = args.port {
         cfg.server_port = port;
     }
-    let nodes = NodeConfig::load(&cfg.imex_node_config_file)?;
+    let nodes = cfg.load_nodes()?;
     let local = identify_local(
         &nodes,
         cfg.bind_interface_ip,

@@ -35,7 +35,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use crate::ConfigError;
+use crate::{ConfigError, NodeConfig};
 
 /// `IMEX_WAIT_FOR_QUORUM`: what the daemon waits for before it reports READY.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -270,6 +270,10 @@ pub struct Config {
 
     /// Warnings found while parsing; see [`Config::notices`]. Empty for [`Config::default`].
     pub notices: Vec<Notice>,
+
+    /// The file this config was read from, and the line that set `IMEX_NODE_CONFIG_FILE`
+    /// (none when the default applies), so errors about the nodes file can point at it.
+    pub node_config_file_origin: Option<(PathBuf, Option<usize>)>,
 }
 
 impl Default for Config {
@@ -317,6 +321,7 @@ impl Default for Config {
             reconnect_max_ms: 5000,
             host_name: None,
             notices: Vec::new(),
+            node_config_file_origin: None,
         }
     }
 }
@@ -387,6 +392,8 @@ impl Config {
         notices.extend(keys::not_supported_yet(&cfg, &seen, path));
         notices.sort_by_key(|n| n.line);
         cfg.notices = notices;
+        let node_line = seen.get("IMEX_NODE_CONFIG_FILE").map(|(line, _)| *line);
+        cfg.node_config_file_origin = Some((path.to_path_buf(), node_line));
         Ok(cfg)
     }
 
@@ -398,6 +405,31 @@ impl Config {
             source,
         })?;
         Config::parse(&text, path)
+    }
+
+    /// Reads the nodes file this config names. When it cannot be read, the error also points at
+    /// the line of the config that names it (or says the default applies).
+    pub fn load_nodes(&self) -> Result<NodeConfig, ConfigError> {
+        NodeConfig::load(&self.imex_node_config_file).map_err(|e| match e {
+            ConfigError::NodesIo { path, source, .. } => {
+                let set_at = match &self.node_config_file_origin {
+                    Some((cfg, Some(line))) => {
+                        format!("{}:{line}: IMEX_NODE_CONFIG_FILE: ", cfg.display())
+                    }
+                    Some((cfg, None)) => format!(
+                        "{}: IMEX_NODE_CONFIG_FILE is not set, so the default applies: ",
+                        cfg.display()
+                    ),
+                    None => String::new(),
+                };
+                ConfigError::NodesIo {
+                    set_at,
+                    path,
+                    source,
+                }
+            }
+            other => other,
+        })
     }
 
     /// Things the daemon must log once at warn level after start, in line order: unknown

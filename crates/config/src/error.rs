@@ -91,11 +91,13 @@ pub enum ConfigError {
     /// The nodes file could not be read. The message keeps NVIDIA's phrase
     /// "Failed to read node configuration file", which DCGM searches for.
     #[error(
-        "Failed to read node configuration file {}: {source}; create it with one IP address or DNS \
-         name per line, or point IMEX_NODE_CONFIG_FILE in config.cfg at the right file",
+        "{set_at}Failed to read node configuration file {}: {source}; create it with one IP address \
+         or DNS name per line, or point IMEX_NODE_CONFIG_FILE in config.cfg at the right file",
         .path.display()
     )]
     NodesIo {
+        /// Where the config names the file (`config.cfg:7: `), or empty when not known.
+        set_at: String,
         /// The nodes file.
         path: PathBuf,
         /// The OS error.

@@ -120,6 +120,7 @@ impl NodeConfig {
     /// message contains NVIDIA's "Failed to read node configuration file" and names the path.
     pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::NodesIo {
+            set_at: String::new(),
             path: path.to_path_buf(),
             source,
         })?;

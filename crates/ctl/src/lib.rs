@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use openimex_config::{Config, DEFAULT_CONFIG_PATH, NodeConfig};
+use openimex_config::{Config, DEFAULT_CONFIG_PATH};
 
 pub use client::{Client, Target};
 pub use error::CtlError;
@@ -164,7 +164,7 @@ fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
     let cfg = Config::load(&path).map_err(|e| CtlError::Config(Box::new(e)))?;
     if needs_nodes {
         // NVIDIA's ctl reads the node file for -N/-n; DCGM greps for this failure.
-        NodeConfig::load(&cfg.imex_node_config_file)
+        cfg.load_nodes()
             .map_err(|e| CtlError::NodeFile(Box::new(e)))?;
     }
     let unix = cfg.imex_cmd_unix_domain_path.clone();

@@ -75,7 +75,17 @@ fn empty_file_gives_every_default() {
         assert_eq!(c.reconnect_max_ms, 5000);
         assert_eq!(c.host_name, None);
         assert!(c.notices().is_empty());
-        assert_eq!(c, Config::default());
+        assert_eq!(
+            c.node_config_file_origin,
+            Some((PathBuf::from("cfg"), None))
+        );
+        assert_eq!(
+            Config {
+                node_config_file_origin: None,
+                ..c
+            },
+            Config::default()
+        );
     }
 }
 
@@ -88,6 +98,7 @@ fn nvidia_shipped_layout_parses() {
         imex_cmd_port: Some(50005),
         imex_conn_wait_timeout: Some(70),
         notices: c.notices.clone(),
+        node_config_file_origin: c.node_config_file_origin.clone(),
         ..Config::default()
     };
     assert_eq!(c, want);
@@ -515,4 +526,18 @@ fn enum_spellings_round_trip() {
     }
     assert_eq!(GraceTime::Forever.to_string(), "-1");
     assert_eq!(GraceTime::Seconds(9).to_string(), "9");
+}
+
+#[test]
+fn unreadable_nodes_file_error_points_at_the_config_line() {
+    let text = "LOG_LEVEL=4\nIMEX_NODE_CONFIG_FILE=/nonexistent/openimex/nodes.cfg\n";
+    let c = Config::parse(text, Path::new("/etc/x/config.cfg")).unwrap();
+    let msg = c.load_nodes().unwrap_err().to_string();
+    assert!(msg.starts_with("/etc/x/config.cfg:2: IMEX_NODE_CONFIG_FILE: Failed to read node configuration file /nonexistent/openimex/nodes.cfg"), "{msg}");
+    let c = Config::parse("", Path::new("/etc/x/config.cfg")).unwrap();
+    let msg = c.load_nodes().unwrap_err().to_string();
+    assert!(
+        msg.contains("IMEX_NODE_CONFIG_FILE is not set, so the default applies"),
+        "{msg}"
+    );
 }
