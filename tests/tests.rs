@@ -3,13 +3,21 @@
 //! module below is one area. Every wait is bounded, and a failing test prints every node's
 //! log tail and keeps the cluster directory for inspection.
 
+// ctl without a daemon, nvidia-imex / nvidia-imex-ctl links, DAEMONIZE=1
 #[path = "e2e/cli.rs"]
 mod cli;
+// shared helpers: the binary under test, time limits, checks on failed commands
 #[path = "e2e/common.rs"]
-mod common; // shared helpers: the binary under test, time limits, checks on failed commands
+mod common;
+// bad config files fail before binding, naming file:line and the fix
 #[path = "e2e/config_errors.rs"]
-mod config_errors; // bad config files fail before binding, naming file:line and the fix
+mod config_errors;
+// kill -9 and restart, clean SIGTERM departure, mismatched node maps
 #[path = "e2e/faults.rs"]
-mod faults; // kill -9 and restart, clean SIGTERM departure, mismatched node maps
+mod faults;
+// a domain forms: states, `ctl -q` and `ctl -N -j` output as tools parse them
 #[path = "e2e/formation.rs"]
-mod formation; // a domain forms: states, `ctl -q` and `ctl -N -j` output as tools parse them // ctl without a daemon, nvidia-imex / nvidia-imex-ctl links, DAEMONIZE=1
+mod formation;
+// hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
+#[path = "e2e/lifecycle.rs"]
+mod lifecycle;
