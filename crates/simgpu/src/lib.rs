@@ -1,0 +1,17 @@
+//! A faithful simulated GPU driver and NVLink fabric (`openimex gpu`), one driver process per
+//! node, independent of the daemon so it outlives a daemon crash as a kernel module does.
+//!
+//! HBM lives in files of a *fabric directory* shared by every node of the simulated NVLink
+//! domain (sparse, 2 MiB granularity); an importer maps the exporter's file range, so loads and
+//! stores are zero-copy across processes and "nodes". IMEX channels are files under the node's
+//! `dev/nvidia-caps-imex-channels/`; a client proves it holds one by passing an open descriptor.
+//! The semantics follow `reference/driver-interface.md` §1.6, §4 and §6.
+//!
+//! # Layout
+//! - [`proto`] — the socket protocol (the simulated ioctl interface) and status codes.
+//! - [`handle`] — the 64-byte fabric handle and export UUIDs.
+//! - [`fabric`] — fabric addresses: which GPU's HBM file and offset a PFN names.
+
+pub mod fabric;
+pub mod handle;
+pub mod proto;

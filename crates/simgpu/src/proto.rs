@@ -1,0 +1,449 @@
+//! The wire protocol of the simulated driver: what a kernel ioctl interface is on a real node.
+//!
+//! One unix stream socket per node (`<node-dir>/dev/nvidiactl.sock`). Every message is a
+//! 4-byte big-endian length followed by that many bytes of JSON. A request may carry open file
+//! descriptors (SCM_RIGHTS) on its first byte: that is how a client proves it holds an IMEX
+//! channel, exactly as a real client passes the channel fd to
+//! `NV0000_CTRL_CMD_CLIENT_SUBSCRIBE_TO_IMEX_CHANNEL`. Each connection is one RM *client*:
+//! closing it frees everything the client owned, as process exit does on a real node.
+//!
+//! Calls are synchronous: one [`Request`], one [`Response`]. A call may block in the driver
+//! (waiting for an import to complete, an unimport to be acknowledged, events to arrive), so
+//! the daemon uses one connection for its session and event long-polls and another for controls.
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use serde::{Deserialize, Serialize};
+
+/// Node ID of a driver with no daemon session (the real driver's 0xFFFF).
+pub const NO_NODE: u16 = 0xFFFF;
+/// Fabric page size: every allocation and every PFN is in 2 MiB units.
+pub const PAGE_SIZE: u64 = 2 << 20;
+/// Largest accepted message.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// The real driver's status codes (`NV_ERR_*`) that the simulation returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum NvStatus {
+    /// NV_ERR_INSUFFICIENT_PERMISSIONS: no channel, or a different channel than the exporter's.
+    #[error("NV_ERR_INSUFFICIENT_PERMISSIONS")]
+    InsufficientPermissions,
+    /// NV_ERR_NOT_READY: the import has not completed yet.
+    #[error("NV_ERR_NOT_READY")]
+    NotReady,
+    /// NV_ERR_INVALID_STATE: no daemon session (it went away), or fabric allocation disabled.
+    #[error("NV_ERR_INVALID_STATE")]
+    InvalidState,
+    /// NV_ERR_INVALID_OBJECT: the import failed (the daemon reported IMPORT_FAILED).
+    #[error("NV_ERR_INVALID_OBJECT")]
+    InvalidObject,
+    /// NV_ERR_NOT_SUPPORTED: e.g. import while the node ID is 0xFFFF (no daemon ever).
+    #[error("NV_ERR_NOT_SUPPORTED")]
+    NotSupported,
+    /// NV_ERR_OBJECT_NOT_FOUND: unknown export UUID (freed, or never existed).
+    #[error("NV_ERR_OBJECT_NOT_FOUND")]
+    ObjectNotFound,
+    /// NV_ERR_IN_USE: a second daemon session.
+    #[error("NV_ERR_IN_USE")]
+    InUse,
+    /// NV_ERR_STATE_IN_USE: subscribing a client to a second, different channel.
+    #[error("NV_ERR_STATE_IN_USE")]
+    StateInUse,
+    /// NV_ERR_INVALID_ARGUMENT: malformed request (bad handle bytes, size 0, unknown GPU …).
+    #[error("NV_ERR_INVALID_ARGUMENT")]
+    InvalidArgument,
+    /// NV_ERR_NO_MEMORY: HBM exhausted.
+    #[error("NV_ERR_NO_MEMORY")]
+    NoMemory,
+    /// NV_ERR_INVALID_OBJECT_HANDLE: a handle this client does not own.
+    #[error("NV_ERR_INVALID_OBJECT_HANDLE")]
+    InvalidObjectHandle,
+    /// The client was disabled (its channels RC'd) by DISABLE_IMPORTERS or session teardown;
+    /// every later GPU operation fails (NV_ERR_RESET_REQUIRED on real hardware).
+    #[error("NV_ERR_RESET_REQUIRED")]
+    ResetRequired,
+}
+
+/// One GPU of the node, as the driver reports it (NVML-level fields the libraries test).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// Index on this node.
+    pub index: u32,
+    /// `GPU-xxxxxxxx-…`.
+    pub uuid: String,
+    /// HBM bytes.
+    pub hbm_bytes: u64,
+    /// Fabric probe: COMPLETED when the GPU is on the fabric.
+    pub fabric_state: String,
+    /// NVLink domain (e.g. one NVL72 rack), hex.
+    pub cluster_uuid: String,
+    /// Clique within the partition.
+    pub clique_id: u32,
+    /// HEALTHY, …
+    pub health: String,
+    /// First fabric address of this GPU's HBM.
+    pub fabric_base: u64,
+}
+
+/// What the exporter's memory looks like on the fabric (the DESCRIBE answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricPages {
+    /// Bytes.
+    pub size: u64,
+    /// Always [`PAGE_SIZE`] here.
+    pub page_size: u64,
+    /// Fabric PFNs in `page_size` units, one per page.
+    pub pfns: Vec<u64>,
+    /// Owner GPU's clique (a mapping GPU must match it).
+    pub clique_id: u32,
+}
+
+/// A fabric event, as GET_FABRIC_EVENTS returns them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FabricEvent {
+    /// MEM_IMPORT: a local client wants memory exported by `export_node`.
+    Import {
+        /// System-wide increasing event ID; names the import in VALIDATE.
+        event_id: u64,
+        /// The importer's channel (the exporter's daemon enforces it).
+        channel: u32,
+        /// Export UUID (16 bytes, hex).
+        export_uuid: String,
+        /// Handle index in the export.
+        index: u16,
+        /// Import ID (the real driver's 48-bit id; 0 here).
+        import_id: u64,
+        /// Exporting node.
+        export_node: u16,
+    },
+    /// MEM_UNIMPORT: the last local reference to an import went away; a thread is blocked
+    /// until FINISH_MEM_UNIMPORT names `unimport_event_id`.
+    Unimport {
+        /// Token to finish.
+        unimport_event_id: u64,
+        /// The import event it undoes.
+        import_event_id: u64,
+        /// Exporting node.
+        export_node: u16,
+    },
+}
+
+/// Result the daemon pushes into a pending import (VALIDATE).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Validation {
+    /// The exporter described the memory.
+    Pages(FabricPages),
+    /// IMPORT_FAILED, with the status the importer's clients will see.
+    Failed(NvStatus),
+}
+
+/// Reference counts and table sizes, for tests and the demo's leak check.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverStats {
+    /// Node ID (0xFFFF with no session).
+    pub node_id: u16,
+    /// Whether a daemon session is open.
+    pub session: bool,
+    /// Live fabric allocations (backing memory not yet freed).
+    pub allocations: usize,
+    /// Live export objects (UUIDs that can still be duplicated).
+    pub exports: usize,
+    /// References held on exported memory by the daemon on behalf of remote importers.
+    pub daemon_export_refs: usize,
+    /// Import descriptors on this node.
+    pub import_descriptors: usize,
+    /// Client references on import descriptors.
+    pub import_refs: usize,
+    /// Unimports posted and not yet finished.
+    pub pending_unimports: usize,
+    /// Events queued for the daemon.
+    pub queued_events: usize,
+    /// HBM bytes allocated, all GPUs.
+    pub hbm_used: u64,
+    /// Connected clients.
+    pub clients: usize,
+}
+
+/// A request from a client (application or daemon) to its node's driver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// First call of every client: who the node is.
+    Hello {
+        /// Caller's pid (for logs).
+        pid: u32,
+    },
+    /// Subscribe this client to the IMEX channel whose file descriptor is attached.
+    SubscribeChannel,
+    /// cuMemCreate with the FABRIC handle type on `gpu`. Needs a channel.
+    Create {
+        /// GPU index on this node.
+        gpu: u32,
+        /// Bytes (rounded up to [`PAGE_SIZE`]).
+        size: u64,
+    },
+    /// cuMemExportToShareableHandle(FABRIC): a 64-byte handle, hex.
+    Export {
+        /// Allocation handle from `Create`.
+        mem: u64,
+    },
+    /// cuMemImportFromShareableHandle(FABRIC). Returns at once; the import may be pending.
+    Import {
+        /// The 64-byte handle, hex.
+        handle: String,
+    },
+    /// Wait until the import is no longer pending (or `timeout_ms` passes), then report it.
+    WaitImport {
+        /// Import handle.
+        import: u64,
+        /// Bound on the wait.
+        timeout_ms: u64,
+    },
+    /// cuMemRelease of an allocation or an import. Releasing the last reference to an import
+    /// blocks until the daemon acknowledged the unimport (or the session is gone).
+    Release {
+        /// Allocation or import handle.
+        handle: u64,
+    },
+    /// Counts for tests and leak checks.
+    Stats,
+    /// Daemon: open the IMEX session as `node_id` (one per driver).
+    OpenSession {
+        /// This node's ID in the IMEX domain.
+        node_id: u16,
+    },
+    /// Daemon: dequeue up to `max` events, waiting up to `wait_ms` for the first.
+    GetEvents {
+        /// Session token.
+        token: u64,
+        /// At most this many.
+        max: usize,
+        /// Long-poll bound.
+        wait_ms: u64,
+    },
+    /// Daemon, exporter side: dup the export by UUID (checking `channel`), take a reference
+    /// that keeps the memory alive, and describe it.
+    DescribeExport {
+        /// Session token.
+        token: u64,
+        /// Export UUID, hex.
+        export_uuid: String,
+        /// Handle index.
+        index: u16,
+        /// The importer's channel.
+        channel: u32,
+    },
+    /// Daemon, exporter side: drop a reference taken by `DescribeExport`.
+    ReleaseExportRef {
+        /// Session token.
+        token: u64,
+        /// The reference.
+        export_ref: u64,
+    },
+    /// Daemon, importer side: complete (or fail) the import posted as `import_event_id`.
+    Validate {
+        /// Session token.
+        token: u64,
+        /// Names the import.
+        import_event_id: u64,
+        /// Pages, or the failure.
+        result: Validation,
+    },
+    /// Daemon, importer side: acknowledge unimports, waking the blocked releasers.
+    FinishUnimport {
+        /// Session token.
+        token: u64,
+        /// Tokens from `FabricEvent::Unimport`.
+        unimport_event_ids: Vec<u64>,
+    },
+    /// Daemon: disable every local client that imported from `node` (peer lost and cleaned).
+    DisableImporters {
+        /// Session token.
+        token: u64,
+        /// The lost exporter node.
+        node: u16,
+    },
+}
+
+/// The driver's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// To `Hello`.
+    Hello {
+        /// Current node ID (0xFFFF with no session).
+        node_id: u16,
+        /// This node's GPUs.
+        gpus: Vec<GpuInfo>,
+        /// The fabric directory (where HBM files live).
+        fabric_dir: String,
+    },
+    /// To `SubscribeChannel`.
+    Subscribed {
+        /// The channel number (the channel file's name suffix / minor).
+        channel: u32,
+    },
+    /// To `Create`.
+    Created {
+        /// Allocation handle.
+        mem: u64,
+        /// Rounded size.
+        size: u64,
+        /// HBM file holding the memory.
+        file: String,
+        /// Offset of the allocation in the file.
+        offset: u64,
+    },
+    /// To `Export`.
+    Exported {
+        /// 64-byte fabric handle, hex.
+        handle: String,
+    },
+    /// To `Import` (pending or ready).
+    Imported {
+        /// Import handle.
+        import: u64,
+    },
+    /// To `WaitImport`: ready to map.
+    ImportReady {
+        /// Bytes.
+        size: u64,
+        /// Backing file of the exporter's HBM (the "NVLink": a shared mapping of it).
+        file: String,
+        /// Offset in that file.
+        offset: u64,
+    },
+    /// To `Stats`.
+    Stats(DriverStats),
+    /// To `OpenSession`.
+    Session {
+        /// Token for the daemon's other calls.
+        token: u64,
+    },
+    /// To `GetEvents`.
+    Events {
+        /// Dequeued events.
+        events: Vec<FabricEvent>,
+        /// More are queued.
+        more: bool,
+    },
+    /// To `DescribeExport`.
+    Described {
+        /// The daemon's reference (release with `ReleaseExportRef`).
+        export_ref: u64,
+        /// The pages.
+        pages: FabricPages,
+    },
+    /// Success with nothing to report.
+    Ok,
+    /// Failure.
+    Error {
+        /// Status.
+        status: NvStatus,
+        /// What happened, for logs.
+        detail: String,
+    },
+}
+
+/// Errors of the transport (not of the driver's semantics, which are [`NvStatus`]).
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// Socket I/O.
+    #[error("driver socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// sendmsg/recvmsg.
+    #[error("driver socket: {0}")]
+    Sys(#[from] nix::Error),
+    /// Bad JSON.
+    #[error("driver protocol: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Oversized frame.
+    #[error("driver protocol: message of {0} bytes is larger than allowed")]
+    TooLarge(usize),
+    /// The peer closed the connection.
+    #[error("driver socket closed")]
+    Closed,
+}
+
+/// Writes one message, attaching `fds` (may be empty).
+pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[RawFd]) -> Result<(), WireError> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_MESSAGE {
+        return Err(WireError::TooLarge(body.len()));
+    }
+    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge(body.len()))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body);
+    // The first byte carries the descriptors; the rest is written plainly.
+    let first = [IoSlice::new(&frame[..1])];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+    let sent = sendmsg::<()>(sock.as_raw_fd(), &first, cmsgs, MsgFlags::empty(), None)?;
+    if sent != 1 {
+        return Err(WireError::Closed);
+    }
+    (&*sock).write_all(&frame[1..])?;
+    Ok(())
+}
+
+/// Reads one message and the descriptors that came with it.
+pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> Result<(T, Vec<OwnedFd>), WireError> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut first = [0u8; 1];
+    let mut fds = Vec::new();
+    {
+        let mut iov = [IoSliceMut::new(&mut first)];
+        let mut space = nix::cmsg_space!([RawFd; 4]);
+        let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        if msg.bytes == 0 {
+            return Err(WireError::Closed);
+        }
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                for fd in raw {
+                    // SAFETY: the kernel just installed this descriptor in our table for us;
+                    // nothing else owns it.
+                    fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                }
+            }
+        }
+    }
+    let mut rest = [0u8; 3];
+    (&*sock).read_exact(&mut rest)?;
+    let len = u32::from_be_bytes([first[0], rest[0], rest[1], rest[2]]) as usize;
+    if len > MAX_MESSAGE {
+        return Err(WireError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    (&*sock).read_exact(&mut body)?;
+    Ok((serde_json::from_slice(&body)?, fds))
+}
+
+/// One synchronous call: send `req` (with `fds`), read the response.
+pub fn call(sock: &UnixStream, req: &Request, fds: &[RawFd]) -> Result<Response, WireError> {
+    send(sock, req, fds)?;
+    Ok(recv::<Response>(sock)?.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_with_descriptors() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let file = std::fs::File::open("/dev/null").unwrap();
+        send(&a, &Request::SubscribeChannel, &[file.as_raw_fd()]).unwrap();
+        send(&a, &Request::Stats, &[]).unwrap();
+        let (r1, fds1): (Request, _) = recv(&b).unwrap();
+        let (r2, fds2): (Request, _) = recv(&b).unwrap();
+        assert_eq!(r1, Request::SubscribeChannel);
+        assert_eq!(fds1.len(), 1);
+        assert_eq!(r2, Request::Stats);
+        assert!(fds2.is_empty());
+        drop(a);
+        assert!(matches!(recv::<Request>(&b), Err(WireError::Closed)));
+    }
+}
