@@ -81,7 +81,7 @@ struct Prepared {
     cfg: Config,
     settings: Settings,
     world: World,
-    backend: Backend,
+    driver: Box<dyn openimex_driver::Driver>,
 }
 
 /// Everything that can fail because of the config happens here, before anything is bound.
@@ -103,12 +103,12 @@ fn prepare(args: &Args) -> Result<Prepared> {
         match cfg.driver {
             DriverKind::Auto => Backend::Auto,
             DriverKind::NoGpu => Backend::NoGpu,
-            DriverKind::Sim => Backend::Sim,
+            DriverKind::Sim => Backend::Sim(cfg.sim_node_dir.clone().unwrap_or_default()),
             DriverKind::Nvidia => Backend::Nvidia,
         }
     };
-    // Fail on an unusable driver before binding: the probe opens nothing that lingers.
-    drop(openimex_driver::open(backend)?);
+    // Fail on an unusable driver before binding anything.
+    let driver = openimex_driver::open(&backend)?;
     let host_name = cfg.host_name.clone().unwrap_or_else(|| {
         nix::unistd::gethostname()
             .ok()
@@ -187,7 +187,6 @@ fn start(args: Args) -> Result<()> {
             "IMEX_WAIT_FOR_QUORUM=RECOVERY: no previous importers are recorded yet (nothing is persisted before export/import lands), so there is nobody to wait for"
         );
     }
-    let driver = openimex_driver::open(backend)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

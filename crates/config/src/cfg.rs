@@ -268,6 +268,10 @@ pub struct Config {
     /// system host name.
     pub host_name: Option<String>,
 
+    /// `OPENIMEX_SIM_NODE_DIR`: the node directory of the simulated GPU driver
+    /// (`openimex gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
+    pub sim_node_dir: Option<PathBuf>,
+
     /// Warnings found while parsing; see [`Config::notices`]. Empty for [`Config::default`].
     pub notices: Vec<Notice>,
 
@@ -320,6 +324,7 @@ impl Default for Config {
             reconnect_min_ms: 250,
             reconnect_max_ms: 5000,
             host_name: None,
+            sim_node_dir: None,
             notices: Vec::new(),
             node_config_file_origin: None,
         }

@@ -11,12 +11,14 @@
 //! - [`backoff`]: reconnect backoff with seeded jitter.
 //! - [`mesh`]: one daemon's links, handshake verdicts, liveness, quorum and daemon state.
 //! - [`domain`]: the domain status rule over the connectivity matrix.
+//! - [`fabric`]: exporter references and importer imports, which decide clean-up.
 //! - [`timefmt`]: NVIDIA's timestamp formats.
 
 #![deny(missing_docs)]
 
 pub mod backoff;
 pub mod domain;
+pub mod fabric;
 pub mod ids;
 pub mod mesh;
 pub mod nodemap;
@@ -25,6 +27,7 @@ pub mod timefmt;
 
 pub use backoff::{Backoff, Rng};
 pub use domain::{NodeRow, domain_status};
+pub use fabric::{ExportRefs, Imports, UnimportStep};
 pub use ids::{InstanceId, NodeId};
 pub use mesh::{Action, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict};
 pub use nodemap::NodeMap;

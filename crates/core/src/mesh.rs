@@ -140,6 +140,13 @@ pub enum Action {
         /// Instance now.
         new: InstanceId,
     },
+    /// A peer left cleanly (its goodbye was accepted): its importers and exports are ending.
+    PeerLeft {
+        /// The peer.
+        peer: NodeId,
+        /// The instance that left.
+        instance: InstanceId,
+    },
     /// The daemon state changed.
     StateChanged {
         /// Old state.
@@ -465,6 +472,7 @@ impl Mesh {
             ConnStatus::Disconnected,
             format!("peer said goodbye: {reason}"),
         );
+        self.actions.push_back(Action::PeerLeft { peer, instance });
         if self.state != DaemonState::ShuttingDown {
             // It may come back (restart); retry slowly from the start of the backoff.
             if let Some(link) = self.link_mut(peer) {

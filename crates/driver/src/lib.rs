@@ -1,28 +1,72 @@
 //! The GPU driver as the daemon sees it, shaped like the real kernel interface
-//! (`reference/driver-interface.md`): open a session with this node's ID, then (with the
-//! export/import work) a stream of fabric events and the controls that answer them.
+//! (`reference/driver-interface.md` §1.6): open a session with this node's ID, pull fabric
+//! events (import, unimport), describe an export for a remote importer (taking a reference that
+//! keeps the memory alive), validate or fail a pending import, finish unimports, and disable
+//! the importers of a lost node.
 //!
 //! Backends:
 //! - [`NoGpu`]: control plane only, for orchestrator CI. Peers see its version as `NO_GPU`,
-//!   as NVIDIA's `--nogpu` mode reports.
-//! - `sim` (the simulated GPU driver) and `nvidia` (open-gpu-kernel-modules) arrive with later
-//!   work; selecting them today fails with [`DriverError::Unavailable`] saying what to use.
+//!   as NVIDIA's `--nogpu` mode reports. It never produces events.
+//! - [`sim::SimDriver`]: the simulated GPU driver (`openimex gpu`) over its node socket.
+//! - `nvidia` (open-gpu-kernel-modules) is not built yet; selecting it fails with
+//!   [`DriverError::Unavailable`] saying what to use.
 
 #![deny(missing_docs)]
+
+pub mod sim;
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use openimex_core::NodeId;
 
 /// Which backend the daemon should use (`OPENIMEX_DRIVER`, or `--nogpu`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
     /// Pick what is available on this host.
     Auto,
     /// Control plane only.
     NoGpu,
-    /// The simulated GPU driver.
-    Sim,
+    /// The simulated GPU driver, reached through this node directory.
+    Sim(PathBuf),
     /// NVIDIA's kernel driver.
     Nvidia,
+}
+
+/// The driver's status codes that cross the daemon (the real driver's `NV_ERR_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// NV_ERR_INSUFFICIENT_PERMISSIONS (channel mismatch).
+    InsufficientPermissions,
+    /// NV_ERR_OBJECT_NOT_FOUND (no such export).
+    ObjectNotFound,
+    /// NV_ERR_INVALID_STATE (no session, exporter unreachable).
+    InvalidState,
+    /// NV_ERR_INVALID_ARGUMENT.
+    InvalidArgument,
+    /// Anything else the backend reported.
+    Other,
+}
+
+impl Status {
+    /// A stable name for the wire and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InsufficientPermissions => "INSUFFICIENT_PERMISSIONS",
+            Self::ObjectNotFound => "OBJECT_NOT_FOUND",
+            Self::InvalidState => "INVALID_STATE",
+            Self::InvalidArgument => "INVALID_ARGUMENT",
+            Self::Other => "OTHER",
+        }
+    }
+
+    /// Parses [`Status::as_str`]; unknown words are `Other`.
+    pub fn parse(s: &str) -> Self {
+        [Self::InsufficientPermissions, Self::ObjectNotFound, Self::InvalidState, Self::InvalidArgument]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .unwrap_or(Self::Other)
+    }
 }
 
 /// Errors of the driver interface.
@@ -39,13 +83,31 @@ pub enum DriverError {
         fix: &'static str,
     },
     /// A session is already open (the driver has one daemon slot per node).
-    #[error(
-        "a daemon session is already open on this driver (node {node}); stop the other daemon first"
-    )]
-    SessionBusy {
-        /// Node ID of the open session.
-        node: NodeId,
+    #[error("a daemon session is already open on this driver; stop the other daemon first")]
+    SessionBusy,
+    /// The driver refused a call with a status.
+    #[error("the GPU driver refused {call}: {status:?} ({detail})")]
+    Refused {
+        /// The call.
+        call: &'static str,
+        /// Its status.
+        status: Status,
+        /// The driver's detail.
+        detail: String,
     },
+    /// The connection to the driver broke (the driver went away).
+    #[error("lost the GPU driver: {0}")]
+    Lost(String),
+}
+
+impl DriverError {
+    /// The status to hand to a remote importer for this failure.
+    pub fn status(&self) -> Status {
+        match self {
+            Self::Refused { status, .. } => *status,
+            _ => Status::InvalidState,
+        }
+    }
 }
 
 /// What an open session reports.
@@ -55,21 +117,75 @@ pub struct SessionInfo {
     pub version: String,
 }
 
-/// The daemon's handle on its node's GPU driver.
+/// The fabric page list of an export, as DESCRIBE returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pages {
+    /// Bytes.
+    pub size: u64,
+    /// Page size in bytes.
+    pub page_size: u64,
+    /// Fabric PFNs.
+    pub pfns: Vec<u64>,
+    /// Owner GPU's clique.
+    pub clique_id: u32,
+}
+
+/// A fabric event from the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// MEM_IMPORT: a local client waits for memory exported by `export_node`.
+    Import {
+        /// Names the import in [`Driver::validate_import`].
+        event_id: u64,
+        /// The importer's channel.
+        channel: u32,
+        /// Export UUID, 16 bytes.
+        export_uuid: [u8; 16],
+        /// Handle index.
+        index: u16,
+        /// Exporting node.
+        export_node: NodeId,
+    },
+    /// MEM_UNIMPORT: a local releaser is blocked until [`Driver::finish_unimport`].
+    Unimport {
+        /// Token to finish.
+        unimport_event_id: u64,
+        /// The import it undoes.
+        import_event_id: u64,
+        /// Exporting node.
+        export_node: NodeId,
+    },
+}
+
+/// The daemon's handle on its node's GPU driver. Calls block (run them off the async runtime).
 ///
 /// An error from [`Driver::open_session`] is fatal for the daemon: it cannot serve imports
-/// without a session, so it exits non-zero with the error.
-pub trait Driver: Send + 'static {
+/// without a session. [`DriverError::Lost`] from any call means the driver went away: the
+/// session is gone, and the daemon must stop (a restarted driver needs a new session).
+pub trait Driver: Send + Sync + 'static {
     /// Backend name for logs.
     fn name(&self) -> &'static str;
-    /// Opens the daemon session as node `node` (the driver's node ID stays 0xFFFF until then).
-    fn open_session(&mut self, node: NodeId) -> Result<SessionInfo, DriverError>;
+    /// Opens the daemon session as node `node` (the driver's node ID is 0xFFFF until then).
+    fn open_session(&self, node: NodeId) -> Result<SessionInfo, DriverError>;
+    /// Waits up to `wait` for events and returns those queued (possibly none).
+    fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError>;
+    /// Exporter side: takes a reference on export (`uuid`, `index`) for an importer on
+    /// `channel` and describes it. Returns the reference to release later.
+    fn describe_export(&self, uuid: [u8; 16], index: u16, channel: u32) -> Result<(u64, Pages), DriverError>;
+    /// Exporter side: drops a reference taken by [`Driver::describe_export`].
+    fn release_export_ref(&self, export_ref: u64) -> Result<(), DriverError>;
+    /// Importer side: completes the import `event_id` with pages, or fails it with a status.
+    fn validate_import(&self, event_id: u64, result: Result<Pages, Status>) -> Result<(), DriverError>;
+    /// Importer side: acknowledges unimports, waking the blocked releasers.
+    fn finish_unimport(&self, ids: &[u64]) -> Result<(), DriverError>;
+    /// Disables every local client that imported from `node` (lost node clean-up).
+    fn disable_importers(&self, node: NodeId) -> Result<(), DriverError>;
 }
 
 /// The control-plane-only driver: no GPU, no fabric events.
 #[derive(Debug, Default)]
 pub struct NoGpu {
-    session: Option<NodeId>,
+    session: std::sync::Mutex<bool>,
 }
 
 impl Driver for NoGpu {
@@ -77,28 +193,48 @@ impl Driver for NoGpu {
         "nogpu"
     }
 
-    fn open_session(&mut self, node: NodeId) -> Result<SessionInfo, DriverError> {
-        if let Some(open) = self.session {
-            return Err(DriverError::SessionBusy { node: open });
+    fn open_session(&self, _node: NodeId) -> Result<SessionInfo, DriverError> {
+        let mut open = self.session.lock().map_err(|_| DriverError::Lost("poisoned".into()))?;
+        if *open {
+            return Err(DriverError::SessionBusy);
         }
-        self.session = Some(node);
-        Ok(SessionInfo {
-            version: "NO_GPU".to_string(),
-        })
+        *open = true;
+        Ok(SessionInfo { version: "NO_GPU".to_string() })
+    }
+
+    fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError> {
+        std::thread::sleep(wait);
+        Ok(Vec::new())
+    }
+
+    fn describe_export(&self, _: [u8; 16], _: u16, _: u32) -> Result<(u64, Pages), DriverError> {
+        Err(DriverError::Refused { call: "describe", status: Status::ObjectNotFound, detail: "no GPU on this node".into() })
+    }
+
+    fn release_export_ref(&self, _: u64) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn validate_import(&self, _: u64, _: Result<Pages, Status>) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn finish_unimport(&self, _: &[u64]) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn disable_importers(&self, _: NodeId) -> Result<(), DriverError> {
+        Ok(())
     }
 }
 
-const CHOOSE: &str = "set OPENIMEX_DRIVER=nogpu in the config (or pass --nogpu) to run the control plane without GPUs";
+const CHOOSE: &str = "set OPENIMEX_DRIVER=sim (with OPENIMEX_SIM_NODE_DIR) to use the simulated GPU driver, or OPENIMEX_DRIVER=nogpu (or --nogpu) to run the control plane without GPUs";
 
 /// Opens the backend the operator asked for.
-pub fn open(backend: Backend) -> Result<Box<dyn Driver>, DriverError> {
+pub fn open(backend: &Backend) -> Result<Box<dyn Driver>, DriverError> {
     match backend {
         Backend::NoGpu => Ok(Box::new(NoGpu::default())),
-        Backend::Sim => Err(DriverError::Unavailable {
-            backend: "sim",
-            reason: "the simulated GPU driver is not part of this build yet".to_string(),
-            fix: CHOOSE,
-        }),
+        Backend::Sim(dir) => Ok(Box::new(sim::SimDriver::connect(dir)?)),
         Backend::Nvidia => Err(DriverError::Unavailable {
             backend: "nvidia",
             reason: "this build has no NVIDIA kernel driver backend".to_string(),
@@ -119,22 +255,26 @@ mod tests {
 
     #[test]
     fn nogpu_has_one_session_slot() {
-        let mut d = open(Backend::NoGpu).unwrap();
+        let d = open(&Backend::NoGpu).unwrap();
         assert_eq!(d.open_session(NodeId(3)).unwrap().version, "NO_GPU");
-        assert!(matches!(
-            d.open_session(NodeId(3)),
-            Err(DriverError::SessionBusy { .. })
-        ));
+        assert!(matches!(d.open_session(NodeId(3)), Err(DriverError::SessionBusy)));
     }
 
     #[test]
     fn unavailable_backends_say_how_to_choose() {
-        for b in [Backend::Auto, Backend::Sim, Backend::Nvidia] {
-            let e = open(b).err().unwrap().to_string();
-            assert!(
-                e.contains("OPENIMEX_DRIVER=nogpu") && e.contains("--nogpu"),
-                "{e}"
-            );
+        for b in [Backend::Auto, Backend::Nvidia] {
+            let e = open(&b).err().unwrap().to_string();
+            assert!(e.contains("OPENIMEX_DRIVER=nogpu") && e.contains("--nogpu"), "{e}");
         }
+        let e = open(&Backend::Sim("/nonexistent/openimex-node".into())).err().unwrap().to_string();
+        assert!(e.contains("/nonexistent/openimex-node") && e.contains("openimex gpu"), "{e}");
+    }
+
+    #[test]
+    fn status_words_round_trip() {
+        for s in [Status::InsufficientPermissions, Status::ObjectNotFound, Status::InvalidState, Status::InvalidArgument] {
+            assert_eq!(Status::parse(s.as_str()), s);
+        }
+        assert_eq!(Status::parse("nonsense"), Status::Other);
     }
 }

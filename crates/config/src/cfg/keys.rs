@@ -214,6 +214,7 @@ const KEYS: &[Key] = &[
     Key { name: RECONNECT_MIN, set: |c, v| { c.reconnect_min_ms = v.positive_ms()?; Ok(()) } },
     Key { name: RECONNECT_MAX, set: |c, v| { c.reconnect_max_ms = v.positive_ms()?; Ok(()) } },
     Key { name: "OPENIMEX_HOSTNAME", set: |c, v| { c.host_name = v.opt_string(); Ok(()) } },
+    Key { name: "OPENIMEX_SIM_NODE_DIR", set: |c, v| { c.sim_node_dir = v.opt_path(); Ok(()) } },
 ];
 
 /// The known key spelled exactly `name`.
@@ -321,6 +322,18 @@ pub(super) fn check_combinations(
             value: raw.to_owned(),
             needs: "needs IMEX_CMD_PORT or IMEX_CMD_UNIX_DOMAIN_PATH: set one of them \
                     (e.g. IMEX_CMD_PORT=50005), or set IMEX_CMD_ENABLED=0"
+                .to_owned(),
+        });
+    }
+    if cfg.driver == DriverKind::Sim && cfg.sim_node_dir.is_none() {
+        let (line, raw) = seen.get("OPENIMEX_DRIVER").copied().unwrap_or((0, "sim"));
+        return Err(ConfigError::Incomplete {
+            path: path.to_path_buf(),
+            line,
+            key: "OPENIMEX_DRIVER".to_owned(),
+            value: raw.to_owned(),
+            needs: "needs OPENIMEX_SIM_NODE_DIR: set it to the --node-dir of this node's \
+                    `openimex gpu` process"
                 .to_owned(),
         });
     }

@@ -226,6 +226,7 @@ impl Net {
             Action::InitDriver => self.nodes[a].as_mut().unwrap().handle_driver_ready(now),
             Action::LinkChanged { .. }
             | Action::PeerRestarted { .. }
+            | Action::PeerLeft { .. }
             | Action::StateChanged { .. } => {}
         }
     }

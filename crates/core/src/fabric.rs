@@ -1,0 +1,228 @@
+//! Who holds what across the domain: the exporter side's references on local exports held for
+//! remote importers, and the importer side's imports by MEM_IMPORT event.
+//!
+//! These tables decide clean-up. An exporter reference is released exactly once: on the
+//! importer's unimport, or when the importer is gone (restarted as a new instance, or lost and
+//! cleaned up). An unimport is acknowledged to the driver exactly once, after the exporter has
+//! dropped its reference (or can no longer hold one).
+
+use std::collections::HashMap;
+
+use crate::ids::{InstanceId, NodeId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    instance: InstanceId,
+    export_ref: u64,
+}
+
+/// Exporter side: references held on local exports on behalf of remote importers, keyed by
+/// (importer node, importer's MEM_IMPORT event ID).
+#[derive(Debug, Default)]
+pub struct ExportRefs {
+    held: HashMap<(NodeId, u64), Held>,
+}
+
+impl ExportRefs {
+    /// Records a reference taken for `importer`'s import. A reference already recorded under
+    /// the same key (a retried request) is returned, to be released: one import, one reference.
+    pub fn insert(&mut self, importer: NodeId, instance: InstanceId, import_event_id: u64, export_ref: u64) -> Option<u64> {
+        self.held.insert((importer, import_event_id), Held { instance, export_ref }).map(|h| h.export_ref)
+    }
+
+    /// The importer unimported: the reference to release, if one is held.
+    pub fn remove(&mut self, importer: NodeId, import_event_id: u64) -> Option<u64> {
+        self.held.remove(&(importer, import_event_id)).map(|h| h.export_ref)
+    }
+
+    /// Every reference held for `importer` (it is gone), to release.
+    pub fn drain_node(&mut self, importer: NodeId) -> Vec<u64> {
+        self.drain_where(|node, _| node == importer)
+    }
+
+    /// References held for instances of `importer` other than `current` (it restarted: its old
+    /// imports died with the old process), to release.
+    pub fn drain_stale(&mut self, importer: NodeId, current: InstanceId) -> Vec<u64> {
+        self.drain_where(|node, inst| node == importer && inst != current)
+    }
+
+    fn drain_where(&mut self, pred: impl Fn(NodeId, InstanceId) -> bool) -> Vec<u64> {
+        let keys: Vec<_> = self.held.iter().filter(|(k, h)| pred(k.0, h.instance)).map(|(k, _)| *k).collect();
+        let mut refs: Vec<u64> = keys.iter().filter_map(|k| self.held.remove(k)).map(|h| h.export_ref).collect();
+        refs.sort_unstable();
+        refs
+    }
+
+    /// Number of references held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ImportState {
+    /// Asked the exporter; no answer yet. Holds an unimport that arrived meanwhile.
+    Requested { unimport: Option<u64> },
+    /// The exporter holds a reference for it.
+    Held,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Import {
+    exporter: NodeId,
+    state: ImportState,
+}
+
+/// What to do when an unimport event arrives or an import answer lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnimportStep {
+    /// Ask the exporter to drop its reference, then finish `unimport_event_id`.
+    TellExporter {
+        /// The exporter.
+        exporter: NodeId,
+        /// Token to finish afterwards.
+        unimport_event_id: u64,
+    },
+    /// Nothing is held remotely: finish `unimport_event_id` now.
+    FinishNow {
+        /// Token to finish.
+        unimport_event_id: u64,
+    },
+    /// The import is still being answered; the unimport will be handled when it lands.
+    Deferred,
+}
+
+/// Importer side: this node's imports from remote exporters, by MEM_IMPORT event ID.
+#[derive(Debug, Default)]
+pub struct Imports {
+    imports: HashMap<u64, Import>,
+}
+
+impl Imports {
+    /// A MEM_IMPORT event was forwarded to `exporter`.
+    pub fn requested(&mut self, import_event_id: u64, exporter: NodeId) {
+        self.imports.insert(import_event_id, Import { exporter, state: ImportState::Requested { unimport: None } });
+    }
+
+    /// The exporter answered. `held` is whether it now holds a reference (success). Returns
+    /// the step for an unimport that arrived while the request was in flight.
+    pub fn answered(&mut self, import_event_id: u64, held: bool) -> Option<UnimportStep> {
+        let entry = self.imports.get_mut(&import_event_id)?;
+        let pending = match entry.state {
+            ImportState::Requested { unimport } => unimport,
+            ImportState::Held => None,
+        };
+        let exporter = entry.exporter;
+        if held {
+            entry.state = ImportState::Held;
+        } else {
+            // A failed import posts no unimport later; forget it.
+            self.imports.remove(&import_event_id);
+        }
+        let unimport_event_id = pending?;
+        if held {
+            self.imports.remove(&import_event_id);
+            Some(UnimportStep::TellExporter { exporter, unimport_event_id })
+        } else {
+            Some(UnimportStep::FinishNow { unimport_event_id })
+        }
+    }
+
+    /// An unimport event for `import_event_id` arrived.
+    pub fn unimport(&mut self, import_event_id: u64, unimport_event_id: u64) -> UnimportStep {
+        match self.imports.get_mut(&import_event_id) {
+            Some(Import { state: ImportState::Requested { unimport }, .. }) => {
+                *unimport = Some(unimport_event_id);
+                UnimportStep::Deferred
+            }
+            Some(Import { exporter, state: ImportState::Held }) => {
+                let exporter = *exporter;
+                self.imports.remove(&import_event_id);
+                UnimportStep::TellExporter { exporter, unimport_event_id }
+            }
+            None => UnimportStep::FinishNow { unimport_event_id },
+        }
+    }
+
+    /// The exporter is gone (restarted or cleaned up): forget its imports. Returns unimports
+    /// that were waiting on its answers, to finish now.
+    pub fn drain_exporter(&mut self, exporter: NodeId) -> Vec<u64> {
+        let ids: Vec<u64> = self.imports.iter().filter(|(_, i)| i.exporter == exporter).map(|(id, _)| *id).collect();
+        let mut finish = Vec::new();
+        for id in ids {
+            if let Some(Import { state: ImportState::Requested { unimport: Some(u) }, .. }) = self.imports.remove(&id) {
+                finish.push(u);
+            }
+        }
+        finish.sort_unstable();
+        finish
+    }
+
+    /// Imports known (requested or held).
+    pub fn len(&self) -> usize {
+        self.imports.len()
+    }
+
+    /// True when none.
+    pub fn is_empty(&self) -> bool {
+        self.imports.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: NodeId = NodeId(1);
+    const B: NodeId = NodeId(2);
+
+    #[test]
+    fn export_refs_released_once_by_unimport_or_departure() {
+        let mut t = ExportRefs::default();
+        assert_eq!(t.insert(B, InstanceId(1), 10, 100), None);
+        assert_eq!(t.insert(B, InstanceId(1), 11, 101), None);
+        assert_eq!(t.insert(A, InstanceId(5), 10, 102), None);
+        assert_eq!(t.remove(B, 10), Some(100));
+        assert_eq!(t.remove(B, 10), None, "a second unimport releases nothing");
+        assert_eq!(t.drain_stale(B, InstanceId(1)), Vec::<u64>::new());
+        assert_eq!(t.drain_stale(B, InstanceId(2)), vec![101], "restarted importer");
+        assert_eq!(t.drain_node(A), vec![102]);
+        assert!(t.is_empty());
+        assert_eq!(t.insert(B, InstanceId(1), 12, 103), None);
+        assert_eq!(t.insert(B, InstanceId(1), 12, 104), Some(103), "a retried request swaps refs");
+    }
+
+    #[test]
+    fn unimport_paths() {
+        let mut t = Imports::default();
+        t.requested(1, A);
+        assert_eq!(t.answered(1, true), None);
+        assert_eq!(t.unimport(1, 50), UnimportStep::TellExporter { exporter: A, unimport_event_id: 50 });
+        assert!(t.is_empty());
+
+        // Unimport while the request is in flight: deferred, then told once the answer lands.
+        t.requested(2, A);
+        assert_eq!(t.unimport(2, 51), UnimportStep::Deferred);
+        assert_eq!(t.answered(2, true), Some(UnimportStep::TellExporter { exporter: A, unimport_event_id: 51 }));
+        t.requested(3, A);
+        assert_eq!(t.unimport(3, 52), UnimportStep::Deferred);
+        assert_eq!(t.answered(3, false), Some(UnimportStep::FinishNow { unimport_event_id: 52 }));
+
+        // Unknown (failed earlier, or exporter gone): finish now.
+        assert_eq!(t.unimport(99, 53), UnimportStep::FinishNow { unimport_event_id: 53 });
+
+        // Exporter gone: in-flight unimports finish, held imports are forgotten.
+        t.requested(4, B);
+        t.requested(5, B);
+        t.answered(5, true);
+        assert_eq!(t.unimport(4, 54), UnimportStep::Deferred);
+        assert_eq!(t.drain_exporter(B), vec![54]);
+        assert!(t.is_empty());
+        assert_eq!(t.answered(4, true), None, "a late answer after clean-up does nothing");
+    }
+}
