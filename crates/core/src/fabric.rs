@@ -26,13 +26,29 @@ pub struct ExportRefs {
 impl ExportRefs {
     /// Records a reference taken for `importer`'s import. A reference already recorded under
     /// the same key (a retried request) is returned, to be released: one import, one reference.
-    pub fn insert(&mut self, importer: NodeId, instance: InstanceId, import_event_id: u64, export_ref: u64) -> Option<u64> {
-        self.held.insert((importer, import_event_id), Held { instance, export_ref }).map(|h| h.export_ref)
+    pub fn insert(
+        &mut self,
+        importer: NodeId,
+        instance: InstanceId,
+        import_event_id: u64,
+        export_ref: u64,
+    ) -> Option<u64> {
+        self.held
+            .insert(
+                (importer, import_event_id),
+                Held {
+                    instance,
+                    export_ref,
+                },
+            )
+            .map(|h| h.export_ref)
     }
 
     /// The importer unimported: the reference to release, if one is held.
     pub fn remove(&mut self, importer: NodeId, import_event_id: u64) -> Option<u64> {
-        self.held.remove(&(importer, import_event_id)).map(|h| h.export_ref)
+        self.held
+            .remove(&(importer, import_event_id))
+            .map(|h| h.export_ref)
     }
 
     /// Every reference held for `importer` (it is gone), to release.
@@ -47,8 +63,17 @@ impl ExportRefs {
     }
 
     fn drain_where(&mut self, pred: impl Fn(NodeId, InstanceId) -> bool) -> Vec<u64> {
-        let keys: Vec<_> = self.held.iter().filter(|(k, h)| pred(k.0, h.instance)).map(|(k, _)| *k).collect();
-        let mut refs: Vec<u64> = keys.iter().filter_map(|k| self.held.remove(k)).map(|h| h.export_ref).collect();
+        let keys: Vec<_> = self
+            .held
+            .iter()
+            .filter(|(k, h)| pred(k.0, h.instance))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut refs: Vec<u64> = keys
+            .iter()
+            .filter_map(|k| self.held.remove(k))
+            .map(|h| h.export_ref)
+            .collect();
         refs.sort_unstable();
         refs
     }
@@ -106,7 +131,13 @@ pub struct Imports {
 impl Imports {
     /// A MEM_IMPORT event was forwarded to `exporter`.
     pub fn requested(&mut self, import_event_id: u64, exporter: NodeId) {
-        self.imports.insert(import_event_id, Import { exporter, state: ImportState::Requested { unimport: None } });
+        self.imports.insert(
+            import_event_id,
+            Import {
+                exporter,
+                state: ImportState::Requested { unimport: None },
+            },
+        );
     }
 
     /// The exporter answered. `held` is whether it now holds a reference (success). Returns
@@ -127,7 +158,10 @@ impl Imports {
         let unimport_event_id = pending?;
         if held {
             self.imports.remove(&import_event_id);
-            Some(UnimportStep::TellExporter { exporter, unimport_event_id })
+            Some(UnimportStep::TellExporter {
+                exporter,
+                unimport_event_id,
+            })
         } else {
             Some(UnimportStep::FinishNow { unimport_event_id })
         }
@@ -136,14 +170,23 @@ impl Imports {
     /// An unimport event for `import_event_id` arrived.
     pub fn unimport(&mut self, import_event_id: u64, unimport_event_id: u64) -> UnimportStep {
         match self.imports.get_mut(&import_event_id) {
-            Some(Import { state: ImportState::Requested { unimport }, .. }) => {
+            Some(Import {
+                state: ImportState::Requested { unimport },
+                ..
+            }) => {
                 *unimport = Some(unimport_event_id);
                 UnimportStep::Deferred
             }
-            Some(Import { exporter, state: ImportState::Held }) => {
+            Some(Import {
+                exporter,
+                state: ImportState::Held,
+            }) => {
                 let exporter = *exporter;
                 self.imports.remove(&import_event_id);
-                UnimportStep::TellExporter { exporter, unimport_event_id }
+                UnimportStep::TellExporter {
+                    exporter,
+                    unimport_event_id,
+                }
             }
             None => UnimportStep::FinishNow { unimport_event_id },
         }
@@ -152,10 +195,19 @@ impl Imports {
     /// The exporter is gone (restarted or cleaned up): forget its imports. Returns unimports
     /// that were waiting on its answers, to finish now.
     pub fn drain_exporter(&mut self, exporter: NodeId) -> Vec<u64> {
-        let ids: Vec<u64> = self.imports.iter().filter(|(_, i)| i.exporter == exporter).map(|(id, _)| *id).collect();
+        let ids: Vec<u64> = self
+            .imports
+            .iter()
+            .filter(|(_, i)| i.exporter == exporter)
+            .map(|(id, _)| *id)
+            .collect();
         let mut finish = Vec::new();
         for id in ids {
-            if let Some(Import { state: ImportState::Requested { unimport: Some(u) }, .. }) = self.imports.remove(&id) {
+            if let Some(Import {
+                state: ImportState::Requested { unimport: Some(u) },
+                ..
+            }) = self.imports.remove(&id)
+            {
                 finish.push(u);
             }
         }
@@ -190,11 +242,19 @@ mod tests {
         assert_eq!(t.remove(B, 10), Some(100));
         assert_eq!(t.remove(B, 10), None, "a second unimport releases nothing");
         assert_eq!(t.drain_stale(B, InstanceId(1)), Vec::<u64>::new());
-        assert_eq!(t.drain_stale(B, InstanceId(2)), vec![101], "restarted importer");
+        assert_eq!(
+            t.drain_stale(B, InstanceId(2)),
+            vec![101],
+            "restarted importer"
+        );
         assert_eq!(t.drain_node(A), vec![102]);
         assert!(t.is_empty());
         assert_eq!(t.insert(B, InstanceId(1), 12, 103), None);
-        assert_eq!(t.insert(B, InstanceId(1), 12, 104), Some(103), "a retried request swaps refs");
+        assert_eq!(
+            t.insert(B, InstanceId(1), 12, 104),
+            Some(103),
+            "a retried request swaps refs"
+        );
     }
 
     #[test]
@@ -202,19 +262,41 @@ mod tests {
         let mut t = Imports::default();
         t.requested(1, A);
         assert_eq!(t.answered(1, true), None);
-        assert_eq!(t.unimport(1, 50), UnimportStep::TellExporter { exporter: A, unimport_event_id: 50 });
+        assert_eq!(
+            t.unimport(1, 50),
+            UnimportStep::TellExporter {
+                exporter: A,
+                unimport_event_id: 50
+            }
+        );
         assert!(t.is_empty());
 
         // Unimport while the request is in flight: deferred, then told once the answer lands.
         t.requested(2, A);
         assert_eq!(t.unimport(2, 51), UnimportStep::Deferred);
-        assert_eq!(t.answered(2, true), Some(UnimportStep::TellExporter { exporter: A, unimport_event_id: 51 }));
+        assert_eq!(
+            t.answered(2, true),
+            Some(UnimportStep::TellExporter {
+                exporter: A,
+                unimport_event_id: 51
+            })
+        );
         t.requested(3, A);
         assert_eq!(t.unimport(3, 52), UnimportStep::Deferred);
-        assert_eq!(t.answered(3, false), Some(UnimportStep::FinishNow { unimport_event_id: 52 }));
+        assert_eq!(
+            t.answered(3, false),
+            Some(UnimportStep::FinishNow {
+                unimport_event_id: 52
+            })
+        );
 
         // Unknown (failed earlier, or exporter gone): finish now.
-        assert_eq!(t.unimport(99, 53), UnimportStep::FinishNow { unimport_event_id: 53 });
+        assert_eq!(
+            t.unimport(99, 53),
+            UnimportStep::FinishNow {
+                unimport_event_id: 53
+            }
+        );
 
         // Exporter gone: in-flight unimports finish, held imports are forgotten.
         t.requested(4, B);
@@ -223,6 +305,10 @@ mod tests {
         assert_eq!(t.unimport(4, 54), UnimportStep::Deferred);
         assert_eq!(t.drain_exporter(B), vec![54]);
         assert!(t.is_empty());
-        assert_eq!(t.answered(4, true), None, "a late answer after clean-up does nothing");
+        assert_eq!(
+            t.answered(4, true),
+            None,
+            "a late answer after clean-up does nothing"
+        );
     }
 }

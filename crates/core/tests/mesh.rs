@@ -94,7 +94,11 @@ fn goodbye_marks_departure_not_failure() {
     net.start_all();
     net.run_until(10 * SEC, Net::all_up).unwrap();
     net.shutdown(2);
-    let left = net.log.iter().filter(|(_, a)| matches!(a, Action::PeerLeft { peer, .. } if peer.index() == 2)).count();
+    let left = net
+        .log
+        .iter()
+        .filter(|(_, a)| matches!(a, Action::PeerLeft { peer, .. } if peer.index() == 2))
+        .count();
     assert_eq!(left, 2, "both peers record the departure once");
     for i in 0..2 {
         assert_eq!(net.cell(i, 2), ConnStatus::Disconnected);

@@ -62,10 +62,15 @@ impl Status {
 
     /// Parses [`Status::as_str`]; unknown words are `Other`.
     pub fn parse(s: &str) -> Self {
-        [Self::InsufficientPermissions, Self::ObjectNotFound, Self::InvalidState, Self::InvalidArgument]
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .unwrap_or(Self::Other)
+        [
+            Self::InsufficientPermissions,
+            Self::ObjectNotFound,
+            Self::InvalidState,
+            Self::InvalidArgument,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .unwrap_or(Self::Other)
     }
 }
 
@@ -171,11 +176,20 @@ pub trait Driver: Send + Sync + 'static {
     fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError>;
     /// Exporter side: takes a reference on export (`uuid`, `index`) for an importer on
     /// `channel` and describes it. Returns the reference to release later.
-    fn describe_export(&self, uuid: [u8; 16], index: u16, channel: u32) -> Result<(u64, Pages), DriverError>;
+    fn describe_export(
+        &self,
+        uuid: [u8; 16],
+        index: u16,
+        channel: u32,
+    ) -> Result<(u64, Pages), DriverError>;
     /// Exporter side: drops a reference taken by [`Driver::describe_export`].
     fn release_export_ref(&self, export_ref: u64) -> Result<(), DriverError>;
     /// Importer side: completes the import `event_id` with pages, or fails it with a status.
-    fn validate_import(&self, event_id: u64, result: Result<Pages, Status>) -> Result<(), DriverError>;
+    fn validate_import(
+        &self,
+        event_id: u64,
+        result: Result<Pages, Status>,
+    ) -> Result<(), DriverError>;
     /// Importer side: acknowledges unimports, waking the blocked releasers.
     fn finish_unimport(&self, ids: &[u64]) -> Result<(), DriverError>;
     /// Disables every local client that imported from `node` (lost node clean-up).
@@ -194,12 +208,17 @@ impl Driver for NoGpu {
     }
 
     fn open_session(&self, _node: NodeId) -> Result<SessionInfo, DriverError> {
-        let mut open = self.session.lock().map_err(|_| DriverError::Lost("poisoned".into()))?;
+        let mut open = self
+            .session
+            .lock()
+            .map_err(|_| DriverError::Lost("poisoned".into()))?;
         if *open {
             return Err(DriverError::SessionBusy);
         }
         *open = true;
-        Ok(SessionInfo { version: "NO_GPU".to_string() })
+        Ok(SessionInfo {
+            version: "NO_GPU".to_string(),
+        })
     }
 
     fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError> {
@@ -208,7 +227,11 @@ impl Driver for NoGpu {
     }
 
     fn describe_export(&self, _: [u8; 16], _: u16, _: u32) -> Result<(u64, Pages), DriverError> {
-        Err(DriverError::Refused { call: "describe", status: Status::ObjectNotFound, detail: "no GPU on this node".into() })
+        Err(DriverError::Refused {
+            call: "describe",
+            status: Status::ObjectNotFound,
+            detail: "no GPU on this node".into(),
+        })
     }
 
     fn release_export_ref(&self, _: u64) -> Result<(), DriverError> {
@@ -257,22 +280,39 @@ mod tests {
     fn nogpu_has_one_session_slot() {
         let d = open(&Backend::NoGpu).unwrap();
         assert_eq!(d.open_session(NodeId(3)).unwrap().version, "NO_GPU");
-        assert!(matches!(d.open_session(NodeId(3)), Err(DriverError::SessionBusy)));
+        assert!(matches!(
+            d.open_session(NodeId(3)),
+            Err(DriverError::SessionBusy)
+        ));
     }
 
     #[test]
     fn unavailable_backends_say_how_to_choose() {
         for b in [Backend::Auto, Backend::Nvidia] {
             let e = open(&b).err().unwrap().to_string();
-            assert!(e.contains("OPENIMEX_DRIVER=nogpu") && e.contains("--nogpu"), "{e}");
+            assert!(
+                e.contains("OPENIMEX_DRIVER=nogpu") && e.contains("--nogpu"),
+                "{e}"
+            );
         }
-        let e = open(&Backend::Sim("/nonexistent/openimex-node".into())).err().unwrap().to_string();
-        assert!(e.contains("/nonexistent/openimex-node") && e.contains("openimex gpu"), "{e}");
+        let e = open(&Backend::Sim("/nonexistent/openimex-node".into()))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("/nonexistent/openimex-node") && e.contains("openimex gpu"),
+            "{e}"
+        );
     }
 
     #[test]
     fn status_words_round_trip() {
-        for s in [Status::InsufficientPermissions, Status::ObjectNotFound, Status::InvalidState, Status::InvalidArgument] {
+        for s in [
+            Status::InsufficientPermissions,
+            Status::ObjectNotFound,
+            Status::InvalidState,
+            Status::InvalidArgument,
+        ] {
             assert_eq!(Status::parse(s.as_str()), s);
         }
         assert_eq!(Status::parse("nonsense"), Status::Other);

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use openimex_core::NodeId;
 use openimex_simgpu::handle::ExportUuid;
-use openimex_simgpu::proto::{self, FabricEvent, FabricPages, NvStatus, Request, Response, Validation};
+use openimex_simgpu::proto::{
+    self, FabricEvent, FabricPages, NvStatus, Request, Response, Validation,
+};
 
 use crate::{Driver, DriverError, Event, Pages, SessionInfo, Status};
 
@@ -59,18 +61,35 @@ impl SimDriver {
                 fix: "start it first with `openimex gpu --node-dir DIR --fabric-dir DIR --slot N`, and point OPENIMEX_SIM_NODE_DIR at DIR",
             })
         };
-        let driver = Self { session: Mutex::new(open()?), control: Mutex::new(open()?), token: Mutex::new(None), path };
+        let driver = Self {
+            session: Mutex::new(open()?),
+            control: Mutex::new(open()?),
+            token: Mutex::new(None),
+            path,
+        };
         let pid = std::process::id();
         driver.call(&driver.session, "hello", &Request::Hello { pid })?;
         driver.call(&driver.control, "hello", &Request::Hello { pid })?;
         Ok(driver)
     }
 
-    fn call(&self, conn: &Mutex<UnixStream>, what: &'static str, req: &Request) -> Result<Response, DriverError> {
-        let sock = conn.lock().map_err(|_| DriverError::Lost("driver connection lock poisoned".into()))?;
-        let resp = proto::call(&sock, req, &[]).map_err(|e| DriverError::Lost(format!("{}: {e}", self.path.display())))?;
+    fn call(
+        &self,
+        conn: &Mutex<UnixStream>,
+        what: &'static str,
+        req: &Request,
+    ) -> Result<Response, DriverError> {
+        let sock = conn
+            .lock()
+            .map_err(|_| DriverError::Lost("driver connection lock poisoned".into()))?;
+        let resp = proto::call(&sock, req, &[])
+            .map_err(|e| DriverError::Lost(format!("{}: {e}", self.path.display())))?;
         match resp {
-            Response::Error { status: s, detail } => Err(DriverError::Refused { call: what, status: status(s), detail }),
+            Response::Error { status: s, detail } => Err(DriverError::Refused {
+                call: what,
+                status: status(s),
+                detail,
+            }),
             other => Ok(other),
         }
     }
@@ -79,7 +98,11 @@ impl SimDriver {
         self.token
             .lock()
             .map_err(|_| DriverError::Lost("token lock poisoned".into()))?
-            .ok_or(DriverError::Refused { call: "control", status: Status::InvalidState, detail: "no session".into() })
+            .ok_or(DriverError::Refused {
+                call: "control",
+                status: Status::InvalidState,
+                detail: "no session".into(),
+            })
     }
 
     fn control(&self, what: &'static str, req: &Request) -> Result<Response, DriverError> {
@@ -97,10 +120,19 @@ impl Driver for SimDriver {
     }
 
     fn open_session(&self, node: NodeId) -> Result<SessionInfo, DriverError> {
-        match self.call(&self.session, "open session", &Request::OpenSession { node_id: node.0 }) {
+        match self.call(
+            &self.session,
+            "open session",
+            &Request::OpenSession { node_id: node.0 },
+        ) {
             Ok(Response::Session { token }) => {
-                *self.token.lock().map_err(|_| DriverError::Lost("token lock poisoned".into()))? = Some(token);
-                Ok(SessionInfo { version: SIM_VERSION.to_string() })
+                *self
+                    .token
+                    .lock()
+                    .map_err(|_| DriverError::Lost("token lock poisoned".into()))? = Some(token);
+                Ok(SessionInfo {
+                    version: SIM_VERSION.to_string(),
+                })
             }
             Ok(other) => Err(unexpected("open session", &other)),
             Err(DriverError::Refused { .. }) => Err(DriverError::SessionBusy),
@@ -111,37 +143,102 @@ impl Driver for SimDriver {
     fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError> {
         let token = self.token()?;
         let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        let resp = self.call(&self.session, "get events", &Request::GetEvents { token, max: 128, wait_ms })?;
-        let Response::Events { events, .. } = resp else { return Err(unexpected("get events", &resp)) };
+        let resp = self.call(
+            &self.session,
+            "get events",
+            &Request::GetEvents {
+                token,
+                max: 128,
+                wait_ms,
+            },
+        )?;
+        let Response::Events { events, .. } = resp else {
+            return Err(unexpected("get events", &resp));
+        };
         Ok(events
             .into_iter()
             .filter_map(|e| match e {
-                FabricEvent::Import { event_id, channel, export_uuid, index, export_node, .. } => {
+                FabricEvent::Import {
+                    event_id,
+                    channel,
+                    export_uuid,
+                    index,
+                    export_node,
+                    ..
+                } => {
                     let uuid = ExportUuid::from_hex(&export_uuid).ok()?;
-                    Some(Event::Import { event_id, channel, export_uuid: uuid.0, index, export_node: NodeId(export_node) })
+                    Some(Event::Import {
+                        event_id,
+                        channel,
+                        export_uuid: uuid.0,
+                        index,
+                        export_node: NodeId(export_node),
+                    })
                 }
-                FabricEvent::Unimport { unimport_event_id, import_event_id, export_node } => {
-                    Some(Event::Unimport { unimport_event_id, import_event_id, export_node: NodeId(export_node) })
-                }
+                FabricEvent::Unimport {
+                    unimport_event_id,
+                    import_event_id,
+                    export_node,
+                } => Some(Event::Unimport {
+                    unimport_event_id,
+                    import_event_id,
+                    export_node: NodeId(export_node),
+                }),
             })
             .collect())
     }
 
-    fn describe_export(&self, uuid: [u8; 16], index: u16, channel: u32) -> Result<(u64, Pages), DriverError> {
+    fn describe_export(
+        &self,
+        uuid: [u8; 16],
+        index: u16,
+        channel: u32,
+    ) -> Result<(u64, Pages), DriverError> {
         let token = self.token()?;
         let export_uuid = ExportUuid(uuid).to_hex();
-        let resp = self.control("describe export", &Request::DescribeExport { token, export_uuid, index, channel })?;
-        let Response::Described { export_ref, pages } = resp else { return Err(unexpected("describe", &resp)) };
-        let FabricPages { size, page_size, pfns, clique_id } = pages;
-        Ok((export_ref, Pages { size, page_size, pfns, clique_id }))
+        let resp = self.control(
+            "describe export",
+            &Request::DescribeExport {
+                token,
+                export_uuid,
+                index,
+                channel,
+            },
+        )?;
+        let Response::Described { export_ref, pages } = resp else {
+            return Err(unexpected("describe", &resp));
+        };
+        let FabricPages {
+            size,
+            page_size,
+            pfns,
+            clique_id,
+        } = pages;
+        Ok((
+            export_ref,
+            Pages {
+                size,
+                page_size,
+                pfns,
+                clique_id,
+            },
+        ))
     }
 
     fn release_export_ref(&self, export_ref: u64) -> Result<(), DriverError> {
         let token = self.token()?;
-        self.control("release export ref", &Request::ReleaseExportRef { token, export_ref }).map(drop)
+        self.control(
+            "release export ref",
+            &Request::ReleaseExportRef { token, export_ref },
+        )
+        .map(drop)
     }
 
-    fn validate_import(&self, import_event_id: u64, result: Result<Pages, Status>) -> Result<(), DriverError> {
+    fn validate_import(
+        &self,
+        import_event_id: u64,
+        result: Result<Pages, Status>,
+    ) -> Result<(), DriverError> {
         let token = self.token()?;
         let result = match result {
             Ok(p) => Validation::Pages(FabricPages {
@@ -152,17 +249,35 @@ impl Driver for SimDriver {
             }),
             Err(s) => Validation::Failed(nv(s)),
         };
-        self.control("validate", &Request::Validate { token, import_event_id, result }).map(drop)
+        self.control(
+            "validate",
+            &Request::Validate {
+                token,
+                import_event_id,
+                result,
+            },
+        )
+        .map(drop)
     }
 
     fn finish_unimport(&self, ids: &[u64]) -> Result<(), DriverError> {
         let token = self.token()?;
-        let req = Request::FinishUnimport { token, unimport_event_ids: ids.to_vec() };
+        let req = Request::FinishUnimport {
+            token,
+            unimport_event_ids: ids.to_vec(),
+        };
         self.control("finish unimport", &req).map(drop)
     }
 
     fn disable_importers(&self, node: NodeId) -> Result<(), DriverError> {
         let token = self.token()?;
-        self.control("disable importers", &Request::DisableImporters { token, node: node.0 }).map(drop)
+        self.control(
+            "disable importers",
+            &Request::DisableImporters {
+                token,
+                node: node.0,
+            },
+        )
+        .map(drop)
     }
 }

@@ -5,10 +5,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use openimex_core::{
-    Action, ConnStatus, DaemonState, Hello, InstanceId, LinkView, Mesh, Mismatch, NodeId, Verdict,
+    Action, ConnStatus, DaemonState, ExportRefs, Hello, Imports, InstanceId, LinkView, Mesh,
+    Mismatch, NodeId, Verdict,
 };
 use openimex_driver::Driver;
 use openimex_proto::peer::{GoodbyeRequest, SessionMsg, peer_client::PeerClient};
@@ -20,6 +23,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::convert;
 use crate::error::DaemonError;
+use crate::fabric::{self, FabricInput};
 use crate::peer_client;
 use crate::settings::Settings;
 
@@ -70,6 +74,8 @@ pub(crate) enum Input {
     },
     /// A snapshot for the command service or a peer's status query.
     Snapshot { reply: oneshot::Sender<Snapshot> },
+    /// Export/import traffic (driver events, peer requests, driver results).
+    Fabric(FabricInput),
 }
 
 /// An open outbound session.
@@ -95,12 +101,20 @@ pub(crate) struct Snapshot {
 }
 
 pub(crate) struct Engine {
-    mesh: Mesh,
-    settings: Settings,
-    driver: Box<dyn Driver>,
-    driver_version: String,
-    tx: mpsc::Sender<Input>,
-    sessions: HashMap<NodeId, (u64, OutLink)>,
+    pub(crate) mesh: Mesh,
+    pub(crate) settings: Settings,
+    pub(crate) driver: Arc<dyn Driver>,
+    pub(crate) driver_version: String,
+    pub(crate) tx: mpsc::Sender<Input>,
+    pub(crate) sessions: HashMap<NodeId, (u64, OutLink)>,
+    /// Exporter side: references held for remote importers.
+    pub(crate) export_refs: ExportRefs,
+    /// Importer side: imports forwarded to exporters.
+    pub(crate) imports: Imports,
+    /// Unimports to deliver to exporters that were unreachable when they happened.
+    pub(crate) pending_unimports: HashMap<NodeId, Vec<u64>>,
+    /// Stops the driver event thread.
+    pump_stop: Arc<AtomicBool>,
     state_tx: watch::Sender<DaemonState>,
     goodbyes: Vec<(NodeId, Channel)>,
     heartbeat_seq: u64,
@@ -118,10 +132,14 @@ impl Engine {
         Self {
             mesh,
             settings,
-            driver,
+            driver: Arc::from(driver),
             driver_version: String::new(),
             tx,
             sessions: HashMap::new(),
+            export_refs: ExportRefs::default(),
+            imports: Imports::default(),
+            pending_unimports: HashMap::new(),
+            pump_stop: Arc::new(AtomicBool::new(false)),
             state_tx,
             goodbyes: Vec::new(),
             heartbeat_seq: 0,
@@ -154,7 +172,7 @@ impl Engine {
                 () = &mut shutdown => break,
                 input = rx.recv() => {
                     let Some(input) = input else { return Err(DaemonError::EngineGone) };
-                    self.handle(input);
+                    self.handle(input)?;
                 }
                 () = timer => self.mesh.handle_timeout(Self::now()),
             }
@@ -164,6 +182,7 @@ impl Engine {
             "Shutting down: saying goodbye to {} connected peers",
             self.sessions.len()
         );
+        self.pump_stop.store(true, Ordering::Relaxed);
         self.mesh.handle_shutdown(Self::now());
         self.drain()?;
         let me = convert::identity(&self.mesh.hello(), &self.driver_version);
@@ -194,7 +213,7 @@ impl Engine {
             tokio::select! {
                 () = &mut all => break,
                 input = rx.recv() => match input {
-                    Some(input) => { self.handle(input); self.drain()?; }
+                    Some(input) => { self.handle(input)?; self.drain()?; }
                     None => break,
                 },
             }
@@ -205,7 +224,7 @@ impl Engine {
         Ok(())
     }
 
-    fn handle(&mut self, input: Input) {
+    fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
         let now = Self::now();
         match input {
             Input::Hello { hello, reply } => {
@@ -221,7 +240,7 @@ impl Engine {
                 if self.sessions.get(&peer).is_some_and(|(a, _)| *a > attempt) {
                     // A late answer to a superseded attempt: never replace a newer session.
                     link.reader.abort();
-                    return;
+                    return Ok(());
                 }
                 // Hold the link before the mesh decides, so a CloseSession it emits finds it.
                 if let Some((_, old)) = self.sessions.insert(peer, (attempt, link)) {
@@ -285,7 +304,11 @@ impl Engine {
                     peers,
                 });
             }
+            Input::Fabric(f) => {
+                self.handle_fabric(f).map_err(DaemonError::DriverLost)?;
+            }
         }
+        Ok(())
     }
 
     /// Performs every pending action of the mesh.
@@ -324,11 +347,21 @@ impl Engine {
                     times_connected,
                 } => {
                     self.log_link(peer, from, to, &reason, times_connected);
+                    if to == ConnStatus::Connected {
+                        self.flush_pending_unimports(peer);
+                    }
                 }
                 Action::PeerRestarted { peer, old, new } => {
                     warn!(
                         "Node {peer} restarted (instance {old} -> {new}): its previous imports and exports are gone"
                     );
+                    self.peer_gone(peer, Some(new));
+                }
+                Action::PeerLeft { peer, instance } => {
+                    info!(
+                        "Node {peer} (instance {instance}) left: ending its imports and exports here"
+                    );
+                    self.peer_gone(peer, None);
                 }
                 Action::StateChanged { from, to } => {
                     info!("IMEX daemon state {from} -> {to}");
@@ -343,6 +376,11 @@ impl Engine {
                         info.version
                     );
                     self.driver_version = info.version;
+                    fabric::spawn_event_pump(
+                        self.driver.clone(),
+                        self.tx.clone(),
+                        self.pump_stop.clone(),
+                    );
                     self.mesh.handle_driver_ready(Self::now());
                 }
             }

@@ -39,6 +39,9 @@ pub enum DaemonError {
         /// The transport error.
         source: tonic::transport::Error,
     },
+    /// The GPU driver went away (its session is gone; a new daemon start opens a new one).
+    #[error("lost the GPU driver: {0}; restart the daemon once the driver is back")]
+    DriverLost(String),
     /// The engine stopped unexpectedly.
     #[error("the daemon engine stopped unexpectedly")]
     EngineGone,

@@ -18,6 +18,7 @@ mod convert;
 pub mod daemonize;
 mod engine;
 mod error;
+mod fabric;
 pub mod logging;
 mod peer_client;
 mod peer_server;

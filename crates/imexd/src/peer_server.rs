@@ -5,8 +5,9 @@ use std::pin::Pin;
 
 use openimex_core::{NodeId, Verdict};
 use openimex_proto::peer::{
-    GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, NodeStatus, NodeStatusRequest,
-    Refusal, SessionMsg, peer_server::Peer,
+    GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, ImportReply, ImportRequest,
+    NodeStatus, NodeStatusRequest, Refusal, SessionMsg, UnimportReply, UnimportRequest,
+    peer_server::Peer,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
@@ -15,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert;
 use crate::engine::{Input, Snapshot};
+use crate::fabric::{self, FabricInput};
 
 /// The peer gRPC service.
 pub(crate) struct PeerService {
@@ -127,6 +129,66 @@ impl Peer for PeerService {
         rx.await
             .map_err(|_| Status::unavailable("daemon is stopping"))?;
         Ok(Response::new(GoodbyeReply {}))
+    }
+
+    async fn import(
+        &self,
+        request: Request<ImportRequest>,
+    ) -> Result<Response<ImportReply>, Status> {
+        let req = request.into_inner();
+        let from = req
+            .from
+            .ok_or_else(|| Status::invalid_argument("import without identity"))?;
+        let from = convert::hello(&from).map_err(Status::invalid_argument)?;
+        let uuid: [u8; 16] = req
+            .export_uuid
+            .as_slice()
+            .try_into()
+            .map_err(|_| Status::invalid_argument("export UUID must be 16 bytes"))?;
+        let index =
+            u16::try_from(req.index).map_err(|_| Status::invalid_argument("index out of range"))?;
+        let (reply, rx) = oneshot::channel();
+        let input = FabricInput::PeerImport {
+            from,
+            import_event_id: req.import_event_id,
+            uuid,
+            index,
+            channel: req.channel,
+            reply,
+        };
+        self.engine
+            .send(Input::Fabric(input))
+            .await
+            .map_err(|_| Status::unavailable("daemon is stopping"))?;
+        let answer = rx
+            .await
+            .map_err(|_| Status::unavailable("daemon is stopping"))?;
+        Ok(Response::new(fabric::reply_of(answer)))
+    }
+
+    async fn unimport(
+        &self,
+        request: Request<UnimportRequest>,
+    ) -> Result<Response<UnimportReply>, Status> {
+        let req = request.into_inner();
+        let from = req
+            .from
+            .ok_or_else(|| Status::invalid_argument("unimport without identity"))?;
+        let from = convert::hello(&from).map_err(Status::invalid_argument)?;
+        let (reply, rx) = oneshot::channel();
+        let input = FabricInput::PeerUnimport {
+            from,
+            import_event_id: req.import_event_id,
+            reply,
+        };
+        self.engine
+            .send(Input::Fabric(input))
+            .await
+            .map_err(|_| Status::unavailable("daemon is stopping"))?;
+        let released = rx
+            .await
+            .map_err(|_| Status::unavailable("daemon is stopping"))?;
+        Ok(Response::new(UnimportReply { released }))
     }
 
     async fn status(

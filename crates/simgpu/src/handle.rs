@@ -107,7 +107,7 @@ fn hex(b: &[u8]) -> String {
 
 fn unhex(s: &str) -> Result<Vec<u8>, NvStatus> {
     let s = s.trim();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(NvStatus::InvalidArgument);
     }
     (0..s.len())
