@@ -148,7 +148,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cfg,
         settings,
         world,
-        backend,
+        driver,
     })
 }
 
@@ -157,7 +157,7 @@ fn start(args: Args) -> Result<()> {
         cfg,
         settings,
         world,
-        backend,
+        driver,
     } = prepare(&args)?;
     let mut ready = if cfg.daemonize {
         daemonize::daemonize().context("cannot fork into the background")?
