@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 use crate::HarnessError;
 use crate::addr::AddrBlock;
 use crate::domain::{DomainView, LinksView};
+use crate::gpu::{GpuSpec, start_driver};
 use crate::node::Node;
 use crate::process::{describe, describe_status, run_with_timeout, wait_timeout};
 use crate::scratch::ScratchDir;
@@ -52,6 +53,9 @@ pub struct ClusterSpec {
     pub server_port: u16,
     /// `IMEX_CMD_PORT` of every node (default 50005).
     pub cmd_port: u16,
+    /// Simulated GPUs: each node then runs `openimex gpu` beside its daemon, which uses the
+    /// `sim` driver. `None` (default): control plane only (`nogpu`).
+    pub gpus: Option<GpuSpec>,
 }
 
 impl ClusterSpec {
@@ -66,7 +70,14 @@ impl ClusterSpec {
             keep_dir: false,
             server_port: DEFAULT_SERVER_PORT,
             cmd_port: DEFAULT_CMD_PORT,
+            gpus: None,
         }
+    }
+
+    /// Gives every node simulated GPUs.
+    pub fn with_gpus(mut self, gpus: GpuSpec) -> Self {
+        self.gpus = Some(gpus);
+        self
     }
 
     /// Adds (or overrides) a config key for every node.
@@ -199,13 +210,49 @@ impl Cluster {
     fn write_config(&self, i: usize) -> Result<(), HarnessError> {
         let node = self.get(i)?;
         let mut pairs = node.base_config(self.spec.heartbeat_ms, self.spec.peer_timeout_ms);
+        if self.spec.gpus.is_some() {
+            pairs.push(("OPENIMEX_DRIVER".into(), "sim".into()));
+            pairs.push(("OPENIMEX_SIM_NODE_DIR".into(), node.dir().display().to_string()));
+        }
         pairs.extend(self.spec.extra_config.iter().cloned());
         pairs.extend(self.node_extra[i].iter().cloned());
         node.write_config(&pairs)
     }
 
-    /// Spawns node `i`'s daemon. Fails if it is already running.
+    /// The fabric directory shared by the nodes' simulated GPUs.
+    pub fn fabric_dir(&self) -> PathBuf {
+        self.dir.path().join("fabric")
+    }
+
+    /// Starts node `i`'s simulated GPU driver if the cluster has GPUs and it is not running.
+    pub fn start_driver(&self, i: usize) -> Result<(), HarnessError> {
+        let Some(spec) = self.spec.gpus else { return Ok(()) };
+        let node = self.get(i)?;
+        let mut gpu = node.gpu.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(child) = gpu.as_mut()
+            && matches!(child.try_wait(), Ok(None))
+        {
+            return Ok(());
+        }
+        *gpu = Some(start_driver(&self.spec.binary, node.dir(), &self.fabric_dir(), i, spec)?);
+        Ok(())
+    }
+
+    /// SIGKILLs node `i`'s simulated GPU driver (the daemon loses its session).
+    pub fn kill_driver(&self, i: usize) -> Result<(), HarnessError> {
+        let node = self.get(i)?;
+        let mut gpu = node.gpu.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut child) = gpu.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Ok(())
+    }
+
+    /// Spawns node `i`'s daemon (after its GPU driver, when the cluster has GPUs). Fails if
+    /// the daemon is already running.
     pub fn start_node(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.start_driver(i)?;
         let node = self.get(i)?;
         let mut proc = node.lock();
         proc.reap();
@@ -534,6 +581,17 @@ impl Cluster {
             };
             proc.child = None;
             proc.last_exit = status;
+        }
+        // Drivers last: daemons close their sessions first, as on a real node.
+        for node in &self.nodes {
+            let mut gpu = node.gpu.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(mut child) = gpu.take() {
+                let _ = send(node.index(), child.id(), Signal::SIGTERM);
+                if wait_timeout(&mut child, Duration::from_secs(2)).is_none() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
         }
         killed
     }

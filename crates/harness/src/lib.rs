@@ -43,6 +43,7 @@ pub mod addr;
 pub mod bench;
 pub mod cluster;
 pub mod domain;
+pub mod gpu;
 mod error;
 pub mod node;
 pub mod process;
@@ -54,6 +55,7 @@ pub use nix::sys::signal::Signal;
 
 pub use addr::AddrBlock;
 pub use cluster::{Cluster, ClusterSpec, StopOutcome};
+pub use gpu::GpuSpec;
 pub use domain::{DomainView, LinkNodeView, LinkView, LinksView, NodeView, is_ctl_timestamp};
 pub use error::HarnessError;
 pub use node::Node;

@@ -24,6 +24,8 @@ pub struct Node {
     server_port: u16,
     cmd_port: u16,
     proc: Mutex<Proc>,
+    /// The node's simulated GPU driver, when the cluster has GPUs.
+    pub(crate) gpu: Mutex<Option<std::process::Child>>,
 }
 
 /// The process side of a node, behind a lock so that `&self` observers (the `wait_*` loops)
@@ -82,6 +84,7 @@ impl Node {
             server_port,
             cmd_port,
             proc: Mutex::new(Proc::default()),
+            gpu: Mutex::new(None),
         };
         let sock = node.socket_path();
         if sock.as_os_str().len() > MAX_SOCKET_PATH {
@@ -277,6 +280,7 @@ impl Node {
         );
         for (name, path) in [
             ("imex.log", self.log_path()),
+            ("gpu.log", self.dir.join("gpu.log")),
             ("stdout", self.stdout_path()),
             ("stderr", self.stderr_path()),
         ] {
@@ -290,6 +294,7 @@ impl Node {
                     }
                 }
                 Ok(_) => out.push_str(&format!("--- {name}: empty ---\n")),
+                Err(_) if name == "gpu.log" => {}
                 Err(_) => out.push_str(&format!("--- {name}: missing ---\n")),
             }
         }

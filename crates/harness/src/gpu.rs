@@ -1,0 +1,103 @@
+//! The simulated GPU driver of each node (`openimex gpu`): started before the node's daemon,
+//! kept running across daemon kills and restarts (it is the node's "kernel module"), stopped
+//! last. All nodes of a cluster share one fabric directory (the simulated NVLink domain).
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::HarnessError;
+use crate::process::die_with_parent;
+
+/// How long a driver may take to say `ready`.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Simulated GPUs per node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuSpec {
+    /// GPUs per node (4 on a GB200 compute tray).
+    pub gpus_per_node: u32,
+    /// HBM per GPU, MiB (sparse files; only what is written takes disk).
+    pub hbm_mib: u64,
+}
+
+impl Default for GpuSpec {
+    fn default() -> Self {
+        Self { gpus_per_node: 4, hbm_mib: 1024 }
+    }
+}
+
+/// Starts `binary gpu` for node `slot` and waits for its `ready` line.
+pub(crate) fn start_driver(
+    binary: &Path,
+    node_dir: &Path,
+    fabric_dir: &Path,
+    slot: usize,
+    spec: GpuSpec,
+) -> Result<Child, HarnessError> {
+    let log = node_dir.join("gpu.log");
+    let stderr = OpenOptions::new().create(true).append(true).open(&log).map_err(HarnessError::io(
+        "open the GPU driver log",
+        &log,
+        "check that the cluster directory is writable",
+    ))?;
+    let mut cmd = Command::new(binary);
+    cmd.arg("gpu")
+        .arg("--node-dir")
+        .arg(node_dir)
+        .arg("--fabric-dir")
+        .arg(fabric_dir)
+        .arg("--slot")
+        .arg(slot.to_string())
+        .arg("--gpus")
+        .arg(spec.gpus_per_node.to_string())
+        .arg("--hbm-mib")
+        .arg(spec.hbm_mib.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+        program: binary.to_owned(),
+        source,
+        hint: "build the openimex binary first (cargo build) and pass its path",
+    })?;
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        return Err(driver_failed(&log, "its stdout was not captured"));
+    };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let res = BufReader::new(stdout).read_line(&mut line).map(|_| line);
+        let _ = tx.send(res);
+    });
+    match rx.recv_timeout(READY_TIMEOUT) {
+        Ok(Ok(line)) if line.starts_with("ready") => Ok(child),
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let why = match other {
+                Ok(Ok(line)) => format!("it printed {line:?} instead of `ready`"),
+                Ok(Err(e)) => format!("reading its stdout failed: {e}"),
+                Err(_) => format!("it did not say `ready` within {READY_TIMEOUT:?}"),
+            };
+            Err(driver_failed(&log, &why))
+        }
+    }
+}
+
+fn driver_failed(log: &Path, why: &str) -> HarnessError {
+    let tail = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = tail.lines().rev().take(20).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    HarnessError::Io {
+        action: "start the simulated GPU driver",
+        path: PathBuf::from(log),
+        source: std::io::Error::other(format!("{why}; its log ends with:\n{}", tail.join("\n"))),
+        hint: "see the GPU driver log named above",
+    }
+}
