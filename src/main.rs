@@ -5,6 +5,7 @@
 //! as that program, so systemd units, Slurm prologs, Kubernetes probes and DCGM work unchanged.
 
 mod daemon_cmd;
+mod demo;
 mod tools;
 
 use std::ffi::OsString;
@@ -46,8 +47,20 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Start a local domain (default: one NVL72 rack, 18 compute trays), wait for UP, show it, stop.
-    Demo(tools::DemoArgs),
+    /// A simulated GB200 NVL72 (18 trays x 4 GPUs): every GPU imports every other GPU's memory.
+    Demo(demo::DemoArgs),
+    /// Run a node's simulated GPU driver (the "kernel module" of a simulated compute tray).
+    Gpu {
+        /// Driver arguments (--node-dir, --fabric-dir, --slot, --gpus, --hbm-mib, ...).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Application tools over the client library: export, import, verify, stats.
+    App {
+        /// App arguments (export | import | stats ...).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// Measure, as ratios to a baseline taken in the same run.
     #[command(subcommand)]
     Bench(tools::BenchCommand),
@@ -82,6 +95,14 @@ fn main() -> ExitCode {
             args.splice(0..2, [OsString::from("nvidia-imex-ctl")]);
             return openimex_ctl::main(args);
         }
+        Some("gpu") => {
+            args.splice(0..2, [OsString::from("openimex gpu")]);
+            return openimex_simgpu::cli::main(args);
+        }
+        Some("app") => {
+            args.splice(0..2, [OsString::from("openimex app")]);
+            return openimex_client::cli::main(args);
+        }
         _ => {}
     }
     let cli = Cli::parse_from(args);
@@ -103,7 +124,13 @@ fn main() -> ExitCode {
             );
         }
         Command::InstallLinks { dir, force } => tools::install_links(&dir, force),
-        Command::Demo(a) => tools::demo(&a),
+        Command::Demo(a) => demo::run(&a),
+        Command::Gpu { args } => {
+            return openimex_simgpu::cli::main([OsString::from("openimex gpu")].into_iter().chain(args).collect());
+        }
+        Command::App { args } => {
+            return openimex_client::cli::main([OsString::from("openimex app")].into_iter().chain(args).collect());
+        }
         Command::Bench(b) => tools::bench(&b),
         Command::ListenProbe { addr } => tools::listen_probe(addr),
     };

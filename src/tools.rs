@@ -3,22 +3,10 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
-use openimex_harness::{Cluster, ClusterSpec};
-
-/// `openimex demo` flags.
-#[derive(Debug, Args)]
-pub(crate) struct DemoArgs {
-    /// Compute trays (nodes) in the domain; 18 is one GB200 NVL72 rack.
-    #[arg(long, default_value_t = 18)]
-    nodes: usize,
-    /// Keep the nodes' directories (configs, logs) after the demo.
-    #[arg(long)]
-    keep: bool,
-}
+use clap::Subcommand;
 
 /// `openimex bench …`.
 #[derive(Debug, Subcommand)]
@@ -61,49 +49,6 @@ pub(crate) fn install_links(dir: &Path, force: bool) -> Result<()> {
 
 fn this_binary() -> Result<std::path::PathBuf> {
     std::env::current_exe().context("cannot find this binary's path")
-}
-
-/// Starts a local domain through the cluster harness, waits for UP, prints the table and the
-/// formation time, and stops every node cleanly.
-pub(crate) fn demo(args: &DemoArgs) -> Result<()> {
-    if args.nodes == 0 {
-        bail!("--nodes must be at least 1");
-    }
-    let binary = this_binary()?;
-    let mut spec = ClusterSpec::new(args.nodes, binary);
-    spec.keep_dir = args.keep;
-    println!(
-        "Starting a {}-node IMEX domain on loopback (one openimex daemon per compute tray)...",
-        args.nodes
-    );
-    let start = Instant::now();
-    let mut cluster = Cluster::start(spec).context("cannot start the nodes")?;
-    let up = cluster
-        .wait_up(0, Duration::from_secs(120))
-        .context("the domain did not come UP")?;
-    let formed = start.elapsed();
-    let table = cluster.ctl(0, &["-N"]).context("cannot run ctl -N")?;
-    std::io::stdout().write_all(&table.stdout)?;
-    println!(
-        "\nDomain {} with {} nodes, formed in {} ms (spawn to UP as seen by node 0).",
-        up.status,
-        up.nodes.len(),
-        formed.as_millis()
-    );
-    if args.keep {
-        println!(
-            "Node directories (configs, logs) kept in {}",
-            cluster.base_dir().display()
-        );
-    }
-    let stop = Instant::now();
-    cluster.shutdown().context("cannot stop the nodes")?;
-    println!(
-        "Stopped all {} daemons cleanly in {} ms.",
-        args.nodes,
-        stop.elapsed().as_millis()
-    );
-    Ok(())
 }
 
 /// Runs a benchmark and prints figures with their same-run baseline.

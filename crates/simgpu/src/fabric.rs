@@ -23,7 +23,8 @@ pub struct GpuAddr {
 impl GpuAddr {
     /// First fabric address of this GPU.
     pub fn base(self) -> u64 {
-        (u64::from(self.node) * u64::from(MAX_GPUS_PER_NODE) + u64::from(self.gpu) + 1) << WINDOW_BITS
+        (u64::from(self.node) * u64::from(MAX_GPUS_PER_NODE) + u64::from(self.gpu) + 1)
+            << WINDOW_BITS
     }
 
     /// The HBM file of this GPU in `fabric_dir`.

@@ -112,7 +112,11 @@ fn unhex(s: &str) -> Result<Vec<u8>, NvStatus> {
     }
     (0..s.len())
         .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|p| u8::from_str_radix(p, 16).ok()).ok_or(NvStatus::InvalidArgument))
+        .map(|i| {
+            s.get(i..i + 2)
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .ok_or(NvStatus::InvalidArgument)
+        })
         .collect()
 }
 
@@ -122,13 +126,24 @@ mod tests {
 
     #[test]
     fn handle_round_trips_and_rejects_garbage() {
-        let h = FabricHandle { export_uuid: ExportUuid::new(42, 7), index: 3, size: 4 << 20, cluster_uuid: [9; 16] };
+        let h = FabricHandle {
+            export_uuid: ExportUuid::new(42, 7),
+            index: 3,
+            size: 4 << 20,
+            cluster_uuid: [9; 16],
+        };
         assert_eq!(FabricHandle::from_hex(&h.to_hex()), Ok(h));
         assert_eq!(h.export_uuid.node(), 7);
         assert_eq!(h.export_uuid.exp_id(), 42);
-        assert_eq!(ExportUuid::from_hex(&h.export_uuid.to_hex()), Ok(h.export_uuid));
+        assert_eq!(
+            ExportUuid::from_hex(&h.export_uuid.to_hex()),
+            Ok(h.export_uuid)
+        );
         assert_eq!(FabricHandle::from_hex("00"), Err(NvStatus::InvalidArgument));
-        assert_eq!(FabricHandle::from_bytes(&[0u8; 64]), Err(NvStatus::InvalidArgument));
+        assert_eq!(
+            FabricHandle::from_bytes(&[0u8; 64]),
+            Err(NvStatus::InvalidArgument)
+        );
         assert_eq!(FabricHandle::from_hex("zz"), Err(NvStatus::InvalidArgument));
     }
 }

@@ -11,7 +11,15 @@
 //! - [`proto`] — the socket protocol (the simulated ioctl interface) and status codes.
 //! - [`handle`] — the 64-byte fabric handle and export UUIDs.
 //! - [`fabric`] — fabric addresses: which GPU's HBM file and offset a PFN names.
+//! - [`rm`] — the driver's state (sessions, exports, import descriptors, events, HBM) as a
+//!   synchronous state machine with no sockets and no threads.
+//! - [`server`] — the socket server: one thread per connection around a shared [`rm::Rm`],
+//!   channel checks on passed descriptors, the blocking calls.
+//! - [`cli`] — `openimex gpu`: flags, `ready <socket>` line, signals.
 
+pub mod cli;
 pub mod fabric;
 pub mod handle;
 pub mod proto;
+pub mod rm;
+pub mod server;

@@ -389,14 +389,21 @@ pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[RawFd]) -> Result<(
 }
 
 /// Reads one message and the descriptors that came with it.
-pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> Result<(T, Vec<OwnedFd>), WireError> {
+pub fn recv<T: for<'de> Deserialize<'de>>(
+    sock: &UnixStream,
+) -> Result<(T, Vec<OwnedFd>), WireError> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut first = [0u8; 1];
     let mut fds = Vec::new();
     {
         let mut iov = [IoSliceMut::new(&mut first)];
         let mut space = nix::cmsg_space!([RawFd; 4]);
-        let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let msg = recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
         if msg.bytes == 0 {
             return Err(WireError::Closed);
         }

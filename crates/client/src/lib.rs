@@ -1,0 +1,42 @@
+//! What an application links to share GPU memory across nodes: a small cuMem-shaped API over
+//! the simulated GPU driver (`openimex gpu`), with the FABRIC handle type and CUDA's error
+//! codes.
+//!
+//! A [`Context`] is one connection to the node's driver (one RM client), opened on the node's
+//! directory. Like libcuda it subscribes to the first IMEX channel it can open; without one,
+//! fabric calls fail with `CUDA_ERROR_NOT_PERMITTED`. Memory is created on a GPU
+//! ([`Context::mem_create`]), exported to a 64-byte [`FabricHandleBytes`]
+//! ([`Context::export`]) that travels to peers out of band, imported there
+//! ([`Context::import`], which waits for the IMEX daemons to complete it) and mapped
+//! ([`Context::map`]): the mapping is the exporter's memory itself, not a copy.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use openimex_client::{Context, FabricHandleBytes};
+//! // Node A: allocate 4 MiB on GPU 0, write it, export it.
+//! let a = Context::open(Path::new("/run/openimex/node0"))?;
+//! let mem = a.mem_create(0, 4 << 20)?;
+//! a.map(&mem)?.as_mut_slice().fill(7);
+//! let text = a.export(&mem)?.to_hex(); // ship to B (MPI, a file, …)
+//! // Node B: import, map, read A's bytes in place.
+//! let b = Context::open(Path::new("/run/openimex/node1"))?;
+//! let imported = b.import(&FabricHandleBytes::from_hex(&text)?)?;
+//! assert_eq!(b.map(&imported)?[0], 7);
+//! # Ok::<(), openimex_client::CuError>(())
+//! ```
+//!
+//! Memory lives until [`Context::release`] or until its context closes (the driver frees a
+//! client's objects when its connection goes, as at process exit). [`pattern`] fills and
+//! checks deterministic test data; [`cli`] is `openimex app`.
+
+pub mod cli;
+mod context;
+pub mod error;
+pub mod pattern;
+
+pub use context::{
+    Allocation, Context, DEFAULT_IMPORT_TIMEOUT, FabricHandleBytes, Imported, Mappable, Mapping,
+    channel_dir, driver_socket,
+};
+pub use error::CuError;
+pub use openimex_simgpu::proto::{DriverStats, GpuInfo};

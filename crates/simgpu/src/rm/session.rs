@@ -1,0 +1,272 @@
+//! The daemon's side: the IMEX session, fabric events and the controls that answer them, and
+//! what happens when the session goes away.
+
+use std::collections::HashSet;
+
+use super::{ClientId, DescState, Owned, Rm, Session};
+use crate::fabric;
+use crate::handle::ExportUuid;
+use crate::proto::{FabricEvent, FabricPages, NO_NODE, NvStatus, PAGE_SIZE, Validation};
+
+/// The real driver's log line when a daemon dies holding export references.
+pub const ABRUPT_SHUTDOWN_LOG: &str =
+    "Abrupt nvidia-imex daemon shutdown detected, disabled fabric allocations";
+
+impl Rm {
+    /// NV_IMEX_SESSION alloc: become node `node_id`, enable fabric allocations. The session lives
+    /// until [`Rm::disconnect`] of `client`. Returns the token for the daemon's other calls.
+    pub fn open_session(&mut self, client: ClientId, node_id: u16) -> Result<u64, NvStatus> {
+        self.client(client)?;
+        if self.session.is_some() {
+            return Err(NvStatus::InUse);
+        }
+        if node_id == NO_NODE {
+            return Err(NvStatus::InvalidArgument);
+        }
+        let token = loop {
+            let t: u64 = rand::random();
+            if t != 0 {
+                break t;
+            }
+        };
+        self.session = Some(Session { client, token });
+        self.node_id = node_id;
+        self.allow_fabric_alloc = true;
+        tracing::info!(
+            node_id,
+            slot = self.config.slot,
+            "IMEX session opened: node {node_id}, fabric allocations enabled"
+        );
+        Ok(token)
+    }
+
+    /// The session's token, if one is open.
+    pub fn session_token(&self) -> Option<u64> {
+        self.session.as_ref().map(|s| s.token)
+    }
+
+    /// GET_FABRIC_EVENTS: dequeue up to `max` events; the flag says more are queued. Never
+    /// waits (the caller long-polls while the queue is empty).
+    pub fn get_events(
+        &mut self,
+        token: u64,
+        max: usize,
+    ) -> Result<(Vec<FabricEvent>, bool), NvStatus> {
+        self.check_token(token)?;
+        let n = max.min(self.events.len());
+        let events: Vec<FabricEvent> = self.events.drain(..n).collect();
+        Ok((events, !self.events.is_empty()))
+    }
+
+    /// Events queued for the daemon.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// Exporter side: dup the export by UUID for an importer on `channel`, take a reference that
+    /// keeps the memory alive, and describe its fabric pages.
+    pub fn describe_export(
+        &mut self,
+        token: u64,
+        export_uuid: &str,
+        index: u16,
+        channel: u32,
+    ) -> Result<(u64, FabricPages), NvStatus> {
+        self.check_token(token)?;
+        let uuid = ExportUuid::from_hex(export_uuid)?;
+        let id = *self
+            .export_cache
+            .get(&uuid)
+            .ok_or(NvStatus::ObjectNotFound)?;
+        let a = self.allocs.get(&id).ok_or(NvStatus::ObjectNotFound)?;
+        let e = a.export.as_ref().ok_or(NvStatus::ObjectNotFound)?;
+        if index != 0 {
+            return Err(NvStatus::InvalidArgument);
+        }
+        if e.channel != channel {
+            return Err(NvStatus::InsufficientPermissions);
+        }
+        let base = self.gpu_addr(a.gpu).base() + a.offset;
+        let pfns = (0..a.size / PAGE_SIZE)
+            .map(|i| fabric::pfn(base + i * PAGE_SIZE))
+            .collect();
+        let pages = FabricPages {
+            size: a.size,
+            page_size: PAGE_SIZE,
+            pfns,
+            clique_id: self.config.clique_id,
+        };
+        if let Some(a) = self.allocs.get_mut(&id) {
+            a.refs += 1;
+        }
+        let export_ref = self.new_handle();
+        self.export_refs.insert(export_ref, id);
+        Ok((export_ref, pages))
+    }
+
+    /// Exporter side: drop a reference taken by [`Rm::describe_export`]. The last reference of
+    /// an allocation its creator released frees it and removes the export from the cache.
+    pub fn release_export_ref(&mut self, token: u64, export_ref: u64) -> Result<(), NvStatus> {
+        self.check_token(token)?;
+        let id = self
+            .export_refs
+            .remove(&export_ref)
+            .ok_or(NvStatus::InvalidObjectHandle)?;
+        self.unref_alloc(id);
+        Ok(())
+    }
+
+    /// Importer side: complete (pages) or fail the import posted as `import_event_id`, which
+    /// wakes every waiter. An import already being unimported accepts (and ignores) it.
+    pub fn validate(
+        &mut self,
+        token: u64,
+        import_event_id: u64,
+        result: Validation,
+    ) -> Result<(), NvStatus> {
+        self.check_token(token)?;
+        let d = self
+            .descs
+            .get_mut(&import_event_id)
+            .ok_or(NvStatus::InvalidArgument)?;
+        if d.unimport.is_some() {
+            return Ok(());
+        }
+        if d.state != DescState::Pending {
+            return Err(NvStatus::InvalidState);
+        }
+        d.state = match result {
+            Validation::Pages(p) => DescState::Ready(p),
+            Validation::Failed(s) => DescState::Failed(s),
+        };
+        Ok(())
+    }
+
+    /// Importer side: FINISH_MEM_UNIMPORT. Completes the blocked releases; unknown IDs are
+    /// ignored.
+    pub fn finish_unimport(&mut self, token: u64, ids: &[u64]) -> Result<(), NvStatus> {
+        self.check_token(token)?;
+        for id in ids {
+            if let Some(event_id) = self.unimports.remove(id) {
+                self.descs.remove(&event_id);
+            }
+        }
+        Ok(())
+    }
+
+    /// DISABLE_IMPORTERS(node): every client holding an import from `node` is disabled (RC'd);
+    /// the descriptors go without unimport events, so re-imports query again.
+    pub fn disable_importers(&mut self, token: u64, node: u16) -> Result<(), NvStatus> {
+        self.check_token(token)?;
+        let gone: HashSet<u64> = self
+            .descs
+            .iter()
+            .filter(|(_, d)| d.export_node == node && d.unimport.is_none())
+            .map(|(&id, _)| id)
+            .collect();
+        let disabled = self.kill_imports(&gone, |state| match state {
+            DescState::Failed(s) => *s,
+            DescState::Pending | DescState::Ready(_) => NvStatus::ResetRequired,
+        });
+        tracing::warn!(
+            node,
+            descriptors = gone.len(),
+            clients = disabled,
+            "DISABLE_IMPORTERS(node {node}): disabled {disabled} importing client(s), dropped {} import descriptor(s)",
+            gone.len()
+        );
+        Ok(())
+    }
+
+    /// The session's connection closed: the daemon died or stopped. See
+    /// `reference/driver-interface.md` §4, "Daemon dies or restarts".
+    pub(super) fn teardown_session(&mut self) {
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        let old_node = self.node_id;
+        self.node_id = NO_NODE;
+        let dangling = self.export_refs.len();
+        if dangling > 0 {
+            self.allow_fabric_alloc = false;
+            tracing::warn!("{ABRUPT_SHUTDOWN_LOG}");
+            let refs: Vec<u64> = self.export_refs.drain().map(|(_, id)| id).collect();
+            for id in refs {
+                self.unref_alloc(id);
+            }
+        }
+        // Exports minted under the old node ID can no longer be resolved.
+        let exports = self.export_cache.len();
+        self.export_cache.clear();
+        let events = self.events.len();
+        self.events.clear();
+        // Every thread blocked in an unimport is woken: the releases complete.
+        let unimports = self.unimports.len();
+        for (_, event_id) in self.unimports.drain() {
+            self.descs.remove(&event_id);
+        }
+        // Pending imports fail with InvalidState; every client holding remote memory is RC'd.
+        let all: HashSet<u64> = self.descs.keys().copied().collect();
+        let disabled = self.kill_imports(&all, |state| match state {
+            DescState::Pending => NvStatus::InvalidState,
+            DescState::Ready(_) => NvStatus::ResetRequired,
+            DescState::Failed(s) => *s,
+        });
+        tracing::info!(
+            node = old_node,
+            token = session.token,
+            dangling_export_refs = dangling,
+            "IMEX session of node {old_node} closed: node ID reset to 0xFFFF; dropped {dangling} daemon export reference(s), \
+             {exports} cached export(s), {events} queued event(s); woke {unimports} blocked unimport(s); \
+             failed {} import descriptor(s); disabled {disabled} importing client(s); fabric allocations {}",
+            all.len(),
+            if self.allow_fabric_alloc {
+                "still enabled"
+            } else {
+                "disabled"
+            },
+        );
+    }
+
+    /// Removes the descriptors `gone` (no unimport events): their holders' handles report
+    /// `status(state)` from now on, and every holder of a pending or ready one is disabled.
+    /// Returns how many clients were newly disabled.
+    fn kill_imports(
+        &mut self,
+        gone: &HashSet<u64>,
+        status: impl Fn(&DescState) -> NvStatus,
+    ) -> usize {
+        let mut disabled = 0;
+        for c in self.clients.values_mut() {
+            let mut hit = false;
+            for owned in c.handles.values_mut() {
+                if let Owned::RemoteImport(id) = *owned
+                    && gone.contains(&id)
+                    && let Some(d) = self.descs.get(&id)
+                {
+                    hit |= !matches!(d.state, DescState::Failed(_));
+                    *owned = Owned::DeadImport(status(&d.state));
+                }
+            }
+            if hit && !c.disabled {
+                c.disabled = true;
+                disabled += 1;
+            }
+        }
+        for id in gone {
+            if let Some(d) = self.descs.remove(id)
+                && self.import_cache.get(&d.key) == Some(id)
+            {
+                self.import_cache.remove(&d.key);
+            }
+        }
+        disabled
+    }
+
+    fn check_token(&self, token: u64) -> Result<(), NvStatus> {
+        match &self.session {
+            Some(s) if s.token == token => Ok(()),
+            _ => Err(NvStatus::InvalidState),
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! The driver's socket server: `<node-dir>/dev/nvidiactl.sock`, one std thread per connection
+//! (one RM client each), a shared [`Rm`] behind a mutex, and one condvar that every state change
+//! signals. The calls that block in the real driver wait on it here:
+//! - `WaitImport`: until the import is no longer pending, or `timeout_ms` (→ NotReady);
+//! - `Release` of the last reference to a remote import: until FINISH_MEM_UNIMPORT names the
+//!   unimport or the session is torn down;
+//! - `GetEvents`: until an event is queued, `wait_ms` passes, or the daemon hung up.
+//!
+//! When a connection closes, everything its client owned is released (imports through the
+//! unimport handshake, which that connection's thread waits for), and if it held the IMEX
+//! session the session is torn down.
+
+use std::collections::HashMap;
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::proto::{self, DriverStats, NvStatus, Request, Response, WireError};
+use crate::rm::{ClientId, ImportState, Released, Rm, RmConfig};
+
+/// Longest a blocked call sleeps before re-checking for shutdown or a hung-up peer.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// Everything one node's driver is started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverConfig {
+    /// The node's directory: `dev/nvidiactl.sock` and `dev/nvidia-caps-imex-channels/` live here.
+    pub node_dir: PathBuf,
+    /// The fabric directory shared by every node (HBM files).
+    pub fabric_dir: PathBuf,
+    /// Physical position in the NVLink domain (names fabric addresses and HBM files).
+    pub slot: u16,
+    /// GPUs.
+    pub gpus: u32,
+    /// HBM bytes per GPU.
+    pub hbm_bytes: u64,
+    /// NVLink domain.
+    pub cluster_uuid: [u8; 16],
+    /// Clique ID of the GPUs.
+    pub clique_id: u32,
+    /// Channel files `channel0..channel{N-1}` to create (mode 0666) if missing.
+    pub channels: u32,
+}
+
+/// The driver socket of a node directory.
+pub fn socket_path(node_dir: &Path) -> PathBuf {
+    node_dir.join("dev").join("nvidiactl.sock")
+}
+
+/// The channel directory of a node directory.
+pub fn channels_dir(node_dir: &Path) -> PathBuf {
+    node_dir.join("dev").join("nvidia-caps-imex-channels")
+}
+
+/// The file of channel `n`.
+pub fn channel_path(node_dir: &Path, n: u32) -> PathBuf {
+    channels_dir(node_dir).join(format!("channel{n}"))
+}
+
+/// The default clusterUuid: derived from the (absolute) fabric directory, so every node sharing
+/// a fabric is in the same NVLink domain.
+pub fn default_cluster_uuid(fabric_dir: &Path) -> [u8; 16] {
+    let abs = fs::canonicalize(fabric_dir).unwrap_or_else(|_| fabric_dir.to_path_buf());
+    let mut h = Sha256::new();
+    h.update(b"openimex-cluster");
+    h.update(abs.as_os_str().as_encoded_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.finalize()[..16]);
+    out
+}
+
+/// Errors starting the driver.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A file or directory could not be prepared.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// Why it failed.
+        source: io::Error,
+    },
+    /// A live driver already answers on the socket.
+    #[error("another simulated GPU driver is already serving {}; stop it first", .0.display())]
+    AlreadyRunning(PathBuf),
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> ServerError + 'a {
+    move |source| ServerError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Creates the node directory layout and the channel files `channel0..channel{channels-1}`
+/// (mode 0666; existing files are kept as they are).
+pub fn prepare_node_dir(node_dir: &Path, channels: u32) -> Result<(), ServerError> {
+    let dir = channels_dir(node_dir);
+    fs::create_dir_all(&dir).map_err(io_err("cannot create", &dir))?;
+    for n in 0..channels {
+        let path = channel_path(node_dir, n);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(_) => fs::set_permissions(&path, fs::Permissions::from_mode(0o666))
+                .map_err(io_err("cannot set mode 0666 on", &path))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("cannot create channel file", &path)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// State shared by the accept loop and the connection threads.
+#[derive(Debug)]
+struct Shared {
+    rm: Mutex<Rm>,
+    /// Signalled after every request and every disconnect: any blocked call re-checks.
+    changed: Condvar,
+    channels_dir: PathBuf,
+    socket_path: PathBuf,
+    stopping: AtomicBool,
+    /// A clone of every live connection, to shut them down on stop.
+    conns: Mutex<HashMap<ClientId, UnixStream>>,
+    /// Connection threads, joined on stop.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn rm(&self) -> MutexGuard<'_, Rm> {
+        self.rm.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps on the condvar for at most one slice (and not past `deadline`).
+    fn wait<'a>(&self, guard: MutexGuard<'a, Rm>, deadline: Option<Instant>) -> MutexGuard<'a, Rm> {
+        let slice = deadline.map_or(SLICE, |d| {
+            d.saturating_duration_since(Instant::now()).min(SLICE)
+        });
+        self.changed
+            .wait_timeout(guard, slice)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+    }
+}
+
+/// A bound, not yet serving, driver.
+#[derive(Debug)]
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: UnixListener,
+}
+
+impl Server {
+    /// Prepares the node and fabric directories, creates the HBM files and binds the socket
+    /// (replacing a stale socket file; refusing if a live driver answers on it).
+    pub fn bind(config: &DriverConfig) -> Result<Self, ServerError> {
+        prepare_node_dir(&config.node_dir, config.channels)?;
+        fs::create_dir_all(&config.fabric_dir)
+            .map_err(io_err("cannot create", &config.fabric_dir))?;
+        let node_dir = fs::canonicalize(&config.node_dir)
+            .map_err(io_err("cannot resolve", &config.node_dir))?;
+        let fabric_dir = fs::canonicalize(&config.fabric_dir)
+            .map_err(io_err("cannot resolve", &config.fabric_dir))?;
+        let sock = socket_path(&node_dir);
+        if UnixStream::connect(&sock).is_ok() {
+            return Err(ServerError::AlreadyRunning(sock));
+        }
+        let rm = Rm::new(RmConfig {
+            slot: config.slot,
+            gpus: config.gpus,
+            hbm_bytes: config.hbm_bytes,
+            fabric_dir: fabric_dir.clone(),
+            cluster_uuid: config.cluster_uuid,
+            clique_id: config.clique_id,
+        })
+        .map_err(io_err("cannot create the HBM files in", &fabric_dir))?;
+        match fs::remove_file(&sock) {
+            Ok(()) => tracing::info!(socket = %sock.display(), "removed a stale driver socket"),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("cannot remove stale socket", &sock)(e)),
+        }
+        let listener = UnixListener::bind(&sock).map_err(io_err("cannot listen on", &sock))?;
+        // World-connectable, as /dev/nvidiactl is: the channel files are the access policy.
+        fs::set_permissions(&sock, fs::Permissions::from_mode(0o666))
+            .map_err(io_err("cannot set mode 0666 on", &sock))?;
+        let shared = Arc::new(Shared {
+            rm: Mutex::new(rm),
+            changed: Condvar::new(),
+            channels_dir: channels_dir(&node_dir),
+            socket_path: sock,
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Vec::new()),
+        });
+        Ok(Self { shared, listener })
+    }
+
+    /// The socket clients connect to.
+    pub fn socket_path(&self) -> &Path {
+        &self.shared.socket_path
+    }
+
+    /// Serves on a background thread until [`ServerHandle::stop`].
+    pub fn spawn(self) -> io::Result<ServerHandle> {
+        let shared = Arc::clone(&self.shared);
+        let listener = self.listener.try_clone()?;
+        let accept = std::thread::Builder::new()
+            .name("simgpu-accept".into())
+            .spawn(move || accept_loop(&self.shared, &self.listener))?;
+        Ok(ServerHandle {
+            shared,
+            listener,
+            accept: Some(accept),
+        })
+    }
+}
+
+/// A serving driver.
+#[derive(Debug)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    listener: UnixListener,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// The socket clients connect to.
+    pub fn socket_path(&self) -> &Path {
+        &self.shared.socket_path
+    }
+
+    /// The driver's counters.
+    pub fn stats(&self) -> DriverStats {
+        self.shared.rm().stats()
+    }
+
+    /// Stops accepting, closes every connection (releasing what their clients owned), waits for
+    /// the connection threads and removes the socket file. The HBM files stay.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let Some(accept) = self.accept.take() else {
+            return;
+        };
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Wake the blocked accept(): shutting a listening socket down makes it fail on Linux;
+        // a connection attempt is the fallback.
+        let _ =
+            nix::sys::socket::shutdown(self.listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        let _ = UnixStream::connect(&self.shared.socket_path);
+        let _ = accept.join();
+        for s in self
+            .shared
+            .conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        self.shared.changed.notify_all();
+        let threads = std::mem::take(
+            &mut *self
+                .shared
+                .threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for t in threads {
+            let _ = t.join();
+        }
+        let _ = fs::remove_file(&self.shared.socket_path);
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+    loop {
+        let accepted = listener.accept();
+        if shared.stopping() {
+            return;
+        }
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!("driver socket accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        let Ok(clone) = stream.try_clone() else {
+            continue;
+        };
+        let client = shared.rm().connect();
+        shared
+            .conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(client, clone);
+        let sh = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name(format!("simgpu-client-{client}"))
+            .spawn(move || serve(&sh, &stream, client));
+        let mut threads = shared
+            .threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        threads.retain(|t| !t.is_finished());
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                tracing::error!("cannot start a connection thread: {e}");
+                drop(threads);
+                disconnect(shared, client);
+            }
+        }
+    }
+}
+
+/// One connection: one request, one response, until it closes.
+fn serve(shared: &Shared, stream: &UnixStream, client: ClientId) {
+    loop {
+        let (req, fds) = match proto::recv::<Request>(stream) {
+            Ok(m) => m,
+            Err(WireError::Json(e)) => {
+                // The frame was read whole, so the stream is still in step: answer and go on.
+                let resp = error(NvStatus::InvalidArgument, format!("malformed request: {e}"));
+                if proto::send(stream, &resp, &[]).is_err() {
+                    break;
+                }
+                continue;
+            }
+            Err(_) => break,
+        };
+        let resp = handle(shared, client, stream, req, &fds);
+        drop(fds);
+        shared.changed.notify_all();
+        if proto::send(stream, &resp, &[]).is_err() {
+            break;
+        }
+    }
+    disconnect(shared, client);
+}
+
+/// The client is gone: release what it owned and wait for its unimports, as the exiting
+/// thread of a real process does.
+fn disconnect(shared: &Shared, client: ClientId) {
+    let mut rm = shared.rm();
+    let unimports = rm.disconnect(client);
+    shared.changed.notify_all();
+    while !shared.stopping() && unimports.iter().any(|&id| rm.unimport_pending(id)) {
+        rm = shared.wait(rm, None);
+    }
+    drop(rm);
+    shared
+        .conns
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&client);
+}
+
+fn error(status: NvStatus, detail: impl Into<String>) -> Response {
+    Response::Error {
+        status,
+        detail: detail.into(),
+    }
+}
+
+fn deadline(ms: u64) -> Option<Instant> {
+    Instant::now().checked_add(Duration::from_millis(ms))
+}
+
+/// Whether the other end of `stream` hung up (without consuming anything).
+fn peer_gone(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{MsgFlags, recv};
+    let mut b = [0u8; 1];
+    match recv(
+        stream.as_raw_fd(),
+        &mut b,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(0) => true,
+        Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => false,
+        Err(_) => true,
+    }
+}
+
+/// The channel whose file the descriptor is open on: same (device, inode) as
+/// `channels_dir/channel<N>`.
+fn resolve_channel(channels_dir: &Path, fd: &OwnedFd) -> Option<u32> {
+    let st = fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
+    let (dev, ino) = (st.dev(), st.ino());
+    fs::read_dir(channels_dir).ok()?.flatten().find_map(|e| {
+        let n: u32 = e
+            .file_name()
+            .to_str()?
+            .strip_prefix("channel")?
+            .parse()
+            .ok()?;
+        let m = fs::metadata(e.path()).ok()?;
+        (m.dev() == dev && m.ino() == ino).then_some(n)
+    })
+}
+
+fn handle(
+    shared: &Shared,
+    client: ClientId,
+    stream: &UnixStream,
+    req: Request,
+    fds: &[OwnedFd],
+) -> Response {
+    let mut rm = shared.rm();
+    let result: Result<Response, NvStatus> = match req {
+        Request::Hello { pid } => {
+            tracing::debug!(client, pid, "hello");
+            Ok(Response::Hello {
+                node_id: rm.node_id(),
+                gpus: rm.gpus(),
+                fabric_dir: rm.fabric_dir().to_string_lossy().into_owned(),
+            })
+        }
+        Request::SubscribeChannel => match fds
+            .first()
+            .and_then(|fd| resolve_channel(&shared.channels_dir, fd))
+        {
+            Some(n) => rm
+                .subscribe(client, n)
+                .map(|channel| Response::Subscribed { channel }),
+            None => {
+                return error(
+                    NvStatus::InsufficientPermissions,
+                    format!(
+                        "the attached descriptor is not an IMEX channel of {}",
+                        shared.channels_dir.display()
+                    ),
+                );
+            }
+        },
+        Request::Create { gpu, size } => rm.create(client, gpu, size).map(|c| Response::Created {
+            mem: c.mem,
+            size: c.location.size,
+            file: c.location.file.to_string_lossy().into_owned(),
+            offset: c.location.offset,
+        }),
+        Request::Export { mem } => rm
+            .export(client, mem)
+            .map(|handle| Response::Exported { handle }),
+        Request::Import { handle } => rm
+            .import(client, &handle)
+            .map(|import| Response::Imported { import }),
+        Request::WaitImport { import, timeout_ms } => {
+            let until = deadline(timeout_ms);
+            loop {
+                match rm.wait_import(client, import) {
+                    Ok(ImportState::Ready(l)) => {
+                        break Ok(Response::ImportReady {
+                            size: l.size,
+                            file: l.file.to_string_lossy().into_owned(),
+                            offset: l.offset,
+                        });
+                    }
+                    Ok(ImportState::Pending) if until.is_some_and(|d| Instant::now() >= d) => {
+                        break Err(NvStatus::NotReady);
+                    }
+                    Ok(ImportState::Pending) if shared.stopping() => {
+                        break Err(NvStatus::InvalidState);
+                    }
+                    Ok(ImportState::Pending) => rm = shared.wait(rm, until),
+                    Err(s) => break Err(s),
+                }
+            }
+        }
+        Request::Release { handle } => match rm.release(client, handle) {
+            Ok(Released::Done) => Ok(Response::Ok),
+            Ok(Released::Unimporting(id)) => {
+                shared.changed.notify_all();
+                while rm.unimport_pending(id) && !shared.stopping() {
+                    rm = shared.wait(rm, None);
+                }
+                Ok(Response::Ok)
+            }
+            Err(s) => Err(s),
+        },
+        Request::Stats => Ok(Response::Stats(rm.stats())),
+        Request::OpenSession { node_id } => rm
+            .open_session(client, node_id)
+            .map(|token| Response::Session { token }),
+        Request::GetEvents {
+            token,
+            max,
+            wait_ms,
+        } => {
+            let until = deadline(wait_ms);
+            loop {
+                match rm.get_events(token, max) {
+                    Ok((events, more))
+                        if !events.is_empty()
+                            || max == 0
+                            || until.is_some_and(|d| Instant::now() >= d)
+                            || shared.stopping()
+                             =>
+                    {
+                        break Ok(Response::Events { events, more });
+                    }
+                    Ok(_) => rm = shared.wait(rm, until),
+                    Err(s) => break Err(s),
+                }
+            }
+        }
+        Request::DescribeExport {
+            token,
+            export_uuid,
+            index,
+            channel,
+        } => rm
+            .describe_export(token, &export_uuid, index, channel)
+            .map(|(export_ref, pages)| Response::Described { export_ref, pages }),
+        Request::ReleaseExportRef { token, export_ref } => rm
+            .release_export_ref(token, export_ref)
+            .map(|()| Response::Ok),
+        Request::Validate {
+            token,
+            import_event_id,
+            result,
+        } => rm
+            .validate(token, import_event_id, result)
+            .map(|()| Response::Ok),
+        Request::FinishUnimport {
+            token,
+            unimport_event_ids,
+        } => rm
+            .finish_unimport(token, &unimport_event_ids)
+            .map(|()| Response::Ok),
+        Request::DisableImporters { token, node } => {
+            rm.disable_importers(token, node).map(|()| Response::Ok)
+        }
+    };
+    result.unwrap_or_else(|s| error(s, s.to_string()))
+}

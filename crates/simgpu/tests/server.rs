@@ -1,0 +1,573 @@
+//! The driver server on real sockets, in-process: channel descriptors over SCM_RIGHTS, blocking
+//! calls, the daemon's event loop, clients that vanish, and the zero-copy data path between two
+//! "nodes" sharing a fabric directory.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use openimex_simgpu::handle::{ExportUuid, FabricHandle};
+use openimex_simgpu::proto::{
+    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response, Validation,
+};
+use openimex_simgpu::server::{DriverConfig, Server, ServerError, ServerHandle, channel_path};
+
+const MIB: u64 = 1 << 20;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("simgpu-it-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(dir: &Path, slot: u16) -> DriverConfig {
+    DriverConfig {
+        node_dir: dir.join(format!("node{slot}")),
+        fabric_dir: dir.join("fabric"),
+        slot,
+        gpus: 2,
+        hbm_bytes: 64 * MIB,
+        cluster_uuid: [3; 16],
+        clique_id: 1,
+        channels: 2,
+    }
+}
+
+fn start(dir: &Path, slot: u16) -> ServerHandle {
+    Server::bind(&config(dir, slot)).unwrap().spawn().unwrap()
+}
+
+/// One connection (one RM client).
+struct Conn(UnixStream);
+
+impl Conn {
+    fn open(server: &ServerHandle) -> Self {
+        let s = UnixStream::connect(server.socket_path()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Self(s)
+    }
+
+    fn call(&self, req: Request) -> Response {
+        proto::call(&self.0, &req, &[]).unwrap()
+    }
+
+    fn subscribe(&self, node_dir: &Path, channel: u32) {
+        let f = File::open(channel_path(node_dir, channel)).unwrap();
+        let r = proto::call(&self.0, &Request::SubscribeChannel, &[f.as_raw_fd()]).unwrap();
+        assert_eq!(r, Response::Subscribed { channel });
+    }
+
+    fn session(&self, node_id: u16) -> u64 {
+        match self.call(Request::OpenSession { node_id }) {
+            Response::Session { token } => token,
+            other => panic!("open session: {other:?}"),
+        }
+    }
+
+    fn stats(&self) -> DriverStats {
+        match self.call(Request::Stats) {
+            Response::Stats(s) => s,
+            other => panic!("stats: {other:?}"),
+        }
+    }
+}
+
+fn status(r: Response) -> NvStatus {
+    match r {
+        Response::Error { status, .. } => status,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting for: {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn map(file: &str, offset: u64, size: u64) -> memmap2::MmapMut {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .unwrap();
+    // SAFETY: the range is fabric memory shared on purpose with other processes; the test
+    // only reads and writes plain bytes through it and keeps it alive while it is mapped.
+    unsafe {
+        memmap2::MmapOptions::new()
+            .offset(offset)
+            .len(size as usize)
+            .map_mut(&f)
+    }
+    .unwrap()
+}
+
+#[test]
+fn subscription_needs_a_descriptor_of_this_nodes_channel_file() {
+    let dir = TempDir::new("subscribe");
+    let a = start(&dir.0, 0);
+    let b = start(&dir.0, 1);
+    let node_a = config(&dir.0, 0).node_dir;
+    let node_b = config(&dir.0, 1).node_dir;
+    let c = Conn::open(&a);
+    assert_eq!(
+        status(c.call(Request::SubscribeChannel)),
+        NvStatus::InsufficientPermissions,
+        "no descriptor"
+    );
+    let null = File::open("/dev/null").unwrap();
+    let r = proto::call(&c.0, &Request::SubscribeChannel, &[null.as_raw_fd()]).unwrap();
+    assert_eq!(
+        status(r),
+        NvStatus::InsufficientPermissions,
+        "not a channel"
+    );
+    let foreign = File::open(channel_path(&node_b, 0)).unwrap();
+    let r = proto::call(&c.0, &Request::SubscribeChannel, &[foreign.as_raw_fd()]).unwrap();
+    assert_eq!(
+        status(r),
+        NvStatus::InsufficientPermissions,
+        "another node's channel"
+    );
+    c.subscribe(&node_a, 1);
+    c.subscribe(&node_a, 1);
+    let ch0 = File::open(channel_path(&node_a, 0)).unwrap();
+    let r = proto::call(&c.0, &Request::SubscribeChannel, &[ch0.as_raw_fd()]).unwrap();
+    assert_eq!(status(r), NvStatus::StateInUse);
+    // Channel files are world-accessible as created.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(channel_path(&node_a, 0))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o666);
+    drop(b);
+}
+
+#[test]
+fn a_second_driver_is_refused_and_a_stale_socket_is_replaced() {
+    let dir = TempDir::new("bind");
+    let a = start(&dir.0, 0);
+    assert!(matches!(
+        Server::bind(&config(&dir.0, 0)),
+        Err(ServerError::AlreadyRunning(_))
+    ));
+    let sock = a.socket_path().to_path_buf();
+    a.stop();
+    assert!(!sock.exists(), "the socket file goes on stop");
+    // A driver that died without cleaning up leaves a socket nobody answers on.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let again = start(&dir.0, 0);
+    let c = Conn::open(&again);
+    assert!(matches!(
+        c.call(Request::Hello { pid: 1 }),
+        Response::Hello {
+            node_id: 0xFFFF,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
+    let dir = TempDir::new("unimport");
+    let b = start(&dir.0, 1);
+    let node_b = config(&dir.0, 1).node_dir;
+    let daemon = Conn::open(&b);
+    let token = daemon.session(1);
+    assert_eq!(
+        status(Conn::open(&b).call(Request::OpenSession { node_id: 2 })),
+        NvStatus::InUse
+    );
+    let remote = FabricHandle {
+        export_uuid: ExportUuid::new(7, 5),
+        index: 0,
+        size: PAGE_SIZE,
+        cluster_uuid: [3; 16],
+    };
+
+    // An importer whose import stays pending, then is released.
+    let app = Conn::open(&b);
+    app.subscribe(&node_b, 0);
+    let Response::Imported { import } = app.call(Request::Import {
+        handle: remote.to_hex(),
+    }) else {
+        panic!()
+    };
+    assert_eq!(
+        status(app.call(Request::WaitImport {
+            import,
+            timeout_ms: 50
+        })),
+        NvStatus::NotReady
+    );
+    let Response::Events {
+        events,
+        more: false,
+    } = daemon.call(Request::GetEvents {
+        token,
+        max: 8,
+        wait_ms: 1000,
+    })
+    else {
+        panic!()
+    };
+    let [
+        FabricEvent::Import {
+            event_id,
+            export_node: 5,
+            ..
+        },
+    ] = events.as_slice()
+    else {
+        panic!("{events:?}")
+    };
+    let (tx, rx) = mpsc::channel();
+    let releaser = thread::spawn(move || {
+        tx.send(app.call(Request::Release { handle: import }))
+            .unwrap();
+        app
+    });
+    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
+        token,
+        max: 8,
+        wait_ms: 5000,
+    }) else {
+        panic!()
+    };
+    let [
+        FabricEvent::Unimport {
+            unimport_event_id,
+            import_event_id,
+            export_node: 5,
+        },
+    ] = events.as_slice()
+    else {
+        panic!("{events:?}")
+    };
+    assert_eq!(import_event_id, event_id);
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "release must block until FINISH_MEM_UNIMPORT"
+    );
+    assert_eq!(daemon.stats().pending_unimports, 1);
+    assert_eq!(
+        daemon.call(Request::FinishUnimport {
+            token,
+            unimport_event_ids: vec![*unimport_event_id]
+        }),
+        Response::Ok
+    );
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Response::Ok
+    );
+    let app = releaser.join().unwrap();
+
+    // Same again, but the daemon dies instead of finishing: the release completes, and the
+    // long-polling GetEvents of a vanished daemon does not hold the session open.
+    let Response::Imported { import } = app.call(Request::Import {
+        handle: remote.to_hex(),
+    }) else {
+        panic!()
+    };
+    let (tx, rx) = mpsc::channel();
+    let releaser = thread::spawn(move || {
+        tx.send(app.call(Request::Release { handle: import }))
+            .unwrap()
+    });
+    eventually("the unimport is posted", || {
+        daemon.stats().pending_unimports == 1
+    });
+    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
+        token,
+        max: 8,
+        wait_ms: 1000,
+    }) else {
+        panic!()
+    };
+    assert!(
+        matches!(
+            events.as_slice(),
+            [FabricEvent::Import { .. }, FabricEvent::Unimport { .. }]
+        ),
+        "{events:?}"
+    );
+    // The daemon dies in the middle of a long poll on an empty queue.
+    let poller = daemon.0.try_clone().unwrap();
+    proto::send(
+        &poller,
+        &Request::GetEvents {
+            token,
+            max: 8,
+            wait_ms: 60_000,
+        },
+        &[],
+    )
+    .unwrap();
+    thread::sleep(Duration::from_millis(50));
+    drop((daemon, poller));
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Response::Ok
+    );
+    releaser.join().unwrap();
+    let s = Conn::open(&b).stats();
+    assert_eq!(
+        (
+            s.session,
+            s.node_id,
+            s.pending_unimports,
+            s.import_descriptors
+        ),
+        (false, 0xFFFF, 0, 0)
+    );
+}
+
+/// A fake pair of daemons for node B importing from node A: answers B's events by asking A's
+/// driver directly (what the two daemons do over the network).
+/// The worker returns how many events it handled and its connections (kept open until the test
+/// is done with the session).
+fn fake_daemons(
+    a: &ServerHandle,
+    b: &ServerHandle,
+    stop: Arc<AtomicBool>,
+) -> (Conn, thread::JoinHandle<(usize, Conn, Conn)>) {
+    let a_session = Conn::open(a);
+    let a_token = a_session.session(0);
+    let a_ctl = Conn::open(a);
+    let b_session = Conn::open(b);
+    let b_token = b_session.session(1);
+    let worker = thread::spawn(move || {
+        let mut refs = std::collections::HashMap::new();
+        let mut handled = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let Response::Events { events, .. } = b_session.call(Request::GetEvents {
+                token: b_token,
+                max: 16,
+                wait_ms: 100,
+            }) else {
+                panic!("get events")
+            };
+            for ev in events {
+                handled += 1;
+                match ev {
+                    FabricEvent::Import {
+                        event_id,
+                        channel,
+                        export_uuid,
+                        index,
+                        export_node: 0,
+                        ..
+                    } => {
+                        let req = Request::DescribeExport {
+                            token: a_token,
+                            export_uuid,
+                            index,
+                            channel,
+                        };
+                        let result = match a_ctl.call(req) {
+                            Response::Described { export_ref, pages } => {
+                                refs.insert(event_id, export_ref);
+                                Validation::Pages(pages)
+                            }
+                            Response::Error { status, .. } => Validation::Failed(status),
+                            other => panic!("describe: {other:?}"),
+                        };
+                        let r = b_session.call(Request::Validate {
+                            token: b_token,
+                            import_event_id: event_id,
+                            result,
+                        });
+                        assert_eq!(r, Response::Ok);
+                    }
+                    FabricEvent::Unimport {
+                        unimport_event_id,
+                        import_event_id,
+                        ..
+                    } => {
+                        if let Some(export_ref) = refs.remove(&import_event_id) {
+                            assert_eq!(
+                                a_ctl.call(Request::ReleaseExportRef {
+                                    token: a_token,
+                                    export_ref
+                                }),
+                                Response::Ok
+                            );
+                        }
+                        let r = b_session.call(Request::FinishUnimport {
+                            token: b_token,
+                            unimport_event_ids: vec![unimport_event_id],
+                        });
+                        assert_eq!(r, Response::Ok);
+                    }
+                    other => panic!("unexpected event {other:?}"),
+                }
+            }
+        }
+        (handled, b_session, a_ctl)
+    });
+    (a_session, worker)
+}
+
+#[test]
+fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() {
+    let dir = TempDir::new("datapath");
+    let a = start(&dir.0, 0);
+    let b = start(&dir.0, 1);
+    let node_a = config(&dir.0, 0).node_dir;
+    let node_b = config(&dir.0, 1).node_dir;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (_a_session, daemons) = fake_daemons(&a, &b, Arc::clone(&stop));
+
+    // Client A creates, writes through its own mapping, exports.
+    let ca = Conn::open(&a);
+    ca.subscribe(&node_a, 0);
+    ca.call(Request::Create {
+        gpu: 1,
+        size: 2 * MIB,
+    }); // so the next one is not at offset 0
+    let Response::Created {
+        mem,
+        size,
+        file,
+        offset,
+    } = ca.call(Request::Create {
+        gpu: 1,
+        size: 3 * MIB,
+    })
+    else {
+        panic!()
+    };
+    assert_eq!((size, offset), (4 * MIB, 2 * MIB));
+    let mut mine = map(&file, offset, size);
+    for (i, b) in mine.iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    let Response::Exported { handle } = ca.call(Request::Export { mem }) else {
+        panic!()
+    };
+
+    // Two processes on B import it: one event, both read A's bytes, writes go both ways.
+    let cb = Conn::open(&b);
+    cb.subscribe(&node_b, 0);
+    let cb2 = Conn::open(&b);
+    cb2.subscribe(&node_b, 0);
+    let Response::Imported { import } = cb.call(Request::Import {
+        handle: handle.clone(),
+    }) else {
+        panic!()
+    };
+    let Response::Imported { import: import2 } = cb2.call(Request::Import {
+        handle: handle.clone(),
+    }) else {
+        panic!()
+    };
+    let ready = cb.call(Request::WaitImport {
+        import,
+        timeout_ms: 10_000,
+    });
+    let Response::ImportReady {
+        size: isize,
+        file: ifile,
+        offset: ioff,
+    } = ready
+    else {
+        panic!("{ready:?}")
+    };
+    assert_eq!((isize, ifile.as_str(), ioff), (size, file.as_str(), offset));
+    assert!(matches!(
+        cb2.call(Request::WaitImport {
+            import: import2,
+            timeout_ms: 10_000
+        }),
+        Response::ImportReady { .. }
+    ));
+    let mut theirs = map(&ifile, ioff, isize);
+    assert!(
+        theirs
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i % 251) as u8),
+        "B reads A's bytes"
+    );
+    theirs[12345] = 0xEE;
+    assert_eq!(mine[12345], 0xEE, "A sees B's store");
+    assert_eq!(Conn::open(&b).stats().import_descriptors, 1);
+    assert_eq!(Conn::open(&a).stats().daemon_export_refs, 1);
+    drop(theirs);
+
+    // A releases its allocation: the importer's daemon reference keeps it alive.
+    assert_eq!(ca.call(Request::Release { handle: mem }), Response::Ok);
+    assert_eq!(mine[7], 7, "still A's data");
+    assert_eq!(Conn::open(&a).stats().exports, 1);
+
+    // Both importers vanish without releasing: the last one's exit unimports through the
+    // daemons, which drop A's reference, which frees the memory.
+    drop(cb);
+    drop(cb2);
+    eventually("B's imports are unimported", || {
+        let s = Conn::open(&b).stats();
+        s.import_descriptors == 0
+            && s.import_refs == 0
+            && s.pending_unimports == 0
+            && s.queued_events == 0
+    });
+    eventually("A's exported memory is freed", || {
+        let s = Conn::open(&a).stats();
+        s.daemon_export_refs == 0 && s.exports == 0 && s.allocations == 1
+    });
+    assert!(mine.iter().all(|b| *b == 0), "freed memory is zeroed");
+
+    // A vanishes too: its remaining allocation is freed.
+    drop(ca);
+    eventually("A's allocations are freed", || {
+        let s = Conn::open(&a).stats();
+        s.allocations == 0 && s.hbm_used == 0
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (handled, _b_session, _a_ctl) = daemons.join().unwrap();
+    assert_eq!(handled, 2, "one import and one unimport event");
+    // Only the daemon's session connection (plus the asking one) remain.
+    let s = Conn::open(&b).stats();
+    assert_eq!(
+        s,
+        DriverStats {
+            node_id: 1,
+            session: true,
+            clients: 2,
+            ..DriverStats::default()
+        }
+    );
+    let s = Conn::open(&a).stats();
+    assert_eq!(
+        s,
+        DriverStats {
+            node_id: 0,
+            session: true,
+            clients: 3,
+            ..DriverStats::default()
+        }
+    );
+}

@@ -1,0 +1,351 @@
+//! `openimex demo`: a simulated GB200 NVL72 (18 compute trays × 4 GPUs by default), one GPU
+//! driver and one IMEX daemon per tray, started through the cluster harness. Every GPU exports
+//! a buffer and imports every other GPU's buffer; each pair checks a pattern the exporter wrote
+//! and writes one back that the exporter checks; then everything is released and every
+//! driver's reference counts must be back to zero.
+//!
+//! One thread per GPU plays that GPU's application, each with its own driver client (as each
+//! process has its own CUDA context), so imports run concurrently as they would in a job.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use openimex_client::{Context, FabricHandleBytes, pattern};
+use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
+
+/// `openimex demo` flags.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Compute trays (nodes) in the domain; 18 is one GB200 NVL72 rack.
+    #[arg(long, default_value_t = 18)]
+    nodes: usize,
+    /// GPUs per tray.
+    #[arg(long, default_value_t = 4)]
+    gpus_per_node: u32,
+    /// Bytes each GPU exports (K/M/G suffixes; rounded up to 2 MiB by the driver).
+    #[arg(long, default_value = "2M", value_parser = parse_size)]
+    buffer_size: u64,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Keep the nodes' directories (configs, logs) after the demo.
+    #[arg(long)]
+    keep: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    openimex_client::cli::parse_size(s)
+}
+
+/// What one GPU's application did.
+#[derive(Default)]
+struct GpuReport {
+    latencies_us: Vec<u64>,
+    errors: Vec<String>,
+}
+
+/// Shared between the GPU threads.
+struct Shared {
+    handles: Mutex<Vec<Option<FabricHandleBytes>>>,
+    /// Every GPU exported (the main thread waits on it too, to start the import clock).
+    exported: Barrier,
+    /// Between the GPUs' later phases.
+    barrier: Barrier,
+    imports_done: AtomicUsize,
+    bytes_verified: AtomicU64,
+    copy_bytes: AtomicU64,
+    copy_nanos: AtomicU64,
+}
+
+fn seed(exporter: usize, importer: usize, phase: u64) -> u64 {
+    ((exporter as u64) << 32) ^ ((importer as u64) << 8) ^ phase
+}
+
+/// Runs the demo; prints the summary; fails when any byte or count is wrong.
+pub(crate) fn run(args: &DemoArgs) -> Result<()> {
+    if args.nodes == 0 || args.gpus_per_node == 0 {
+        bail!("--nodes and --gpus-per-node must be at least 1");
+    }
+    let gpus_total = args.nodes * args.gpus_per_node as usize;
+    let buffer = args.buffer_size.max(1).div_ceil(2 << 20) * (2 << 20);
+    let slot = (buffer / gpus_total as u64) / 8 * 8;
+    if slot == 0 {
+        bail!("--buffer-size {buffer} is too small for {gpus_total} GPUs to each get a slot");
+    }
+    let binary = std::env::current_exe().context("cannot find this binary's path")?;
+    let gpu_spec = GpuSpec { gpus_per_node: args.gpus_per_node, hbm_mib: (buffer >> 20).max(2) * 2 + 64 };
+    let mut spec = ClusterSpec::new(args.nodes, binary).with_gpus(gpu_spec);
+    spec.keep_dir = args.keep;
+    let say = |s: &str| {
+        if !args.json {
+            println!("{s}");
+        }
+    };
+    say(&format!(
+        "Starting a simulated NVLink domain: {} compute trays x {} GPUs, one GPU driver and one IMEX daemon per tray...",
+        args.nodes, args.gpus_per_node
+    ));
+    let start = Instant::now();
+    let mut cluster = Cluster::start(spec).context("cannot start the nodes")?;
+    cluster.wait_up(0, Duration::from_secs(120)).context("the IMEX domain did not come UP")?;
+    let formation = start.elapsed();
+    say(&format!("Domain UP in {} ms. Every GPU exports {} KiB; {} imports to go.", formation.as_millis(), buffer >> 10, gpus_total * (gpus_total - 1)));
+
+    let node_dirs: Vec<PathBuf> = (0..args.nodes).map(|i| cluster.node(i).dir().to_path_buf()).collect();
+    let shared = Arc::new(Shared {
+        handles: Mutex::new(vec![None; gpus_total]),
+        exported: Barrier::new(gpus_total + 1),
+        barrier: Barrier::new(gpus_total),
+        imports_done: AtomicUsize::new(0),
+        bytes_verified: AtomicU64::new(0),
+        copy_bytes: AtomicU64::new(0),
+        copy_nanos: AtomicU64::new(0),
+    });
+    let mut threads = Vec::new();
+    for g in 0..gpus_total {
+        let dir = node_dirs[g / args.gpus_per_node as usize].clone();
+        let local_gpu = (g % args.gpus_per_node as usize) as u32;
+        let shared = shared.clone();
+        threads.push(std::thread::spawn(move || gpu_app(g, local_gpu, &dir, gpus_total, buffer, slot, &shared)));
+    }
+    // Phases: exported, imported, written back, verified, released.
+    let total_imports = gpus_total * (gpus_total - 1);
+    shared.exported.wait();
+    let import_start = Instant::now();
+    let progress = !args.json;
+    let mut last = Instant::now();
+    while shared.imports_done.load(Ordering::Relaxed) < total_imports && threads.iter().any(|t| !t.is_finished()) {
+        if progress && last.elapsed() > Duration::from_millis(200) {
+            bar(shared.imports_done.load(Ordering::Relaxed), total_imports);
+            last = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let import_elapsed = import_start.elapsed();
+    if progress {
+        bar(shared.imports_done.load(Ordering::Relaxed), total_imports);
+        eprintln!();
+    }
+    let mut reports = Vec::new();
+    for t in threads {
+        // A panicking GPU thread is a failed demo, not a crash of the tool.
+        reports.push(t.join().unwrap_or_else(|_| GpuReport { errors: vec!["a GPU thread panicked".into()], ..Default::default() }));
+    }
+
+    // Every driver's counts must be back to zero once the applications released everything.
+    let mut leaked = 0u64;
+    let mut leak_notes = Vec::new();
+    for (i, dir) in node_dirs.iter().enumerate() {
+        let ctx = Context::open(dir).with_context(|| format!("cannot open node {i}'s driver for the leak check"))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = ctx.stats().with_context(|| format!("node {i} driver stats"))?;
+            let refs = (s.allocations + s.exports + s.daemon_export_refs + s.import_descriptors + s.import_refs + s.pending_unimports) as u64;
+            if refs == 0 || Instant::now() >= deadline {
+                if refs > 0 {
+                    leak_notes.push(format!("node {i}: {s:?}"));
+                }
+                leaked += refs;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    let mut lat: Vec<u64> = reports.iter().flat_map(|r| r.latencies_us.iter().copied()).collect();
+    lat.sort_unstable();
+    let pct = |p: f64| lat.get(((lat.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
+    let errors: Vec<&String> = reports.iter().flat_map(|r| r.errors.iter()).collect();
+    let imports = lat.len();
+    let copy_gbps = gbps(shared.copy_bytes.load(Ordering::Relaxed), shared.copy_nanos.load(Ordering::Relaxed));
+    let local_gbps = local_memcpy_gbps(buffer);
+    let bytes_verified = shared.bytes_verified.load(Ordering::Relaxed);
+    let imports_per_s = imports as f64 / import_elapsed.as_secs_f64().max(1e-9);
+
+    let stop = Instant::now();
+    let shutdown = cluster.shutdown();
+    let stopped = stop.elapsed();
+    let summary = serde_json::json!({
+        "nodes": args.nodes,
+        "gpus": gpus_total,
+        "imports": imports,
+        "bytes_verified": bytes_verified,
+        "errors": errors.len(),
+        "leaked_refs": leaked,
+        "formation_ms": formation.as_millis() as u64,
+        "import_p50_us": pct(0.5),
+        "import_p99_us": pct(0.99),
+        "imports_per_s": (imports_per_s * 10.0).round() / 10.0,
+        "copy_gbps": (copy_gbps * 100.0).round() / 100.0,
+        "local_memcpy_gbps": (local_gbps * 100.0).round() / 100.0,
+        "buffer_bytes": buffer,
+    });
+    if args.json {
+        println!("{summary}");
+    } else {
+        println!("Summary:");
+        println!("  domain formation     : {} ms", formation.as_millis());
+        println!("  imports              : {imports} of {total_imports} ({imports_per_s:.0}/s)");
+        println!("  import latency       : p50 {} us, p99 {} us", pct(0.5), pct(0.99));
+        println!("  fabric copy          : {copy_gbps:.2} GB/s (local memcpy in this run: {local_gbps:.2} GB/s)");
+        println!("  bytes verified       : {bytes_verified}");
+        println!("  errors               : {}", errors.len());
+        println!("  leaked references    : {leaked}");
+        println!("  teardown             : {} ms", stopped.as_millis());
+    }
+    for e in errors.iter().take(10) {
+        eprintln!("error: {e}");
+    }
+    for n in &leak_notes {
+        eprintln!("leak: {n}");
+    }
+    shutdown.context("stopping the nodes")?;
+    if !errors.is_empty() || leaked > 0 || imports != total_imports {
+        bail!("demo failed: {} errors, {leaked} leaked references, {imports} of {total_imports} imports", errors.len());
+    }
+    Ok(())
+}
+
+fn bar(done: usize, total: usize) {
+    let width = 40;
+    let filled = done * width / total.max(1);
+    eprint!("\r  [{}{}] imports {done}/{total}", "#".repeat(filled), " ".repeat(width - filled));
+    let _ = std::io::stderr().flush();
+}
+
+fn gbps(bytes: u64, nanos: u64) -> f64 {
+    if nanos == 0 { 0.0 } else { bytes as f64 / nanos as f64 }
+}
+
+/// The baseline: plain memcpy between two private buffers of the same size, in this run.
+fn local_memcpy_gbps(size: u64) -> f64 {
+    let n = usize::try_from(size).unwrap_or(2 << 20);
+    let src = vec![0x5au8; n];
+    let mut dst = vec![0u8; n];
+    let rounds = 64;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    gbps(size * rounds, u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// One GPU's application. Follows the phases of [`run`] through the shared barrier.
+fn gpu_app(me: usize, gpu: u32, node_dir: &std::path::Path, gpus: usize, buffer: u64, slot: u64, shared: &Shared) -> GpuReport {
+    let mut report = GpuReport::default();
+    let fail = |report: &mut GpuReport, what: String| report.errors.push(format!("GPU {me}: {what}"));
+    let slot_range = |j: usize| {
+        let start = j as u64 * slot;
+        start as usize..(start + slot) as usize
+    };
+    // Phase 1: create, fill each importer's slot, export.
+    let ctx = Context::open(node_dir);
+    let mut own = None;
+    match &ctx {
+        Ok(ctx) => match ctx.mem_create(gpu, buffer).and_then(|a| ctx.map(&a).map(|m| (a, m))) {
+            Ok((alloc, mut map)) => {
+                for j in 0..gpus {
+                    pattern::fill(&mut map.as_mut_slice()[slot_range(j)], seed(me, j, 1));
+                }
+                match ctx.export(&alloc) {
+                    Ok(h) => shared.handles.lock().unwrap_or_else(|e| e.into_inner())[me] = Some(h),
+                    Err(e) => fail(&mut report, format!("export: {e}")),
+                }
+                own = Some((alloc, map));
+            }
+            Err(e) => fail(&mut report, format!("create: {e}")),
+        },
+        Err(e) => fail(&mut report, format!("open driver: {e}")),
+    }
+    shared.exported.wait();
+    let handles = shared.handles.lock().unwrap_or_else(|e| e.into_inner()).clone();
+
+    // Phase 2: import every other GPU's buffer, check my slot, write my answer into it.
+    let mut imports = Vec::new();
+    if let Ok(ctx) = &ctx {
+        for (i, h) in handles.iter().enumerate() {
+            if i == me {
+                continue;
+            }
+            let Some(h) = h else {
+                fail(&mut report, format!("no handle from GPU {i}"));
+                continue;
+            };
+            let t = Instant::now();
+            let imported = match ctx.import(h) {
+                Ok(x) => x,
+                Err(e) => {
+                    fail(&mut report, format!("import from GPU {i}: {e}"));
+                    continue;
+                }
+            };
+            report.latencies_us.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+            shared.imports_done.fetch_add(1, Ordering::Relaxed);
+            match ctx.map(&imported) {
+                Ok(mut map) => {
+                    let mine = &mut map.as_mut_slice()[slot_range(me)];
+                    match pattern::verify(mine, seed(i, me, 1)) {
+                        Ok(()) => {
+                            shared.bytes_verified.fetch_add(slot, Ordering::Relaxed);
+                        }
+                        Err(off) => fail(&mut report, format!("GPU {i}'s buffer, slot {me}: mismatch at byte {off}")),
+                    }
+                    pattern::fill(mine, seed(i, me, 2));
+                    if i == (me + 1) % gpus {
+                        // Fabric copy bandwidth: read a whole remote buffer through the mapping.
+                        let mut copy = vec![0u8; map.len()];
+                        let t = Instant::now();
+                        for _ in 0..8 {
+                            copy.copy_from_slice(std::hint::black_box(map.as_slice()));
+                        }
+                        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        shared.copy_nanos.fetch_add(ns, Ordering::Relaxed);
+                        shared.copy_bytes.fetch_add(8 * map.len() as u64, Ordering::Relaxed);
+                    }
+                    imports.push((imported, Some(map)));
+                }
+                Err(e) => {
+                    fail(&mut report, format!("map GPU {i}'s buffer: {e}"));
+                    imports.push((imported, None));
+                }
+            }
+        }
+    }
+    shared.barrier.wait();
+
+    // Phase 3: the exporter checks what every importer wrote into its slot.
+    if let Some((_, map)) = &own {
+        for j in (0..gpus).filter(|j| *j != me) {
+            match pattern::verify(&map.as_slice()[slot_range(j)], seed(me, j, 2)) {
+                Ok(()) => {
+                    shared.bytes_verified.fetch_add(slot, Ordering::Relaxed);
+                }
+                Err(off) => fail(&mut report, format!("slot written by GPU {j}: mismatch at byte {off}")),
+            }
+        }
+    }
+    shared.barrier.wait();
+
+    // Phase 4: release everything (unimports go through both daemons).
+    if let Ok(ctx) = &ctx {
+        for (imported, map) in imports {
+            drop(map);
+            if let Err(e) = ctx.release(imported) {
+                fail(&mut report, format!("release import: {e}"));
+            }
+        }
+        if let Some((alloc, map)) = own {
+            drop(map);
+            if let Err(e) = ctx.release(alloc) {
+                fail(&mut report, format!("release allocation: {e}"));
+            }
+        }
+    }
+    report
+}
