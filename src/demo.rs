@@ -78,7 +78,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         bail!("--buffer-size {buffer} is too small for {gpus_total} GPUs to each get a slot");
     }
     let binary = std::env::current_exe().context("cannot find this binary's path")?;
-    let gpu_spec = GpuSpec { gpus_per_node: args.gpus_per_node, hbm_mib: (buffer >> 20).max(2) * 2 + 64 };
+    let gpu_spec = GpuSpec { gpus_per_node: args.gpus_per_node, hbm_mib: (buffer >> 20).max(2) * 2 + 64, ..GpuSpec::default() };
     let mut spec = ClusterSpec::new(args.nodes, binary).with_gpus(gpu_spec);
     spec.keep_dir = args.keep;
     let say = |s: &str| {

@@ -22,11 +22,13 @@ pub struct GpuSpec {
     pub gpus_per_node: u32,
     /// HBM per GPU, MiB (sparse files; only what is written takes disk).
     pub hbm_mib: u64,
+    /// IMEX channel files per node (`channel0` … `channelN-1`).
+    pub channels: u32,
 }
 
 impl Default for GpuSpec {
     fn default() -> Self {
-        Self { gpus_per_node: 4, hbm_mib: 1024 }
+        Self { gpus_per_node: 4, hbm_mib: 1024, channels: 2 }
     }
 }
 
@@ -56,6 +58,8 @@ pub(crate) fn start_driver(
         .arg(spec.gpus_per_node.to_string())
         .arg("--hbm-mib")
         .arg(spec.hbm_mib.to_string())
+        .arg("--channels")
+        .arg(spec.channels.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr);
