@@ -78,7 +78,11 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         bail!("--buffer-size {buffer} is too small for {gpus_total} GPUs to each get a slot");
     }
     let binary = std::env::current_exe().context("cannot find this binary's path")?;
-    let gpu_spec = GpuSpec { gpus_per_node: args.gpus_per_node, hbm_mib: (buffer >> 20).max(2) * 2 + 64, ..GpuSpec::default() };
+    let gpu_spec = GpuSpec {
+        gpus_per_node: args.gpus_per_node,
+        hbm_mib: (buffer >> 20).max(2) * 2 + 64,
+        ..GpuSpec::default()
+    };
     let mut spec = ClusterSpec::new(args.nodes, binary).with_gpus(gpu_spec);
     spec.keep_dir = args.keep;
     let say = |s: &str| {
@@ -92,11 +96,20 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     ));
     let start = Instant::now();
     let mut cluster = Cluster::start(spec).context("cannot start the nodes")?;
-    cluster.wait_up(0, Duration::from_secs(120)).context("the IMEX domain did not come UP")?;
+    cluster
+        .wait_up(0, Duration::from_secs(120))
+        .context("the IMEX domain did not come UP")?;
     let formation = start.elapsed();
-    say(&format!("Domain UP in {} ms. Every GPU exports {} KiB; {} imports to go.", formation.as_millis(), buffer >> 10, gpus_total * (gpus_total - 1)));
+    say(&format!(
+        "Domain UP in {} ms. Every GPU exports {} KiB; {} imports to go.",
+        formation.as_millis(),
+        buffer >> 10,
+        gpus_total * (gpus_total - 1)
+    ));
 
-    let node_dirs: Vec<PathBuf> = (0..args.nodes).map(|i| cluster.node(i).dir().to_path_buf()).collect();
+    let node_dirs: Vec<PathBuf> = (0..args.nodes)
+        .map(|i| cluster.node(i).dir().to_path_buf())
+        .collect();
     let shared = Arc::new(Shared {
         handles: Mutex::new(vec![None; gpus_total]),
         exported: Barrier::new(gpus_total + 1),
@@ -111,7 +124,9 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         let dir = node_dirs[g / args.gpus_per_node as usize].clone();
         let local_gpu = (g % args.gpus_per_node as usize) as u32;
         let shared = shared.clone();
-        threads.push(std::thread::spawn(move || gpu_app(g, local_gpu, &dir, gpus_total, buffer, slot, &shared)));
+        threads.push(std::thread::spawn(move || {
+            gpu_app(g, local_gpu, &dir, gpus_total, buffer, slot, &shared)
+        }));
     }
     // Phases: exported, imported, written back, verified, released.
     let total_imports = gpus_total * (gpus_total - 1);
@@ -119,7 +134,9 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     let import_start = Instant::now();
     let progress = !args.json;
     let mut last = Instant::now();
-    while shared.imports_done.load(Ordering::Relaxed) < total_imports && threads.iter().any(|t| !t.is_finished()) {
+    while shared.imports_done.load(Ordering::Relaxed) < total_imports
+        && threads.iter().any(|t| !t.is_finished())
+    {
         if progress && last.elapsed() > Duration::from_millis(200) {
             bar(shared.imports_done.load(Ordering::Relaxed), total_imports);
             last = Instant::now();
@@ -134,18 +151,29 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     let mut reports = Vec::new();
     for t in threads {
         // A panicking GPU thread is a failed demo, not a crash of the tool.
-        reports.push(t.join().unwrap_or_else(|_| GpuReport { errors: vec!["a GPU thread panicked".into()], ..Default::default() }));
+        reports.push(t.join().unwrap_or_else(|_| GpuReport {
+            errors: vec!["a GPU thread panicked".into()],
+            ..Default::default()
+        }));
     }
 
     // Every driver's counts must be back to zero once the applications released everything.
     let mut leaked = 0u64;
     let mut leak_notes = Vec::new();
     for (i, dir) in node_dirs.iter().enumerate() {
-        let ctx = Context::open(dir).with_context(|| format!("cannot open node {i}'s driver for the leak check"))?;
+        let ctx = Context::open(dir)
+            .with_context(|| format!("cannot open node {i}'s driver for the leak check"))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let s = ctx.stats().with_context(|| format!("node {i} driver stats"))?;
-            let refs = (s.allocations + s.exports + s.daemon_export_refs + s.import_descriptors + s.import_refs + s.pending_unimports) as u64;
+            let s = ctx
+                .stats()
+                .with_context(|| format!("node {i} driver stats"))?;
+            let refs = (s.allocations
+                + s.exports
+                + s.daemon_export_refs
+                + s.import_descriptors
+                + s.import_refs
+                + s.pending_unimports) as u64;
             if refs == 0 || Instant::now() >= deadline {
                 if refs > 0 {
                     leak_notes.push(format!("node {i}: {s:?}"));
@@ -157,13 +185,24 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         }
     }
 
-    let mut lat: Vec<u64> = reports.iter().flat_map(|r| r.latencies_us.iter().copied()).collect();
+    let mut lat: Vec<u64> = reports
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().copied())
+        .collect();
     lat.sort_unstable();
-    let pct = |p: f64| lat.get(((lat.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
     let errors: Vec<&String> = reports.iter().flat_map(|r| r.errors.iter()).collect();
     let imports = lat.len();
-    let copy_gbps = gbps(shared.copy_bytes.load(Ordering::Relaxed), shared.copy_nanos.load(Ordering::Relaxed));
+    let copy_gbps = gbps(
+        shared.copy_bytes.load(Ordering::Relaxed),
+        shared.copy_nanos.load(Ordering::Relaxed),
+    );
     let local_gbps = local_memcpy_gbps(buffer);
+    let grpc_rtt_us = grpc_rtt_p50_us(&cluster);
     let bytes_verified = shared.bytes_verified.load(Ordering::Relaxed);
     let imports_per_s = imports as f64 / import_elapsed.as_secs_f64().max(1e-9);
 
@@ -183,6 +222,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         "imports_per_s": (imports_per_s * 10.0).round() / 10.0,
         "copy_gbps": (copy_gbps * 100.0).round() / 100.0,
         "local_memcpy_gbps": (local_gbps * 100.0).round() / 100.0,
+        "grpc_rtt_p50_us": grpc_rtt_us,
         "buffer_bytes": buffer,
     });
     if args.json {
@@ -191,8 +231,17 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         println!("Summary:");
         println!("  domain formation     : {} ms", formation.as_millis());
         println!("  imports              : {imports} of {total_imports} ({imports_per_s:.0}/s)");
-        println!("  import latency       : p50 {} us, p99 {} us", pct(0.5), pct(0.99));
-        println!("  fabric copy          : {copy_gbps:.2} GB/s (local memcpy in this run: {local_gbps:.2} GB/s)");
+        println!(
+            "  import latency       : p50 {} us, p99 {} us",
+            pct(0.5),
+            pct(0.99)
+        );
+        println!(
+            "  fabric copy          : {copy_gbps:.2} GB/s (local memcpy in this run: {local_gbps:.2} GB/s)"
+        );
+        println!(
+            "  raw gRPC round trip  : p50 {grpc_rtt_us} us (unary call on loopback, this run)"
+        );
         println!("  bytes verified       : {bytes_verified}");
         println!("  errors               : {}", errors.len());
         println!("  leaked references    : {leaked}");
@@ -206,7 +255,10 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     }
     shutdown.context("stopping the nodes")?;
     if !errors.is_empty() || leaked > 0 || imports != total_imports {
-        bail!("demo failed: {} errors, {leaked} leaked references, {imports} of {total_imports} imports", errors.len());
+        bail!(
+            "demo failed: {} errors, {leaked} leaked references, {imports} of {total_imports} imports",
+            errors.len()
+        );
     }
     Ok(())
 }
@@ -214,12 +266,54 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
 fn bar(done: usize, total: usize) {
     let width = 40;
     let filled = done * width / total.max(1);
-    eprint!("\r  [{}{}] imports {done}/{total}", "#".repeat(filled), " ".repeat(width - filled));
+    eprint!(
+        "\r  [{}{}] imports {done}/{total}",
+        "#".repeat(filled),
+        " ".repeat(width - filled)
+    );
     let _ = std::io::stderr().flush();
 }
 
 fn gbps(bytes: u64, nanos: u64) -> f64 {
-    if nanos == 0 { 0.0 } else { bytes as f64 / nanos as f64 }
+    if nanos == 0 {
+        0.0
+    } else {
+        bytes as f64 / nanos as f64
+    }
+}
+
+/// The baseline for import latency: p50 of a unary gRPC call (the daemon's `State`) on
+/// loopback, in this run. 0 when it cannot be measured.
+fn grpc_rtt_p50_us(cluster: &Cluster) -> u64 {
+    let node = cluster.node(0);
+    let target = openimex_ctl::Target::Tcp {
+        host: node.ip().to_string(),
+        port: node.cmd_port(),
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return 0;
+    };
+    rt.block_on(async move {
+        let Ok(mut client) = openimex_ctl::Client::connect(target, Duration::from_secs(3)).await
+        else {
+            return 0;
+        };
+        let mut samples = Vec::with_capacity(200);
+        for i in 0..220 {
+            let t = Instant::now();
+            if client.state().await.is_err() {
+                return 0;
+            }
+            if i >= 20 {
+                samples.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+            }
+        }
+        samples.sort_unstable();
+        samples[samples.len() / 2]
+    })
 }
 
 /// The baseline: plain memcpy between two private buffers of the same size, in this run.
@@ -233,13 +327,25 @@ fn local_memcpy_gbps(size: u64) -> f64 {
         dst.copy_from_slice(std::hint::black_box(&src));
         std::hint::black_box(&mut dst);
     }
-    gbps(size * rounds, u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    gbps(
+        size * rounds,
+        u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX),
+    )
 }
 
 /// One GPU's application. Follows the phases of [`run`] through the shared barrier.
-fn gpu_app(me: usize, gpu: u32, node_dir: &std::path::Path, gpus: usize, buffer: u64, slot: u64, shared: &Shared) -> GpuReport {
+fn gpu_app(
+    me: usize,
+    gpu: u32,
+    node_dir: &std::path::Path,
+    gpus: usize,
+    buffer: u64,
+    slot: u64,
+    shared: &Shared,
+) -> GpuReport {
     let mut report = GpuReport::default();
-    let fail = |report: &mut GpuReport, what: String| report.errors.push(format!("GPU {me}: {what}"));
+    let fail =
+        |report: &mut GpuReport, what: String| report.errors.push(format!("GPU {me}: {what}"));
     let slot_range = |j: usize| {
         let start = j as u64 * slot;
         start as usize..(start + slot) as usize
@@ -248,7 +354,10 @@ fn gpu_app(me: usize, gpu: u32, node_dir: &std::path::Path, gpus: usize, buffer:
     let ctx = Context::open(node_dir);
     let mut own = None;
     match &ctx {
-        Ok(ctx) => match ctx.mem_create(gpu, buffer).and_then(|a| ctx.map(&a).map(|m| (a, m))) {
+        Ok(ctx) => match ctx
+            .mem_create(gpu, buffer)
+            .and_then(|a| ctx.map(&a).map(|m| (a, m)))
+        {
             Ok((alloc, mut map)) => {
                 for j in 0..gpus {
                     pattern::fill(&mut map.as_mut_slice()[slot_range(j)], seed(me, j, 1));
@@ -264,7 +373,11 @@ fn gpu_app(me: usize, gpu: u32, node_dir: &std::path::Path, gpus: usize, buffer:
         Err(e) => fail(&mut report, format!("open driver: {e}")),
     }
     shared.exported.wait();
-    let handles = shared.handles.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let handles = shared
+        .handles
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
 
     // Phase 2: import every other GPU's buffer, check my slot, write my answer into it.
     let mut imports = Vec::new();
@@ -285,7 +398,9 @@ fn gpu_app(me: usize, gpu: u32, node_dir: &std::path::Path, gpus: usize, buffer:
                     continue;
                 }
             };
-            report.latencies_us.push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+            report
+                .latencies_us
+                .push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
             shared.imports_done.fetch_add(1, Ordering::Relaxed);
             match ctx.map(&imported) {
                 Ok(mut map) => {
@@ -294,20 +409,12 @@ fn gpu_app(me: usize, gpu: u32, node_dir: &std::path::Path, gpus: usize, buffer:
                         Ok(()) => {
                             shared.bytes_verified.fetch_add(slot, Ordering::Relaxed);
                         }
-                        Err(off) => fail(&mut report, format!("GPU {i}'s buffer, slot {me}: mismatch at byte {off}")),
+                        Err(off) => fail(
+                            &mut report,
+                            format!("GPU {i}'s buffer, slot {me}: mismatch at byte {off}"),
+                        ),
                     }
                     pattern::fill(mine, seed(i, me, 2));
-                    if i == (me + 1) % gpus {
-                        // Fabric copy bandwidth: read a whole remote buffer through the mapping.
-                        let mut copy = vec![0u8; map.len()];
-                        let t = Instant::now();
-                        for _ in 0..8 {
-                            copy.copy_from_slice(std::hint::black_box(map.as_slice()));
-                        }
-                        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                        shared.copy_nanos.fetch_add(ns, Ordering::Relaxed);
-                        shared.copy_bytes.fetch_add(8 * map.len() as u64, Ordering::Relaxed);
-                    }
                     imports.push((imported, Some(map)));
                 }
                 Err(e) => {
@@ -326,9 +433,33 @@ fn gpu_app(me: usize, gpu: u32, node_dir: &std::path::Path, gpus: usize, buffer:
                 Ok(()) => {
                     shared.bytes_verified.fetch_add(slot, Ordering::Relaxed);
                 }
-                Err(off) => fail(&mut report, format!("slot written by GPU {j}: mismatch at byte {off}")),
+                Err(off) => fail(
+                    &mut report,
+                    format!("slot written by GPU {j}: mismatch at byte {off}"),
+                ),
             }
         }
+    }
+    shared.barrier.wait();
+
+    // Fabric copy bandwidth, measured by one GPU while the others wait (a quiet machine):
+    // read a whole remote buffer through its mapping, after one warm-up pass.
+    if me == 0
+        && let Some((_, Some(map))) = imports.iter().find(|(_, m)| m.is_some())
+    {
+        let mut copy = vec![0u8; map.len()];
+        copy.copy_from_slice(map.as_slice());
+        let rounds = 32u64;
+        let t = Instant::now();
+        for _ in 0..rounds {
+            copy.copy_from_slice(std::hint::black_box(map.as_slice()));
+            std::hint::black_box(&mut copy);
+        }
+        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        shared.copy_nanos.fetch_add(ns, Ordering::Relaxed);
+        shared
+            .copy_bytes
+            .fetch_add(rounds * map.len() as u64, Ordering::Relaxed);
     }
     shared.barrier.wait();
 

@@ -126,10 +126,20 @@ fn main() -> ExitCode {
         Command::InstallLinks { dir, force } => tools::install_links(&dir, force),
         Command::Demo(a) => demo::run(&a),
         Command::Gpu { args } => {
-            return openimex_simgpu::cli::main([OsString::from("openimex gpu")].into_iter().chain(args).collect());
+            return openimex_simgpu::cli::main(
+                [OsString::from("openimex gpu")]
+                    .into_iter()
+                    .chain(args)
+                    .collect(),
+            );
         }
         Command::App { args } => {
-            return openimex_client::cli::main([OsString::from("openimex app")].into_iter().chain(args).collect());
+            return openimex_client::cli::main(
+                [OsString::from("openimex app")]
+                    .into_iter()
+                    .chain(args)
+                    .collect(),
+            );
         }
         Command::Bench(b) => tools::bench(&b),
         Command::ListenProbe { addr } => tools::listen_probe(addr),
