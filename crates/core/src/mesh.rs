@@ -305,6 +305,12 @@ impl Mesh {
             .collect()
     }
 
+    /// How this node sees `peer` right now: its state and the instance it handshook with
+    /// (`None` for this node itself or an unknown ID).
+    pub fn peer(&self, peer: NodeId) -> Option<(ConnStatus, Option<InstanceId>)> {
+        self.link(peer).map(|l| (l.status, l.instance))
+    }
+
     /// Number of peers whose link is CONNECTED.
     pub fn connected_peers(&self) -> usize {
         self.links

@@ -251,17 +251,15 @@ impl Engine {
 
     fn knows_instance(&self, node: NodeId, instance: InstanceId) -> bool {
         self.mesh
-            .links()
-            .get(node.index())
-            .is_some_and(|l| l.instance == Some(instance) && node != self.settings.local)
+            .peer(node)
+            .is_some_and(|(_, known)| known == Some(instance))
     }
 
     fn peer_channel(&self, peer: NodeId) -> Option<tonic::transport::Channel> {
         let connected = self
             .mesh
-            .links()
-            .get(peer.index())
-            .is_some_and(|l| l.status == ConnStatus::Connected);
+            .peer(peer)
+            .is_some_and(|(status, _)| status == ConnStatus::Connected);
         connected
             .then(|| self.sessions.get(&peer).map(|(_, l)| l.channel.clone()))
             .flatten()
