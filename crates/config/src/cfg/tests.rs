@@ -153,7 +153,7 @@ fn dra_style_values() {
 fn openimex_keys() {
     let text = "OPENIMEX_DRIVER=sim\nOPENIMEX_DOMAIN_ID=dom-1\nOPENIMEX_HEARTBEAT_INTERVAL_MS=200\n\
                 OPENIMEX_PEER_TIMEOUT_MS=1000\nOPENIMEX_RECONNECT_MIN_MS=10\n\
-                OPENIMEX_RECONNECT_MAX_MS=10\nOPENIMEX_HOSTNAME=tray-7\n";
+                OPENIMEX_RECONNECT_MAX_MS=10\nOPENIMEX_HOSTNAME=tray-7\nOPENIMEX_SIM_NODE_DIR=/n0\n";
     let c = parse(text).unwrap();
     assert_eq!(c.driver, DriverKind::Sim);
     assert_eq!(c.domain_id.as_deref(), Some("dom-1"));
@@ -540,4 +540,13 @@ fn unreadable_nodes_file_error_points_at_the_config_line() {
         msg.contains("IMEX_NODE_CONFIG_FILE is not set, so the default applies"),
         "{msg}"
     );
+}
+
+#[test]
+fn sim_driver_needs_its_node_dir() {
+    let msg = err("OPENIMEX_DRIVER=sim\n");
+    assert!(msg.starts_with("cfg:1: OPENIMEX_DRIVER=sim needs OPENIMEX_SIM_NODE_DIR"), "{msg}");
+    let c = parse("OPENIMEX_DRIVER=sim\nOPENIMEX_SIM_NODE_DIR=/run/openimex/node0\n").unwrap();
+    assert_eq!(c.driver, DriverKind::Sim);
+    assert_eq!(c.sim_node_dir, Some(PathBuf::from("/run/openimex/node0")));
 }
