@@ -12,6 +12,9 @@ mod common;
 // bad config files fail before binding, naming file:line and the fix
 #[path = "e2e/config_errors.rs"]
 mod config_errors;
+// fabric memory across nodes: import refusals, lifetimes, shared descriptors, demo JSON
+#[path = "e2e/fabric.rs"]
+mod fabric;
 // kill -9 and restart, clean SIGTERM departure, mismatched node maps
 #[path = "e2e/faults.rs"]
 mod faults;
