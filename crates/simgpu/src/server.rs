@@ -519,7 +519,7 @@ fn handle(
                             || max == 0
                             || until.is_some_and(|d| Instant::now() >= d)
                             || shared.stopping()
-                             =>
+                            || peer_gone(stream) =>
                     {
                         break Ok(Response::Events { events, more });
                     }
