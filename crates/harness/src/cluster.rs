@@ -212,7 +212,10 @@ impl Cluster {
         let mut pairs = node.base_config(self.spec.heartbeat_ms, self.spec.peer_timeout_ms);
         if self.spec.gpus.is_some() {
             pairs.push(("OPENIMEX_DRIVER".into(), "sim".into()));
-            pairs.push(("OPENIMEX_SIM_NODE_DIR".into(), node.dir().display().to_string()));
+            pairs.push((
+                "OPENIMEX_SIM_NODE_DIR".into(),
+                node.dir().display().to_string(),
+            ));
         }
         pairs.extend(self.spec.extra_config.iter().cloned());
         pairs.extend(self.node_extra[i].iter().cloned());
@@ -226,7 +229,9 @@ impl Cluster {
 
     /// Starts node `i`'s simulated GPU driver if the cluster has GPUs and it is not running.
     pub fn start_driver(&self, i: usize) -> Result<(), HarnessError> {
-        let Some(spec) = self.spec.gpus else { return Ok(()) };
+        let Some(spec) = self.spec.gpus else {
+            return Ok(());
+        };
         let node = self.get(i)?;
         let mut gpu = node.gpu.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(child) = gpu.as_mut()
@@ -234,7 +239,13 @@ impl Cluster {
         {
             return Ok(());
         }
-        *gpu = Some(start_driver(&self.spec.binary, node.dir(), &self.fabric_dir(), i, spec)?);
+        *gpu = Some(start_driver(
+            &self.spec.binary,
+            node.dir(),
+            &self.fabric_dir(),
+            i,
+            spec,
+        )?);
         Ok(())
     }
 

@@ -28,7 +28,11 @@ pub struct GpuSpec {
 
 impl Default for GpuSpec {
     fn default() -> Self {
-        Self { gpus_per_node: 4, hbm_mib: 1024, channels: 2 }
+        Self {
+            gpus_per_node: 4,
+            hbm_mib: 1024,
+            channels: 2,
+        }
     }
 }
 
@@ -41,11 +45,15 @@ pub(crate) fn start_driver(
     spec: GpuSpec,
 ) -> Result<Child, HarnessError> {
     let log = node_dir.join("gpu.log");
-    let stderr = OpenOptions::new().create(true).append(true).open(&log).map_err(HarnessError::io(
-        "open the GPU driver log",
-        &log,
-        "check that the cluster directory is writable",
-    ))?;
+    let stderr = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(HarnessError::io(
+            "open the GPU driver log",
+            &log,
+            "check that the cluster directory is writable",
+        ))?;
     let mut cmd = Command::new(binary);
     cmd.arg("gpu")
         .arg("--node-dir")

@@ -43,8 +43,8 @@ pub mod addr;
 pub mod bench;
 pub mod cluster;
 pub mod domain;
-pub mod gpu;
 mod error;
+pub mod gpu;
 pub mod node;
 pub mod process;
 pub mod scratch;
@@ -55,9 +55,9 @@ pub use nix::sys::signal::Signal;
 
 pub use addr::AddrBlock;
 pub use cluster::{Cluster, ClusterSpec, StopOutcome};
-pub use gpu::GpuSpec;
 pub use domain::{DomainView, LinkNodeView, LinkView, LinksView, NodeView, is_ctl_timestamp};
 pub use error::HarnessError;
+pub use gpu::GpuSpec;
 pub use node::Node;
 pub use scratch::ScratchDir;
 

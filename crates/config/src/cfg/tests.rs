@@ -545,7 +545,10 @@ fn unreadable_nodes_file_error_points_at_the_config_line() {
 #[test]
 fn sim_driver_needs_its_node_dir() {
     let msg = err("OPENIMEX_DRIVER=sim\n");
-    assert!(msg.starts_with("cfg:1: OPENIMEX_DRIVER=sim needs OPENIMEX_SIM_NODE_DIR"), "{msg}");
+    assert!(
+        msg.starts_with("cfg:1: OPENIMEX_DRIVER=sim needs OPENIMEX_SIM_NODE_DIR"),
+        "{msg}"
+    );
     let c = parse("OPENIMEX_DRIVER=sim\nOPENIMEX_SIM_NODE_DIR=/run/openimex/node0\n").unwrap();
     assert_eq!(c.driver, DriverKind::Sim);
     assert_eq!(c.sim_node_dir, Some(PathBuf::from("/run/openimex/node0")));
