@@ -691,3 +691,108 @@ fn demo_json_four_nodes() {
         );
     }
 }
+
+/// Waits until a held process dies of SIGKILL (revoked by its node's driver).
+#[track_caller]
+fn expect_revoked(mut held: Held) {
+    let status = held.wait(NOTICE);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "{}: a revoked importer is killed, as the real driver RCs its channels: {status:?}",
+        held.what
+    );
+}
+
+#[test]
+fn importer_daemon_killed_revokes_its_importers_and_the_exporter_releases_on_restart() {
+    let mut cluster = gpu_cluster(2);
+    let (d0, d1) = (
+        cluster.node(0).dir().to_path_buf(),
+        cluster.node(1).dir().to_path_buf(),
+    );
+    let (mut exp, handle) = exporter(&d0, &channel(&cluster, 0, 0), 55, "exporter on node 0");
+    let imp = held_importer(
+        &d1,
+        &channel(&cluster, 1, 0),
+        &handle,
+        55,
+        "importer on node 1",
+    );
+    wait_stats(&d0, NOTICE, "node 0 holds one reference for node 1", |s| {
+        num(s, "daemon_export_refs") == 1
+    });
+
+    // The importer's daemon dies: its driver tears the session down, which disables (kills)
+    // every client that imported remote memory.
+    cluster.kill9(1).expect("kill -9 the daemon of node 1");
+    expect_revoked(imp);
+    wait_stats(&d1, NOTICE, "node 1 dropped the dead import", |s| {
+        num(s, "import_refs") == 0 && num(s, "import_descriptors") == 0
+    });
+    // The exporter keeps its reference while node 1 is away (grace time -1: wait for it).
+    assert_eq!(num(&stats(&d0), "daemon_export_refs"), 1);
+
+    // Node 1 comes back as a new instance: node 0 releases what it held for the old one.
+    cluster.start_node(1).expect("restart node 1");
+    cluster.wait_up(0, FORM).expect("UP again");
+    wait_stats(
+        &d0,
+        NOTICE,
+        "node 0 released the old instance's reference",
+        |s| num(s, "daemon_export_refs") == 0,
+    );
+    assert_eq!(
+        exp.ask("verify 55"),
+        "ok",
+        "the exporter's own memory is intact"
+    );
+    exp.exit();
+    wait_all_released(&cluster, "after the exporter exit");
+}
+
+#[test]
+fn exporter_daemon_killed_then_restarted_revokes_remote_importers() {
+    let mut cluster = gpu_cluster(2);
+    let (d0, d1) = (
+        cluster.node(0).dir().to_path_buf(),
+        cluster.node(1).dir().to_path_buf(),
+    );
+    let (exp, handle) = exporter(&d0, &channel(&cluster, 0, 0), 66, "exporter on node 0");
+    let mut imp = held_importer(
+        &d1,
+        &channel(&cluster, 1, 0),
+        &handle,
+        66,
+        "importer on node 1",
+    );
+
+    // The exporter's daemon dies: its driver drops the daemon's (dangling) references.
+    cluster.kill9(0).expect("kill -9 the daemon of node 0");
+    wait_stats(
+        &d0,
+        NOTICE,
+        "node 0's session is gone and its references dropped",
+        |s| s["session"] == Value::Bool(false) && num(s, "daemon_export_refs") == 0,
+    );
+    // Node 1 waits for node 0 (grace time -1): its importer is left alone meanwhile.
+    assert_eq!(imp.ask("verify 66"), "ok");
+
+    // Node 0 restarts as a new instance: node 1 cleans up its imports from the old one and
+    // disables (kills) the importers still mapping memory that may now be reused.
+    cluster.start_node(0).expect("restart node 0");
+    cluster.wait_up(1, FORM).expect("UP again");
+    expect_revoked(imp);
+    wait_stats(
+        &d1,
+        NOTICE,
+        "node 1 holds nothing from node 0's old instance",
+        |s| {
+            num(s, "import_refs") == 0
+                && num(s, "import_descriptors") == 0
+                && num(s, "pending_unimports") == 0
+        },
+    );
+    exp.exit();
+    wait_all_released(&cluster, "after the exporter exit");
+}

@@ -134,6 +134,9 @@ struct Shared {
     conns: Mutex<HashMap<ClientId, UnixStream>>,
     /// Connection threads, joined on stop.
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The process behind each connection (SO_PEERCRED), to kill it when its client is
+    /// revoked.
+    pids: Mutex<HashMap<ClientId, i32>>,
 }
 
 impl Shared {
@@ -143,6 +146,35 @@ impl Shared {
 
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Kills the processes of clients the driver disabled (DISABLE_IMPORTERS or session
+    /// teardown). On a real node their GPU channels are RC'd and the job dies; a simulated
+    /// importer maps the exporter's HBM file directly, so killing the process is the only way
+    /// to make sure it never touches memory that may be freed and reused.
+    fn kill_revoked(&self, revoked: Vec<ClientId>) {
+        if revoked.is_empty() {
+            return;
+        }
+        let pids = self.pids.lock().unwrap_or_else(PoisonError::into_inner);
+        let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+        for client in revoked {
+            let Some(&pid) = pids.get(&client) else {
+                continue;
+            };
+            if pid == me || pid <= 1 {
+                continue;
+            }
+            tracing::warn!(
+                client,
+                pid,
+                "importer revoked: killing its process (its GPU channels are RC'd)"
+            );
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 
     /// Sleeps on the condvar for at most one slice (and not past `deadline`).
@@ -205,6 +237,7 @@ impl Server {
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
+            pids: Mutex::new(HashMap::new()),
         });
         Ok(Self { shared, listener })
     }
@@ -313,6 +346,15 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
             continue;
         };
         let client = shared.rm().connect();
+        if let Ok(cred) =
+            nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+        {
+            shared
+                .pids
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(client, cred.pid());
+        }
         shared
             .conns
             .lock()
@@ -355,6 +397,8 @@ fn serve(shared: &Shared, stream: &UnixStream, client: ClientId) {
         };
         let resp = handle(shared, client, stream, req, &fds);
         drop(fds);
+        let revoked = shared.rm().take_revoked();
+        shared.kill_revoked(revoked);
         shared.changed.notify_all();
         if proto::send(stream, &resp, &[]).is_err() {
             break;
@@ -368,6 +412,10 @@ fn serve(shared: &Shared, stream: &UnixStream, client: ClientId) {
 fn disconnect(shared: &Shared, client: ClientId) {
     let mut rm = shared.rm();
     let unimports = rm.disconnect(client);
+    let revoked = rm.take_revoked();
+    drop(rm);
+    shared.kill_revoked(revoked);
+    let mut rm = shared.rm();
     shared.changed.notify_all();
     while !shared.stopping() && unimports.iter().any(|&id| rm.unimport_pending(id)) {
         rm = shared.wait(rm, None);
@@ -375,6 +423,11 @@ fn disconnect(shared: &Shared, client: ClientId) {
     drop(rm);
     shared
         .conns
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&client);
+    shared
+        .pids
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(&client);

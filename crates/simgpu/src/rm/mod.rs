@@ -194,6 +194,9 @@ pub struct Rm {
     import_cache: HashMap<(ExportUuid, u16), u64>,
     /// Unimport wait table: unimport event ID → import event ID.
     unimports: HashMap<u64, u64>,
+    /// Clients disabled since the server last asked ([`Rm::take_revoked`]): their processes
+    /// are killed, as the real driver RCs their channels and the job dies.
+    revoked: Vec<ClientId>,
 }
 
 impl Rm {
@@ -239,7 +242,13 @@ impl Rm {
             descs: HashMap::new(),
             import_cache: HashMap::new(),
             unimports: HashMap::new(),
+            revoked: Vec::new(),
         })
+    }
+
+    /// Clients disabled (RC'd) since the last call, for the server to kill their processes.
+    pub fn take_revoked(&mut self) -> Vec<ClientId> {
+        std::mem::take(&mut self.revoked)
     }
 
     /// The configuration.

@@ -237,7 +237,7 @@ impl Rm {
         status: impl Fn(&DescState) -> NvStatus,
     ) -> usize {
         let mut disabled = 0;
-        for c in self.clients.values_mut() {
+        for (id, c) in self.clients.iter_mut() {
             let mut hit = false;
             for owned in c.handles.values_mut() {
                 if let Owned::RemoteImport(id) = *owned
@@ -251,6 +251,7 @@ impl Rm {
             if hit && !c.disabled {
                 c.disabled = true;
                 disabled += 1;
+                self.revoked.push(*id);
             }
         }
         for id in gone {

@@ -25,8 +25,15 @@ fn disable_importers_resets_the_clients_that_imported_from_the_node() {
         p.b.disable_importers(p.b_token ^ 1, 0),
         Err(NvStatus::InvalidState)
     );
+    assert!(p.b.take_revoked().is_empty());
     p.b.disable_importers(p.b_token, 0).unwrap();
     assert!(p.b.is_disabled(victim) && !p.b.is_disabled(other));
+    assert_eq!(
+        p.b.take_revoked(),
+        vec![victim],
+        "the server kills exactly this client's process"
+    );
+    assert!(p.b.take_revoked().is_empty());
     assert_eq!(p.b.wait_import(victim, vi), Err(NvStatus::ResetRequired));
     assert_eq!(p.b.import(victim, &p.handle), Err(NvStatus::ResetRequired));
     assert_eq!(p.b.create(victim, 0, MIB), Err(NvStatus::ResetRequired));
@@ -143,6 +150,11 @@ fn importer_daemon_death_fails_pending_imports_disables_importers_and_wakes_unim
     assert_eq!(p.b.wait_import(waiting, wi), Err(NvStatus::InvalidState));
     assert_eq!(p.b.wait_import(mapped, mi), Err(NvStatus::ResetRequired));
     assert!(p.b.is_disabled(mapped) && p.b.is_disabled(waiting) && !p.b.is_disabled(leaving));
+    let mut revoked = p.b.take_revoked();
+    revoked.sort_unstable();
+    let mut want = vec![mapped, waiting];
+    want.sort_unstable();
+    assert_eq!(revoked, want);
     assert!(!p.b.is_disabled(bystander));
     assert!(
         p.b.allow_fabric_alloc(),
