@@ -57,7 +57,7 @@ impl Client {
                 ep.connect_timeout(timeout)
                     .connect()
                     .await
-                    .map_err(|e| fail(innermost(&e)))?
+                    .map_err(|e| fail(openimex_proto::root_cause(&e)))?
             }
             Target::Unix(path) => {
                 let path = path.clone();
@@ -71,7 +71,7 @@ impl Client {
                     }
                 }))
                 .await
-                .map_err(|e| fail(innermost(&e)))?
+                .map_err(|e| fail(openimex_proto::root_cause(&e)))?
             }
         };
         Ok(Self {
@@ -114,14 +114,4 @@ impl Client {
             cause: s.message().to_string(),
         }
     }
-}
-
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut msg = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        msg = s.to_string();
-        cur = s.source();
-    }
-    msg
 }

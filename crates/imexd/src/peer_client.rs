@@ -62,10 +62,12 @@ async fn connect(target: &Target) -> Result<Channel, String> {
         .http2_keep_alive_interval(target.keepalive.max(Duration::from_secs(1)))
         .keep_alive_timeout(target.timeout)
         .keep_alive_while_idle(true);
-    endpoint
-        .connect()
-        .await
-        .map_err(|e| format!("cannot connect to {addr}: {}", source_chain(&e)))
+    endpoint.connect().await.map_err(|e| {
+        format!(
+            "cannot connect to {addr}: {}",
+            openimex_proto::root_cause(&e)
+        )
+    })
 }
 
 async fn handshake(
@@ -137,16 +139,4 @@ async fn handshake(
         remote,
         link,
     })
-}
-
-/// The innermost cause of a transport error ("Connection refused (os error 111)"), which is
-/// what an operator needs to see.
-fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut msg = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        msg = s.to_string();
-        cur = s.source();
-    }
-    msg
 }

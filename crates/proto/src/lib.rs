@@ -27,3 +27,15 @@ pub use openimex::cmd::v1 as cmd;
 
 /// Wire protocol version carried in every handshake. Bump on incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The innermost cause of a transport error ("Connection refused (os error 111)"): tonic wraps
+/// the OS error in layers whose own texts ("transport error") tell an operator nothing.
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        msg = s.to_string();
+        cur = s.source();
+    }
+    msg
+}

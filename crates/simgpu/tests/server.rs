@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,22 +19,13 @@ use openimex_simgpu::server::{DriverConfig, Server, ServerError, ServerHandle, c
 
 const MIB: u64 = 1 << 20;
 
-struct TempDir(PathBuf);
+/// A temporary directory (the harness's scratch dir: removed on drop, kept on a panic).
+struct TempDir(PathBuf, #[allow(dead_code)] openimex_harness::ScratchDir);
 
 impl TempDir {
     fn new(name: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("simgpu-it-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let s = openimex_harness::ScratchDir::new(&format!("simgpu-it-{name}")).unwrap();
+        Self(s.path().to_path_buf(), s)
     }
 }
 

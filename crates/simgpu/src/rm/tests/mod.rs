@@ -3,7 +3,6 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::*;
 use crate::proto::Validation;
@@ -12,23 +11,13 @@ mod lifecycle;
 
 const MIB: u64 = 1 << 20;
 
-/// A temporary fabric directory, removed on drop.
-struct TempDir(PathBuf);
+/// A temporary directory (the harness's scratch dir: removed on drop, kept on a panic).
+struct TempDir(PathBuf, #[allow(dead_code)] openimex_harness::ScratchDir);
 
 impl TempDir {
     fn new(name: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("simgpu-rm-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let s = openimex_harness::ScratchDir::new(&format!("simgpu-rm-{name}")).unwrap();
+        Self(s.path().to_path_buf(), s)
     }
 }
 
