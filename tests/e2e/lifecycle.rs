@@ -165,3 +165,41 @@ fn bench_formation_reports_daemons_against_bare_processes() {
         assert!(stdout.contains(want), "missing {want:?}: {stdout}");
     }
 }
+
+#[test]
+fn bench_imports_reports_ratios_to_same_run_baselines() {
+    let out = run(std::process::Command::new(binary()).args([
+        "bench",
+        "imports",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--rounds",
+        "1",
+    ]));
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        text(&out.stderr)
+    );
+    let imports = stdout
+        .lines()
+        .find(|l| l.contains("imports per run"))
+        .and_then(|l| l.rsplit(':').next())
+        .map(str::trim);
+    assert_eq!(
+        imports,
+        Some("12"),
+        "4 GPUs import 3 buffers each: {stdout}"
+    );
+    for want in [
+        "raw unary gRPC round trip",
+        "ratio import p50 / gRPC round trip",
+        "local memcpy",
+        "ratio fabric copy / memcpy",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?}: {stdout}");
+    }
+}
