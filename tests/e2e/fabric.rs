@@ -796,3 +796,39 @@ fn exporter_daemon_killed_then_restarted_revokes_remote_importers() {
     exp.exit();
     wait_all_released(&cluster, "after the exporter exit");
 }
+
+#[test]
+fn daemon_exits_with_a_clear_error_when_its_gpu_driver_dies() {
+    let mut cluster = gpu_cluster(2);
+    cluster.kill_driver(1).expect("kill -9 node 1's GPU driver");
+    let deadline = Instant::now() + NOTICE;
+    while cluster.is_running(1) {
+        assert!(
+            Instant::now() < deadline,
+            "node 1's daemon must stop when its driver is gone"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let exit = cluster.node(1).last_exit().expect("exit status");
+    assert_eq!(
+        exit.code(),
+        Some(1),
+        "a lost driver is a failure exit: {exit:?}"
+    );
+    let log = std::fs::read_to_string(cluster.node(1).log_path()).unwrap_or_default();
+    assert!(
+        log.contains("lost the GPU driver"),
+        "the log says why:\n{log}"
+    );
+    // Its peer sees a lost node (not a departure: no goodbye for a failure).
+    cluster
+        .wait_links(0, NOTICE, "0->1 not connected", |l| {
+            l.link(0, 1).is_some_and(|c| c.status == "RECOVERING")
+        })
+        .expect("node 0 notices");
+    // Driver and daemon back: the domain recovers.
+    cluster
+        .start_node(1)
+        .expect("restart node 1 (driver first)");
+    cluster.wait_up(0, FORM).expect("UP again");
+}
