@@ -3,6 +3,9 @@
 //! module below is one area. Every wait is bounded, and a failing test prints every node's
 //! log tail and keeps the cluster directory for inspection.
 
+// shared by the fabric tests: GPU clusters, `openimex app` processes, driver counters
+#[path = "e2e/apps.rs"]
+mod apps;
 // ctl without a daemon, nvidia-imex / nvidia-imex-ctl links, DAEMONIZE=1
 #[path = "e2e/cli.rs"]
 mod cli;
@@ -15,6 +18,9 @@ mod config_errors;
 // fabric memory across nodes: import refusals, lifetimes, shared descriptors, demo JSON
 #[path = "e2e/fabric.rs"]
 mod fabric;
+// daemon or GPU driver killed under live imports: revocation and clean-up
+#[path = "e2e/fabric_faults.rs"]
+mod fabric_faults;
 // kill -9 and restart, clean SIGTERM departure, mismatched node maps
 #[path = "e2e/faults.rs"]
 mod faults;
