@@ -126,6 +126,8 @@ pub enum UnimportStep {
 #[derive(Debug, Default)]
 pub struct Imports {
     imports: HashMap<u64, Import>,
+    /// Unimports the exporter could not be told about yet (it was unreachable), by exporter.
+    undelivered: HashMap<NodeId, Vec<u64>>,
 }
 
 impl Imports {
@@ -192,9 +194,25 @@ impl Imports {
         }
     }
 
-    /// The exporter is gone (restarted or cleaned up): forget its imports. Returns unimports
+    /// The exporter of `import_event_id` could not be told of its unimport (unreachable). The
+    /// local releaser is not kept waiting for it; the exporter is told when it is back.
+    pub fn undelivered(&mut self, exporter: NodeId, import_event_id: u64) {
+        self.undelivered
+            .entry(exporter)
+            .or_default()
+            .push(import_event_id);
+    }
+
+    /// The link to `exporter` is up again: the unimports to tell it now.
+    pub fn take_undelivered(&mut self, exporter: NodeId) -> Vec<u64> {
+        self.undelivered.remove(&exporter).unwrap_or_default()
+    }
+
+    /// The exporter is gone (restarted or cleaned up): forget its imports, and any unimport not
+    /// yet delivered to it (the old instance's references went with it). Returns unimports
     /// that were waiting on its answers, to finish now.
     pub fn drain_exporter(&mut self, exporter: NodeId) -> Vec<u64> {
+        self.undelivered.remove(&exporter);
         let ids: Vec<u64> = self
             .imports
             .iter()

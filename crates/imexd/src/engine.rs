@@ -111,8 +111,6 @@ pub(crate) struct Engine {
     pub(crate) export_refs: ExportRefs,
     /// Importer side: imports forwarded to exporters.
     pub(crate) imports: Imports,
-    /// Unimports to deliver to exporters that were unreachable when they happened.
-    pub(crate) pending_unimports: HashMap<NodeId, Vec<u64>>,
     /// Stops the driver event thread.
     pump_stop: Arc<AtomicBool>,
     state_tx: watch::Sender<DaemonState>,
@@ -138,7 +136,6 @@ impl Engine {
             sessions: HashMap::new(),
             export_refs: ExportRefs::default(),
             imports: Imports::default(),
-            pending_unimports: HashMap::new(),
             pump_stop: Arc::new(AtomicBool::new(false)),
             state_tx,
             goodbyes: Vec::new(),

@@ -330,10 +330,7 @@ impl Engine {
             } => {
                 let Some(ch) = self.peer_channel(exporter) else {
                     // Tell it when it is back; the local releaser need not wait for that.
-                    self.pending_unimports
-                        .entry(exporter)
-                        .or_default()
-                        .push(import_event_id);
+                    self.imports.undelivered(exporter, import_event_id);
                     blocking(&self.driver, "finish unimport", move |d| {
                         d.finish_unimport(&[unimport_event_id])
                     });
@@ -367,13 +364,13 @@ impl Engine {
 
     /// A link came up: deliver unimports that waited for it.
     pub(crate) fn flush_pending_unimports(&mut self, peer: NodeId) {
-        let Some(ids) = self.pending_unimports.remove(&peer) else {
-            return;
-        };
         let Some(ch) = self.peer_channel(peer) else {
-            self.pending_unimports.insert(peer, ids);
             return;
         };
+        let ids = self.imports.take_undelivered(peer);
+        if ids.is_empty() {
+            return;
+        }
         let me = convert::identity(&self.mesh.hello(), &self.driver_version);
         tokio::spawn(async move {
             for import_event_id in ids {
@@ -400,7 +397,6 @@ impl Engine {
             None => self.export_refs.drain_node(peer),
         };
         let finish = self.imports.drain_exporter(peer);
-        self.pending_unimports.remove(&peer);
         if !refs.is_empty() {
             info!(
                 "releasing {} export references held for node {peer}'s previous importers",
