@@ -150,3 +150,50 @@ fn daemon_exits_with_a_clear_error_when_its_gpu_driver_dies() {
         .expect("restart node 1 (driver first)");
     cluster.wait_up(0, FORM).expect("UP again");
 }
+
+#[test]
+fn unimport_during_a_partition_is_delivered_when_the_exporter_is_back() {
+    let cluster = gpu_cluster(2);
+    let (d0, d1) = (
+        cluster.node(0).dir().to_path_buf(),
+        cluster.node(1).dir().to_path_buf(),
+    );
+    let (mut exp, handle) = exporter(&d0, &channel(&cluster, 0, 0), 77, "exporter on node 0");
+    let imp = held_importer(
+        &d1,
+        &channel(&cluster, 1, 0),
+        &handle,
+        77,
+        "importer on node 1",
+    );
+    wait_stats(&d0, NOTICE, "node 0 holds one reference", |s| {
+        num(s, "daemon_export_refs") == 1
+    });
+
+    // The exporter's daemon hangs (no FIN, no reset): node 1 finds out by heartbeat.
+    cluster
+        .signal(0, openimex_harness::Signal::SIGSTOP)
+        .expect("SIGSTOP node 0's daemon");
+    cluster
+        .wait_links(1, NOTICE, "1->0 RECOVERING", |l| {
+            l.link(1, 0).is_some_and(|c| c.status == "RECOVERING")
+        })
+        .expect("node 1 notices the hung exporter");
+    // The importer releases meanwhile: it must not hang on the unreachable exporter.
+    imp.exit();
+    wait_stats(&d1, NOTICE, "node 1 finished the unimport locally", |s| {
+        num(s, "import_refs") == 0 && num(s, "pending_unimports") == 0
+    });
+
+    // Same instance back: the deferred unimport reaches it and its reference goes.
+    cluster
+        .signal(0, openimex_harness::Signal::SIGCONT)
+        .expect("SIGCONT node 0's daemon");
+    cluster.wait_up(1, FORM).expect("UP again");
+    wait_stats(&d0, NOTICE, "node 0 released the reference", |s| {
+        num(s, "daemon_export_refs") == 0
+    });
+    assert_eq!(exp.ask("verify 77"), "ok");
+    exp.exit();
+    wait_all_released(&cluster, "after the exporter exit");
+}
