@@ -45,6 +45,20 @@ fn cross_node_round_trip() {
     assert_eq!(exp.ask("verify-write 22"), "ok", "A must see B's writes");
     exp.exit();
     wait_all_released(&cluster, "after the round trip");
+
+    // The memory is gone: its handle no longer resolves on the exporter's node.
+    let out = run(&mut importer(
+        d1,
+        &channel(&cluster, 1, 0),
+        &handle,
+        &["--verify", "11"],
+    ));
+    let stderr = assert_clean_failure(&out, "import of a released export");
+    assert!(
+        stderr.contains("CUDA_ERROR_INVALID_HANDLE (400)"),
+        "a freed export is an invalid handle: {stderr}"
+    );
+    wait_all_released(&cluster, "after the refused import");
 }
 
 #[test]
