@@ -360,3 +360,45 @@ fn demo_json_four_nodes() {
         );
     }
 }
+
+#[test]
+fn gpus_report_their_fabric_probe() {
+    let cluster = gpu_cluster(2);
+    let mut seen = Vec::new();
+    for i in 0..2 {
+        let mut cmd = app("gpus", cluster.node(i).dir());
+        cmd.arg("--no-channel");
+        let out = run(&mut cmd);
+        assert!(out.status.success(), "app gpus: {}", text(&out.stderr));
+        let gpus: Vec<Value> = text(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        assert_eq!(gpus.len(), 4, "GpuSpec::default() has 4 GPUs per tray");
+        for g in gpus {
+            assert_eq!(g["fabric_state"], "COMPLETED", "{g}");
+            assert!(
+                g["uuid"].as_str().is_some_and(|u| u.starts_with("GPU-")),
+                "{g}"
+            );
+            seen.push(g);
+        }
+    }
+    // One NVLink domain: the same clusterUuid and clique everywhere; distinct GPUs and
+    // distinct fabric windows.
+    assert!(
+        seen.windows(2)
+            .all(|w| w[0]["cluster_uuid"] == w[1]["cluster_uuid"])
+    );
+    assert!(
+        seen.windows(2)
+            .all(|w| w[0]["clique_id"] == w[1]["clique_id"])
+    );
+    let mut uuids: Vec<_> = seen.iter().map(|g| g["uuid"].to_string()).collect();
+    let mut bases: Vec<_> = seen.iter().map(|g| g["fabric_base"].to_string()).collect();
+    uuids.sort();
+    uuids.dedup();
+    bases.sort();
+    bases.dedup();
+    assert_eq!((uuids.len(), bases.len()), (8, 8));
+}

@@ -5,6 +5,7 @@
 //! openimex app import --node-dir DIR --handle HEX|@FILE [--verify SEED] [--write SEED]
 //!                     [--hold] [--no-release] [--timeout SECS]
 //! openimex app stats  --node-dir DIR
+//! openimex app gpus   --node-dir DIR
 //! ```
 //! Every subcommand also takes `--channel FILE` (subscribe with that channel file instead of
 //! the first accessible one) or `--no-channel`.
@@ -18,6 +19,8 @@
 //!   fails), writes the pattern of `--write` SEED (prints `written BYTES`), then releases it.
 //!   `--no-release` exits without releasing (the driver cleans up, as at process exit).
 //! - `stats` prints the driver's counters as one JSON line.
+//! - `gpus` prints each GPU (UUID, HBM, fabric probe state, clusterUuid, cliqueId, health,
+//!   fabric base address) as one JSON line, what NVML's fabric info gives NCCL and NVSHMEM.
 //!
 //! With `--hold`, the memory stays mapped until standard input ends, a SIGTERM or SIGINT
 //! arrives, or an `exit` line is read; it is then released and the command exits 0 (`import`
@@ -63,6 +66,9 @@ enum Command {
     Import(ImportArgs),
     /// Print the driver's counters as one JSON line.
     Stats(NodeArgs),
+    /// Print the node's GPUs and their fabric probe (UUID, HBM, state, clusterUuid, cliqueId,
+    /// health, fabric base address), one JSON object per line, as NVML reports them.
+    Gpus(NodeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -152,6 +158,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Export(a) => export(&a),
         Command::Import(a) => import(&a),
         Command::Stats(node) => stats(&node),
+        Command::Gpus(node) => gpus(&node),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -254,6 +261,16 @@ fn stats(node: &NodeArgs) -> Result<(), Failure> {
     let line = serde_json::to_string(&s)
         .map_err(|e| Failure::Io(format!("cannot encode the stats: {e}")))?;
     say(&line);
+    Ok(())
+}
+
+fn gpus(node: &NodeArgs) -> Result<(), Failure> {
+    let ctx = open(node)?;
+    for g in ctx.gpus() {
+        let line = serde_json::to_string(g)
+            .map_err(|e| Failure::Io(format!("cannot encode the GPU info: {e}")))?;
+        say(&line);
+    }
     Ok(())
 }
 
