@@ -14,7 +14,7 @@ use openimex_core::{
     Mismatch, NodeId, Verdict,
 };
 use openimex_driver::Driver;
-use openimex_proto::peer::{GoodbyeRequest, SessionMsg, peer_client::PeerClient};
+use openimex_proto::peer::{GoodbyeRequest, Identity, SessionMsg, peer_client::PeerClient};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -32,10 +32,10 @@ const GOODBYE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Messages to the engine.
 pub(crate) enum Input {
-    /// An inbound handshake, answered through `reply`.
+    /// An inbound handshake, answered with the verdict and this daemon's identity.
     Hello {
         hello: Hello,
-        reply: oneshot::Sender<Verdict>,
+        reply: oneshot::Sender<(Verdict, Identity)>,
     },
     /// A dial succeeded and its session is open.
     DialOk {
@@ -91,7 +91,6 @@ pub(crate) struct OutLink {
 /// What the command service needs from the engine at one instant.
 pub(crate) struct Snapshot {
     pub(crate) local: NodeId,
-    pub(crate) hello: Hello,
     pub(crate) state: DaemonState,
     pub(crate) instance: InstanceId,
     pub(crate) links: Vec<LinkView>,
@@ -226,7 +225,8 @@ impl Engine {
         match input {
             Input::Hello { hello, reply } => {
                 let verdict = self.mesh.handle_hello(now, &hello);
-                let _ = reply.send(verdict);
+                let me = convert::identity(&self.mesh.hello(), &self.driver_version);
+                let _ = reply.send((verdict, me));
             }
             Input::DialOk {
                 peer,
@@ -293,7 +293,6 @@ impl Engine {
                     .collect();
                 let _ = reply.send(Snapshot {
                     local: self.settings.local,
-                    hello: self.mesh.hello(),
                     state: self.mesh.state(),
                     instance: self.mesh.config().instance,
                     links,

@@ -3,11 +3,11 @@
 
 use std::pin::Pin;
 
-use openimex_core::{NodeId, Verdict};
+use openimex_core::{Hello, NodeId, Verdict};
 use openimex_proto::peer::{
-    GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, ImportReply, ImportRequest,
-    NodeStatus, NodeStatusRequest, Refusal, SessionMsg, UnimportReply, UnimportRequest,
-    peer_server::Peer,
+    GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, Identity, ImportReply,
+    ImportRequest, NodeStatus, NodeStatusRequest, Refusal, SessionMsg, UnimportReply,
+    UnimportRequest, peer_server::Peer,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
@@ -24,14 +24,27 @@ pub(crate) struct PeerService {
     pub(crate) host_name: String,
 }
 
-pub(crate) async fn snapshot(engine: &mpsc::Sender<Input>) -> Result<Snapshot, Status> {
+/// Sends the engine a request built around a reply channel and awaits the answer. The engine
+/// only goes away when the daemon stops, so both failures mean "unavailable".
+async fn ask<T>(
+    engine: &mpsc::Sender<Input>,
+    request: impl FnOnce(oneshot::Sender<T>) -> Input,
+) -> Result<T, Status> {
+    let stopping = || Status::unavailable("daemon is stopping");
     let (reply, rx) = oneshot::channel();
-    engine
-        .send(Input::Snapshot { reply })
-        .await
-        .map_err(|_| Status::unavailable("daemon is stopping"))?;
-    rx.await
-        .map_err(|_| Status::unavailable("daemon is stopping"))
+    engine.send(request(reply)).await.map_err(|_| stopping())?;
+    rx.await.map_err(|_| stopping())
+}
+
+/// The engine's current view, for status rows.
+pub(crate) async fn snapshot(engine: &mpsc::Sender<Input>) -> Result<Snapshot, Status> {
+    ask(engine, |reply| Input::Snapshot { reply }).await
+}
+
+/// The sender of a peer request, which every request must name.
+fn sender(from: Option<Identity>, what: &str) -> Result<Hello, Status> {
+    let from = from.ok_or_else(|| Status::invalid_argument(format!("{what} without identity")))?;
+    convert::hello(&from).map_err(Status::invalid_argument)
 }
 
 /// This node's row, as sent to peers and used by the command service.
@@ -54,21 +67,8 @@ impl Peer for PeerService {
         &self,
         request: Request<HelloRequest>,
     ) -> Result<Response<HelloResponse>, Status> {
-        let req = request.into_inner();
-        let from = req
-            .from
-            .ok_or_else(|| Status::invalid_argument("hello without identity"))?;
-        let hello = convert::hello(&from).map_err(Status::invalid_argument)?;
-        let (reply, rx) = oneshot::channel();
-        self.engine
-            .send(Input::Hello { hello, reply })
-            .await
-            .map_err(|_| Status::unavailable("daemon is stopping"))?;
-        let verdict = rx
-            .await
-            .map_err(|_| Status::unavailable("daemon is stopping"))?;
-        let snap = snapshot(&self.engine).await?;
-        let me = snapshot_identity(&snap);
+        let hello = sender(request.into_inner().from, "hello")?;
+        let (verdict, me) = ask(&self.engine, |reply| Input::Hello { hello, reply }).await?;
         let (refusal, detail) = match verdict {
             Verdict::ShuttingDown => return Err(Status::unavailable("daemon is shutting down")),
             Verdict::Accept => (Refusal::None, String::new()),
@@ -111,23 +111,14 @@ impl Peer for PeerService {
         request: Request<GoodbyeRequest>,
     ) -> Result<Response<GoodbyeReply>, Status> {
         let req = request.into_inner();
-        let from = req
-            .from
-            .ok_or_else(|| Status::invalid_argument("goodbye without identity"))?;
-        let hello = convert::hello(&from).map_err(Status::invalid_argument)?;
-        let (reply, rx) = oneshot::channel();
-        let input = Input::Goodbye {
+        let hello = sender(req.from, "goodbye")?;
+        ask(&self.engine, |reply| Input::Goodbye {
             peer: hello.node,
             instance: hello.instance,
             reason: req.reason,
             reply,
-        };
-        self.engine
-            .send(input)
-            .await
-            .map_err(|_| Status::unavailable("daemon is stopping"))?;
-        rx.await
-            .map_err(|_| Status::unavailable("daemon is stopping"))?;
+        })
+        .await?;
         Ok(Response::new(GoodbyeReply {}))
     }
 
@@ -136,10 +127,7 @@ impl Peer for PeerService {
         request: Request<ImportRequest>,
     ) -> Result<Response<ImportReply>, Status> {
         let req = request.into_inner();
-        let from = req
-            .from
-            .ok_or_else(|| Status::invalid_argument("import without identity"))?;
-        let from = convert::hello(&from).map_err(Status::invalid_argument)?;
+        let from = sender(req.from, "import")?;
         let uuid: [u8; 16] = req
             .export_uuid
             .as_slice()
@@ -147,22 +135,17 @@ impl Peer for PeerService {
             .map_err(|_| Status::invalid_argument("export UUID must be 16 bytes"))?;
         let index =
             u16::try_from(req.index).map_err(|_| Status::invalid_argument("index out of range"))?;
-        let (reply, rx) = oneshot::channel();
-        let input = FabricInput::PeerImport {
-            from,
-            import_event_id: req.import_event_id,
-            uuid,
-            index,
-            channel: req.channel,
-            reply,
-        };
-        self.engine
-            .send(Input::Fabric(input))
-            .await
-            .map_err(|_| Status::unavailable("daemon is stopping"))?;
-        let answer = rx
-            .await
-            .map_err(|_| Status::unavailable("daemon is stopping"))?;
+        let answer = ask(&self.engine, |reply| {
+            Input::Fabric(FabricInput::PeerImport {
+                from,
+                import_event_id: req.import_event_id,
+                uuid,
+                index,
+                channel: req.channel,
+                reply,
+            })
+        })
+        .await?;
         Ok(Response::new(fabric::reply_of(answer)))
     }
 
@@ -171,23 +154,15 @@ impl Peer for PeerService {
         request: Request<UnimportRequest>,
     ) -> Result<Response<UnimportReply>, Status> {
         let req = request.into_inner();
-        let from = req
-            .from
-            .ok_or_else(|| Status::invalid_argument("unimport without identity"))?;
-        let from = convert::hello(&from).map_err(Status::invalid_argument)?;
-        let (reply, rx) = oneshot::channel();
-        let input = FabricInput::PeerUnimport {
-            from,
-            import_event_id: req.import_event_id,
-            reply,
-        };
-        self.engine
-            .send(Input::Fabric(input))
-            .await
-            .map_err(|_| Status::unavailable("daemon is stopping"))?;
-        let released = rx
-            .await
-            .map_err(|_| Status::unavailable("daemon is stopping"))?;
+        let from = sender(req.from, "unimport")?;
+        let released = ask(&self.engine, |reply| {
+            Input::Fabric(FabricInput::PeerUnimport {
+                from,
+                import_event_id: req.import_event_id,
+                reply,
+            })
+        })
+        .await?;
         Ok(Response::new(UnimportReply { released }))
     }
 
@@ -202,8 +177,4 @@ impl Peer for PeerService {
             &self.host_name,
         )))
     }
-}
-
-fn snapshot_identity(snap: &Snapshot) -> openimex_proto::peer::Identity {
-    convert::identity(&snap.hello, &snap.driver_version)
 }
