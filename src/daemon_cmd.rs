@@ -137,6 +137,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
         },
         host_name,
         cmd_unix_path: cmd_unix.clone(),
+        import_timeout: openimex_imexd::settings::DEFAULT_IMPORT_TIMEOUT,
     };
     let world = World::bind(
         std::net::SocketAddr::new(local.bind_ip, cfg.server_port),
@@ -195,9 +196,15 @@ fn start(args: Args) -> Result<()> {
     let result = runtime.block_on(async move {
         let shutdown = shutdown_signal()?;
         ready.ready();
-        openimex_imexd::run(settings, world, driver, shutdown)
-            .await
-            .map_err(anyhow::Error::from)
+        openimex_imexd::run(
+            settings,
+            world,
+            driver,
+            openimex_imexd::Entropy::random(),
+            shutdown,
+        )
+        .await
+        .map_err(anyhow::Error::from)
     });
     // Tasks still blocked on a hung peer must not hold the exit past the 5 s promise.
     runtime.shutdown_timeout(Duration::from_millis(500));

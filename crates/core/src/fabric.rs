@@ -122,6 +122,15 @@ pub enum UnimportStep {
     Deferred,
 }
 
+/// What [`Imports::drain_exporter`] left to do.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Drained {
+    /// Imports still waiting for the gone exporter's answer: fail them.
+    pub unanswered: Vec<u64>,
+    /// Unimports that waited on those answers: finish them.
+    pub finish: Vec<u64>,
+}
+
 /// Importer side: this node's imports from remote exporters, by MEM_IMPORT event ID.
 #[derive(Debug, Default)]
 pub struct Imports {
@@ -208,10 +217,18 @@ impl Imports {
         self.undelivered.remove(&exporter).unwrap_or_default()
     }
 
+    /// The exporter of `import_event_id` while its request is in flight, `None` once answered
+    /// (or never requested, or forgotten).
+    pub fn in_flight(&self, import_event_id: u64) -> Option<NodeId> {
+        self.imports
+            .get(&import_event_id)
+            .filter(|i| matches!(i.state, ImportState::Requested { .. }))
+            .map(|i| i.exporter)
+    }
+
     /// The exporter is gone (restarted or cleaned up): forget its imports, and any unimport not
-    /// yet delivered to it (the old instance's references went with it). Returns unimports
-    /// that were waiting on its answers, to finish now.
-    pub fn drain_exporter(&mut self, exporter: NodeId) -> Vec<u64> {
+    /// yet delivered to it (the old instance's references went with it).
+    pub fn drain_exporter(&mut self, exporter: NodeId) -> Drained {
         self.undelivered.remove(&exporter);
         let ids: Vec<u64> = self
             .imports
@@ -219,18 +236,20 @@ impl Imports {
             .filter(|(_, i)| i.exporter == exporter)
             .map(|(id, _)| *id)
             .collect();
-        let mut finish = Vec::new();
+        let mut drained = Drained::default();
         for id in ids {
             if let Some(Import {
-                state: ImportState::Requested { unimport: Some(u) },
+                state: ImportState::Requested { unimport },
                 ..
             }) = self.imports.remove(&id)
             {
-                finish.push(u);
+                drained.unanswered.push(id);
+                drained.finish.extend(unimport);
             }
         }
-        finish.sort_unstable();
-        finish
+        drained.unanswered.sort_unstable();
+        drained.finish.sort_unstable();
+        drained
     }
 
     /// Imports known (requested or held).
@@ -321,7 +340,15 @@ mod tests {
         t.requested(5, B);
         t.answered(5, true);
         assert_eq!(t.unimport(4, 54), UnimportStep::Deferred);
-        assert_eq!(t.drain_exporter(B), vec![54]);
+        assert_eq!(t.in_flight(4), Some(B));
+        assert_eq!(t.in_flight(5), None, "answered");
+        assert_eq!(
+            t.drain_exporter(B),
+            Drained {
+                unanswered: vec![4],
+                finish: vec![54]
+            }
+        );
         assert!(t.is_empty());
         assert_eq!(
             t.answered(4, true),

@@ -12,6 +12,8 @@
 //! - [`mesh`]: one daemon's links, handshake verdicts, liveness, quorum and daemon state.
 //! - [`domain`]: the domain status rule over the connectivity matrix.
 //! - [`fabric`]: exporter references and importer imports, which decide clean-up.
+//! - [`gpu`]: the driver's events, page lists and statuses.
+//! - [`node`]: one node as a whole — the mesh, both tables and every lifecycle timer.
 //! - [`timefmt`]: NVIDIA's timestamp formats.
 
 #![deny(missing_docs)]
@@ -19,16 +21,20 @@
 pub mod backoff;
 pub mod domain;
 pub mod fabric;
+pub mod gpu;
 pub mod ids;
 pub mod mesh;
+pub mod node;
 pub mod nodemap;
 pub mod state;
 pub mod timefmt;
 
 pub use backoff::{Backoff, Rng};
 pub use domain::{NodeRow, domain_status};
-pub use fabric::{ExportRefs, Imports, UnimportStep};
+pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
+pub use gpu::{Event, ImportAnswer, ImportError, Pages, Status};
 pub use ids::{InstanceId, NodeId};
 pub use mesh::{Action, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict};
+pub use node::{ImportRequest, Node, NodeConfig, PeerId, RequestId};
 pub use nodemap::NodeMap;
 pub use state::{ConnStatus, DaemonState, DomainStatus, Mismatch, UnknownWord};

@@ -493,10 +493,7 @@ impl Mesh {
     /// do not wait out a backoff.
     pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
         if self.state == DaemonState::ShuttingDown {
-            return Verdict::Refuse {
-                mismatch: Mismatch::WrongNode,
-                detail: "shutting down".to_string(),
-            };
+            return Verdict::ShuttingDown;
         }
         let known = self.link(remote.node).is_some();
         let verdict = self.judge(remote, None);

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use openimex_core::NodeId;
+pub use openimex_core::gpu::{Event, Pages, Status};
 
 /// Which backend the daemon should use (`OPENIMEX_DRIVER`, or `--nogpu`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,47 +32,6 @@ pub enum Backend {
     Sim(PathBuf),
     /// NVIDIA's kernel driver.
     Nvidia,
-}
-
-/// The driver's status codes that cross the daemon (the real driver's `NV_ERR_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// NV_ERR_INSUFFICIENT_PERMISSIONS (channel mismatch).
-    InsufficientPermissions,
-    /// NV_ERR_OBJECT_NOT_FOUND (no such export).
-    ObjectNotFound,
-    /// NV_ERR_INVALID_STATE (no session, exporter unreachable).
-    InvalidState,
-    /// NV_ERR_INVALID_ARGUMENT.
-    InvalidArgument,
-    /// Anything else the backend reported.
-    Other,
-}
-
-impl Status {
-    /// A stable name for the wire and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::InsufficientPermissions => "INSUFFICIENT_PERMISSIONS",
-            Self::ObjectNotFound => "OBJECT_NOT_FOUND",
-            Self::InvalidState => "INVALID_STATE",
-            Self::InvalidArgument => "INVALID_ARGUMENT",
-            Self::Other => "OTHER",
-        }
-    }
-
-    /// Parses [`Status::as_str`]; unknown words are `Other`.
-    pub fn parse(s: &str) -> Self {
-        [
-            Self::InsufficientPermissions,
-            Self::ObjectNotFound,
-            Self::InvalidState,
-            Self::InvalidArgument,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
-        .unwrap_or(Self::Other)
-    }
 }
 
 /// Errors of the driver interface.
@@ -120,46 +80,6 @@ impl DriverError {
 pub struct SessionInfo {
     /// Driver version shown in `ctl -N` (`NO_GPU` for [`NoGpu`]).
     pub version: String,
-}
-
-/// The fabric page list of an export, as DESCRIBE returns it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pages {
-    /// Bytes.
-    pub size: u64,
-    /// Page size in bytes.
-    pub page_size: u64,
-    /// Fabric PFNs.
-    pub pfns: Vec<u64>,
-    /// Owner GPU's clique.
-    pub clique_id: u32,
-}
-
-/// A fabric event from the driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// MEM_IMPORT: a local client waits for memory exported by `export_node`.
-    Import {
-        /// Names the import in [`Driver::validate_import`].
-        event_id: u64,
-        /// The importer's channel.
-        channel: u32,
-        /// Export UUID, 16 bytes.
-        export_uuid: [u8; 16],
-        /// Handle index.
-        index: u16,
-        /// Exporting node.
-        export_node: NodeId,
-    },
-    /// MEM_UNIMPORT: a local releaser is blocked until [`Driver::finish_unimport`].
-    Unimport {
-        /// Token to finish.
-        unimport_event_id: u64,
-        /// The import it undoes.
-        import_event_id: u64,
-        /// Exporting node.
-        export_node: NodeId,
-    },
 }
 
 /// The daemon's handle on its node's GPU driver. Calls block (run them off the async runtime).
@@ -303,18 +223,5 @@ mod tests {
             e.contains("/nonexistent/openimex-node") && e.contains("openimex gpu"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn status_words_round_trip() {
-        for s in [
-            Status::InsufficientPermissions,
-            Status::ObjectNotFound,
-            Status::InvalidState,
-            Status::InvalidArgument,
-        ] {
-            assert_eq!(Status::parse(s.as_str()), s);
-        }
-        assert_eq!(Status::parse("nonsense"), Status::Other);
     }
 }

@@ -15,8 +15,9 @@ use openimex_proto::peer::{
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status};
 
-use crate::engine::Input;
-use crate::peer_server::{node_status, snapshot};
+use crate::convert::node_status;
+use crate::mailbox::Input;
+use crate::peer_server::snapshot;
 
 /// How long the command service waits for one peer's row.
 const PEER_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -44,7 +45,7 @@ impl Command for CommandService {
     ) -> Result<Response<DomainReply>, Status> {
         let snap = snapshot(&self.engine).await?;
         let local = snap.local;
-        let mine = node_status(local, &snap, &self.host_name);
+        let mine = node_status(&snap, &self.host_name);
         let asks = snap.peers.into_iter().map(|(peer, channel)| {
             tokio::spawn(async move {
                 let mut client = PeerClient::new(channel);

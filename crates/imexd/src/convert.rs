@@ -1,7 +1,15 @@
 //! Conversions between the wire types (`openimex-proto`) and the core's types.
 
-use openimex_core::{Hello, InstanceId, LinkView, Mismatch, NodeId};
-use openimex_proto::peer::{ConnectionStatus, Identity, Refusal};
+use openimex_core::{
+    Hello, ImportAnswer, ImportError, ImportRequest, InstanceId, LinkView, Mismatch, NodeId, Pages,
+    Status,
+};
+use openimex_proto::peer::{
+    ConnectionStatus, Identity, ImportReply, ImportRequest as WireImportRequest, NodeStatus,
+    Refusal,
+};
+
+use crate::mailbox::Snapshot;
 
 /// Our identity as sent on the wire.
 pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
@@ -59,5 +67,77 @@ pub(crate) fn connection(l: &LinkView) -> ConnectionStatus {
         status: l.status.as_str().to_string(),
         changed: l.changed,
         reason,
+    }
+}
+
+/// An exporter's wire answer as the core's.
+pub(crate) fn answer(r: ImportReply) -> ImportAnswer {
+    if r.error.is_empty() {
+        Ok(Pages {
+            size: r.size,
+            page_size: r.page_size,
+            pfns: r.pfns,
+            clique_id: r.clique_id,
+        })
+    } else {
+        Err(ImportError::new(Status::parse(&r.error), r.detail))
+    }
+}
+
+/// The wire form of an answer.
+pub(crate) fn reply(a: ImportAnswer) -> ImportReply {
+    match a {
+        Ok(p) => ImportReply {
+            error: String::new(),
+            detail: String::new(),
+            size: p.size,
+            page_size: p.page_size,
+            pfns: p.pfns,
+            clique_id: p.clique_id,
+        },
+        Err(e) => ImportReply {
+            error: e.status.as_str().to_string(),
+            detail: e.detail,
+            ..Default::default()
+        },
+    }
+}
+
+/// A peer's import request as the core's, or what is wrong with it.
+pub(crate) fn import_request(r: &WireImportRequest) -> Result<ImportRequest, String> {
+    let export_uuid: [u8; 16] = r
+        .export_uuid
+        .as_slice()
+        .try_into()
+        .map_err(|_| "export UUID must be 16 bytes".to_string())?;
+    let index = u16::try_from(r.index).map_err(|_| format!("index {} out of range", r.index))?;
+    Ok(ImportRequest {
+        import_event_id: r.import_event_id,
+        export_uuid,
+        index,
+        channel: r.channel,
+    })
+}
+
+/// The wire form of an import request.
+pub(crate) fn wire_import_request(me: Identity, r: &ImportRequest) -> WireImportRequest {
+    WireImportRequest {
+        from: Some(me),
+        import_event_id: r.import_event_id,
+        export_uuid: r.export_uuid.to_vec(),
+        index: u32::from(r.index),
+        channel: r.channel,
+    }
+}
+
+/// This node's row, as sent to peers and used by the command service.
+pub(crate) fn node_status(snap: &Snapshot, host_name: &str) -> NodeStatus {
+    NodeStatus {
+        node_id: u32::from(snap.local.0),
+        state: snap.state.as_str().to_string(),
+        version: snap.driver_version.clone(),
+        host_name: host_name.to_string(),
+        instance_id: snap.instance.0,
+        connections: snap.links.iter().map(connection).collect(),
     }
 }

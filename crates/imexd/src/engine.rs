@@ -1,163 +1,110 @@
-//! The engine task: the single owner of the core [`Mesh`]. Every other task talks to it through
-//! [`Input`] messages; it feeds them to the mesh, performs the mesh's actions (dial, heartbeat,
-//! goodbye, driver init) and arms the mesh's one timer. Time is tokio's clock, so tests can
-//! pause it.
+//! The engine: the single task that owns the core [`Node`]. It is a loop — take an input (a
+//! peer request, a dial result, a driver event or call result, the node's timer, the shutdown
+//! signal), hand it to the node, perform every action the node asks for, and post each action's
+//! result back as an input. It decides nothing about peers or imports itself; that is the
+//! node's job. Time is tokio's clock, so tests can pause it.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use openimex_core::node::Action;
 use openimex_core::{
-    Action, ConnStatus, DaemonState, ExportRefs, Hello, Imports, InstanceId, LinkView, Mesh,
-    Mismatch, NodeId, Verdict,
+    Action as MeshAction, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId,
+    RequestId, Status,
 };
-use openimex_driver::Driver;
-use openimex_proto::peer::{GoodbyeRequest, Identity, SessionMsg, peer_client::PeerClient};
+use openimex_driver::{Driver, DriverError};
+use openimex_proto::peer::{Identity, SessionMsg};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tracing::{debug, error, info, warn};
 
 use crate::convert;
+use crate::driver_io::{Call, DriverThreads};
 use crate::error::DaemonError;
-use crate::fabric::{self, FabricInput};
+use crate::mailbox::{DriverInput, Input, OutLink, Snapshot};
 use crate::peer_client;
 use crate::settings::Settings;
 
 /// How long shutdown waits for peers to acknowledge the goodbye.
 const GOODBYE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Messages to the engine.
-pub(crate) enum Input {
-    /// An inbound handshake, answered with the verdict and this daemon's identity.
-    Hello {
-        hello: Hello,
-        reply: oneshot::Sender<(Verdict, Identity)>,
-    },
-    /// A dial succeeded and its session is open.
-    DialOk {
-        peer: NodeId,
-        attempt: u64,
-        remote: Hello,
-        link: OutLink,
-    },
-    /// A dial failed before a session.
-    DialFailed {
-        peer: NodeId,
-        attempt: u64,
-        error: String,
-    },
-    /// The peer refused our handshake.
-    DialRefused {
-        peer: NodeId,
-        attempt: u64,
-        mismatch: Mismatch,
-        detail: String,
-    },
-    /// A heartbeat answer on an outbound session.
-    Heartbeat { peer: NodeId, attempt: u64 },
-    /// An outbound session ended.
-    SessionLost {
-        peer: NodeId,
-        attempt: u64,
-        reason: String,
-    },
-    /// A peer leaves cleanly.
-    Goodbye {
-        peer: NodeId,
-        instance: InstanceId,
-        reason: String,
-        reply: oneshot::Sender<()>,
-    },
-    /// A snapshot for the command service or a peer's status query.
-    Snapshot { reply: oneshot::Sender<Snapshot> },
-    /// Export/import traffic (driver events, peer requests, driver results).
-    Fabric(FabricInput),
+/// Peer requests waiting for the node's answer.
+#[derive(Default)]
+struct Waiting {
+    next: RequestId,
+    imports: HashMap<RequestId, oneshot::Sender<ImportAnswer>>,
+    unimports: HashMap<RequestId, oneshot::Sender<bool>>,
 }
 
-/// An open outbound session.
-pub(crate) struct OutLink {
-    /// The gRPC channel (also used for status queries and goodbye).
-    pub(crate) channel: Channel,
-    /// Heartbeats go here.
-    pub(crate) tx: mpsc::Sender<SessionMsg>,
-    /// The task reading heartbeat answers.
-    pub(crate) reader: AbortHandle,
-}
-
-/// What the command service needs from the engine at one instant.
-pub(crate) struct Snapshot {
-    pub(crate) local: NodeId,
-    pub(crate) state: DaemonState,
-    pub(crate) instance: InstanceId,
-    pub(crate) links: Vec<LinkView>,
-    pub(crate) driver_version: String,
-    /// Channels of the peers connected right now, to ask for their rows.
-    pub(crate) peers: Vec<(NodeId, Channel)>,
+impl Waiting {
+    fn id(&mut self) -> RequestId {
+        self.next += 1;
+        self.next
+    }
 }
 
 pub(crate) struct Engine {
-    pub(crate) mesh: Mesh,
-    pub(crate) settings: Settings,
-    pub(crate) driver: Arc<dyn Driver>,
-    pub(crate) driver_version: String,
-    pub(crate) tx: mpsc::Sender<Input>,
-    pub(crate) sessions: HashMap<NodeId, (u64, OutLink)>,
-    /// Exporter side: references held for remote importers.
-    pub(crate) export_refs: ExportRefs,
-    /// Importer side: imports forwarded to exporters.
-    pub(crate) imports: Imports,
-    /// Stops the driver event thread.
-    pump_stop: Arc<AtomicBool>,
+    node: Node,
+    settings: Settings,
+    driver: DriverThreads,
+    driver_name: &'static str,
+    driver_version: String,
+    tx: mpsc::Sender<Input>,
+    sessions: HashMap<NodeId, (u64, OutLink)>,
+    waiting: Waiting,
     state_tx: watch::Sender<DaemonState>,
     goodbyes: Vec<(NodeId, Channel)>,
     heartbeat_seq: u64,
     dial_log: HashMap<NodeId, (u64, Option<Instant>)>,
 }
 
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
 impl Engine {
     pub(crate) fn new(
-        mesh: Mesh,
+        node: Node,
         settings: Settings,
         driver: Box<dyn Driver>,
         tx: mpsc::Sender<Input>,
         state_tx: watch::Sender<DaemonState>,
-    ) -> Self {
-        Self {
-            mesh,
+    ) -> Result<Self, DaemonError> {
+        let driver: Arc<dyn Driver> = Arc::from(driver);
+        let driver_name = driver.name();
+        let threads =
+            DriverThreads::start(driver, tx.clone()).map_err(DaemonError::DriverThread)?;
+        Ok(Self {
+            node,
             settings,
-            driver: Arc::from(driver),
+            driver: threads,
+            driver_name,
             driver_version: String::new(),
             tx,
             sessions: HashMap::new(),
-            export_refs: ExportRefs::default(),
-            imports: Imports::default(),
-            pump_stop: Arc::new(AtomicBool::new(false)),
+            waiting: Waiting::default(),
             state_tx,
             goodbyes: Vec::new(),
             heartbeat_seq: 0,
             dial_log: HashMap::new(),
-        }
+        })
     }
 
-    fn now() -> std::time::Instant {
-        Instant::now().into_std()
-    }
-
-    /// Runs until `shutdown` resolves, then says goodbye to every peer (bounded in time).
+    /// Runs until `shutdown` resolves (then says goodbye to every peer, bounded in time) or
+    /// the driver is lost (an error).
     pub(crate) async fn run(
         mut self,
         mut rx: mpsc::Receiver<Input>,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), DaemonError> {
         tokio::pin!(shutdown);
-        self.mesh.handle_start(Self::now());
-        self.drain()?;
-        loop {
-            let deadline = self.mesh.poll_timeout().map(Instant::from_std);
+        self.node.handle_start(now());
+        let mut result = self.perform();
+        while result.is_ok() {
+            let deadline = self.node.poll_timeout().map(Instant::from_std);
             let timer = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -168,65 +115,96 @@ impl Engine {
                 () = &mut shutdown => break,
                 input = rx.recv() => {
                     let Some(input) = input else { return Err(DaemonError::EngineGone) };
-                    self.handle(input)?;
+                    result = self.handle(input).and_then(|()| self.perform());
                 }
-                () = timer => self.mesh.handle_timeout(Self::now()),
+                () = timer => {
+                    self.node.handle_timeout(now());
+                    result = self.perform();
+                }
             }
-            self.drain()?;
         }
+        match result {
+            Ok(()) => {
+                self.stop(rx).await;
+                Ok(())
+            }
+            Err(e) => {
+                // No goodbye: peers must see a failure (RECOVERING), not a clean departure.
+                error!("{e}");
+                for (_, (_, link)) in self.sessions.drain() {
+                    link.reader.abort();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Shutdown: goodbye to every peer (answering peers meanwhile), then the driver threads
+    /// finish the calls already queued, then the sessions close.
+    async fn stop(mut self, mut rx: mpsc::Receiver<Input>) {
         info!(
             "Shutting down: saying goodbye to {} connected peers",
             self.sessions.len()
         );
-        self.pump_stop.store(true, Ordering::Relaxed);
-        self.mesh.handle_shutdown(Self::now());
-        self.drain()?;
-        let me = convert::identity(&self.mesh.hello(), &self.driver_version);
-        let calls = std::mem::take(&mut self.goodbyes)
+        self.node.handle_shutdown(now());
+        let _ = self.perform();
+        let me = self.identity();
+        let calls: Vec<_> = std::mem::take(&mut self.goodbyes)
             .into_iter()
             .map(|(peer, channel)| {
-                let req = GoodbyeRequest {
-                    from: Some(me.clone()),
-                    reason: "daemon shutting down".to_string(),
-                };
-                async move {
-                    let res = tokio::time::timeout(
-                        GOODBYE_TIMEOUT,
-                        PeerClient::new(channel).goodbye(req),
-                    )
-                    .await;
-                    match res {
-                        Ok(Ok(_)) => debug!("node {peer} acknowledged goodbye"),
-                        Ok(Err(e)) => warn!("goodbye to node {peer} failed: {}", e.message()),
-                        Err(_) => warn!("goodbye to node {peer} timed out"),
-                    }
-                }
-            });
-        let all = futures_join_all(calls);
-        // Keep answering peers (their goodbyes, hellos refused) while ours are in flight.
+                tokio::spawn(peer_client::goodbye(
+                    peer,
+                    channel,
+                    me.clone(),
+                    GOODBYE_TIMEOUT,
+                ))
+            })
+            .collect();
+        let all = async {
+            for c in calls {
+                let _ = c.await;
+            }
+        };
         tokio::pin!(all);
+        // Keep answering peers (their goodbyes, hellos refused) while ours are in flight.
         loop {
             tokio::select! {
                 () = &mut all => break,
                 input = rx.recv() => match input {
-                    Some(input) => { self.handle(input)?; self.drain()?; }
+                    Some(input) => {
+                        if self.handle(input).and_then(|()| self.perform()).is_err() {
+                            break;
+                        }
+                    }
                     None => break,
                 },
+            }
+        }
+        let driver = self.driver;
+        let finished = driver.stop();
+        tokio::pin!(finished);
+        // The driver worker may still post results; drain them so it never blocks.
+        loop {
+            tokio::select! {
+                () = &mut finished => break,
+                input = rx.recv() => if input.is_none() { break },
             }
         }
         for (_, (_, link)) in self.sessions.drain() {
             link.reader.abort();
         }
-        Ok(())
+    }
+
+    fn identity(&self) -> Identity {
+        convert::identity(&self.node.mesh().hello(), &self.driver_version)
     }
 
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
-        let now = Self::now();
+        let now = now();
         match input {
             Input::Hello { hello, reply } => {
-                let verdict = self.mesh.handle_hello(now, &hello);
-                let me = convert::identity(&self.mesh.hello(), &self.driver_version);
-                let _ = reply.send((verdict, me));
+                let verdict = self.node.handle_hello(now, &hello);
+                let _ = reply.send((verdict, self.identity()));
             }
             Input::DialOk {
                 peer,
@@ -239,11 +217,11 @@ impl Engine {
                     link.reader.abort();
                     return Ok(());
                 }
-                // Hold the link before the mesh decides, so a CloseSession it emits finds it.
+                // Hold the link before the node decides, so the actions it emits find it.
                 if let Some((_, old)) = self.sessions.insert(peer, (attempt, link)) {
                     old.reader.abort();
                 }
-                self.mesh.handle_dial_ok(now, peer, attempt, &remote);
+                self.node.handle_dial_ok(now, peer, attempt, &remote);
             }
             Input::DialFailed {
                 peer,
@@ -251,144 +229,281 @@ impl Engine {
                 error,
             } => {
                 self.log_dial_failure(peer, &error);
-                self.mesh.handle_dial_failed(now, peer, attempt, error);
+                self.node.handle_dial_failed(now, peer, attempt, error);
             }
             Input::DialRefused {
                 peer,
                 attempt,
                 mismatch,
                 detail,
-            } => {
-                self.mesh
-                    .handle_dial_refused(now, peer, attempt, mismatch, detail);
-            }
-            Input::Heartbeat { peer, attempt } => self.mesh.handle_heartbeat(now, peer, attempt),
+            } => self
+                .node
+                .handle_dial_refused(now, peer, attempt, mismatch, detail),
+            Input::Heartbeat { peer, attempt } => self.node.handle_heartbeat(now, peer, attempt),
             Input::SessionLost {
                 peer,
                 attempt,
                 reason,
-            } => {
-                self.mesh.handle_session_lost(now, peer, attempt, reason);
-            }
+            } => self.node.handle_session_lost(now, peer, attempt, reason),
             Input::Goodbye {
-                peer,
-                instance,
+                from,
                 reason,
                 reply,
             } => {
-                self.mesh.handle_goodbye(now, peer, instance, &reason);
+                self.node.handle_goodbye(now, from, &reason);
                 let _ = reply.send(());
             }
             Input::Snapshot { reply } => {
-                let links = self.mesh.links();
-                let peers = self
-                    .sessions
-                    .iter()
-                    .filter(|(id, _)| {
-                        links
-                            .get(id.index())
-                            .is_some_and(|l| l.status == ConnStatus::Connected)
-                    })
-                    .map(|(id, (_, l))| (*id, l.channel.clone()))
-                    .collect();
-                let _ = reply.send(Snapshot {
-                    local: self.settings.local,
-                    state: self.mesh.state(),
-                    instance: self.mesh.config().instance,
-                    links,
-                    driver_version: self.driver_version.clone(),
-                    peers,
-                });
+                let _ = reply.send(self.snapshot());
             }
-            Input::Fabric(f) => {
-                self.handle_fabric(f).map_err(DaemonError::DriverLost)?;
+            Input::PeerImport {
+                from,
+                request,
+                reply,
+            } => {
+                let id = self.waiting.id();
+                self.waiting.imports.insert(id, reply);
+                self.node.handle_peer_import(now, id, from, request);
+            }
+            Input::PeerUnimport {
+                from,
+                import_event_id,
+                reply,
+            } => {
+                let id = self.waiting.id();
+                self.waiting.unimports.insert(id, reply);
+                self.node
+                    .handle_peer_unimport(now, id, from, import_event_id);
+            }
+            Input::ImportAnswered {
+                exporter,
+                import_event_id,
+                answer,
+            } => {
+                if let Err(e) = &answer {
+                    info!(
+                        "import {import_event_id} from node {exporter} failed: {} ({})",
+                        e.status.as_str(),
+                        e.detail
+                    );
+                }
+                self.node
+                    .handle_import_answer(now, exporter, import_event_id, answer);
+            }
+            Input::UnimportDelivered {
+                exporter,
+                import_event_id,
+                delivered,
+            } => self
+                .node
+                .handle_unimport_delivered(now, exporter, import_event_id, delivered),
+            Input::Driver(d) => self.handle_driver(now, d)?,
+        }
+        Ok(())
+    }
+
+    fn handle_driver(
+        &mut self,
+        now: std::time::Instant,
+        input: DriverInput,
+    ) -> Result<(), DaemonError> {
+        match input {
+            DriverInput::SessionOpen { version } => {
+                info!(
+                    "GPU driver {} session open as node {} (version {version})",
+                    self.driver_name, self.settings.local
+                );
+                self.driver_version = version;
+                self.node.handle_driver_ready(now);
+            }
+            DriverInput::Event(event) => {
+                debug!("driver event {event:?}");
+                self.node.handle_driver_event(now, event);
+            }
+            DriverInput::Described { request, result } => {
+                self.node.handle_described(now, request, result);
+            }
+            DriverInput::Released { request } => {
+                if let Some(reply) = self.waiting.unimports.remove(&request) {
+                    let _ = reply.send(true);
+                }
+            }
+            DriverInput::Failed {
+                call: "open session",
+                error,
+            } => return Err(DaemonError::Driver(error)),
+            DriverInput::Failed {
+                call,
+                error: DriverError::Lost(why),
+            } => return Err(DaemonError::DriverLost { call, why }),
+            DriverInput::Failed { call, error } => warn!("driver {call} failed: {error}"),
+        }
+        Ok(())
+    }
+
+    /// Performs every pending action of the node.
+    fn perform(&mut self) -> Result<(), DaemonError> {
+        while let Some(action) = self.node.poll_action() {
+            match action {
+                Action::Mesh(a) => self.perform_mesh(a),
+                Action::SendImport { peer, request } => match self.channel(peer) {
+                    Some(ch) => {
+                        let me = self.identity();
+                        peer_client::import(ch, me, peer, request, self.tx.clone());
+                    }
+                    None => {
+                        let answer = Err(ImportError::new(
+                            Status::InvalidState,
+                            format!("node {peer} has no session here"),
+                        ));
+                        let import_event_id = request.import_event_id;
+                        self.node
+                            .handle_import_answer(now(), peer, import_event_id, answer);
+                    }
+                },
+                Action::SendUnimport {
+                    peer,
+                    import_event_id,
+                } => match self.channel(peer) {
+                    Some(ch) => {
+                        let me = self.identity();
+                        peer_client::unimport(ch, me, peer, import_event_id, self.tx.clone());
+                    }
+                    None => {
+                        self.node
+                            .handle_unimport_delivered(now(), peer, import_event_id, false)
+                    }
+                },
+                Action::ValidateImport {
+                    import_event_id,
+                    result,
+                } => self.driver.call(Call::Validate {
+                    import_event_id,
+                    result,
+                }),
+                Action::FinishUnimports { ids } => self.driver.call(Call::Finish { ids }),
+                Action::DisableImporters { node } => {
+                    self.driver.call(Call::DisableImporters { node });
+                }
+                Action::DescribeExport {
+                    request,
+                    export_uuid,
+                    index,
+                    channel,
+                } => self.driver.call(Call::Describe {
+                    request,
+                    export_uuid,
+                    index,
+                    channel,
+                }),
+                Action::ReleaseExportRefs { refs, ack } => {
+                    if !refs.is_empty() && ack.is_none() {
+                        info!("releasing {} export references", refs.len());
+                    }
+                    self.driver.call(Call::Release { refs, ack });
+                }
+                Action::AnswerImport { request, answer } => {
+                    if let Some(reply) = self.waiting.imports.remove(&request) {
+                        let _ = reply.send(answer);
+                    }
+                }
+                Action::AnswerUnimport { request, released } => {
+                    if let Some(reply) = self.waiting.unimports.remove(&request) {
+                        let _ = reply.send(released);
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    /// Performs every pending action of the mesh.
-    fn drain(&mut self) -> Result<(), DaemonError> {
-        while let Some(action) = self.mesh.poll_action() {
-            match action {
-                Action::Dial { peer, attempt } => self.dial(peer, attempt),
-                Action::SendHeartbeat { peer } => {
-                    if let Some((_, link)) = self.sessions.get(&peer) {
-                        self.heartbeat_seq += 1;
-                        let msg = SessionMsg {
-                            from: None,
-                            heartbeat_seq: self.heartbeat_seq,
-                        };
-                        // A full queue means the peer is not reading; the timeout will tell.
-                        let _ = link.tx.try_send(msg);
-                    }
-                }
-                Action::CloseSession { peer, attempt } => {
-                    if self.sessions.get(&peer).is_some_and(|(a, _)| *a == attempt)
-                        && let Some((_, link)) = self.sessions.remove(&peer)
-                    {
-                        link.reader.abort();
-                    }
-                }
-                Action::SendGoodbye { peer } => {
-                    if let Some((_, link)) = self.sessions.get(&peer) {
-                        self.goodbyes.push((peer, link.channel.clone()));
-                    }
-                }
-                Action::LinkChanged {
-                    peer,
-                    from,
-                    to,
-                    reason,
-                    times_connected,
-                } => {
-                    self.log_link(peer, from, to, &reason, times_connected);
-                    if to == ConnStatus::Connected {
-                        self.flush_pending_unimports(peer);
-                    }
-                }
-                Action::PeerRestarted { peer, old, new } => {
-                    warn!(
-                        "Node {peer} restarted (instance {old} -> {new}): its previous imports and exports are gone"
-                    );
-                    self.peer_gone(peer, Some(new));
-                }
-                Action::PeerLeft { peer, instance } => {
-                    info!(
-                        "Node {peer} (instance {instance}) left: ending its imports and exports here"
-                    );
-                    self.peer_gone(peer, None);
-                }
-                Action::StateChanged { from, to } => {
-                    info!("IMEX daemon state {from} -> {to}");
-                    let _ = self.state_tx.send(to);
-                }
-                Action::InitDriver => {
-                    let info = self.driver.open_session(self.settings.local)?;
-                    info!(
-                        "GPU driver {} session open as node {} (version {})",
-                        self.driver.name(),
-                        self.settings.local,
-                        info.version
-                    );
-                    self.driver_version = info.version;
-                    fabric::spawn_event_pump(
-                        self.driver.clone(),
-                        self.tx.clone(),
-                        self.pump_stop.clone(),
-                    );
-                    self.mesh.handle_driver_ready(Self::now());
+    fn perform_mesh(&mut self, action: MeshAction) {
+        match action {
+            MeshAction::Dial { peer, attempt } => self.dial(peer, attempt),
+            MeshAction::SendHeartbeat { peer } => {
+                if let Some((_, link)) = self.sessions.get(&peer) {
+                    self.heartbeat_seq += 1;
+                    let msg = SessionMsg {
+                        from: None,
+                        heartbeat_seq: self.heartbeat_seq,
+                    };
+                    // A full queue means the peer is not reading; the timeout will tell.
+                    let _ = link.tx.try_send(msg);
                 }
             }
+            MeshAction::CloseSession { peer, attempt } => {
+                if self.sessions.get(&peer).is_some_and(|(a, _)| *a == attempt)
+                    && let Some((_, link)) = self.sessions.remove(&peer)
+                {
+                    link.reader.abort();
+                }
+            }
+            MeshAction::SendGoodbye { peer } => {
+                if let Some((_, link)) = self.sessions.get(&peer) {
+                    self.goodbyes.push((peer, link.channel.clone()));
+                }
+            }
+            MeshAction::LinkChanged {
+                peer,
+                from,
+                to,
+                reason,
+                times_connected,
+            } => self.log_link(peer, from, to, &reason, times_connected),
+            MeshAction::PeerRestarted { peer, old, new } => warn!(
+                "Node {peer} restarted (instance {old} -> {new}): its previous imports and exports are gone"
+            ),
+            MeshAction::PeerLeft { peer, instance } => {
+                info!("Node {peer} (instance {instance}) left: ending its imports and exports here")
+            }
+            MeshAction::StateChanged { from, to } => {
+                info!("IMEX daemon state {from} -> {to}");
+                let _ = self.state_tx.send(to);
+            }
+            MeshAction::InitDriver => self.driver.call(Call::OpenSession {
+                node: self.settings.local,
+            }),
         }
-        Ok(())
+    }
+
+    /// The channel of `peer`'s open session, if its link is connected.
+    fn channel(&self, peer: NodeId) -> Option<Channel> {
+        let connected = self
+            .node
+            .mesh()
+            .peer(peer)
+            .is_some_and(|(status, _)| status == ConnStatus::Connected);
+        connected
+            .then(|| self.sessions.get(&peer).map(|(_, l)| l.channel.clone()))
+            .flatten()
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let links = self.node.links();
+        let peers = self
+            .sessions
+            .iter()
+            .filter(|(id, _)| {
+                links
+                    .get(id.index())
+                    .is_some_and(|l| l.status == ConnStatus::Connected)
+            })
+            .map(|(id, (_, l))| (*id, l.channel.clone()))
+            .collect();
+        Snapshot {
+            local: self.settings.local,
+            state: self.node.state(),
+            instance: self.node.mesh().config().instance,
+            links,
+            driver_version: self.driver_version.clone(),
+            peers,
+        }
     }
 
     fn dial(&mut self, peer: NodeId, attempt: u64) {
         let Some(host) = self.settings.hosts.get(peer.index()).cloned() else {
             return;
         };
-        let me = convert::identity(&self.mesh.hello(), &self.driver_version);
         let target = peer_client::Target {
             peer,
             attempt,
@@ -397,7 +512,7 @@ impl Engine {
             timeout: self.settings.dial_timeout(),
             keepalive: self.settings.heartbeat_interval,
         };
-        tokio::spawn(peer_client::dial(target, me, self.tx.clone()));
+        tokio::spawn(peer_client::dial(target, self.identity(), self.tx.clone()));
     }
 
     fn host(&self, peer: NodeId) -> &str {
@@ -428,12 +543,7 @@ impl Engine {
     /// NVIDIA logs a failing target about once a minute; so do we, with the attempt count.
     fn log_dial_failure(&mut self, peer: NodeId, error: &str) {
         let now = Instant::now();
-        let host = self
-            .settings
-            .hosts
-            .get(peer.index())
-            .cloned()
-            .unwrap_or_default();
+        let host = self.host(peer).to_string();
         let port = self.settings.server_port;
         let entry = self.dial_log.entry(peer).or_insert((0, None));
         entry.0 += 1;
@@ -452,13 +562,5 @@ impl Engine {
                 entry.0
             );
         }
-    }
-}
-
-/// Awaits every future (a tiny join_all, to avoid a dependency for one call site).
-async fn futures_join_all<F: Future<Output = ()> + Send + 'static>(futs: impl Iterator<Item = F>) {
-    let handles: Vec<_> = futs.map(tokio::spawn).collect();
-    for h in handles {
-        let _ = h.await;
     }
 }

@@ -40,8 +40,16 @@ pub enum DaemonError {
         source: tonic::transport::Error,
     },
     /// The GPU driver went away (its session is gone; a new daemon start opens a new one).
-    #[error("lost the GPU driver: {0}; restart the daemon once the driver is back")]
-    DriverLost(String),
+    #[error("lost the GPU driver during {call}: {why}; restart the daemon once the driver is back")]
+    DriverLost {
+        /// The driver call that found it gone.
+        call: &'static str,
+        /// What the driver connection reported.
+        why: String,
+    },
+    /// The threads that make driver calls could not start.
+    #[error("cannot start the GPU driver threads: {0}")]
+    DriverThread(io::Error),
     /// The engine stopped unexpectedly.
     #[error("the daemon engine stopped unexpectedly")]
     EngineGone,

@@ -6,7 +6,10 @@
 //! config, binds with [`World::bind`], optionally [`daemonize`]s, and calls [`run`].
 //!
 //! # Layout
-//! - `engine`: the single task owning the core `Mesh`; performs its actions.
+//! - `mailbox`: the messages every task sends the engine (a leaf: it depends on no module here).
+//! - `engine`: the single task owning the core `Node`: a loop that hands it inputs, performs
+//!   its actions and posts their results back.
+//! - `driver_io`: the threads that make the blocking GPU driver calls and pump its events.
 //! - `peer_client` / `peer_server`: both sides of the daemon-to-daemon gRPC protocol.
 //! - `cmd_server`: the command service `ctl` talks to.
 //! - [`settings`] — what the daemon needs, resolved from the config files.
@@ -16,10 +19,11 @@
 mod cmd_server;
 mod convert;
 pub mod daemonize;
+mod driver_io;
 mod engine;
 mod error;
-mod fabric;
 pub mod logging;
+mod mailbox;
 mod peer_client;
 mod peer_server;
 pub mod settings;
@@ -27,7 +31,7 @@ pub mod world;
 
 use std::future::Future;
 
-use openimex_core::{DaemonState, InstanceId, Mesh, MeshConfig, NodeMap};
+use openimex_core::{DaemonState, MeshConfig, Node, NodeConfig, NodeMap};
 use openimex_driver::Driver;
 use openimex_proto::cmd::command_server::CommandServer;
 use openimex_proto::peer::peer_server::PeerServer;
@@ -37,19 +41,21 @@ use tonic::transport::Server;
 use tracing::info;
 
 pub use error::DaemonError;
-pub use settings::Settings;
+pub use settings::{Entropy, Settings};
 pub use world::World;
 
 /// Runs the daemon until `shutdown` resolves, then says goodbye to the peers and returns.
+/// Returns an error, without a goodbye, if the GPU driver is lost.
 pub async fn run(
     settings: Settings,
     world: World,
     driver: Box<dyn Driver>,
+    entropy: Entropy,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     let now = tokio::time::Instant::now().into_std();
     let map = NodeMap::new(settings.hosts.clone());
-    let instance = InstanceId(rand::random::<u64>());
+    let instance = entropy.instance;
     let cfg = MeshConfig {
         local: settings.local,
         domain_id: settings
@@ -63,7 +69,7 @@ pub async fn run(
         heartbeat_interval: settings.heartbeat_interval,
         peer_timeout: settings.peer_timeout,
         backoff: settings.backoff,
-        seed: rand::random(),
+        seed: entropy.seed,
     };
     info!(
         "Identified this node as ID {}, using bind IP of '{}' (instance {instance}, domain {})",
@@ -72,7 +78,13 @@ pub async fn run(
         cfg.domain_id
     );
     let nodes = settings.hosts.len();
-    let mesh = Mesh::new(cfg, now);
+    let node = Node::new(
+        NodeConfig {
+            mesh: cfg,
+            import_timeout: settings.import_timeout,
+        },
+        now,
+    );
     let (tx, rx) = mpsc::channel(1024);
     let (state_tx, state_rx) = watch::channel(DaemonState::Initializing);
 
@@ -130,7 +142,7 @@ pub async fn run(
         "Creating gRPC channels to all peers (nPeers = {}).",
         nodes.saturating_sub(1)
     );
-    let engine = engine::Engine::new(mesh, settings.clone(), driver, tx, state_tx);
+    let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?;
     let result = engine.run(rx, shutdown).await;
     for s in &servers {
         s.abort();

@@ -1,17 +1,21 @@
-//! Outbound side of a peer link: resolve, connect, handshake, open the session and report
-//! heartbeat answers and the session's end to the engine. One task per dial attempt; the
-//! engine decides when to retry.
+//! Outbound side of the peer protocol: dial (resolve, connect, handshake, open the session and
+//! report heartbeat answers and the session's end), and the import, unimport and goodbye calls
+//! on an open session's channel. One task per dial attempt or call; each reports its outcome to
+//! the engine as an [`Input`], and the engine (its core node) decides what follows.
 
 use std::time::Duration;
 
-use openimex_core::NodeId;
-use openimex_proto::peer::{HelloRequest, Identity, Refusal, SessionMsg, peer_client::PeerClient};
+use openimex_core::{ImportError, ImportRequest, NodeId, Status};
+use openimex_proto::peer::{
+    GoodbyeRequest, HelloRequest, Identity, Refusal, SessionMsg, UnimportRequest,
+    peer_client::PeerClient,
+};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::convert;
-use crate::engine::{Input, OutLink};
+use crate::mailbox::{Input, OutLink};
 
 /// Where and how to dial.
 pub(crate) struct Target {
@@ -23,50 +27,83 @@ pub(crate) struct Target {
     pub(crate) keepalive: Duration,
 }
 
+/// Why a dial failed before a session.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DialError {
+    /// The node file's name does not resolve.
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        source: std::io::Error,
+    },
+    /// It resolves to nothing.
+    #[error("{host} resolves to no address")]
+    NoAddress { host: String },
+    /// The address cannot form an endpoint.
+    #[error("bad peer address {addr}: {cause}")]
+    BadAddress { addr: String, cause: String },
+    /// TCP/HTTP2 connection failed.
+    #[error("cannot connect to {addr}: {cause}")]
+    Connect { addr: String, cause: String },
+    /// The hello call failed.
+    #[error("handshake failed: {0}")]
+    Handshake(String),
+    /// The peer accepted but sent no usable identity.
+    #[error("handshake reply {0}")]
+    Identity(String),
+    /// The session stream was refused.
+    #[error("session refused: {0}")]
+    Session(String),
+    /// Nothing within the dial timeout.
+    #[error("no answer from {host}:{port} within {ms} ms")]
+    Timeout { host: String, port: u16, ms: u128 },
+}
+
 /// Dials `target` and reports the outcome to the engine.
 pub(crate) async fn dial(target: Target, me: Identity, engine: mpsc::Sender<Input>) {
     let (peer, attempt) = (target.peer, target.attempt);
-    let input =
-        match tokio::time::timeout(target.timeout, handshake(&target, me, engine.clone())).await {
-            Ok(Ok(input)) => input,
-            Ok(Err(error)) => Input::DialFailed {
-                peer,
-                attempt,
-                error,
-            },
-            Err(_) => Input::DialFailed {
-                peer,
-                attempt,
-                error: format!(
-                    "no answer from {}:{} within {} ms",
-                    target.host,
-                    target.port,
-                    target.timeout.as_millis()
-                ),
-            },
-        };
+    let outcome = tokio::time::timeout(target.timeout, handshake(&target, me, engine.clone()))
+        .await
+        .unwrap_or_else(|_| {
+            Err(DialError::Timeout {
+                host: target.host.clone(),
+                port: target.port,
+                ms: target.timeout.as_millis(),
+            })
+        });
+    let input = outcome.unwrap_or_else(|error| Input::DialFailed {
+        peer,
+        attempt,
+        error: error.to_string(),
+    });
     let _ = engine.send(input).await;
 }
 
-async fn connect(target: &Target) -> Result<Channel, String> {
+async fn connect(target: &Target) -> Result<Channel, DialError> {
     // Resolve on every attempt: DNS names in the node file may change or appear later.
     let addr = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
-        .map_err(|e| format!("cannot resolve {}: {e}", target.host))?
+        .map_err(|source| DialError::Resolve {
+            host: target.host.clone(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("{} resolves to no address", target.host))?;
+        .ok_or_else(|| DialError::NoAddress {
+            host: target.host.clone(),
+        })?;
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| format!("bad peer address {addr}: {e}"))?
+        .map_err(|e| DialError::BadAddress {
+            addr: addr.to_string(),
+            cause: e.to_string(),
+        })?
         .connect_timeout(target.timeout)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(target.keepalive.max(Duration::from_secs(1)))
         .keep_alive_timeout(target.timeout)
         .keep_alive_while_idle(true);
-    endpoint.connect().await.map_err(|e| {
-        format!(
-            "cannot connect to {addr}: {}",
-            openimex_proto::root_cause(&e)
-        )
+    endpoint.connect().await.map_err(|e| DialError::Connect {
+        addr: addr.to_string(),
+        cause: openimex_proto::root_cause(&e),
     })
 }
 
@@ -74,7 +111,7 @@ async fn handshake(
     target: &Target,
     me: Identity,
     engine: mpsc::Sender<Input>,
-) -> Result<Input, String> {
+) -> Result<Input, DialError> {
     let (peer, attempt) = (target.peer, target.attempt);
     let channel = connect(target).await?;
     let mut client = PeerClient::new(channel.clone());
@@ -84,7 +121,7 @@ async fn handshake(
             to_node_id: u32::from(peer.0),
         })
         .await
-        .map_err(|s| format!("handshake failed: {}", s.message()))?
+        .map_err(|s| DialError::Handshake(s.message().to_string()))?
         .into_inner();
     let refusal = Refusal::try_from(reply.refusal).unwrap_or(Refusal::WrongNode);
     if refusal != Refusal::None {
@@ -95,14 +132,16 @@ async fn handshake(
             detail: reply.detail,
         });
     }
-    let identity = reply.from.ok_or("handshake reply carries no identity")?;
-    let remote = convert::hello(&identity)?;
+    let identity = reply
+        .from
+        .ok_or_else(|| DialError::Identity("carries no identity".into()))?;
+    let remote = convert::hello(&identity).map_err(DialError::Identity)?;
 
     let (tx, rx) = mpsc::channel::<SessionMsg>(8);
     let mut inbound = client
         .session(ReceiverStream::new(rx))
         .await
-        .map_err(|s| format!("session refused: {}", s.message()))?
+        .map_err(|s| DialError::Session(s.message().to_string()))?
         .into_inner();
     let reader = tokio::spawn(async move {
         let reason = loop {
@@ -139,4 +178,79 @@ async fn handshake(
         remote,
         link,
     })
+}
+
+/// Asks `exporter` for an import; the answer (or the transport's failure) goes to the engine.
+/// No timer here: the core node fails the import when its timeout passes.
+pub(crate) fn import(
+    channel: Channel,
+    me: Identity,
+    exporter: NodeId,
+    request: ImportRequest,
+    engine: mpsc::Sender<Input>,
+) {
+    tokio::spawn(async move {
+        let import_event_id = request.import_event_id;
+        let wire = convert::wire_import_request(me, &request);
+        let answer = match PeerClient::new(channel).import(wire).await {
+            Ok(r) => convert::answer(r.into_inner()),
+            Err(s) => Err(ImportError::new(
+                Status::InvalidState,
+                format!("exporter node {exporter}: {}", s.message()),
+            )),
+        };
+        let _ = engine
+            .send(Input::ImportAnswered {
+                exporter,
+                import_event_id,
+                answer,
+            })
+            .await;
+    });
+}
+
+/// Tells `exporter` an import is gone; whether it got there goes to the engine.
+pub(crate) fn unimport(
+    channel: Channel,
+    me: Identity,
+    exporter: NodeId,
+    import_event_id: u64,
+    engine: mpsc::Sender<Input>,
+) {
+    tokio::spawn(async move {
+        let req = UnimportRequest {
+            from: Some(me),
+            import_event_id,
+        };
+        let delivered = match PeerClient::new(channel).unimport(req).await {
+            Ok(_) => true,
+            Err(s) => {
+                tracing::warn!(
+                    "unimport {import_event_id} on node {exporter} failed: {}",
+                    s.message()
+                );
+                false
+            }
+        };
+        let _ = engine
+            .send(Input::UnimportDelivered {
+                exporter,
+                import_event_id,
+                delivered,
+            })
+            .await;
+    });
+}
+
+/// Says goodbye to `peer`, waiting at most `timeout` for its acknowledgement.
+pub(crate) async fn goodbye(peer: NodeId, channel: Channel, me: Identity, timeout: Duration) {
+    let req = GoodbyeRequest {
+        from: Some(me),
+        reason: "daemon shutting down".to_string(),
+    };
+    match tokio::time::timeout(timeout, PeerClient::new(channel).goodbye(req)).await {
+        Ok(Ok(_)) => tracing::debug!("node {peer} acknowledged goodbye"),
+        Ok(Err(e)) => tracing::warn!("goodbye to node {peer} failed: {}", e.message()),
+        Err(_) => tracing::warn!("goodbye to node {peer} timed out"),
+    }
 }

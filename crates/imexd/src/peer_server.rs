@@ -3,20 +3,19 @@
 
 use std::pin::Pin;
 
-use openimex_core::{Hello, NodeId, Verdict};
+use openimex_core::{Hello, PeerId, Verdict};
 use openimex_proto::peer::{
     GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, Identity, ImportReply,
     ImportRequest, NodeStatus, NodeStatusRequest, Refusal, SessionMsg, UnimportReply,
     UnimportRequest, peer_server::Peer,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert;
-use crate::engine::{Input, Snapshot};
-use crate::fabric::{self, FabricInput};
+use crate::mailbox::{Input, Snapshot, ask};
 
 /// The peer gRPC service.
 pub(crate) struct PeerService {
@@ -24,21 +23,9 @@ pub(crate) struct PeerService {
     pub(crate) host_name: String,
 }
 
-/// Sends the engine a request built around a reply channel and awaits the answer. The engine
-/// only goes away when the daemon stops, so both failures mean "unavailable".
-async fn ask<T>(
-    engine: &mpsc::Sender<Input>,
-    request: impl FnOnce(oneshot::Sender<T>) -> Input,
-) -> Result<T, Status> {
-    let stopping = || Status::unavailable("daemon is stopping");
-    let (reply, rx) = oneshot::channel();
-    engine.send(request(reply)).await.map_err(|_| stopping())?;
-    rx.await.map_err(|_| stopping())
-}
-
 /// The engine's current view, for status rows.
 pub(crate) async fn snapshot(engine: &mpsc::Sender<Input>) -> Result<Snapshot, Status> {
-    ask(engine, |reply| Input::Snapshot { reply }).await
+    Ok(ask(engine, |reply| Input::Snapshot { reply }).await?)
 }
 
 /// The sender of a peer request, which every request must name.
@@ -47,16 +34,12 @@ fn sender(from: Option<Identity>, what: &str) -> Result<Hello, Status> {
     convert::hello(&from).map_err(Status::invalid_argument)
 }
 
-/// This node's row, as sent to peers and used by the command service.
-pub(crate) fn node_status(local: NodeId, snap: &Snapshot, host_name: &str) -> NodeStatus {
-    NodeStatus {
-        node_id: u32::from(local.0),
-        state: snap.state.as_str().to_string(),
-        version: snap.driver_version.clone(),
-        host_name: host_name.to_string(),
-        instance_id: snap.instance.0,
-        connections: snap.links.iter().map(convert::connection).collect(),
-    }
+/// Who a request says it comes from.
+fn peer_id(from: Option<Identity>, what: &str) -> Result<PeerId, Status> {
+    sender(from, what).map(|h| PeerId {
+        node: h.node,
+        instance: h.instance,
+    })
 }
 
 type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionMsg, Status>> + Send>>;
@@ -111,10 +94,9 @@ impl Peer for PeerService {
         request: Request<GoodbyeRequest>,
     ) -> Result<Response<GoodbyeReply>, Status> {
         let req = request.into_inner();
-        let hello = sender(req.from, "goodbye")?;
+        let from = peer_id(req.from, "goodbye")?;
         ask(&self.engine, |reply| Input::Goodbye {
-            peer: hello.node,
-            instance: hello.instance,
+            from,
             reason: req.reason,
             reply,
         })
@@ -127,26 +109,15 @@ impl Peer for PeerService {
         request: Request<ImportRequest>,
     ) -> Result<Response<ImportReply>, Status> {
         let req = request.into_inner();
-        let from = sender(req.from, "import")?;
-        let uuid: [u8; 16] = req
-            .export_uuid
-            .as_slice()
-            .try_into()
-            .map_err(|_| Status::invalid_argument("export UUID must be 16 bytes"))?;
-        let index =
-            u16::try_from(req.index).map_err(|_| Status::invalid_argument("index out of range"))?;
-        let answer = ask(&self.engine, |reply| {
-            Input::Fabric(FabricInput::PeerImport {
-                from,
-                import_event_id: req.import_event_id,
-                uuid,
-                index,
-                channel: req.channel,
-                reply,
-            })
+        let request = convert::import_request(&req).map_err(Status::invalid_argument)?;
+        let from = peer_id(req.from, "import")?;
+        let answer = ask(&self.engine, |reply| Input::PeerImport {
+            from,
+            request,
+            reply,
         })
         .await?;
-        Ok(Response::new(fabric::reply_of(answer)))
+        Ok(Response::new(convert::reply(answer)))
     }
 
     async fn unimport(
@@ -154,13 +125,11 @@ impl Peer for PeerService {
         request: Request<UnimportRequest>,
     ) -> Result<Response<UnimportReply>, Status> {
         let req = request.into_inner();
-        let from = sender(req.from, "unimport")?;
-        let released = ask(&self.engine, |reply| {
-            Input::Fabric(FabricInput::PeerUnimport {
-                from,
-                import_event_id: req.import_event_id,
-                reply,
-            })
+        let from = peer_id(req.from, "unimport")?;
+        let released = ask(&self.engine, |reply| Input::PeerUnimport {
+            from,
+            import_event_id: req.import_event_id,
+            reply,
         })
         .await?;
         Ok(Response::new(UnimportReply { released }))
@@ -171,10 +140,6 @@ impl Peer for PeerService {
         _request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatus>, Status> {
         let snap = snapshot(&self.engine).await?;
-        Ok(Response::new(node_status(
-            snap.local,
-            &snap,
-            &self.host_name,
-        )))
+        Ok(Response::new(convert::node_status(&snap, &self.host_name)))
     }
 }

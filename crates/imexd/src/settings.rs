@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use openimex_core::{Backoff, NodeId, QuorumPolicy};
+use openimex_core::{Backoff, InstanceId, NodeId, QuorumPolicy};
 
 /// Resolved daemon settings (the config after validation, node identification and flags).
 #[derive(Debug, Clone)]
@@ -28,6 +28,31 @@ pub struct Settings {
     pub host_name: String,
     /// The command socket to remove on exit.
     pub cmd_unix_path: Option<PathBuf>,
+    /// How long an import waits for its exporter (and an unimport for its confirmation).
+    pub import_timeout: Duration,
+}
+
+/// The default of [`Settings::import_timeout`].
+pub const DEFAULT_IMPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What makes one daemon start unlike another: its instance ID (random per start, so peers can
+/// tell a restart) and the seed of its reconnect jitter. Passed in, so tests can pin them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entropy {
+    /// This start's instance ID.
+    pub instance: InstanceId,
+    /// Seed of the backoff jitter.
+    pub seed: u64,
+}
+
+impl Entropy {
+    /// Fresh values from the OS's random source.
+    pub fn random() -> Self {
+        Self {
+            instance: InstanceId(rand::random::<u64>()),
+            seed: rand::random(),
+        }
+    }
 }
 
 impl Settings {

@@ -1,0 +1,127 @@
+//! The GPU driver's vocabulary as the node's logic sees it (`reference/driver-interface.md`
+//! §1.6): the fabric events the driver posts, the page list DESCRIBE returns, and the statuses
+//! that cross from one node's driver to another's. The `driver` crate re-exports these, so the
+//! daemon, its backends and core speak the same types.
+
+use crate::ids::NodeId;
+
+/// The driver's status codes that cross the daemon (the real driver's `NV_ERR_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// NV_ERR_INSUFFICIENT_PERMISSIONS (channel mismatch).
+    InsufficientPermissions,
+    /// NV_ERR_OBJECT_NOT_FOUND (no such export).
+    ObjectNotFound,
+    /// NV_ERR_INVALID_STATE (no session, exporter unreachable).
+    InvalidState,
+    /// NV_ERR_INVALID_ARGUMENT.
+    InvalidArgument,
+    /// Anything else the backend reported.
+    Other,
+}
+
+impl Status {
+    /// A stable name for the wire and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InsufficientPermissions => "INSUFFICIENT_PERMISSIONS",
+            Self::ObjectNotFound => "OBJECT_NOT_FOUND",
+            Self::InvalidState => "INVALID_STATE",
+            Self::InvalidArgument => "INVALID_ARGUMENT",
+            Self::Other => "OTHER",
+        }
+    }
+
+    /// Parses [`Status::as_str`]; unknown words are `Other`.
+    pub fn parse(s: &str) -> Self {
+        [
+            Self::InsufficientPermissions,
+            Self::ObjectNotFound,
+            Self::InvalidState,
+            Self::InvalidArgument,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .unwrap_or(Self::Other)
+    }
+}
+
+/// The fabric page list of an export, as DESCRIBE returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pages {
+    /// Bytes.
+    pub size: u64,
+    /// Page size in bytes.
+    pub page_size: u64,
+    /// Fabric PFNs.
+    pub pfns: Vec<u64>,
+    /// Owner GPU's clique.
+    pub clique_id: u32,
+}
+
+/// A fabric event from the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// MEM_IMPORT: a local client waits for memory exported by `export_node`.
+    Import {
+        /// Names the import when it is validated or failed.
+        event_id: u64,
+        /// The importer's channel.
+        channel: u32,
+        /// Export UUID, 16 bytes.
+        export_uuid: [u8; 16],
+        /// Handle index.
+        index: u16,
+        /// Exporting node.
+        export_node: NodeId,
+    },
+    /// MEM_UNIMPORT: a local releaser is blocked until the unimport is finished.
+    Unimport {
+        /// Token to finish.
+        unimport_event_id: u64,
+        /// The import it undoes.
+        import_event_id: u64,
+        /// Exporting node.
+        export_node: NodeId,
+    },
+}
+
+/// Why an import failed, as the exporter (or the importer's own daemon) reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportError {
+    /// The driver status.
+    pub status: Status,
+    /// What happened, for logs.
+    pub detail: String,
+}
+
+impl ImportError {
+    /// An error with `status` and `detail`.
+    pub fn new(status: Status, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What an exporter answers an import with.
+pub type ImportAnswer = Result<Pages, ImportError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_words_round_trip() {
+        for s in [
+            Status::InsufficientPermissions,
+            Status::ObjectNotFound,
+            Status::InvalidState,
+            Status::InvalidArgument,
+        ] {
+            assert_eq!(Status::parse(s.as_str()), s);
+        }
+        assert_eq!(Status::parse("nonsense"), Status::Other);
+    }
+}

@@ -1,0 +1,716 @@
+//! One node of the IMEX domain as a single sans-IO state machine: its peer [`Mesh`], the
+//! references it holds on its exports for remote importers, its own imports from remote
+//! exporters, and every timer of the export/import lifecycle.
+//!
+//! # Contract
+//! Like [`Mesh`], a [`Node`] performs no I/O and reads no clock. The owner feeds it inputs
+//! through `handle_*(now, …)` (`now` never goes backwards), then MUST drain
+//! [`Node::poll_action`] until `None` and perform every action, and MUST call
+//! [`Node::handle_timeout`] once `now` reaches [`Node::poll_timeout`]. Every action that asks
+//! for a result names the input that reports it:
+//!
+//! | action | result input |
+//! |---|---|
+//! | [`Action::Mesh`] `Dial` | `handle_dial_ok` / `_failed` / `_refused` |
+//! | [`Action::Mesh`] `InitDriver` | [`Node::handle_driver_ready`] |
+//! | [`Action::SendImport`] | [`Node::handle_import_answer`] |
+//! | [`Action::SendUnimport`] | [`Node::handle_unimport_delivered`] |
+//! | [`Action::DescribeExport`] | [`Node::handle_described`] |
+//!
+//! The other actions are performed in the order given; their only result is success, or the
+//! loss of the driver, which ends the daemon. Results may arrive late, twice, or for requests
+//! the node has meanwhile given up on: each is checked against the node's own tables, so a late
+//! answer never corrupts state.
+//!
+//! # Decisions that live here
+//! - An import whose exporter is not connected fails at once (INVALID_STATE); one that is not
+//!   answered within [`NodeConfig::import_timeout`] fails then. A success that arrives after its
+//!   import was failed is handed back to the exporter as an unimport, so no reference leaks.
+//! - An unimport is finished locally once the exporter confirms, or at once when the exporter is
+//!   unreachable, or when the exporter does not answer within the import timeout; the exporter
+//!   is told later, when its link comes back.
+//! - A peer that restarted (new instance) or left (goodbye): the references held for its
+//!   importers are released, imports from it that were still in flight fail, unimports waiting
+//!   on it finish, and the local importers of its memory are disabled.
+//! - The exporter takes a reference for an importer only while that importer's instance is the
+//!   one the mesh knows; a reference described for an importer that restarted meanwhile is
+//!   released at once.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::fabric::{ExportRefs, Imports, UnimportStep};
+use crate::gpu::{Event, ImportAnswer, ImportError, Pages, Status};
+use crate::ids::{InstanceId, NodeId};
+use crate::mesh::{self, Hello, LinkView, Mesh, MeshConfig, Verdict};
+use crate::state::{ConnStatus, DaemonState, Mismatch};
+
+/// Names a peer request the owner is waiting to answer; chosen by the owner, echoed in the
+/// action that answers it.
+pub type RequestId = u64;
+
+/// Static settings of a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The peer mesh.
+    pub mesh: MeshConfig,
+    /// How long an import may wait for its exporter's answer, and an unimport for its
+    /// exporter's confirmation.
+    pub import_timeout: Duration,
+}
+
+/// Who a peer request says it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerId {
+    /// Its node.
+    pub node: NodeId,
+    /// Its instance.
+    pub instance: InstanceId,
+}
+
+/// An import asked of an exporter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportRequest {
+    /// The importer's MEM_IMPORT event ID (names the import in its unimport).
+    pub import_event_id: u64,
+    /// Export UUID.
+    pub export_uuid: [u8; 16],
+    /// Handle index.
+    pub index: u16,
+    /// The importer's channel.
+    pub channel: u32,
+}
+
+/// What the owner must do. See the module contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// A mesh action: connections, heartbeats, goodbyes, link and state changes (log them),
+    /// and opening the driver session (`InitDriver`).
+    Mesh(mesh::Action),
+    /// Importer side: ask `peer` for an import; report with [`Node::handle_import_answer`].
+    SendImport {
+        /// The exporter.
+        peer: NodeId,
+        /// What to ask.
+        request: ImportRequest,
+    },
+    /// Importer side: tell `peer` the import is gone; report with
+    /// [`Node::handle_unimport_delivered`].
+    SendUnimport {
+        /// The exporter.
+        peer: NodeId,
+        /// The import.
+        import_event_id: u64,
+    },
+    /// Importer side: complete a pending import with pages, or fail it.
+    ValidateImport {
+        /// The MEM_IMPORT event.
+        import_event_id: u64,
+        /// Pages or the status to fail with.
+        result: Result<Pages, Status>,
+    },
+    /// Importer side: acknowledge unimports, waking their blocked releasers.
+    FinishUnimports {
+        /// Unimport event IDs.
+        ids: Vec<u64>,
+    },
+    /// Importer side: disable every local client that imported from `node`.
+    DisableImporters {
+        /// The node whose memory they map.
+        node: NodeId,
+    },
+    /// Exporter side: take a reference on an export and describe it; report with
+    /// [`Node::handle_described`].
+    DescribeExport {
+        /// The peer request this is for.
+        request: RequestId,
+        /// Export UUID.
+        export_uuid: [u8; 16],
+        /// Handle index.
+        index: u16,
+        /// The importer's channel.
+        channel: u32,
+    },
+    /// Exporter side: drop references taken by describes, then (if `ack` is set) answer that
+    /// peer unimport request with `released: true`.
+    ReleaseExportRefs {
+        /// The references.
+        refs: Vec<u64>,
+        /// The unimport request to answer once they are gone.
+        ack: Option<RequestId>,
+    },
+    /// Exporter side: answer a peer's import request.
+    AnswerImport {
+        /// The request.
+        request: RequestId,
+        /// The answer.
+        answer: ImportAnswer,
+    },
+    /// Exporter side: answer a peer's unimport request that released nothing.
+    AnswerUnimport {
+        /// The request.
+        request: RequestId,
+        /// Whether a reference was released (always `false` here; see `ReleaseExportRefs`).
+        released: bool,
+    },
+}
+
+/// A lifecycle timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Timer {
+    /// The import's answer is due.
+    Import(u64),
+    /// The unimport's confirmation from this exporter is due.
+    Unimport(NodeId, u64),
+}
+
+/// A describe in flight for a peer's import.
+#[derive(Debug, Clone, Copy)]
+struct Describing {
+    importer: PeerId,
+    import_event_id: u64,
+}
+
+/// The node. See the module contract.
+#[derive(Debug)]
+pub struct Node {
+    mesh: Mesh,
+    import_timeout: Duration,
+    exports: ExportRefs,
+    imports: Imports,
+    describing: HashMap<RequestId, Describing>,
+    /// Unimports sent to an exporter, by (exporter, import): the token to finish once it
+    /// confirms (`None` for a late delivery whose token was finished already).
+    unimports: HashMap<(NodeId, u64), Option<u64>>,
+    /// Imports failed by their timeout, with the exporter instance then: a success that still
+    /// arrives from that instance is handed back.
+    abandoned: HashMap<u64, (NodeId, InstanceId)>,
+    timers: BTreeSet<(Instant, Timer)>,
+    deadlines: HashMap<Timer, Instant>,
+    actions: VecDeque<Action>,
+}
+
+impl Node {
+    /// A node in INITIALIZING. Nothing happens before [`Node::handle_start`].
+    pub fn new(cfg: NodeConfig, now: Instant) -> Self {
+        Self {
+            mesh: Mesh::new(cfg.mesh, now),
+            import_timeout: cfg.import_timeout,
+            exports: ExportRefs::default(),
+            imports: Imports::default(),
+            describing: HashMap::new(),
+            unimports: HashMap::new(),
+            abandoned: HashMap::new(),
+            timers: BTreeSet::new(),
+            deadlines: HashMap::new(),
+            actions: VecDeque::new(),
+        }
+    }
+
+    // ---- getters -------------------------------------------------------------------------
+
+    /// The peer mesh (links, daemon state, identity).
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    /// The daemon state.
+    pub fn state(&self) -> DaemonState {
+        self.mesh.state()
+    }
+
+    /// This node's row of the matrix.
+    pub fn links(&self) -> Vec<LinkView> {
+        self.mesh.links()
+    }
+
+    /// References held on local exports for remote importers.
+    pub fn export_refs_held(&self) -> usize {
+        self.exports.len()
+    }
+
+    /// Imports from remote exporters known here (in flight or held).
+    pub fn imports_known(&self) -> usize {
+        self.imports.len()
+    }
+
+    /// Describes in flight for peers' imports.
+    pub fn describes_in_flight(&self) -> usize {
+        self.describing.len()
+    }
+
+    // ---- mesh inputs ---------------------------------------------------------------------
+
+    /// Listeners are bound: start dialling.
+    pub fn handle_start(&mut self, now: Instant) {
+        self.mesh.handle_start(now);
+        self.absorb_mesh(now);
+    }
+
+    /// The driver session is open.
+    pub fn handle_driver_ready(&mut self, now: Instant) {
+        self.mesh.handle_driver_ready(now);
+        self.absorb_mesh(now);
+    }
+
+    /// SIGTERM/SIGINT/SIGQUIT: goodbye to every peer.
+    pub fn handle_shutdown(&mut self, now: Instant) {
+        self.mesh.handle_shutdown(now);
+        self.absorb_mesh(now);
+    }
+
+    /// See [`Mesh::handle_dial_ok`].
+    pub fn handle_dial_ok(&mut self, now: Instant, peer: NodeId, attempt: u64, remote: &Hello) {
+        self.mesh.handle_dial_ok(now, peer, attempt, remote);
+        self.absorb_mesh(now);
+    }
+
+    /// See [`Mesh::handle_dial_failed`].
+    pub fn handle_dial_failed(&mut self, now: Instant, peer: NodeId, attempt: u64, error: String) {
+        self.mesh.handle_dial_failed(now, peer, attempt, error);
+        self.absorb_mesh(now);
+    }
+
+    /// See [`Mesh::handle_dial_refused`].
+    pub fn handle_dial_refused(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        attempt: u64,
+        mismatch: Mismatch,
+        detail: String,
+    ) {
+        self.mesh
+            .handle_dial_refused(now, peer, attempt, mismatch, detail);
+        self.absorb_mesh(now);
+    }
+
+    /// See [`Mesh::handle_heartbeat`].
+    pub fn handle_heartbeat(&mut self, now: Instant, peer: NodeId, attempt: u64) {
+        self.mesh.handle_heartbeat(now, peer, attempt);
+        self.absorb_mesh(now);
+    }
+
+    /// See [`Mesh::handle_session_lost`].
+    pub fn handle_session_lost(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        attempt: u64,
+        reason: String,
+    ) {
+        self.mesh.handle_session_lost(now, peer, attempt, reason);
+        self.absorb_mesh(now);
+    }
+
+    /// See [`Mesh::handle_goodbye`].
+    pub fn handle_goodbye(&mut self, now: Instant, from: PeerId, reason: &str) {
+        self.mesh
+            .handle_goodbye(now, from.node, from.instance, reason);
+        self.absorb_mesh(now);
+    }
+
+    /// See [`Mesh::handle_hello`].
+    pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
+        let verdict = self.mesh.handle_hello(now, remote);
+        self.absorb_mesh(now);
+        verdict
+    }
+
+    // ---- importer side -------------------------------------------------------------------
+
+    /// An event from the local driver.
+    pub fn handle_driver_event(&mut self, now: Instant, event: Event) {
+        match event {
+            Event::Import {
+                event_id,
+                channel,
+                export_uuid,
+                index,
+                export_node,
+            } => {
+                if self.connected(export_node).is_none() {
+                    // Nobody to ask: fail now rather than leave the application hanging.
+                    self.actions.push_back(Action::ValidateImport {
+                        import_event_id: event_id,
+                        result: Err(Status::InvalidState),
+                    });
+                    return;
+                }
+                self.imports.requested(event_id, export_node);
+                self.arm(now + self.import_timeout, Timer::Import(event_id));
+                self.actions.push_back(Action::SendImport {
+                    peer: export_node,
+                    request: ImportRequest {
+                        import_event_id: event_id,
+                        export_uuid,
+                        index,
+                        channel,
+                    },
+                });
+            }
+            Event::Unimport {
+                unimport_event_id,
+                import_event_id,
+                ..
+            } => {
+                let step = self.imports.unimport(import_event_id, unimport_event_id);
+                self.unimport_step(now, step, import_event_id);
+            }
+        }
+    }
+
+    /// `exporter` answered the import (or the request failed before an answer).
+    pub fn handle_import_answer(
+        &mut self,
+        now: Instant,
+        exporter: NodeId,
+        import_event_id: u64,
+        answer: ImportAnswer,
+    ) {
+        if self.imports.in_flight(import_event_id) != Some(exporter) {
+            // Given up on (timeout) or cleaned up: a reference the exporter took for it is
+            // handed back, if the instance that answered is still the one we know.
+            if let Some((node, instance)) = self.abandoned.remove(&import_event_id)
+                && node == exporter
+                && answer.is_ok()
+                && self.connected(exporter) == Some(instance)
+            {
+                self.send_unimport(now, exporter, import_event_id, None);
+            }
+            return;
+        }
+        self.disarm(Timer::Import(import_event_id));
+        let result = answer.map_err(|e| e.status);
+        let held = result.is_ok();
+        self.actions.push_back(Action::ValidateImport {
+            import_event_id,
+            result,
+        });
+        if let Some(step) = self.imports.answered(import_event_id, held) {
+            self.unimport_step(now, step, import_event_id);
+        }
+    }
+
+    /// The unimport of `import_event_id` reached `exporter` (`delivered`), or could not.
+    pub fn handle_unimport_delivered(
+        &mut self,
+        now: Instant,
+        exporter: NodeId,
+        import_event_id: u64,
+        delivered: bool,
+    ) {
+        let _ = now;
+        let Some(token) = self.unimports.remove(&(exporter, import_event_id)) else {
+            return;
+        };
+        self.disarm(Timer::Unimport(exporter, import_event_id));
+        if !delivered {
+            self.imports.undelivered(exporter, import_event_id);
+        }
+        if let Some(token) = token {
+            self.actions
+                .push_back(Action::FinishUnimports { ids: vec![token] });
+        }
+    }
+
+    // ---- exporter side -------------------------------------------------------------------
+
+    /// A peer asks for an import of a local export.
+    pub fn handle_peer_import(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        from: PeerId,
+        import: ImportRequest,
+    ) {
+        let _ = now;
+        if !self.knows(from) {
+            let detail = format!(
+                "node {} instance {} is not connected here; reconnect first",
+                from.node, from.instance
+            );
+            self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(Status::InvalidState, detail)),
+            });
+            return;
+        }
+        self.describing.insert(
+            request,
+            Describing {
+                importer: from,
+                import_event_id: import.import_event_id,
+            },
+        );
+        self.actions.push_back(Action::DescribeExport {
+            request,
+            export_uuid: import.export_uuid,
+            index: import.index,
+            channel: import.channel,
+        });
+    }
+
+    /// The driver described an export for `request` (taking `export_ref`), or refused.
+    pub fn handle_described(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        result: Result<(u64, Pages), ImportError>,
+    ) {
+        let _ = now;
+        let Some(d) = self.describing.remove(&request) else {
+            // Not ours: a reference taken for it must not stay held.
+            if let Ok((export_ref, _)) = result {
+                self.release(vec![export_ref], None);
+            }
+            return;
+        };
+        let answer = match result {
+            Ok((export_ref, _)) if !self.knows(d.importer) => {
+                // The importer restarted or left while we described: its import is gone.
+                self.release(vec![export_ref], None);
+                Err(ImportError::new(Status::InvalidState, "importer restarted"))
+            }
+            Ok((export_ref, pages)) => {
+                let old = self.exports.insert(
+                    d.importer.node,
+                    d.importer.instance,
+                    d.import_event_id,
+                    export_ref,
+                );
+                if let Some(old) = old {
+                    self.release(vec![old], None);
+                }
+                Ok(pages)
+            }
+            Err(e) => Err(e),
+        };
+        self.actions
+            .push_back(Action::AnswerImport { request, answer });
+    }
+
+    /// A peer says its import is gone. The answer comes once the reference is released, so
+    /// the importer's releaser stays blocked until then, as the real handshake requires.
+    pub fn handle_peer_unimport(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        from: PeerId,
+        import_event_id: u64,
+    ) {
+        let _ = now;
+        match self.exports.remove(from.node, import_event_id) {
+            Some(export_ref) => self.release(vec![export_ref], Some(request)),
+            None => self.actions.push_back(Action::AnswerUnimport {
+                request,
+                released: false,
+            }),
+        }
+    }
+
+    // ---- time ----------------------------------------------------------------------------
+
+    /// Timers due at `now`: the mesh's, import answers, unimport confirmations.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.mesh.poll_timeout().is_some_and(|t| t <= now) {
+            self.mesh.handle_timeout(now);
+            self.absorb_mesh(now);
+        }
+        while let Some(&(at, timer)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.disarm(timer);
+            match timer {
+                Timer::Import(id) => self.import_timed_out(now, id),
+                Timer::Unimport(exporter, id) => {
+                    // Do not keep the releaser waiting; tell the exporter when it is back.
+                    self.handle_unimport_delivered(now, exporter, id, false);
+                }
+            }
+        }
+    }
+
+    /// The next action to perform.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`Node::handle_timeout`] must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mine = self.timers.first().map(|(at, _)| *at);
+        match (self.mesh.poll_timeout(), mine) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ---- internals -----------------------------------------------------------------------
+
+    /// Moves the mesh's actions out, adding what each means for exports and imports.
+    fn absorb_mesh(&mut self, now: Instant) {
+        while let Some(action) = self.mesh.poll_action() {
+            let follow = match &action {
+                mesh::Action::PeerRestarted { peer, new, .. } => Some((*peer, Some(*new), false)),
+                mesh::Action::PeerLeft { peer, .. } => Some((*peer, None, false)),
+                mesh::Action::LinkChanged {
+                    peer,
+                    to: ConnStatus::Connected,
+                    ..
+                } => Some((*peer, None, true)),
+                _ => None,
+            };
+            self.actions.push_back(Action::Mesh(action));
+            match follow {
+                Some((peer, _, true)) => self.flush_undelivered(now, peer),
+                Some((peer, current, false)) => self.peer_gone(peer, current),
+                None => {}
+            }
+        }
+    }
+
+    /// The instance of `peer` whose link is connected now.
+    fn connected(&self, peer: NodeId) -> Option<InstanceId> {
+        match self.mesh.peer(peer) {
+            Some((ConnStatus::Connected, instance)) => instance,
+            _ => None,
+        }
+    }
+
+    /// Whether `from` is the instance of that node the mesh knows (it handshook with us).
+    fn knows(&self, from: PeerId) -> bool {
+        self.mesh
+            .peer(from.node)
+            .is_some_and(|(_, known)| known == Some(from.instance))
+    }
+
+    fn arm(&mut self, at: Instant, timer: Timer) {
+        self.disarm(timer);
+        self.deadlines.insert(timer, at);
+        self.timers.insert((at, timer));
+    }
+
+    fn disarm(&mut self, timer: Timer) {
+        if let Some(at) = self.deadlines.remove(&timer) {
+            self.timers.remove(&(at, timer));
+        }
+    }
+
+    fn release(&mut self, refs: Vec<u64>, ack: Option<RequestId>) {
+        self.actions
+            .push_back(Action::ReleaseExportRefs { refs, ack });
+    }
+
+    fn import_timed_out(&mut self, now: Instant, import_event_id: u64) {
+        let Some(exporter) = self.imports.in_flight(import_event_id) else {
+            return;
+        };
+        if let Some(instance) = self.mesh.peer(exporter).and_then(|(_, i)| i) {
+            self.abandoned.insert(import_event_id, (exporter, instance));
+        }
+        self.actions.push_back(Action::ValidateImport {
+            import_event_id,
+            result: Err(Status::InvalidState),
+        });
+        if let Some(step) = self.imports.answered(import_event_id, false) {
+            self.unimport_step(now, step, import_event_id);
+        }
+    }
+
+    fn unimport_step(&mut self, now: Instant, step: UnimportStep, import_event_id: u64) {
+        match step {
+            UnimportStep::Deferred => {}
+            UnimportStep::FinishNow { unimport_event_id } => {
+                self.actions.push_back(Action::FinishUnimports {
+                    ids: vec![unimport_event_id],
+                });
+            }
+            UnimportStep::TellExporter {
+                exporter,
+                unimport_event_id,
+            } => {
+                if self.connected(exporter).is_some() {
+                    self.send_unimport(now, exporter, import_event_id, Some(unimport_event_id));
+                } else {
+                    // Tell it when it is back; the local releaser need not wait for that.
+                    self.imports.undelivered(exporter, import_event_id);
+                    self.actions.push_back(Action::FinishUnimports {
+                        ids: vec![unimport_event_id],
+                    });
+                }
+            }
+        }
+    }
+
+    fn send_unimport(
+        &mut self,
+        now: Instant,
+        exporter: NodeId,
+        import_event_id: u64,
+        token: Option<u64>,
+    ) {
+        if let Some(Some(earlier)) = self.unimports.insert((exporter, import_event_id), token) {
+            // A second unimport of the same import (a retried delivery): finish the first.
+            self.actions
+                .push_back(Action::FinishUnimports { ids: vec![earlier] });
+        }
+        self.arm(
+            now + self.import_timeout,
+            Timer::Unimport(exporter, import_event_id),
+        );
+        self.actions.push_back(Action::SendUnimport {
+            peer: exporter,
+            import_event_id,
+        });
+    }
+
+    /// A link came up: deliver the unimports that waited for it.
+    fn flush_undelivered(&mut self, now: Instant, peer: NodeId) {
+        for import_event_id in self.imports.take_undelivered(peer) {
+            self.send_unimport(now, peer, import_event_id, None);
+        }
+    }
+
+    /// A peer's old instance is gone (restart, or clean departure): release what we held for
+    /// its importers, fail what we asked of it, finish the unimports that wait on it, and
+    /// disable local clients still mapping its memory (it may be freed or reused).
+    fn peer_gone(&mut self, peer: NodeId, current: Option<InstanceId>) {
+        let refs = match current {
+            Some(instance) => self.exports.drain_stale(peer, instance),
+            None => self.exports.drain_node(peer),
+        };
+        if !refs.is_empty() {
+            self.release(refs, None);
+        }
+        let drained = self.imports.drain_exporter(peer);
+        for import_event_id in drained.unanswered {
+            self.disarm(Timer::Import(import_event_id));
+            self.actions.push_back(Action::ValidateImport {
+                import_event_id,
+                result: Err(Status::InvalidState),
+            });
+        }
+        let mut finish = drained.finish;
+        let waiting: Vec<(NodeId, u64)> = self
+            .unimports
+            .keys()
+            .filter(|(node, _)| *node == peer)
+            .copied()
+            .collect();
+        for key in waiting {
+            self.disarm(Timer::Unimport(key.0, key.1));
+            if let Some(Some(token)) = self.unimports.remove(&key) {
+                finish.push(token);
+            }
+        }
+        self.abandoned.retain(|_, (node, _)| *node != peer);
+        if !finish.is_empty() {
+            finish.sort_unstable();
+            self.actions
+                .push_back(Action::FinishUnimports { ids: finish });
+        }
+        self.actions
+            .push_back(Action::DisableImporters { node: peer });
+    }
+}

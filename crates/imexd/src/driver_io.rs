@@ -1,0 +1,220 @@
+//! The GPU driver's threads. Driver calls block, so none runs on the async runtime:
+//! - one *worker* thread performs the engine's driver calls in the order the engine asked for
+//!   them (so a release precedes its acknowledgement, a validate precedes the unimport it
+//!   deferred) and posts each result back to the engine;
+//! - one *event pump* thread, started once the session is open, long-polls the driver for
+//!   fabric events and posts them.
+//!
+//! Any error is posted as [`DriverInput::Failed`]; the engine stops the daemon on
+//! [`DriverError::Lost`], as the `Driver` trait requires.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use openimex_core::{ImportError, NodeId, Pages, Status};
+use openimex_driver::{Driver, DriverError};
+use tokio::sync::mpsc;
+
+use crate::mailbox::{DriverInput, Input};
+
+/// How long the event pump waits in one long-poll (bounds how long it outlives a stop).
+const EVENT_POLL: Duration = Duration::from_millis(500);
+
+/// A call for the worker.
+#[derive(Debug)]
+pub(crate) enum Call {
+    /// Open the daemon session as `node`; on success the event pump starts.
+    OpenSession { node: NodeId },
+    /// Take a reference on an export for a peer's import and describe it.
+    Describe {
+        request: u64,
+        export_uuid: [u8; 16],
+        index: u16,
+        channel: u32,
+    },
+    /// Drop references; then report `ack` (a peer unimport to answer).
+    Release { refs: Vec<u64>, ack: Option<u64> },
+    /// Complete or fail a pending import.
+    Validate {
+        import_event_id: u64,
+        result: Result<Pages, Status>,
+    },
+    /// Acknowledge unimports.
+    Finish { ids: Vec<u64> },
+    /// Disable the local importers of `node`.
+    DisableImporters { node: NodeId },
+}
+
+/// The running driver threads.
+pub(crate) struct DriverThreads {
+    calls: Option<std_mpsc::Sender<Call>>,
+    worker: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl DriverThreads {
+    /// Starts the worker. Results go to `engine`.
+    pub(crate) fn start(
+        driver: Arc<dyn Driver>,
+        engine: mpsc::Sender<Input>,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = std_mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker_stop = stop.clone();
+        let worker = std::thread::Builder::new()
+            .name("driver-calls".into())
+            .spawn(move || work(driver, rx, engine, worker_stop))?;
+        Ok(Self {
+            calls: Some(tx),
+            worker: Some(worker),
+            stop,
+        })
+    }
+
+    /// Queues a call. Never blocks.
+    pub(crate) fn call(&self, call: Call) {
+        if let Some(tx) = &self.calls {
+            // The worker only exits after `stop`, so a send cannot fail before then.
+            let _ = tx.send(call);
+        }
+    }
+
+    /// Stops the event pump, lets the worker finish the calls already queued, and waits for
+    /// it. Returns once no driver call is in progress.
+    pub(crate) async fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.calls = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = tokio::task::spawn_blocking(move || worker.join()).await;
+        }
+    }
+}
+
+impl Drop for DriverThreads {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn post(engine: &mpsc::Sender<Input>, input: DriverInput) -> bool {
+    engine.blocking_send(Input::Driver(input)).is_ok()
+}
+
+fn work(
+    driver: Arc<dyn Driver>,
+    calls: std_mpsc::Receiver<Call>,
+    engine: mpsc::Sender<Input>,
+    stop: Arc<AtomicBool>,
+) {
+    while let Ok(call) = calls.recv() {
+        let input = match perform(&driver, call, &engine, &stop) {
+            Ok(Some(input)) => input,
+            Ok(None) => continue,
+            Err((call, error)) => DriverInput::Failed { call, error },
+        };
+        if !post(&engine, input) {
+            return;
+        }
+    }
+}
+
+type Outcome = Result<Option<DriverInput>, (&'static str, DriverError)>;
+
+fn perform(
+    driver: &Arc<dyn Driver>,
+    call: Call,
+    engine: &mpsc::Sender<Input>,
+    stop: &Arc<AtomicBool>,
+) -> Outcome {
+    match call {
+        Call::OpenSession { node } => {
+            let info = driver.open_session(node).map_err(|e| ("open session", e))?;
+            spawn_event_pump(driver.clone(), engine.clone(), stop.clone())
+                .map_err(|e| ("open session", DriverError::Lost(e.to_string())))?;
+            Ok(Some(DriverInput::SessionOpen {
+                version: info.version,
+            }))
+        }
+        Call::Describe {
+            request,
+            export_uuid,
+            index,
+            channel,
+        } => {
+            let result = match driver.describe_export(export_uuid, index, channel) {
+                Ok(described) => Ok(described),
+                Err(e @ DriverError::Lost(_)) => return Err(("describe", e)),
+                Err(e) => Err(ImportError::new(e.status(), e.to_string())),
+            };
+            Ok(Some(DriverInput::Described { request, result }))
+        }
+        Call::Release { refs, ack } => {
+            for r in refs {
+                driver
+                    .release_export_ref(r)
+                    .map_err(|e| ("release export reference", e))?;
+            }
+            Ok(ack.map(|request| DriverInput::Released { request }))
+        }
+        Call::Validate {
+            import_event_id,
+            result,
+        } => {
+            driver
+                .validate_import(import_event_id, result)
+                .map_err(|e| ("validate import", e))?;
+            Ok(None)
+        }
+        Call::Finish { ids } => {
+            driver
+                .finish_unimport(&ids)
+                .map_err(|e| ("finish unimport", e))?;
+            Ok(None)
+        }
+        Call::DisableImporters { node } => {
+            driver
+                .disable_importers(node)
+                .map_err(|e| ("disable importers", e))?;
+            Ok(None)
+        }
+    }
+}
+
+/// Starts the thread that long-polls the driver for events until `stop` is set.
+fn spawn_event_pump(
+    driver: Arc<dyn Driver>,
+    engine: mpsc::Sender<Input>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("driver-events".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match driver.next_events(EVENT_POLL) {
+                    Ok(events) => {
+                        for ev in events {
+                            if !post(&engine, DriverInput::Event(ev)) {
+                                return;
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        if !stop.load(Ordering::Relaxed) {
+                            post(
+                                &engine,
+                                DriverInput::Failed {
+                                    call: "event poll",
+                                    error,
+                                },
+                            );
+                        }
+                        return;
+                    }
+                }
+            }
+        })
+        .map(drop)
+}

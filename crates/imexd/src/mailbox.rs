@@ -1,0 +1,146 @@
+//! The engine's mailbox: every message another task, thread or RPC handler sends the engine,
+//! and what it answers with. A leaf module: the engine, the peer and command services, the
+//! dialler and the driver threads all depend on it, and it on none of them.
+
+use openimex_core::{
+    DaemonState, Event, Hello, ImportAnswer, ImportError, ImportRequest, InstanceId, LinkView,
+    Mismatch, NodeId, Pages, PeerId, Verdict,
+};
+use openimex_driver::DriverError;
+use openimex_proto::peer::{Identity, SessionMsg};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::AbortHandle;
+use tonic::transport::Channel;
+
+/// Messages to the engine.
+pub(crate) enum Input {
+    /// An inbound handshake, answered with the verdict and this daemon's identity.
+    Hello {
+        hello: Hello,
+        reply: oneshot::Sender<(Verdict, Identity)>,
+    },
+    /// A dial succeeded and its session is open.
+    DialOk {
+        peer: NodeId,
+        attempt: u64,
+        remote: Hello,
+        link: OutLink,
+    },
+    /// A dial failed before a session.
+    DialFailed {
+        peer: NodeId,
+        attempt: u64,
+        error: String,
+    },
+    /// The peer refused our handshake.
+    DialRefused {
+        peer: NodeId,
+        attempt: u64,
+        mismatch: Mismatch,
+        detail: String,
+    },
+    /// A heartbeat answer on an outbound session.
+    Heartbeat { peer: NodeId, attempt: u64 },
+    /// An outbound session ended.
+    SessionLost {
+        peer: NodeId,
+        attempt: u64,
+        reason: String,
+    },
+    /// A peer leaves cleanly.
+    Goodbye {
+        from: PeerId,
+        reason: String,
+        reply: oneshot::Sender<()>,
+    },
+    /// A snapshot for the command service or a peer's status query.
+    Snapshot { reply: oneshot::Sender<Snapshot> },
+    /// A peer asks us (the exporter) for an import.
+    PeerImport {
+        from: PeerId,
+        request: ImportRequest,
+        reply: oneshot::Sender<ImportAnswer>,
+    },
+    /// A peer unimported.
+    PeerUnimport {
+        from: PeerId,
+        import_event_id: u64,
+        reply: oneshot::Sender<bool>,
+    },
+    /// The exporter answered our import (or the request failed).
+    ImportAnswered {
+        exporter: NodeId,
+        import_event_id: u64,
+        answer: ImportAnswer,
+    },
+    /// Our unimport reached the exporter, or could not.
+    UnimportDelivered {
+        exporter: NodeId,
+        import_event_id: u64,
+        delivered: bool,
+    },
+    /// Something from the GPU driver's threads.
+    Driver(DriverInput),
+}
+
+/// What the driver threads report.
+pub(crate) enum DriverInput {
+    /// The session is open.
+    SessionOpen { version: String },
+    /// A fabric event.
+    Event(Event),
+    /// A describe for a peer's import finished.
+    Described {
+        request: u64,
+        result: Result<(u64, Pages), ImportError>,
+    },
+    /// References were released for a peer's unimport: answer it.
+    Released { request: u64 },
+    /// A driver call failed. `Lost` stops the daemon; anything else is logged.
+    Failed {
+        call: &'static str,
+        error: DriverError,
+    },
+}
+
+/// An open outbound session.
+pub(crate) struct OutLink {
+    /// The gRPC channel (also used for imports, unimports, status queries and goodbye).
+    pub(crate) channel: Channel,
+    /// Heartbeats go here.
+    pub(crate) tx: mpsc::Sender<SessionMsg>,
+    /// The task reading heartbeat answers.
+    pub(crate) reader: AbortHandle,
+}
+
+/// What the command service needs from the engine at one instant.
+pub(crate) struct Snapshot {
+    pub(crate) local: NodeId,
+    pub(crate) state: DaemonState,
+    pub(crate) instance: InstanceId,
+    pub(crate) links: Vec<LinkView>,
+    pub(crate) driver_version: String,
+    /// Channels of the peers connected right now, to ask for their rows.
+    pub(crate) peers: Vec<(NodeId, Channel)>,
+}
+
+/// Sends the engine a request built around a reply channel and awaits the answer. The engine
+/// only goes away when the daemon stops, so both failures mean "stopping".
+pub(crate) async fn ask<T>(
+    engine: &mpsc::Sender<Input>,
+    request: impl FnOnce(oneshot::Sender<T>) -> Input,
+) -> Result<T, Stopping> {
+    let (reply, rx) = oneshot::channel();
+    engine.send(request(reply)).await.map_err(|_| Stopping)?;
+    rx.await.map_err(|_| Stopping)
+}
+
+/// The engine is gone: the daemon is stopping.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stopping;
+
+impl From<Stopping> for tonic::Status {
+    fn from(_: Stopping) -> Self {
+        tonic::Status::unavailable("daemon is stopping")
+    }
+}
