@@ -564,3 +564,6 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,382 @@
+//! The engine loop in paused tokio time, with a recording driver: the loop performs the node's
+//! actions and posts their results back, driver calls stay off the runtime, a lost driver stops
+//! the daemon, and shutdown finishes queued driver calls before it returns.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use openimex_core::{
+    Backoff, DaemonState, Event, InstanceId, MeshConfig, Node, NodeConfig, NodeId, NodeMap, Pages,
+    QuorumPolicy, Status,
+};
+use openimex_driver::{Driver, DriverError, SessionInfo};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::Engine;
+use crate::error::DaemonError;
+use crate::mailbox::{Input, Snapshot};
+use crate::settings::{DEFAULT_IMPORT_TIMEOUT, Settings};
+
+/// What the recording driver saw, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    OpenSession(NodeId),
+    /// open_session returned (after its gate opened).
+    SessionReturned,
+    Validate(u64, Result<(), Status>),
+    Finish(Vec<u64>),
+    Disable(NodeId),
+    Release(u64),
+}
+
+#[derive(Default)]
+struct Shared {
+    seen: Vec<Seen>,
+    events: VecDeque<Event>,
+    /// `Some(false)`: open_session blocks until the test sets it to `Some(true)`.
+    gate: Option<bool>,
+    /// The next call of this name fails with `Lost`.
+    lose: Option<&'static str>,
+    /// finish_unimport takes this long (real time).
+    finish_delay: Duration,
+}
+
+#[derive(Clone, Default)]
+struct Recorder(Arc<(Mutex<Shared>, Condvar)>);
+
+impl Recorder {
+    fn with<T>(&self, f: impl FnOnce(&mut Shared) -> T) -> T {
+        let (m, cv) = &*self.0;
+        let out = f(&mut m.lock().unwrap());
+        cv.notify_all();
+        out
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.with(|s| s.seen.clone())
+    }
+
+    fn push_event(&self, e: Event) {
+        self.with(|s| s.events.push_back(e));
+    }
+
+    fn lost(&self, call: &'static str) -> Result<(), DriverError> {
+        self.with(|s| {
+            if s.lose == Some(call) {
+                s.lose = None;
+                Err(DriverError::Lost(format!("{call}: connection reset")))
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+impl Driver for Recorder {
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+
+    fn open_session(&self, node: NodeId) -> Result<SessionInfo, DriverError> {
+        self.with(|s| s.seen.push(Seen::OpenSession(node)));
+        let (m, cv) = &*self.0;
+        let guard = m.lock().unwrap();
+        let (mut guard, _) = cv
+            .wait_timeout_while(guard, Duration::from_secs(10), |s| s.gate == Some(false))
+            .unwrap();
+        guard.seen.push(Seen::SessionReturned);
+        drop(guard);
+        self.lost("open_session")?;
+        Ok(SessionInfo {
+            version: "test-1".into(),
+        })
+    }
+
+    fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError> {
+        self.lost("next_events")?;
+        let (m, cv) = &*self.0;
+        let guard = m.lock().unwrap();
+        let (mut guard, _) = cv
+            .wait_timeout_while(guard, wait, |s| s.events.is_empty() && s.lose.is_none())
+            .unwrap();
+        let events = guard.events.drain(..).collect();
+        drop(guard);
+        self.lost("next_events")?;
+        Ok(events)
+    }
+
+    fn describe_export(&self, _: [u8; 16], _: u16, _: u32) -> Result<(u64, Pages), DriverError> {
+        Err(DriverError::Refused {
+            call: "describe",
+            status: Status::ObjectNotFound,
+            detail: "no exports here".into(),
+        })
+    }
+
+    fn release_export_ref(&self, export_ref: u64) -> Result<(), DriverError> {
+        self.with(|s| s.seen.push(Seen::Release(export_ref)));
+        Ok(())
+    }
+
+    fn validate_import(
+        &self,
+        event_id: u64,
+        result: Result<Pages, Status>,
+    ) -> Result<(), DriverError> {
+        self.lost("validate_import")?;
+        let r = result.map(drop);
+        self.with(|s| s.seen.push(Seen::Validate(event_id, r)));
+        Ok(())
+    }
+
+    fn finish_unimport(&self, ids: &[u64]) -> Result<(), DriverError> {
+        let delay = self.with(|s| s.finish_delay);
+        std::thread::sleep(delay);
+        self.with(|s| s.seen.push(Seen::Finish(ids.to_vec())));
+        Ok(())
+    }
+
+    fn disable_importers(&self, node: NodeId) -> Result<(), DriverError> {
+        self.with(|s| s.seen.push(Seen::Disable(node)));
+        Ok(())
+    }
+}
+
+/// A port on loopback that refuses connections (bound, then closed).
+fn refused_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Node 0 of a two-node domain whose peer never answers (its port refuses).
+fn settings() -> Settings {
+    Settings {
+        local: NodeId(0),
+        hosts: vec!["127.0.0.1".into(), "127.0.0.1".into()],
+        server_port: refused_port(),
+        domain_id: None,
+        quorum: QuorumPolicy::None,
+        heartbeat_interval: Duration::from_millis(500),
+        peer_timeout: Duration::from_secs(3),
+        backoff: Backoff {
+            min: Duration::from_millis(250),
+            max: Duration::from_secs(5),
+        },
+        host_name: "test".into(),
+        cmd_unix_path: None,
+        import_timeout: DEFAULT_IMPORT_TIMEOUT,
+    }
+}
+
+struct Running {
+    tx: mpsc::Sender<Input>,
+    state: watch::Receiver<DaemonState>,
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<Result<(), DaemonError>>,
+}
+
+fn start(driver: Recorder) -> Running {
+    let settings = settings();
+    #[allow(clippy::disallowed_methods)]
+    let now = tokio::time::Instant::now().into_std();
+    let map = NodeMap::new(settings.hosts.clone());
+    let node = Node::new(
+        NodeConfig {
+            mesh: MeshConfig {
+                local: settings.local,
+                domain_id: map.derived_domain_id(),
+                map,
+                instance: InstanceId(7),
+                protocol_version: 1,
+                quorum: settings.quorum,
+                heartbeat_interval: settings.heartbeat_interval,
+                peer_timeout: settings.peer_timeout,
+                backoff: settings.backoff,
+                seed: 7,
+            },
+            import_timeout: settings.import_timeout,
+        },
+        now,
+    );
+    let (tx, rx) = mpsc::channel(64);
+    let (state_tx, state) = watch::channel(DaemonState::Initializing);
+    let engine = Engine::new(node, settings, Box::new(driver), tx.clone(), state_tx).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(engine.run(rx, async move {
+        let _ = stopped.await;
+    }));
+    Running {
+        tx,
+        state,
+        stop: Some(stop),
+        done,
+    }
+}
+
+async fn snapshot(tx: &mpsc::Sender<Input>) -> Snapshot {
+    crate::mailbox::ask(tx, |reply| Input::Snapshot { reply })
+        .await
+        .unwrap()
+}
+
+async fn wait_state(r: &mut Running, want: DaemonState) {
+    r.state.wait_for(|s| *s == want).await.unwrap();
+}
+
+/// Waits for the engine to return, bounded in real time (the driver threads are real threads,
+/// so a virtual-time timeout would fire while they work).
+async fn engine_result(
+    done: tokio::task::JoinHandle<Result<(), DaemonError>>,
+) -> Result<(), DaemonError> {
+    for _ in 0..2000 {
+        if done.is_finished() {
+            return done.await.unwrap();
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the engine did not stop within 10 s");
+}
+
+/// Waits (in real time: driver threads are real threads) until the recorder has seen `pred`.
+async fn wait_seen(d: &Recorder, pred: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
+    for _ in 0..1000 {
+        let seen = d.seen();
+        if pred(&seen) {
+            return seen;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!(
+        "the driver never saw what was expected; it saw {:?}",
+        d.seen()
+    );
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn driver_session_opens_off_the_runtime() {
+    let d = Recorder::default();
+    d.with(|s| s.gate = Some(false));
+    let mut r = start(d.clone());
+    wait_seen(&d, |s| s.contains(&Seen::OpenSession(NodeId(0)))).await;
+    // open_session is blocked in the driver; the loop (on this one runtime thread) still
+    // answers.
+    let snap = snapshot(&r.tx).await;
+    assert_eq!(snap.state, DaemonState::InitGpu);
+    assert!(!d.seen().contains(&Seen::SessionReturned));
+    d.with(|s| s.gate = Some(true));
+    wait_state(&mut r, DaemonState::Ready).await;
+    assert_eq!(snapshot(&r.tx).await.driver_version, "test-1");
+    r.stop.take().unwrap().send(()).unwrap();
+    engine_result(r.done).await.unwrap();
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_loop_performs_the_nodes_actions_and_posts_their_results() {
+    let d = Recorder::default();
+    let mut r = start(d.clone());
+    wait_state(&mut r, DaemonState::Ready).await;
+    // Node 1 is not connected: the node fails the import at once (INVALID_STATE), and the
+    // worker performs that on the driver.
+    d.push_event(Event::Import {
+        event_id: 41,
+        channel: 0,
+        export_uuid: [1; 16],
+        index: 0,
+        export_node: NodeId(1),
+    });
+    // An unimport of an import the node never forwarded: nothing is held remotely, so it is
+    // finished at once.
+    d.push_event(Event::Unimport {
+        unimport_event_id: 42,
+        import_event_id: 40,
+        export_node: NodeId(1),
+    });
+    let seen = wait_seen(&d, |s| s.contains(&Seen::Finish(vec![42]))).await;
+    let validate = seen
+        .iter()
+        .position(|s| *s == Seen::Validate(41, Err(Status::InvalidState)))
+        .expect("the import was failed");
+    let finish = seen
+        .iter()
+        .position(|s| *s == Seen::Finish(vec![42]))
+        .unwrap();
+    assert!(validate < finish, "calls run in the order the node asked");
+    // Meanwhile the mesh keeps dialling the absent peer with backoff (virtual time).
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let snap = snapshot(&r.tx).await;
+    assert!(
+        snap.links[1]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("cannot connect")),
+        "{:?}",
+        snap.links[1]
+    );
+    r.stop.take().unwrap().send(()).unwrap();
+    engine_result(r.done).await.unwrap();
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_lost_driver_stops_the_daemon_with_an_error() {
+    for call in ["next_events", "validate_import"] {
+        let d = Recorder::default();
+        let mut r = start(d.clone());
+        wait_state(&mut r, DaemonState::Ready).await;
+        d.with(|s| s.lose = Some(call));
+        d.push_event(Event::Import {
+            event_id: 1,
+            channel: 0,
+            export_uuid: [1; 16],
+            index: 0,
+            export_node: NodeId(1),
+        });
+        let err = engine_result(r.done)
+            .await
+            .expect_err("the daemon stops with an error");
+        let msg = err.to_string();
+        assert!(
+            matches!(err, DaemonError::DriverLost { .. }) && msg.contains("lost the GPU driver"),
+            "{call}: {msg}"
+        );
+        assert!(msg.contains("restart the daemon"), "says what to do: {msg}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn shutdown_finishes_queued_driver_calls_before_returning() {
+    let d = Recorder::default();
+    let mut r = start(d.clone());
+    wait_state(&mut r, DaemonState::Ready).await;
+    d.with(|s| s.finish_delay = Duration::from_millis(200));
+    for id in [7, 8, 9] {
+        d.push_event(Event::Unimport {
+            unimport_event_id: id,
+            import_event_id: 100 + id,
+            export_node: NodeId(1),
+        });
+    }
+    // The first acknowledgement is done, the other two are queued behind it in the driver
+    // worker (each takes 200 ms) when the stop comes.
+    wait_seen(&d, |s| s.contains(&Seen::Finish(vec![7]))).await;
+    assert!(!d.seen().contains(&Seen::Finish(vec![9])));
+    r.stop.take().unwrap().send(()).unwrap();
+    engine_result(r.done).await.unwrap();
+    assert_eq!(*r.state.borrow(), DaemonState::ShuttingDown);
+    let finished: Vec<_> = d
+        .seen()
+        .into_iter()
+        .filter(|s| matches!(s, Seen::Finish(_)))
+        .collect();
+    assert_eq!(
+        finished,
+        vec![
+            Seen::Finish(vec![7]),
+            Seen::Finish(vec![8]),
+            Seen::Finish(vec![9])
+        ],
+        "every acknowledgement the node asked for reached the driver before run returned"
+    );
+}
