@@ -12,7 +12,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use memmap2::{MmapMut, MmapOptions};
-use openimex_simgpu::proto::{self, DriverStats, GpuInfo, Request, Response};
+use openimex_simproto::handle::{HexError, decode_hex_array, encode_hex};
+use openimex_simproto::node_dir::{channel_files, socket_path};
+use openimex_simproto::proto::{self, DriverStats, GpuInfo, Request, Response};
 
 use crate::error::CuError;
 
@@ -24,16 +26,6 @@ pub const DEFAULT_IMPORT_TIMEOUT: Duration = Duration::from_secs(30);
 const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 static NEXT_CONTEXT: AtomicU64 = AtomicU64::new(1);
-
-/// The driver socket of the node whose directory is `node_dir`: `<node_dir>/dev/nvidiactl.sock`.
-pub fn driver_socket(node_dir: &Path) -> PathBuf {
-    node_dir.join("dev").join("nvidiactl.sock")
-}
-
-/// The IMEX channel directory of the node: `<node_dir>/dev/nvidia-caps-imex-channels`.
-pub fn channel_dir(node_dir: &Path) -> PathBuf {
-    node_dir.join("dev").join("nvidia-caps-imex-channels")
-}
 
 /// A connection to the node's GPU driver: one RM client, as a CUDA context is.
 ///
@@ -90,7 +82,7 @@ impl Context {
     }
 
     fn connect(node_dir: &Path) -> Result<Context, CuError> {
-        let socket = driver_socket(node_dir);
+        let socket = socket_path(node_dir);
         let sock = UnixStream::connect(&socket).map_err(|e| CuError::NoDevice {
             socket: socket.clone(),
             reason: e.to_string(),
@@ -358,21 +350,8 @@ fn unexpected(req: &str, resp: &Response) -> CuError {
 
 /// The first `channelN` (lowest N) under the node's channel directory that opens read-write.
 fn first_accessible_channel(node_dir: &Path) -> Option<File> {
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir(channel_dir(node_dir))
+    channel_files(node_dir)
         .ok()?
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let n = e
-                .file_name()
-                .to_str()?
-                .strip_prefix("channel")?
-                .parse()
-                .ok()?;
-            Some((n, e.path()))
-        })
-        .collect();
-    found.sort();
-    found
         .into_iter()
         .find_map(|(_, p)| OpenOptions::new().read(true).write(true).open(p).ok())
 }
@@ -494,28 +473,18 @@ pub struct FabricHandleBytes(pub [u8; 64]);
 impl FabricHandleBytes {
     /// 128 lower-case hex digits.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        encode_hex(&self.0)
     }
 
-    /// Parses 128 hex digits (surrounding white space ignored); anything else is
+    /// Parses 128 hex digits (either case; surrounding white space ignored); anything else is
     /// [`CuError::InvalidValue`]. Whether the bytes name an export is the driver's call.
     pub fn from_hex(s: &str) -> Result<Self, CuError> {
-        let s = s.trim();
-        let bad = || {
+        decode_hex_array(s).map(Self).map_err(|e: HexError| {
             CuError::InvalidValue(format!(
-                "a fabric handle is 128 hex digits, not {:?}",
-                truncate(s, 40)
+                "a fabric handle is 128 hex digits, not {:?} ({e})",
+                truncate(s.trim(), 40)
             ))
-        };
-        if s.len() != 128 {
-            return Err(bad());
-        }
-        let mut b = [0u8; 64];
-        for (i, out) in b.iter_mut().enumerate() {
-            let pair = s.get(2 * i..2 * i + 2).ok_or_else(bad)?;
-            *out = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
-        }
-        Ok(Self(b))
+        })
     }
 
     /// The bytes.
@@ -560,7 +529,8 @@ impl From<[u8; 64]> for FabricHandleBytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openimex_simgpu::handle::{ExportUuid, FabricHandle};
+    use openimex_simproto::handle::{ExportUuid, FabricHandle};
+    use openimex_simproto::node_dir::channels_dir;
 
     #[test]
     fn handle_hex_round_trips_and_matches_the_driver_encoding() {
@@ -600,7 +570,7 @@ mod tests {
     #[test]
     fn channels_are_chosen_lowest_number_first() {
         let dir = std::env::temp_dir().join(format!("openimex-client-ch-{}", std::process::id()));
-        let ch = channel_dir(&dir);
+        let ch = channels_dir(&dir);
         std::fs::create_dir_all(&ch).unwrap();
         assert!(first_accessible_channel(&dir).is_none());
         for name in ["channel10", "channel2", "channelx", "other3"] {

@@ -29,7 +29,7 @@
 
 use std::path::PathBuf;
 
-use openimex_simgpu::proto::{NvStatus, WireError};
+use openimex_simproto::proto::{NvStatus, WireError};
 
 /// A CUDA driver API error. [`CuError::code`] is CUDA's number, [`CuError::name`] its name;
 /// the text after the name says what happened.
@@ -163,21 +163,6 @@ impl From<WireError> for CuError {
 mod tests {
     use super::*;
 
-    const ALL: [NvStatus; 12] = [
-        NvStatus::InsufficientPermissions,
-        NvStatus::NotReady,
-        NvStatus::InvalidState,
-        NvStatus::InvalidObject,
-        NvStatus::NotSupported,
-        NvStatus::ObjectNotFound,
-        NvStatus::InUse,
-        NvStatus::StateInUse,
-        NvStatus::InvalidArgument,
-        NvStatus::NoMemory,
-        NvStatus::InvalidObjectHandle,
-        NvStatus::ResetRequired,
-    ];
-
     #[test]
     fn driver_statuses_map_to_cuda_codes() {
         let table = [
@@ -202,7 +187,7 @@ mod tests {
             ),
             (NvStatus::ResetRequired, 719, "CUDA_ERROR_LAUNCH_FAILED"),
         ];
-        assert_eq!(table.len(), ALL.len());
+        assert_eq!(table.len(), NvStatus::ALL.len());
         for (status, code, name) in table {
             let e = CuError::from_nv(status);
             assert_eq!((e.code(), e.name()), (code, name), "{status:?}");
@@ -213,7 +198,7 @@ mod tests {
             assert!(e.to_string().contains(&status.to_string()), "{e}");
         }
         // On handle-taking calls a bad argument is a bad handle; nothing else changes.
-        for status in ALL {
+        for status in NvStatus::ALL {
             let on_handle = CuError::from_nv_on_handle(status);
             let expected = if status == NvStatus::InvalidArgument {
                 400

@@ -27,7 +27,11 @@
 //!
 //! Memory lives until [`Context::release`] or until its context closes (the driver frees a
 //! client's objects when its connection goes, as at process exit). [`pattern`] fills and
-//! checks deterministic test data; [`cli`] is `openimex app`.
+//! checks deterministic test data; [`cli`] is `openimex app`; [`node_dir`] says where a node's
+//! driver socket and channel files are.
+//!
+//! The library speaks the driver's protocol crate (`openimex-simproto`) and does not link the
+//! simulated driver; its tests run against the real one (`openimex-simgpu`), in-process.
 
 pub mod cli;
 mod context;
@@ -36,7 +40,8 @@ pub mod pattern;
 
 pub use context::{
     Allocation, Context, DEFAULT_IMPORT_TIMEOUT, FabricHandleBytes, Imported, Mappable, Mapping,
-    channel_dir, driver_socket,
 };
 pub use error::CuError;
-pub use openimex_simgpu::proto::{DriverStats, GpuInfo};
+/// Where a node's driver socket and IMEX channel files are (the simulated driver's `/dev`).
+pub use openimex_simproto::node_dir;
+pub use openimex_simproto::proto::{DriverStats, GpuInfo};

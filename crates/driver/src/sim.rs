@@ -1,5 +1,6 @@
 //! The `sim` backend: the daemon's side of the simulated GPU driver's socket
-//! (`<node-dir>/dev/nvidiactl.sock`, served by `openimex gpu`).
+//! (`<node-dir>/dev/nvidiactl.sock`, served by `openimex gpu`), spoken with the protocol crate
+//! `openimex-simproto` alone: the daemon does not link the simulated driver.
 //!
 //! Two connections, as the real daemon uses an event fd beside its control fd: the *session*
 //! connection owns the IMEX session (closing it is the daemon dying, which the driver treats as
@@ -12,8 +13,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use openimex_core::NodeId;
-use openimex_simgpu::handle::ExportUuid;
-use openimex_simgpu::proto::{
+use openimex_simproto::handle::ExportUuid;
+use openimex_simproto::node_dir::socket_path;
+use openimex_simproto::proto::{
     self, FabricEvent, FabricPages, NvStatus, Request, Response, Validation,
 };
 
@@ -31,6 +33,8 @@ pub struct SimDriver {
     token: Mutex<Option<u64>>,
 }
 
+/// The simulated driver's status as the daemon's [`Status`] (the statuses the daemon acts on;
+/// the rest are `Other`). The one place this mapping is written, with [`nv`] its inverse.
 fn status(s: NvStatus) -> Status {
     match s {
         NvStatus::InsufficientPermissions => Status::InsufficientPermissions,
@@ -41,6 +45,8 @@ fn status(s: NvStatus) -> Status {
     }
 }
 
+/// The status to fail an import with (VALIDATE with IMPORT_FAILED) for a daemon [`Status`].
+/// `Other` has no driver status of its own: it becomes NV_ERR_INVALID_ARGUMENT.
 fn nv(s: Status) -> NvStatus {
     match s {
         Status::InsufficientPermissions => NvStatus::InsufficientPermissions,
@@ -53,7 +59,7 @@ fn nv(s: Status) -> NvStatus {
 impl SimDriver {
     /// Connects to the simulated driver of the node in `node_dir`.
     pub fn connect(node_dir: &Path) -> Result<Self, DriverError> {
-        let path = node_dir.join("dev").join("nvidiactl.sock");
+        let path = socket_path(node_dir);
         let open = || {
             UnixStream::connect(&path).map_err(|e| DriverError::Unavailable {
                 backend: "sim",
@@ -279,5 +285,28 @@ impl Driver for SimDriver {
             },
         )
         .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_both_ways() {
+        for s in [
+            Status::InsufficientPermissions,
+            Status::ObjectNotFound,
+            Status::InvalidState,
+            Status::InvalidArgument,
+        ] {
+            assert_eq!(status(nv(s)), s, "{s:?}");
+        }
+        assert_eq!(nv(Status::Other), NvStatus::InvalidArgument);
+        for s in NvStatus::ALL {
+            let back = status(s);
+            assert!(back == Status::Other || nv(back) == s, "{s:?} -> {back:?}");
+        }
+        assert_eq!(status(NvStatus::NotReady), Status::Other);
     }
 }

@@ -12,6 +12,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 
+use openimex_simproto::handle::decode_hex_array;
+
 use crate::server::{DriverConfig, Server, default_cluster_uuid};
 
 /// Command-line arguments of `openimex gpu`.
@@ -50,16 +52,9 @@ struct Args {
 
 fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
     let digits: String = s.chars().filter(|c| *c != '-').collect();
-    if digits.len() != 32 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!(
-            "`{s}` is not 32 hex digits (e.g. 0123456789abcdef0123456789abcdef)"
-        ));
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
-    }
-    Ok(out)
+    decode_hex_array(&digits).map_err(|e| {
+        format!("`{s}` is not 32 hex digits (e.g. 0123456789abcdef0123456789abcdef): {e}")
+    })
 }
 
 /// Entry point of `openimex gpu`; `args[0]` is the program name.

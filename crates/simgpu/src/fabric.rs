@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::proto::PAGE_SIZE;
+use openimex_simproto::proto::PAGE_SIZE;
 
 /// Bits of offset within one GPU's window.
 const WINDOW_BITS: u32 = 40;

@@ -7,19 +7,24 @@
 //! `dev/nvidia-caps-imex-channels/`; a client proves it holds one by passing an open descriptor.
 //! The semantics follow `reference/driver-interface.md` §1.6, §4 and §6.
 //!
+//! The socket protocol (the simulated ioctl interface: messages, status codes, framing), the
+//! 64-byte fabric handle and the node-directory layout are not here: they are the
+//! `openimex-simproto` crate, shared with the daemon's `sim` backend and the client library,
+//! which talk to this driver without linking it.
+//!
 //! # Layout
-//! - [`proto`] — the socket protocol (the simulated ioctl interface) and status codes.
-//! - [`handle`] — the 64-byte fabric handle and export UUIDs.
 //! - [`fabric`] — fabric addresses: which GPU's HBM file and offset a PFN names.
 //! - [`rm`] — the driver's state (sessions, exports, import descriptors, events, HBM) as a
 //!   synchronous state machine with no sockets and no threads.
 //! - [`server`] — the socket server: one thread per connection around a shared [`rm::Rm`],
 //!   channel checks on passed descriptors, the blocking calls.
 //! - [`cli`] — `openimex gpu`: flags, `ready <socket>` line, signals.
+//! - `testing` (feature `testing`) — a loopback stand-in for the IMEX daemons of in-process
+//!   nodes, for the tests of code that talks to the driver.
 
 pub mod cli;
 pub mod fabric;
-pub mod handle;
-pub mod proto;
 pub mod rm;
 pub mod server;
+#[cfg(feature = "testing")]
+pub mod testing;

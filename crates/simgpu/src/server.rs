@@ -1,6 +1,6 @@
-//! The driver's socket server: `<node-dir>/dev/nvidiactl.sock`, one std thread per connection
-//! (one RM client each), a shared [`Rm`] behind a mutex, and one condvar that every state change
-//! signals. The calls that block in the real driver wait on it here:
+//! The driver's socket server: `<node-dir>/dev/nvidiactl.sock` ([`socket_path`]), one std
+//! thread per connection (one RM client each), a shared [`Rm`] behind a mutex, and one condvar
+//! that every state change signals. The calls that block in the real driver wait on it here:
 //! - `WaitImport`: until the import is no longer pending, or `timeout_ms` (→ NotReady);
 //! - `Release` of the last reference to a remote import: until FINISH_MEM_UNIMPORT names the
 //!   unimport or the session is torn down;
@@ -22,9 +22,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use openimex_simproto::node_dir::{channel_files, channel_path, channels_dir, socket_path};
+use openimex_simproto::proto::{self, DriverStats, NvStatus, Request, Response, WireError};
 use sha2::{Digest, Sha256};
 
-use crate::proto::{self, DriverStats, NvStatus, Request, Response, WireError};
 use crate::rm::{ClientId, ImportState, Released, Rm, RmConfig};
 
 /// Longest a blocked call sleeps before re-checking for shutdown or a hung-up peer.
@@ -33,7 +34,8 @@ const SLICE: Duration = Duration::from_millis(100);
 /// Everything one node's driver is started with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriverConfig {
-    /// The node's directory: `dev/nvidiactl.sock` and `dev/nvidia-caps-imex-channels/` live here.
+    /// The node's directory: the socket and the channel files live here
+    /// ([`openimex_simproto::node_dir`]).
     pub node_dir: PathBuf,
     /// The fabric directory shared by every node (HBM files).
     pub fabric_dir: PathBuf,
@@ -47,23 +49,9 @@ pub struct DriverConfig {
     pub cluster_uuid: [u8; 16],
     /// Clique ID of the GPUs.
     pub clique_id: u32,
-    /// Channel files `channel0..channel{N-1}` to create (mode 0666) if missing.
+    /// Channel files `channel0..channel{N-1}` to create (mode 0666) if missing. Channel files
+    /// already in the directory are kept and count as well, whatever their number.
     pub channels: u32,
-}
-
-/// The driver socket of a node directory.
-pub fn socket_path(node_dir: &Path) -> PathBuf {
-    node_dir.join("dev").join("nvidiactl.sock")
-}
-
-/// The channel directory of a node directory.
-pub fn channels_dir(node_dir: &Path) -> PathBuf {
-    node_dir.join("dev").join("nvidia-caps-imex-channels")
-}
-
-/// The file of channel `n`.
-pub fn channel_path(node_dir: &Path, n: u32) -> PathBuf {
-    channels_dir(node_dir).join(format!("channel{n}"))
 }
 
 /// The default clusterUuid: derived from the (absolute) fabric directory, so every node sharing
@@ -127,7 +115,8 @@ struct Shared {
     rm: Mutex<Rm>,
     /// Signalled after every request and every disconnect: any blocked call re-checks.
     changed: Condvar,
-    channels_dir: PathBuf,
+    /// The (canonical) node directory: its channel files are the channels.
+    node_dir: PathBuf,
     socket_path: PathBuf,
     stopping: AtomicBool,
     /// A clone of every live connection, to shut them down on stop.
@@ -232,7 +221,7 @@ impl Server {
         let shared = Arc::new(Shared {
             rm: Mutex::new(rm),
             changed: Condvar::new(),
-            channels_dir: channels_dir(&node_dir),
+            node_dir,
             socket_path: sock,
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
@@ -459,21 +448,19 @@ fn peer_gone(stream: &UnixStream) -> bool {
     }
 }
 
-/// The channel whose file the descriptor is open on: same (device, inode) as
-/// `channels_dir/channel<N>`.
-fn resolve_channel(channels_dir: &Path, fd: &OwnedFd) -> Option<u32> {
+/// The channel whose file the descriptor is open on: same (device, inode) as one of the node's
+/// channel files ([`channel_files`]), as the real driver checks that the descriptor is
+/// open on an `nvidia-caps-imex-channels` device and takes its minor.
+fn resolve_channel(node_dir: &Path, fd: &OwnedFd) -> Option<u32> {
     let st = fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
     let (dev, ino) = (st.dev(), st.ino());
-    fs::read_dir(channels_dir).ok()?.flatten().find_map(|e| {
-        let n: u32 = e
-            .file_name()
-            .to_str()?
-            .strip_prefix("channel")?
-            .parse()
-            .ok()?;
-        let m = fs::metadata(e.path()).ok()?;
-        (m.dev() == dev && m.ino() == ino).then_some(n)
-    })
+    channel_files(node_dir)
+        .ok()?
+        .into_iter()
+        .find_map(|(n, path)| {
+            let m = fs::metadata(path).ok()?;
+            (m.dev() == dev && m.ino() == ino).then_some(n)
+        })
 }
 
 fn handle(
@@ -495,7 +482,7 @@ fn handle(
         }
         Request::SubscribeChannel => match fds
             .first()
-            .and_then(|fd| resolve_channel(&shared.channels_dir, fd))
+            .and_then(|fd| resolve_channel(&shared.node_dir, fd))
         {
             Some(n) => rm
                 .subscribe(client, n)
@@ -505,7 +492,7 @@ fn handle(
                     NvStatus::InsufficientPermissions,
                     format!(
                         "the attached descriptor is not an IMEX channel of {}",
-                        shared.channels_dir.display()
+                        channels_dir(&shared.node_dir).display()
                     ),
                 );
             }

@@ -6,16 +6,17 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use openimex_simgpu::handle::{ExportUuid, FabricHandle};
-use openimex_simgpu::proto::{
-    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response, Validation,
+use openimex_simgpu::server::{DriverConfig, Server, ServerError, ServerHandle};
+use openimex_simgpu::testing::LoopbackDaemons;
+use openimex_simproto::handle::{ExportUuid, FabricHandle};
+use openimex_simproto::node_dir::channel_path;
+use openimex_simproto::proto::{
+    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response,
 };
-use openimex_simgpu::server::{DriverConfig, Server, ServerError, ServerHandle, channel_path};
 
 const MIB: u64 = 1 << 20;
 
@@ -336,92 +337,6 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
     );
 }
 
-/// A fake pair of daemons for node B importing from node A: answers B's events by asking A's
-/// driver directly (what the two daemons do over the network).
-/// The worker returns how many events it handled and its connections (kept open until the test
-/// is done with the session).
-fn fake_daemons(
-    a: &ServerHandle,
-    b: &ServerHandle,
-    stop: Arc<AtomicBool>,
-) -> (Conn, thread::JoinHandle<(usize, Conn, Conn)>) {
-    let a_session = Conn::open(a);
-    let a_token = a_session.session(0);
-    let a_ctl = Conn::open(a);
-    let b_session = Conn::open(b);
-    let b_token = b_session.session(1);
-    let worker = thread::spawn(move || {
-        let mut refs = std::collections::HashMap::new();
-        let mut handled = 0;
-        while !stop.load(Ordering::SeqCst) {
-            let Response::Events { events, .. } = b_session.call(Request::GetEvents {
-                token: b_token,
-                max: 16,
-                wait_ms: 100,
-            }) else {
-                panic!("get events")
-            };
-            for ev in events {
-                handled += 1;
-                match ev {
-                    FabricEvent::Import {
-                        event_id,
-                        channel,
-                        export_uuid,
-                        index,
-                        export_node: 0,
-                        ..
-                    } => {
-                        let req = Request::DescribeExport {
-                            token: a_token,
-                            export_uuid,
-                            index,
-                            channel,
-                        };
-                        let result = match a_ctl.call(req) {
-                            Response::Described { export_ref, pages } => {
-                                refs.insert(event_id, export_ref);
-                                Validation::Pages(pages)
-                            }
-                            Response::Error { status, .. } => Validation::Failed(status),
-                            other => panic!("describe: {other:?}"),
-                        };
-                        let r = b_session.call(Request::Validate {
-                            token: b_token,
-                            import_event_id: event_id,
-                            result,
-                        });
-                        assert_eq!(r, Response::Ok);
-                    }
-                    FabricEvent::Unimport {
-                        unimport_event_id,
-                        import_event_id,
-                        ..
-                    } => {
-                        if let Some(export_ref) = refs.remove(&import_event_id) {
-                            assert_eq!(
-                                a_ctl.call(Request::ReleaseExportRef {
-                                    token: a_token,
-                                    export_ref
-                                }),
-                                Response::Ok
-                            );
-                        }
-                        let r = b_session.call(Request::FinishUnimport {
-                            token: b_token,
-                            unimport_event_ids: vec![unimport_event_id],
-                        });
-                        assert_eq!(r, Response::Ok);
-                    }
-                    other => panic!("unexpected event {other:?}"),
-                }
-            }
-        }
-        (handled, b_session, a_ctl)
-    });
-    (a_session, worker)
-}
-
 #[test]
 fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() {
     let dir = TempDir::new("datapath");
@@ -429,8 +344,8 @@ fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() 
     let b = start(&dir.0, 1);
     let node_a = config(&dir.0, 0).node_dir;
     let node_b = config(&dir.0, 1).node_dir;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (_a_session, daemons) = fake_daemons(&a, &b, Arc::clone(&stop));
+    // Node IDs 0 and 1; B's imports are answered by asking A's driver directly.
+    let daemons = LoopbackDaemons::start(&[(a.socket_path(), 0), (b.socket_path(), 1)]).unwrap();
 
     // Client A creates, writes through its own mapping, exports.
     let ca = Conn::open(&a);
@@ -537,28 +452,23 @@ fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() 
         let s = Conn::open(&a).stats();
         s.allocations == 0 && s.hbm_used == 0
     });
-    stop.store(true, Ordering::SeqCst);
-    let (handled, _b_session, _a_ctl) = daemons.join().unwrap();
-    assert_eq!(handled, 2, "one import and one unimport event");
-    // Only the daemon's session connection (plus the asking one) remain.
-    let s = Conn::open(&b).stats();
     assert_eq!(
-        s,
-        DriverStats {
-            node_id: 1,
-            session: true,
-            clients: 2,
-            ..DriverStats::default()
-        }
+        daemons.events_handled(),
+        2,
+        "one import and one unimport event"
     );
-    let s = Conn::open(&a).stats();
-    assert_eq!(
-        s,
-        DriverStats {
-            node_id: 0,
-            session: true,
-            clients: 3,
-            ..DriverStats::default()
-        }
-    );
+    assert_eq!(daemons.export_refs(), 0);
+    assert_eq!(daemons.failures(), Vec::<String>::new());
+    // Only the daemon's session and control connections (plus the asking one) remain.
+    for (server, node_id) in [(&a, 0), (&b, 1)] {
+        assert_eq!(
+            Conn::open(server).stats(),
+            DriverStats {
+                node_id,
+                session: true,
+                clients: 3,
+                ..DriverStats::default()
+            }
+        );
+    }
 }

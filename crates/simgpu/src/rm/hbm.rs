@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{FallocateFlags, Flock, FlockArg, fallocate};
 
 use crate::fabric::GpuAddr;
-use crate::proto::PAGE_SIZE;
+use openimex_simproto::proto::PAGE_SIZE;
 
 /// One GPU's HBM.
 #[derive(Debug)]

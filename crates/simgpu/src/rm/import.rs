@@ -2,8 +2,8 @@
 
 use super::{Desc, DescState, ImportState, MemLocation, Owned, Released, Rm};
 use crate::fabric;
-use crate::handle::FabricHandle;
-use crate::proto::{FabricEvent, FabricPages, NO_NODE, NvStatus, PAGE_SIZE};
+use openimex_simproto::handle::FabricHandle;
+use openimex_simproto::proto::{FabricEvent, FabricPages, NO_NODE, NvStatus, PAGE_SIZE};
 
 impl Rm {
     /// cuMemImportFromShareableHandle(FABRIC). Returns a new import handle at once; the import

@@ -30,8 +30,10 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::fabric::GpuAddr;
-use crate::handle::{ExportUuid, FabricHandle};
-use crate::proto::{DriverStats, FabricEvent, FabricPages, GpuInfo, NO_NODE, NvStatus, PAGE_SIZE};
+use openimex_simproto::handle::{ExportUuid, FabricHandle, encode_hex};
+use openimex_simproto::proto::{
+    DriverStats, FabricEvent, FabricPages, GpuInfo, NO_NODE, NvStatus, PAGE_SIZE,
+};
 
 use hbm::Hbm;
 pub use session::ABRUPT_SHUTDOWN_LOG;
@@ -280,7 +282,7 @@ impl Rm {
                 uuid: gpu_uuid(&self.config.cluster_uuid, self.config.slot, index),
                 hbm_bytes: self.hbm.bytes_per_gpu(),
                 fabric_state: "COMPLETED".into(),
-                cluster_uuid: hex(&self.config.cluster_uuid),
+                cluster_uuid: encode_hex(&self.config.cluster_uuid),
                 clique_id: self.config.clique_id,
                 health: "HEALTHY".into(),
                 fabric_base: self.gpu_addr(index).base(),
@@ -532,7 +534,7 @@ pub fn gpu_uuid(cluster_uuid: &[u8; 16], slot: u16, gpu: u32) -> String {
     h.update(cluster_uuid);
     h.update(slot.to_le_bytes());
     h.update(gpu.to_le_bytes());
-    let d = hex(&h.finalize()[..16]);
+    let d = encode_hex(&h.finalize()[..16]);
     format!(
         "GPU-{}-{}-{}-{}-{}",
         &d[..8],
@@ -541,8 +543,4 @@ pub fn gpu_uuid(cluster_uuid: &[u8; 16], slot: u16, gpu: u32) -> String {
         &d[16..20],
         &d[20..32]
     )
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -5,8 +5,10 @@ use std::collections::HashSet;
 
 use super::{ClientId, DescState, Owned, Rm, Session};
 use crate::fabric;
-use crate::handle::ExportUuid;
-use crate::proto::{FabricEvent, FabricPages, NO_NODE, NvStatus, PAGE_SIZE, Validation};
+use openimex_simproto::handle::ExportUuid;
+use openimex_simproto::proto::{
+    FabricEvent, FabricPages, NO_NODE, NvStatus, PAGE_SIZE, Validation,
+};
 
 /// The real driver's log line when a daemon dies holding export references.
 pub const ABRUPT_SHUTDOWN_LOG: &str =

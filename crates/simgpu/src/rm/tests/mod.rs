@@ -5,7 +5,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use super::*;
-use crate::proto::Validation;
+use openimex_simproto::proto::Validation;
 
 mod lifecycle;
 

@@ -1,6 +1,6 @@
 //! The wire protocol of the simulated driver: what a kernel ioctl interface is on a real node.
 //!
-//! One unix stream socket per node (`<node-dir>/dev/nvidiactl.sock`). Every message is a
+//! One unix stream socket per node ([`crate::node_dir::socket_path`]). Every message is a
 //! 4-byte big-endian length followed by that many bytes of JSON. A request may carry open file
 //! descriptors (SCM_RIGHTS) on its first byte: that is how a client proves it holds an IMEX
 //! channel, exactly as a real client passes the channel fd to
@@ -64,6 +64,24 @@ pub enum NvStatus {
     /// every later GPU operation fails (NV_ERR_RESET_REQUIRED on real hardware).
     #[error("NV_ERR_RESET_REQUIRED")]
     ResetRequired,
+}
+
+impl NvStatus {
+    /// Every status, for exhaustive tables and tests.
+    pub const ALL: [NvStatus; 12] = [
+        NvStatus::InsufficientPermissions,
+        NvStatus::NotReady,
+        NvStatus::InvalidState,
+        NvStatus::InvalidObject,
+        NvStatus::NotSupported,
+        NvStatus::ObjectNotFound,
+        NvStatus::InUse,
+        NvStatus::StateInUse,
+        NvStatus::InvalidArgument,
+        NvStatus::NoMemory,
+        NvStatus::InvalidObjectHandle,
+        NvStatus::ResetRequired,
+    ];
 }
 
 /// One GPU of the node, as the driver reports it (NVML-level fields the libraries test).
@@ -452,5 +470,41 @@ mod tests {
         assert!(fds2.is_empty());
         drop(a);
         assert!(matches!(recv::<Request>(&b), Err(WireError::Closed)));
+    }
+
+    #[test]
+    fn every_status_is_listed_once_and_named_as_the_real_driver_names_it() {
+        let names: std::collections::BTreeSet<String> =
+            NvStatus::ALL.iter().map(ToString::to_string).collect();
+        assert_eq!(names.len(), NvStatus::ALL.len());
+        assert!(names.iter().all(|n| n.starts_with("NV_ERR_")), "{names:?}");
+        // No wildcard: a new variant stops this from compiling, as a reminder to add it to ALL.
+        for s in NvStatus::ALL {
+            match s {
+                NvStatus::InsufficientPermissions
+                | NvStatus::NotReady
+                | NvStatus::InvalidState
+                | NvStatus::InvalidObject
+                | NvStatus::NotSupported
+                | NvStatus::ObjectNotFound
+                | NvStatus::InUse
+                | NvStatus::StateInUse
+                | NvStatus::InvalidArgument
+                | NvStatus::NoMemory
+                | NvStatus::InvalidObjectHandle
+                | NvStatus::ResetRequired => {}
+            }
+        }
+    }
+
+    #[test]
+    fn oversized_and_malformed_frames_are_errors() {
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&u32::MAX.to_be_bytes()).unwrap();
+        assert!(matches!(recv::<Request>(&b), Err(WireError::TooLarge(_))));
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&3u32.to_be_bytes()).unwrap();
+        (&a).write_all(b"{x}").unwrap();
+        assert!(matches!(recv::<Request>(&b), Err(WireError::Json(_))));
     }
 }

@@ -1,4 +1,5 @@
-//! The 64-byte fabric handle (CUmemFabricHandle) and the 16-byte export UUID.
+//! The 64-byte fabric handle (CUmemFabricHandle), the 16-byte export UUID, and the hex codec
+//! of their text forms (and of every other byte string the protocol carries as text).
 //!
 //! The real layout is not public; this one carries what the importing driver needs to post a
 //! MEM_IMPORT event: the export UUID (expId, exporting node), the index, the size and the
@@ -35,14 +36,12 @@ impl ExportUuid {
 
     /// Lower-case hex.
     pub fn to_hex(&self) -> String {
-        hex(&self.0)
+        encode_hex(&self.0)
     }
 
-    /// Parses 32 hex digits.
+    /// Parses 32 hex digits; anything else is NV_ERR_INVALID_ARGUMENT.
     pub fn from_hex(s: &str) -> Result<Self, NvStatus> {
-        let v = unhex(s)?;
-        let b: [u8; 16] = v.try_into().map_err(|_| NvStatus::InvalidArgument)?;
-        Ok(Self(b))
+        decode_hex_array(s).map(Self).map_err(NvStatus::from)
     }
 }
 
@@ -92,32 +91,75 @@ impl FabricHandle {
 
     /// 128 hex digits.
     pub fn to_hex(&self) -> String {
-        hex(&self.to_bytes())
+        encode_hex(&self.to_bytes())
     }
 
-    /// Parses 128 hex digits.
+    /// Parses 128 hex digits; anything else is NV_ERR_INVALID_ARGUMENT.
     pub fn from_hex(s: &str) -> Result<Self, NvStatus> {
-        Self::from_bytes(&unhex(s)?)
+        let b: [u8; 64] = decode_hex_array(s)?;
+        Self::from_bytes(&b)
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// Why a text is not the hex form of `N` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HexError {
+    /// Not two digits per byte.
+    #[error("{found} hex digits where {expected} were expected")]
+    Length {
+        /// Digits expected (twice the byte count).
+        expected: usize,
+        /// Characters found (after trimming white space).
+        found: usize,
+    },
+    /// A character that is not a hex digit.
+    #[error("character {position} is not a hex digit")]
+    Digit {
+        /// Its byte offset in the trimmed text.
+        position: usize,
+    },
 }
 
-fn unhex(s: &str) -> Result<Vec<u8>, NvStatus> {
-    let s = s.trim();
-    if !s.len().is_multiple_of(2) {
-        return Err(NvStatus::InvalidArgument);
+impl From<HexError> for NvStatus {
+    /// A malformed handle or UUID is a bad argument to the driver.
+    fn from(_: HexError) -> Self {
+        NvStatus::InvalidArgument
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            s.get(i..i + 2)
-                .and_then(|p| u8::from_str_radix(p, 16).ok())
-                .ok_or(NvStatus::InvalidArgument)
-        })
-        .collect()
+}
+
+/// Lower-case hex, two digits per byte: the text form of handles, UUIDs and clusterUuids.
+pub fn encode_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    s
+}
+
+/// Parses exactly `2 * N` hex digits (either case; white space around them is ignored) into
+/// `N` bytes. Signs, prefixes, separators and non-ASCII characters are errors.
+pub fn decode_hex_array<const N: usize>(text: &str) -> Result<[u8; N], HexError> {
+    let digits = text.trim().as_bytes();
+    if digits.len() != 2 * N {
+        return Err(HexError::Length {
+            expected: 2 * N,
+            found: digits.len(),
+        });
+    }
+    let nibble = |position: usize| {
+        let c = digits[position];
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+            .ok_or(HexError::Digit { position })
+    };
+    let mut out = [0u8; N];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = (nibble(2 * i)? << 4) | nibble(2 * i + 1)?;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -145,5 +187,29 @@ mod tests {
             Err(NvStatus::InvalidArgument)
         );
         assert_eq!(FabricHandle::from_hex("zz"), Err(NvStatus::InvalidArgument));
+    }
+
+    #[test]
+    fn hex_codec_is_strict_and_round_trips() {
+        let bytes: [u8; 4] = [0x00, 0x7f, 0xab, 0xff];
+        assert_eq!(encode_hex(&bytes), "007fabff");
+        assert_eq!(decode_hex_array::<4>(" 007FabfF\n"), Ok(bytes));
+        assert_eq!(
+            decode_hex_array::<4>("007fab"),
+            Err(HexError::Length {
+                expected: 8,
+                found: 6
+            })
+        );
+        for (bad, position) in [("+07fabff", 0), ("007fabfg", 7), ("0x7fabff", 1)] {
+            assert_eq!(
+                decode_hex_array::<4>(bad),
+                Err(HexError::Digit { position }),
+                "{bad}"
+            );
+        }
+        // Multi-byte characters are not digits, and never split mid-character.
+        assert!(decode_hex_array::<4>("éééé").is_err());
+        assert_eq!(decode_hex_array::<0>(""), Ok([]));
     }
 }

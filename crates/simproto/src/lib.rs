@@ -1,0 +1,19 @@
+//! The wire protocol of the simulated GPU driver (`openimex gpu`), shared by the driver itself
+//! (`openimex-simgpu`), the daemon's `sim` backend (`openimex-driver`) and the application
+//! library (`openimex-client`), so that none of them links another to speak to it.
+//!
+//! On a real node this is the kernel interface: the ioctl structures of `/dev/nvidiactl`, the
+//! `NV_ERR_*` status codes, the opaque 64-byte `CUmemFabricHandle`, and the device files
+//! under `/dev`. Here:
+//! - [`proto`] — requests, responses, status codes ([`proto::NvStatus`]) and the framing,
+//!   including the channel descriptors passed with SCM_RIGHTS.
+//! - [`handle`] — the 64-byte fabric handle, the 16-byte export UUID and the hex codec of the
+//!   text forms.
+//! - [`node_dir`] — where a node's driver socket and IMEX channel files live, and the channel
+//!   file names (`channelN`).
+
+#![deny(missing_docs)]
+
+pub mod handle;
+pub mod node_dir;
+pub mod proto;
