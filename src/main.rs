@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,18 +27,6 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the IMEX daemon (same flags as nvidia-imex: -c CONFIG, -p PORT, --nogpu).
-    Daemon {
-        /// Daemon arguments.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<OsString>,
-    },
-    /// Query the daemon (same flags as nvidia-imex-ctl: -q, -N, -j, -H, -c, -i, -u …).
-    Ctl {
-        /// ctl arguments.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<OsString>,
-    },
     /// Create `nvidia-imex` and `nvidia-imex-ctl` links to this binary in DIR.
     InstallLinks {
         /// Directory for the links (e.g. /usr/local/bin).
@@ -49,18 +37,6 @@ enum Command {
     },
     /// A simulated GB200 NVL72 (18 trays x 4 GPUs): every GPU imports every other GPU's memory.
     Demo(demo::DemoArgs),
-    /// Run a node's simulated GPU driver (the "kernel module" of a simulated compute tray).
-    Gpu {
-        /// Driver arguments (--node-dir, --fabric-dir, --slot, --gpus, --hbm-mib, ...).
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<OsString>,
-    },
-    /// Application tools over the client library: export, import, verify, stats.
-    App {
-        /// App arguments (export | import | stats ...).
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<OsString>,
-    },
     /// Measure, as ratios to a baseline taken in the same run.
     #[command(subcommand)]
     Bench(tools::BenchCommand),
@@ -72,75 +48,77 @@ enum Command {
     },
 }
 
+/// Subcommands that take their arguments verbatim, each with the program name its own parser
+/// expects: NVIDIA's flags (-nogpu, -i IP PORT, --u=PATH) are not clap-shaped, and these
+/// parsers print their own help. Invoked through a link named like the program, the binary
+/// behaves as that program.
+const PASSTHROUGH: &[Passthrough] = &[
+    Passthrough {
+        name: "daemon",
+        program: "nvidia-imex",
+        about: "Run the IMEX daemon (same flags as nvidia-imex: -c CONFIG, -p PORT, --nogpu)",
+        run: daemon_cmd::main,
+    },
+    Passthrough {
+        name: "ctl",
+        program: "nvidia-imex-ctl",
+        about: "Query the daemon (same flags as nvidia-imex-ctl: -q, -N, -j, -H, -c, -i, -u ...)",
+        run: openimex_ctl::main,
+    },
+    Passthrough {
+        name: "gpu",
+        program: "openimex gpu",
+        about: "Run a node's simulated GPU driver (--node-dir, --fabric-dir, --slot, --gpus, --hbm-mib, ...)",
+        run: openimex_simgpu::cli::main,
+    },
+    Passthrough {
+        name: "app",
+        program: "openimex app",
+        about: "Application tools over the client library: export, import, verify, stats",
+        run: openimex_client::cli::main,
+    },
+];
+
+/// A subcommand whose own parser takes its arguments.
+struct Passthrough {
+    /// `openimex NAME`.
+    name: &'static str,
+    /// The program name its parser expects (also a link name when it has no space).
+    program: &'static str,
+    /// One line for `openimex --help`.
+    about: &'static str,
+    /// Its entry point, given its program name and arguments.
+    run: fn(Vec<OsString>) -> ExitCode,
+}
+
 fn main() -> ExitCode {
     let mut args: Vec<OsString> = std::env::args_os().collect();
     let argv0 = args
         .first()
         .map(|a| Path::new(a).file_name().unwrap_or_default().to_owned())
         .unwrap_or_default();
-    if argv0 == "nvidia-imex" {
-        return daemon_cmd::main(args);
+    if let Some(p) = PASSTHROUGH
+        .iter()
+        .find(|p| argv0 == p.program && !p.program.contains(' '))
+    {
+        return (p.run)(args);
     }
-    if argv0 == "nvidia-imex-ctl" {
-        return openimex_ctl::main(args);
+    let sub = args.get(1).and_then(|a| a.to_str()).unwrap_or_default();
+    if let Some(p) = PASSTHROUGH.iter().find(|p| p.name == sub) {
+        args.splice(0..2, [OsString::from(p.program)]);
+        return (p.run)(args);
     }
-    // `daemon` and `ctl` take their arguments verbatim: NVIDIA's flags (-nogpu, -i IP PORT,
-    // --u=PATH) are not clap-shaped and their own parsers print their own help.
-    match args.get(1).and_then(|a| a.to_str()) {
-        Some("daemon") => {
-            args.splice(0..2, [OsString::from("nvidia-imex")]);
-            return daemon_cmd::main(args);
-        }
-        Some("ctl") => {
-            args.splice(0..2, [OsString::from("nvidia-imex-ctl")]);
-            return openimex_ctl::main(args);
-        }
-        Some("gpu") => {
-            args.splice(0..2, [OsString::from("openimex gpu")]);
-            return openimex_simgpu::cli::main(args);
-        }
-        Some("app") => {
-            args.splice(0..2, [OsString::from("openimex app")]);
-            return openimex_client::cli::main(args);
-        }
-        _ => {}
-    }
-    let cli = Cli::parse_from(args);
+    // The verbatim subcommands are listed in the help beside the clap-parsed ones.
+    let command = PASSTHROUGH.iter().fold(Cli::command(), |c, p| {
+        c.subcommand(clap::Command::new(p.name).about(p.about))
+    });
+    let cli = match Cli::from_arg_matches(&command.get_matches_from(args)) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
-        Command::Daemon { args } => {
-            return daemon_cmd::main(
-                [OsString::from("nvidia-imex")]
-                    .into_iter()
-                    .chain(args)
-                    .collect(),
-            );
-        }
-        Command::Ctl { args } => {
-            return openimex_ctl::main(
-                [OsString::from("nvidia-imex-ctl")]
-                    .into_iter()
-                    .chain(args)
-                    .collect(),
-            );
-        }
         Command::InstallLinks { dir, force } => tools::install_links(&dir, force),
         Command::Demo(a) => demo::run(&a),
-        Command::Gpu { args } => {
-            return openimex_simgpu::cli::main(
-                [OsString::from("openimex gpu")]
-                    .into_iter()
-                    .chain(args)
-                    .collect(),
-            );
-        }
-        Command::App { args } => {
-            return openimex_client::cli::main(
-                [OsString::from("openimex app")]
-                    .into_iter()
-                    .chain(args)
-                    .collect(),
-            );
-        }
         Command::Bench(b) => tools::bench(&b),
         Command::ListenProbe { addr } => tools::listen_probe(addr),
     };

@@ -60,11 +60,7 @@ pub(crate) fn wait_session(cluster: &Cluster, i: usize) {
 
 /// Node `i`'s IMEX channel file `channelN`.
 pub(crate) fn channel(cluster: &Cluster, i: usize, n: u32) -> PathBuf {
-    cluster
-        .node(i)
-        .dir()
-        .join("dev/nvidia-caps-imex-channels")
-        .join(format!("channel{n}"))
+    openimex_simproto::node_dir::channel_path(cluster.node(i).dir(), n)
 }
 
 /// `openimex app SUB --node-dir DIR`.
