@@ -114,6 +114,26 @@ fn goodbye_marks_departure_not_failure() {
 }
 
 #[test]
+fn a_stopping_daemon_answers_hellos_as_shutting_down_not_as_a_mismatch() {
+    let mut net = Net::new(2, QuorumPolicy::None);
+    net.start_all();
+    net.run_until(10 * SEC, Net::all_up).unwrap();
+    let now = net.now;
+    let hello_0 = net.mesh(0).hello();
+    let m1 = net.nodes[1].as_mut().unwrap();
+    m1.handle_shutdown(now);
+    assert_eq!(m1.handle_hello(now, &hello_0), Verdict::ShuttingDown);
+    // Node 0 dials while 1 is still answering: a failed dial, never `!M!`.
+    net.pump();
+    net.run_for(10 * SEC);
+    assert!(
+        !matches!(net.cell(0, 1), ConnStatus::Mismatch(_)),
+        "{:?}",
+        net.mesh(0).links()[1]
+    );
+}
+
+#[test]
 fn stale_goodbye_from_old_instance_is_ignored() {
     let mut net = Net::new(2, QuorumPolicy::None);
     net.start_all();

@@ -228,6 +228,7 @@ impl Engine {
                 attempt,
                 error,
             } => {
+                let error = error.to_string();
                 self.log_dial_failure(peer, &error);
                 self.node.handle_dial_failed(now, peer, attempt, error);
             }

@@ -54,3 +54,35 @@ pub enum DaemonError {
     #[error("the daemon engine stopped unexpectedly")]
     EngineGone,
 }
+
+/// Why a dial failed before a session.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DialError {
+    /// The node file's name does not resolve.
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        source: std::io::Error,
+    },
+    /// It resolves to nothing.
+    #[error("{host} resolves to no address")]
+    NoAddress { host: String },
+    /// The address cannot form an endpoint.
+    #[error("bad peer address {addr}: {cause}")]
+    BadAddress { addr: String, cause: String },
+    /// TCP/HTTP2 connection failed.
+    #[error("cannot connect to {addr}: {cause}")]
+    Connect { addr: String, cause: String },
+    /// The hello call failed.
+    #[error("handshake failed: {0}")]
+    Handshake(String),
+    /// The peer accepted but sent no usable identity.
+    #[error("handshake reply {0}")]
+    Identity(String),
+    /// The session stream was refused.
+    #[error("session refused: {0}")]
+    Session(String),
+    /// Nothing within the dial timeout.
+    #[error("no answer from {host}:{port} within {ms} ms")]
+    Timeout { host: String, port: u16, ms: u128 },
+}

@@ -12,6 +12,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tonic::transport::Channel;
 
+use crate::error::DialError;
+
 /// Messages to the engine.
 pub(crate) enum Input {
     /// An inbound handshake, answered with the verdict and this daemon's identity.
@@ -30,7 +32,7 @@ pub(crate) enum Input {
     DialFailed {
         peer: NodeId,
         attempt: u64,
-        error: String,
+        error: DialError,
     },
     /// The peer refused our handshake.
     DialRefused {

@@ -15,6 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::convert;
+use crate::error::DialError;
 use crate::mailbox::{Input, OutLink};
 
 /// Where and how to dial.
@@ -25,38 +26,6 @@ pub(crate) struct Target {
     pub(crate) port: u16,
     pub(crate) timeout: Duration,
     pub(crate) keepalive: Duration,
-}
-
-/// Why a dial failed before a session.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum DialError {
-    /// The node file's name does not resolve.
-    #[error("cannot resolve {host}: {source}")]
-    Resolve {
-        host: String,
-        source: std::io::Error,
-    },
-    /// It resolves to nothing.
-    #[error("{host} resolves to no address")]
-    NoAddress { host: String },
-    /// The address cannot form an endpoint.
-    #[error("bad peer address {addr}: {cause}")]
-    BadAddress { addr: String, cause: String },
-    /// TCP/HTTP2 connection failed.
-    #[error("cannot connect to {addr}: {cause}")]
-    Connect { addr: String, cause: String },
-    /// The hello call failed.
-    #[error("handshake failed: {0}")]
-    Handshake(String),
-    /// The peer accepted but sent no usable identity.
-    #[error("handshake reply {0}")]
-    Identity(String),
-    /// The session stream was refused.
-    #[error("session refused: {0}")]
-    Session(String),
-    /// Nothing within the dial timeout.
-    #[error("no answer from {host}:{port} within {ms} ms")]
-    Timeout { host: String, port: u16, ms: u128 },
 }
 
 /// Dials `target` and reports the outcome to the engine.
@@ -74,7 +43,7 @@ pub(crate) async fn dial(target: Target, me: Identity, engine: mpsc::Sender<Inpu
     let input = outcome.unwrap_or_else(|error| Input::DialFailed {
         peer,
         attempt,
-        error: error.to_string(),
+        error,
     });
     let _ = engine.send(input).await;
 }
