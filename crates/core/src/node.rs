@@ -24,11 +24,18 @@
 //!
 //! # Decisions that live here
 //! - An import whose exporter is not connected fails at once (INVALID_STATE); one that is not
-//!   answered within [`NodeConfig::import_timeout`] fails then. A success that arrives after its
-//!   import was failed is handed back to the exporter as an unimport, so no reference leaks.
+//!   answered within [`NodeConfig::import_timeout`] fails then. An import that was asked and then
+//!   failed (timeout, or an error that may be the transport's, after which the exporter may still
+//!   have taken a reference) is handed back to the exporter as an unimport, like a success that
+//!   arrives after its import was failed, so no reference leaks. An exporter that is told of an
+//!   unimport while it is still describing that import releases the reference when it lands.
 //! - An unimport is finished locally once the exporter confirms, or at once when the exporter is
 //!   unreachable, or when the exporter does not answer within the import timeout; the exporter
-//!   is told later, when its link comes back.
+//!   is told later: when its link comes back, or after another import timeout if the link
+//!   stayed up (the message was lost).
+//! - A node that is shutting down validates no more imports: its goodbye makes every exporter
+//!   release what it holds for it, so a success that arrives after the goodbye is failed (and
+//!   handed back), and new imports fail at once.
 //! - A peer that restarted (new instance) or left (goodbye): the references held for its
 //!   importers are released, imports from it that were still in flight fail, unimports waiting
 //!   on it finish, and the local importers of its memory are disabled.
@@ -162,6 +169,8 @@ enum Timer {
     Import(u64),
     /// The unimport's confirmation from this exporter is due.
     Unimport(NodeId, u64),
+    /// Retry the unimports this exporter was not told of, though its link stayed up.
+    Redeliver(NodeId),
 }
 
 /// A describe in flight for a peer's import.
@@ -169,6 +178,8 @@ enum Timer {
 struct Describing {
     importer: PeerId,
     import_event_id: u64,
+    /// The importer unimported (gave up on) the import meanwhile.
+    cancelled: bool,
 }
 
 /// The node. See the module contract.
@@ -329,8 +340,9 @@ impl Node {
                 index,
                 export_node,
             } => {
-                if self.connected(export_node).is_none() {
-                    // Nobody to ask: fail now rather than leave the application hanging.
+                if self.connected(export_node).is_none() || self.stopping() {
+                    // Nobody to ask (or we are leaving): fail now rather than leave the
+                    // application hanging.
                     self.actions.push_back(Action::ValidateImport {
                         import_event_id: event_id,
                         result: Err(Status::InvalidState),
@@ -370,7 +382,8 @@ impl Node {
     ) {
         if self.imports.in_flight(import_event_id) != Some(exporter) {
             // Given up on (timeout) or cleaned up: a reference the exporter took for it is
-            // handed back, if the instance that answered is still the one we know.
+            // handed back, if the instance that answered is still the one we know. (The give-back
+            // sent at the timeout covers this too, unless it overtook the request.)
             if let Some((node, instance)) = self.abandoned.remove(&import_event_id)
                 && node == exporter
                 && answer.is_ok()
@@ -381,7 +394,13 @@ impl Node {
             return;
         }
         self.disarm(Timer::Import(import_event_id));
-        let result = answer.map_err(|e| e.status);
+        let result = if self.stopping() {
+            // Our goodbye makes every exporter release what it holds for us, this reference
+            // too: mapping it now could map freed memory. Fail it (and hand it back).
+            Err(Status::InvalidState)
+        } else {
+            answer.map_err(|e| e.status)
+        };
         let held = result.is_ok();
         self.actions.push_back(Action::ValidateImport {
             import_event_id,
@@ -389,6 +408,10 @@ impl Node {
         });
         if let Some(step) = self.imports.answered(import_event_id, held) {
             self.unimport_step(now, step, import_event_id);
+        }
+        if !held {
+            // The error may be the transport's, after the exporter took a reference.
+            self.give_back(now, exporter, import_event_id);
         }
     }
 
@@ -407,6 +430,10 @@ impl Node {
         self.disarm(Timer::Unimport(exporter, import_event_id));
         if !delivered {
             self.imports.undelivered(exporter, import_event_id);
+            if self.connected(exporter).is_some() {
+                // No link change will flush it: retry after a while.
+                self.arm(now + self.import_timeout, Timer::Redeliver(exporter));
+            }
         }
         if let Some(token) = token {
             self.actions
@@ -441,6 +468,7 @@ impl Node {
             Describing {
                 importer: from,
                 import_event_id: import.import_event_id,
+                cancelled: false,
             },
         );
         self.actions.push_back(Action::DescribeExport {
@@ -472,6 +500,14 @@ impl Node {
                 self.release(vec![export_ref], None);
                 Err(ImportError::new(Status::InvalidState, "importer restarted"))
             }
+            Ok((export_ref, _)) if d.cancelled => {
+                // The importer gave up on it while we described.
+                self.release(vec![export_ref], None);
+                Err(ImportError::new(
+                    Status::InvalidState,
+                    "import cancelled by the importer",
+                ))
+            }
             Ok((export_ref, pages)) => {
                 let old = self.exports.insert(
                     d.importer.node,
@@ -502,10 +538,19 @@ impl Node {
         let _ = now;
         match self.exports.remove(from.node, import_event_id) {
             Some(export_ref) => self.release(vec![export_ref], Some(request)),
-            None => self.actions.push_back(Action::AnswerUnimport {
-                request,
-                released: false,
-            }),
+            None => {
+                // An import the importer gave up on may still be being described: the
+                // reference it takes is released when it lands.
+                for d in self.describing.values_mut() {
+                    if d.importer.node == from.node && d.import_event_id == import_event_id {
+                        d.cancelled = true;
+                    }
+                }
+                self.actions.push_back(Action::AnswerUnimport {
+                    request,
+                    released: false,
+                });
+            }
         }
     }
 
@@ -527,6 +572,11 @@ impl Node {
                 Timer::Unimport(exporter, id) => {
                     // Do not keep the releaser waiting; tell the exporter when it is back.
                     self.handle_unimport_delivered(now, exporter, id, false);
+                }
+                Timer::Redeliver(exporter) => {
+                    if self.connected(exporter).is_some() {
+                        self.flush_undelivered(now, exporter);
+                    }
                 }
             }
         }
@@ -568,6 +618,11 @@ impl Node {
                 None => {}
             }
         }
+    }
+
+    /// Shutting down: goodbyes are sent, so exporters release what they hold for us.
+    fn stopping(&self) -> bool {
+        self.mesh.state() == DaemonState::ShuttingDown
     }
 
     /// The instance of `peer` whose link is connected now.
@@ -615,6 +670,19 @@ impl Node {
         });
         if let Some(step) = self.imports.answered(import_event_id, false) {
             self.unimport_step(now, step, import_event_id);
+        }
+        // The exporter may have taken a reference (its answer is late or lost): hand it back.
+        self.give_back(now, exporter, import_event_id);
+    }
+
+    /// Tells `exporter` to drop whatever it took for an import this node gave up on: now, or
+    /// when its link is back. Nothing is waiting locally; the exporter answers `released: false`
+    /// if it held nothing.
+    fn give_back(&mut self, now: Instant, exporter: NodeId, import_event_id: u64) {
+        if self.connected(exporter).is_some() {
+            self.send_unimport(now, exporter, import_event_id, None);
+        } else {
+            self.imports.undelivered(exporter, import_event_id);
         }
     }
 
@@ -684,6 +752,7 @@ impl Node {
             self.release(refs, None);
         }
         let drained = self.imports.drain_exporter(peer);
+        self.disarm(Timer::Redeliver(peer));
         for import_event_id in drained.unanswered {
             self.disarm(Timer::Import(import_event_id));
             self.actions.push_back(Action::ValidateImport {

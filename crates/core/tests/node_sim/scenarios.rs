@@ -1,0 +1,356 @@
+//! Targeted deterministic scenarios on the same world: each sets up one race of the lifecycle
+//! by hand, checks what the nodes did, and ends with the seeded run's quiesce and final checks
+//! (every reference released, nobody blocked). `OPENIMEX_SIM_TRACE=1` traces them.
+
+use std::time::Duration;
+
+use openimex_core::node::Action;
+use openimex_core::{ConnStatus, NodeId, QuorumPolicy};
+
+use crate::chaos;
+use crate::driver::{DescState, ImportCall};
+use crate::world::{FAULT_KINDS, Params, World};
+
+/// The import timeout of every scenario.
+const T: Duration = Duration::from_millis(1000);
+const MS: Duration = Duration::from_millis(1);
+
+/// Exporter and importer.
+const A: usize = 0;
+const B: usize = 1;
+
+fn world(n: usize) -> World {
+    let p = Params {
+        n,
+        quorum: QuorumPolicy::None,
+        import_timeout: T,
+        fault_weights: [0; FAULT_KINDS],
+        fault_gap: (1000, 1000),
+        app_gap: (1000, 1000),
+    };
+    let trace = std::env::var_os("OPENIMEX_SIM_TRACE").is_some();
+    let mut w = World::new(p, 1, trace);
+    for i in 0..n {
+        w.start(i);
+    }
+    assert!(w.run_while_not(Duration::from_secs(10), World::all_up));
+    w.log = Some(Vec::new());
+    w
+}
+
+fn export(w: &mut World, node: usize) -> u64 {
+    let e = w.slots[node]
+        .driver
+        .create_export(0, 2)
+        .expect("session open");
+    w.app_exports.push((node, e));
+    e
+}
+
+fn import(w: &mut World, node: usize, from: usize, exp: u64) -> (u64, u64) {
+    let now = w.now;
+    let call = w.slots[node].driver.import(now, from, exp, 0, 0);
+    let ImportCall::Ok { desc, posted: true } = call else {
+        panic!("import refused: {call:?}");
+    };
+    w.app_imports.push((node, desc));
+    let event = w.slots[node].driver.descs[&desc].event_id;
+    w.pump();
+    (desc, event)
+}
+
+fn release(w: &mut World, node: usize, desc: u64) {
+    w.app_imports.retain(|x| *x != (node, desc));
+    chaos::release_import(w, node, desc);
+    w.pump();
+}
+
+fn state(w: &World, node: usize, desc: u64) -> DescState {
+    w.slots[node].driver.descs[&desc].state
+}
+
+fn refs_held(w: &World, node: usize) -> usize {
+    w.node(node).unwrap().export_refs_held()
+}
+
+fn daemon_refs(w: &World, node: usize, exp: u64) -> usize {
+    w.slots[node].driver.exports[&exp].daemon_refs.len()
+}
+
+/// The actions `node` performed, matching `f`.
+fn count(w: &World, node: usize, f: impl Fn(&Action) -> bool) -> usize {
+    let log = w.log.as_ref().unwrap();
+    log.iter().filter(|(n, a)| *n == node && f(a)).count()
+}
+
+fn unimports_sent(w: &World, event: u64) -> usize {
+    count(
+        w,
+        B,
+        |a| matches!(a, Action::SendUnimport { import_event_id, .. } if *import_event_id == event),
+    )
+}
+
+/// Heal, restart, release everything, settle, and check every invariant.
+fn finish(mut w: World) {
+    assert!(w.violations.is_empty(), "{}", w.violations.join("\n"));
+    chaos::quiesce(&mut w);
+    assert!(w.violations.is_empty(), "{}", w.violations.join("\n"));
+}
+
+#[test]
+fn exporter_killed_mid_import_fails_it_at_once() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    w.cond.describe_fixed = Some(300 * MS);
+    let (desc, _) = import(&mut w, B, A, exp);
+    w.run_for(100 * MS);
+    assert_eq!(w.node(A).unwrap().describes_in_flight(), 1);
+    assert_eq!(
+        daemon_refs(&w, A, exp),
+        1,
+        "the describe took its reference"
+    );
+    w.take_down(A, "kill -9");
+    w.pump();
+    w.run_for(MS);
+    assert_eq!(
+        state(&w, B, desc),
+        DescState::Failed,
+        "the reset fails the import"
+    );
+    assert!(w.slots[B].driver.pending.is_empty());
+    assert_eq!(daemon_refs(&w, A, exp), 0, "teardown dropped the dup");
+    w.start(A);
+    assert!(w.run_while_not(Duration::from_secs(10), World::all_up));
+    finish(w);
+}
+
+#[test]
+fn lost_answer_times_out_and_the_reference_is_given_back() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    w.cond.drop.insert((A, B)); // the success answer is lost; the session stays up
+    let (desc, event) = import(&mut w, B, A, exp);
+    w.run_for(T - 10 * MS);
+    assert_eq!(state(&w, B, desc), DescState::Pending);
+    assert_eq!(refs_held(&w, A), 1, "the exporter answered and holds");
+    w.cond.drop.clear();
+    w.run_for(20 * MS);
+    assert_eq!(
+        state(&w, B, desc),
+        DescState::Failed,
+        "failed at its timeout"
+    );
+    assert_eq!(unimports_sent(&w, event), 1, "handed back at the timeout");
+    w.run_for(100 * MS);
+    assert_eq!(refs_held(&w, A), 0);
+    assert_eq!(daemon_refs(&w, A, exp), 0);
+    finish(w);
+}
+
+#[test]
+fn late_success_after_the_timeout_is_handed_back() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    w.cond.extra.insert((A, B), T * 3 / 2); // answers crawl back
+    let (desc, event) = import(&mut w, B, A, exp);
+    w.run_for(T + 10 * MS);
+    assert_eq!(state(&w, B, desc), DescState::Failed);
+    w.run_for(100 * MS);
+    assert_eq!(refs_held(&w, A), 0, "the give-back released it");
+    w.run_for(T);
+    assert_eq!(
+        unimports_sent(&w, event),
+        2,
+        "once at the timeout, once when the late success arrived"
+    );
+    assert_eq!(
+        count(&w, A, |a| matches!(
+            a,
+            Action::AnswerUnimport {
+                released: false,
+                ..
+            }
+        )),
+        1,
+        "the second finds nothing to release"
+    );
+    assert_eq!(
+        state(&w, B, desc),
+        DescState::Failed,
+        "never validated late"
+    );
+    w.cond.extra.clear();
+    finish(w);
+}
+
+#[test]
+fn slow_describe_is_cancelled_by_the_importers_give_back() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    w.cond.describe_fixed = Some(T * 2);
+    let (desc, event) = import(&mut w, B, A, exp);
+    w.run_for(T + 100 * MS);
+    assert_eq!(state(&w, B, desc), DescState::Failed);
+    assert_eq!(unimports_sent(&w, event), 1);
+    assert_eq!(
+        w.node(A).unwrap().describes_in_flight(),
+        1,
+        "still describing"
+    );
+    assert_eq!(daemon_refs(&w, A, exp), 1);
+    w.run_for(T);
+    assert_eq!(
+        daemon_refs(&w, A, exp),
+        0,
+        "released when the describe landed"
+    );
+    assert_eq!(refs_held(&w, A), 0);
+    w.cond.describe_fixed = None;
+    finish(w);
+}
+
+#[test]
+fn unimport_during_partition_is_finished_locally_then_delivered_on_heal() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    let (desc, _) = import(&mut w, B, A, exp);
+    w.run_for(100 * MS);
+    assert!(matches!(state(&w, B, desc), DescState::Valid { .. }));
+    w.cut.insert((A, B));
+    w.run_for(Duration::from_secs(4));
+    let link = w.node(B).unwrap().links()[A].status;
+    assert_eq!(link, ConnStatus::Recovering);
+    release(&mut w, B, desc);
+    assert!(
+        w.slots[B].driver.waiters.is_empty(),
+        "exporter unreachable: finished at once"
+    );
+    // The exporter's application lets go too: the daemon's reference keeps the memory.
+    w.app_exports.retain(|x| *x != (A, exp));
+    chaos::release_export(&mut w, A, exp);
+    w.run_for(Duration::from_secs(2));
+    assert_eq!(refs_held(&w, A), 1, "not told yet");
+    assert!(!w.slots[A].driver.exports[&exp].freed);
+    w.cut.clear();
+    assert!(w.run_while_not(Duration::from_secs(30), World::all_up));
+    w.run_for(100 * MS);
+    assert_eq!(refs_held(&w, A), 0, "told once the link was back");
+    assert!(w.slots[A].driver.exports[&exp].freed);
+    finish(w);
+}
+
+#[test]
+fn unimport_into_an_unnoticed_partition_waits_at_most_the_timeout() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    let (desc, _) = import(&mut w, B, A, exp);
+    w.run_for(100 * MS);
+    w.cut.insert((A, B));
+    w.run_for(100 * MS);
+    release(&mut w, B, desc);
+    assert_eq!(
+        w.slots[B].driver.waiters.len(),
+        1,
+        "blocked on the exporter"
+    );
+    w.run_for(T + 10 * MS);
+    assert!(w.slots[B].driver.waiters.is_empty(), "woken by the timeout");
+    assert_eq!(refs_held(&w, A), 1);
+    w.cut.clear();
+    assert!(w.run_while_not(Duration::from_secs(30), World::all_up));
+    w.run_for(T * 3);
+    assert_eq!(refs_held(&w, A), 0);
+    finish(w);
+}
+
+#[test]
+fn lost_unimport_is_redelivered_while_the_link_stays_up() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    let (desc, event) = import(&mut w, B, A, exp);
+    w.run_for(100 * MS);
+    w.cond.drop.insert((B, A));
+    release(&mut w, B, desc);
+    w.cond.drop.clear();
+    w.run_for(T + 10 * MS);
+    assert!(
+        w.slots[B].driver.waiters.is_empty(),
+        "finished locally at the timeout"
+    );
+    assert_eq!(refs_held(&w, A), 1);
+    w.run_for(T + 100 * MS);
+    assert_eq!(unimports_sent(&w, event), 2, "redelivered");
+    assert_eq!(refs_held(&w, A), 0);
+    let link_changes = count(&w, B, |a| {
+        matches!(
+            a,
+            Action::Mesh(openimex_core::mesh::Action::LinkChanged { .. })
+        )
+    });
+    assert_eq!(link_changes, 0, "without any link change");
+    finish(w);
+}
+
+#[test]
+fn importer_restarting_while_the_exporter_describes_leaks_nothing() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    w.cond.describe_fixed = Some(500 * MS);
+    let (_desc, _) = import(&mut w, B, A, exp);
+    w.run_for(50 * MS);
+    assert_eq!(daemon_refs(&w, A, exp), 1);
+    w.take_down(B, "kill -9");
+    w.start(B);
+    assert!(w.run_while_not(Duration::from_secs(10), World::all_up));
+    w.run_for(T);
+    assert_eq!(
+        daemon_refs(&w, A, exp),
+        0,
+        "released when the describe landed"
+    );
+    assert_eq!(refs_held(&w, A), 0);
+    let restarted = count(
+        &w,
+        A,
+        |a| matches!(a, Action::Mesh(openimex_core::mesh::Action::PeerRestarted { peer, .. }) if *peer == NodeId(1)),
+    );
+    assert_eq!(restarted, 1);
+    finish(w);
+}
+
+#[test]
+fn importer_shutting_down_does_not_validate_a_late_success() {
+    let mut w = world(3);
+    let exp = export(&mut w, A);
+    w.cond.extra.insert((A, B), 50 * MS);
+    let (desc, event) = import(&mut w, B, A, exp);
+    w.run_for(10 * MS);
+    // The creator lets go: only the reference taken for B keeps the memory.
+    w.app_exports.retain(|x| *x != (A, exp));
+    chaos::release_export(&mut w, A, exp);
+    w.shutdown(B);
+    w.run_for(100 * MS);
+    let validated_ok = count(
+        &w,
+        B,
+        |a| matches!(a, Action::ValidateImport { import_event_id, result: Ok(_) } if *import_event_id == event),
+    );
+    assert_eq!(
+        validated_ok, 0,
+        "the goodbye released the reference: never map it"
+    );
+    assert_eq!(state(&w, B, desc), DescState::Failed);
+    assert!(w.slots[A].driver.exports[&exp].freed);
+    // A new import while stopping fails at once.
+    let exp2 = export(&mut w, 2);
+    let now = w.now;
+    if let ImportCall::Ok { desc, .. } = w.slots[B].driver.import(now, 2, exp2, 0, 0) {
+        w.app_imports.push((B, desc));
+        w.pump();
+        assert_eq!(state(&w, B, desc), DescState::Failed);
+    }
+    w.cond.extra.clear();
+    finish(w);
+}
