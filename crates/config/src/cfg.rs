@@ -35,6 +35,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use crate::error::Clip;
 use crate::{ConfigError, NodeConfig};
 
 /// `IMEX_WAIT_FOR_QUORUM`: what the daemon waits for before it reports READY.
@@ -190,7 +191,8 @@ pub struct Config {
     /// `BIND_INTERFACE_IP`: peer-listener address; `None` (empty, default) means "find this
     /// host's address in the nodes file" ([`crate::identify_local`]).
     pub bind_interface_ip: Option<IpAddr>,
-    /// `SERVER_PORT`: peer gRPC port (default 50000).
+    /// `SERVER_PORT`: peer gRPC port, 1-65535 (default 50000). 0 is refused: every peer dials
+    /// this port on this node's address from its own config, so it cannot be one the OS picks.
     pub server_port: u16,
     /// `IMEX_NODE_CONFIG_FILE`: the nodes file (default `/etc/nvidia-imex/nodes_config.cfg`).
     /// A relative path in the file is resolved against the directory of the config file, so
@@ -465,6 +467,6 @@ fn unknown_key(path: &Path, line: usize, key: &str) -> Result<Notice, ConfigErro
         path: path.to_path_buf(),
         line,
         key: key.to_owned(),
-        message: format!("unknown key {key} ignored{hint}"),
+        message: format!("unknown key {} ignored{hint}", Clip(key)),
     })
 }

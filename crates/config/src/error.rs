@@ -3,10 +3,72 @@
 //! Every message is written for the person who edits the file: it names the file and the
 //! 1-based line, quotes the key and the value as written, and says what is expected or how to
 //! fix it. The daemon prints these messages as they are and exits.
+//!
+//! Values are quoted through [`Quoted`] / [`Clip`]: at most [`ECHO_MAX`] characters of a value
+//! are echoed, then `…` and the full length, and control characters are escaped, so a 10 MB
+//! line or a stray escape sequence in a file cannot flood or garble the terminal and the log.
 
+use std::fmt;
 use std::io;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The most characters of a value (a line, a key, a node entry, a path) echoed in a message.
+pub(crate) const ECHO_MAX: usize = 120;
+
+/// A value from a file, echoed in double quotes: `"value"`, or `"first 120 characters…" (N
+/// characters)` when longer than [`ECHO_MAX`]. Control characters are escaped (`\u{1b}`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Quoted<'a>(pub(crate) &'a str);
+
+/// Like [`Quoted`] without the quotes: `value`, or `first 120 characters… (N characters)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clip<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"")?;
+        let total = write_clipped(f, self.0)?;
+        f.write_str("\"")?;
+        match total {
+            Some(n) => write!(f, " ({n} characters)"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for Clip<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match write_clipped(f, self.0)? {
+            Some(n) => write!(f, " ({n} characters)"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Writes at most [`ECHO_MAX`] characters of `s`, control characters escaped, then `…` if
+/// there was more. Returns the full length in characters when `s` was cut.
+fn write_clipped(f: &mut fmt::Formatter<'_>, s: &str) -> Result<Option<usize>, fmt::Error> {
+    let mut chars = s.chars();
+    for c in chars.by_ref().take(ECHO_MAX) {
+        if c.is_control() {
+            write!(f, "{}", c.escape_default())?;
+        } else {
+            fmt::Write::write_char(f, c)?;
+        }
+    }
+    let rest = chars.count();
+    if rest == 0 {
+        return Ok(None);
+    }
+    f.write_str("…")?;
+    Ok(Some(ECHO_MAX + rest))
+}
+
+/// A path for a message, cut like [`Clip`] (a path can come from a config value).
+fn shown(p: &Path) -> String {
+    Clip(&p.to_string_lossy()).to_string()
+}
 
 /// Everything that can go wrong while reading `config.cfg`, `nodes_config.cfg`, or while
 /// picking this node's entry from the nodes file.
@@ -14,7 +76,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum ConfigError {
     /// The config file could not be read (missing, no permission, not UTF-8).
-    #[error("failed to read config file {}: {source}; pass the right file with -c", .path.display())]
+    #[error("failed to read config file {}: {source}; pass the right file with -c", shown(.path))]
     Io {
         /// The file that could not be read.
         path: PathBuf,
@@ -24,8 +86,8 @@ pub enum ConfigError {
 
     /// A config line is neither blank, a `#` comment, nor `KEY=value`.
     #[error(
-        "{}:{line}: line \"{text}\" {problem}: write KEY=value or start the line with # for a comment",
-        .path.display()
+        "{}:{line}: line {} {problem}: write KEY=value or start the line with # for a comment",
+        shown(.path), Quoted(.text)
     )]
     Syntax {
         /// The config file.
@@ -39,7 +101,7 @@ pub enum ConfigError {
     },
 
     /// A known key has a value it cannot take.
-    #[error("{}:{line}: {key}=\"{value}\" is not a valid {what}: {expected}", .path.display())]
+    #[error("{}:{line}: {key}={} is not a valid {what}: {expected}", shown(.path), Quoted(.value))]
     Invalid {
         /// The config file.
         path: PathBuf,
@@ -58,9 +120,9 @@ pub enum ConfigError {
     /// A key starting with `OPENIMEX_` that openimex does not know. The prefix is ours, so
     /// this is a typo rather than a key of some other IMEX version.
     #[error(
-        "{}:{line}: unknown key {key}: keys starting with OPENIMEX_ belong to openimex, so this is \
+        "{}:{line}: unknown key {}: keys starting with OPENIMEX_ belong to openimex, so this is \
          probably a typo; known ones are {known}",
-        .path.display()
+        shown(.path), Clip(.key)
     )]
     UnknownOpenimexKey {
         /// The config file.
@@ -74,7 +136,7 @@ pub enum ConfigError {
     },
 
     /// A key's value is valid on its own but needs another key that is missing or unusable.
-    #[error("{}:{line}: {key}={value} {needs}", .path.display())]
+    #[error("{}:{line}: {key}={} {needs}", shown(.path), Clip(.value))]
     Incomplete {
         /// The config file.
         path: PathBuf,
@@ -93,7 +155,7 @@ pub enum ConfigError {
     #[error(
         "{set_at}Failed to read node configuration file {}: {source}; create it with one IP address \
          or DNS name per line, or point IMEX_NODE_CONFIG_FILE in config.cfg at the right file",
-        .path.display()
+        shown(.path)
     )]
     NodesIo {
         /// Where the config names the file (`config.cfg:7: `), or empty when not known.
@@ -106,9 +168,9 @@ pub enum ConfigError {
 
     /// A line of the nodes file is neither an IP address nor a valid DNS name.
     #[error(
-        "{}:{line}: node \"{value}\" is not a valid IP address or DNS name: {reason}; write one \
+        "{}:{line}: node {} is not a valid IP address or DNS name: {reason}; write one \
          IPv4 or IPv6 address or DNS name per line",
-        .path.display()
+        shown(.path), Quoted(.value)
     )]
     InvalidNode {
         /// The nodes file.
@@ -123,9 +185,9 @@ pub enum ConfigError {
 
     /// The same node appears on two lines.
     #[error(
-        "{}:{line}: node \"{value}\" is listed twice (first at line {first_line}): every node must \
+        "{}:{line}: node {} is listed twice (first at line {first_line}): every node must \
          appear once, because its line index is its node ID",
-        .path.display()
+        shown(.path), Quoted(.value)
     )]
     DuplicateNode {
         /// The nodes file.
@@ -142,7 +204,7 @@ pub enum ConfigError {
     #[error(
         "{}: no nodes listed: write one IP address or DNS name per line (node 0 is the first \
          non-comment, non-blank line)",
-        .path.display()
+        shown(.path)
     )]
     NoNodes {
         /// The nodes file.
@@ -150,7 +212,7 @@ pub enum ConfigError {
     },
 
     /// The nodes file lists more nodes than a 16-bit node ID can number.
-    #[error("{}:{line}: too many nodes: at most {max} entries are supported", .path.display())]
+    #[error("{}:{line}: too many nodes: at most {max} entries are supported", shown(.path))]
     TooManyNodes {
         /// The nodes file.
         path: PathBuf,
@@ -164,7 +226,7 @@ pub enum ConfigError {
     #[error(
         "BIND_INTERFACE_IP={bind} is not in nodes file {} ({count} entries): add this node's \
          address to the nodes file or fix BIND_INTERFACE_IP",
-        .path.display()
+        shown(.path)
     )]
     BindNotInNodes {
         /// The nodes file.
@@ -179,7 +241,7 @@ pub enum ConfigError {
     #[error(
         "BIND_INTERFACE_IP={bind} matches several entries of nodes file {} ({}): every node must \
          appear once; remove the extra entries",
-        .path.display(), .matches.join(", ")
+        shown(.path), .matches.join(", ")
     )]
     BindMatchesSeveral {
         /// The nodes file.
@@ -194,7 +256,7 @@ pub enum ConfigError {
     #[error(
         "no entry of nodes file {} is an address of this host (tried {}): set BIND_INTERFACE_IP \
          in config.cfg to this node's address, or add this host's address to the nodes file",
-        .path.display(), .tried.join(", ")
+        shown(.path), .tried.join(", ")
     )]
     NoLocalNode {
         /// The nodes file.
@@ -208,7 +270,7 @@ pub enum ConfigError {
         "several entries of nodes file {} are addresses of this host ({}): set BIND_INTERFACE_IP \
          in config.cfg to the one this daemon should use (on one machine every 127.x address is \
          local)",
-        .path.display(), .matches.join(", ")
+        shown(.path), .matches.join(", ")
     )]
     SeveralLocalNodes {
         /// The nodes file.

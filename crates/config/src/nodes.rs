@@ -305,6 +305,30 @@ mod tests {
         assert!(parse_err(&long_name).contains("254 characters long, a DNS name at most 253"));
     }
 
+    /// A 100 KB entry is echoed cut, with its full length, keeping file:line and the fix.
+    #[test]
+    fn huge_entries_are_cut_in_errors() {
+        const BIG: usize = 100 << 10;
+        let entry = "n".repeat(BIG);
+        let msg = parse_err(&format!("10.0.0.1\n{entry}\n"));
+        let cut = &entry[..crate::error::ECHO_MAX];
+        assert_eq!(
+            msg,
+            format!(
+                "nodes_config.cfg:2: node \"{cut}…\" ({BIG} characters) is not a valid IP \
+                 address or DNS name: it is {BIG} characters long, a DNS name at most 253; write \
+                 one IPv4 or IPv6 address or DNS name per line"
+            )
+        );
+        let msg = parse_err(&format!("{entry} {entry}\n"));
+        assert!(msg.len() < 600, "{} bytes", msg.len());
+        assert!(
+            msg.contains(&format!("…\" ({} characters)", 2 * BIG + 1)),
+            "{msg}"
+        );
+        assert!(msg.contains("contains a space"), "{msg}");
+    }
+
     #[test]
     fn empty_file_is_an_error() {
         for text in ["", "\n\n", "# only a comment\n   # another\n"] {

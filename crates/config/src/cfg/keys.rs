@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{AuthMode, AuthSource, Config, DriverKind, GraceTime, Notice, Quorum, Seen};
 use crate::ConfigError;
+use crate::error::Quoted;
 
 /// One value being parsed: where it is and what it says.
 pub(super) struct Value<'a> {
@@ -46,8 +47,16 @@ impl Value<'_> {
         self.int("number", "expected a non-negative integer")
     }
 
-    fn port(&self) -> Result<u16> {
-        self.int("port", "expected an integer 0-65535")
+    /// A port other peers dial: 1-65535. Port 0 (the OS picks one at bind time) is refused,
+    /// since no peer could know which one was picked.
+    fn fixed_port(&self) -> Result<u16> {
+        const EXPECTED: &str = "expected an integer 1-65535: every daemon dials its peers on \
+                                this port, so it must be a fixed port, the same in every \
+                                node's config (NVIDIA's default is 50000)";
+        match self.int::<u16>("port", EXPECTED)? {
+            0 => Err(self.invalid("port", EXPECTED)),
+            n => Ok(n),
+        }
     }
 
     fn opt_port(&self) -> Result<Option<u16>> {
@@ -139,7 +148,7 @@ const KEYS: &[Key] = &[
     Key { name: "LOG_USE_SYSLOG", set: |c, v| { c.log_use_syslog = v.bool()?; Ok(()) } },
     Key { name: "DAEMONIZE", set: |c, v| { c.daemonize = v.bool()?; Ok(()) } },
     Key { name: "BIND_INTERFACE_IP", set: |c, v| { c.bind_interface_ip = v.opt_ip()?; Ok(()) } },
-    Key { name: "SERVER_PORT", set: |c, v| { c.server_port = v.port()?; Ok(()) } },
+    Key { name: "SERVER_PORT", set: |c, v| { c.server_port = v.fixed_port()?; Ok(()) } },
     Key { name: "IMEX_NODE_CONFIG_FILE", set: |c, v| {
         c.imex_node_config_file = v.opt_path().ok_or_else(|| {
             v.invalid("path", "expected the path of the nodes file (default /etc/nvidia-imex/nodes_config.cfg)")
@@ -421,8 +430,9 @@ fn check_auth(cfg: &Config, seen: &Seen<'_>, path: &Path) -> Result<Vec<Notice>>
                     line,
                     key: key.to_owned(),
                     message: format!(
-                        "{key}=\"{raw}\" is not a known value ({expected}); ignored because \
-                         IMEX_ENABLE_AUTH_ENCRYPTION is 0"
+                        "{key}={} is not a known value ({expected}); ignored because \
+                         IMEX_ENABLE_AUTH_ENCRYPTION is 0",
+                        Quoted(raw)
                     ),
                 })
             })

@@ -212,19 +212,111 @@ fn bad_port() {
     let e = Config::parse(&text, Path::new("/etc/nvidia-imex/config.cfg")).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "/etc/nvidia-imex/config.cfg:12: SERVER_PORT=\"70000\" is not a valid port: expected an \
-         integer 0-65535"
+        format!(
+            "/etc/nvidia-imex/config.cfg:12: SERVER_PORT=\"70000\" is not a valid port: \
+             {SERVER_PORT_EXPECTED}"
+        )
     );
     assert!(matches!(e, ConfigError::Invalid { line: 12, .. }));
     assert_eq!(
         err("\nSERVER_PORT=abc"),
-        "cfg:2: SERVER_PORT=\"abc\" is not a valid port: expected an integer 0-65535"
+        format!("cfg:2: SERVER_PORT=\"abc\" is not a valid port: {SERVER_PORT_EXPECTED}")
     );
     assert_eq!(
         err("SERVER_PORT="),
-        "cfg:1: SERVER_PORT=\"\" is not a valid port: expected an integer 0-65535"
+        format!("cfg:1: SERVER_PORT=\"\" is not a valid port: {SERVER_PORT_EXPECTED}")
     );
     assert!(err("IMEX_CMD_ENABLED=1\nIMEX_CMD_PORT=-1").starts_with("cfg:2: IMEX_CMD_PORT=\"-1\""));
+}
+
+const SERVER_PORT_EXPECTED: &str = "expected an integer 1-65535: every daemon dials its peers \
+     on this port, so it must be a fixed port, the same in every node's config (NVIDIA's \
+     default is 50000)";
+
+/// Port 0 would let the OS pick a port no peer can know: refused with file:line and the fix.
+#[test]
+fn server_port_zero_is_refused() {
+    let e = parse("# peers\nSERVER_PORT=0\n").unwrap_err();
+    assert!(matches!(e, ConfigError::Invalid { line: 2, .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        format!("cfg:2: SERVER_PORT=\"0\" is not a valid port: {SERVER_PORT_EXPECTED}")
+    );
+    assert_eq!(parse("SERVER_PORT=1").unwrap().server_port, 1);
+    assert_eq!(parse("SERVER_PORT=65535").unwrap().server_port, 65535);
+    // The command port is dialled by ctl from the same config, not by peers: 0 stays allowed.
+    let c = parse("IMEX_CMD_ENABLED=1\nIMEX_CMD_PORT=0\n").unwrap();
+    assert_eq!(c.imex_cmd_port, Some(0));
+}
+
+/// A 10 MB line, key or value is echoed cut to `ECHO_MAX` characters with `…` and its full
+/// length, keeping file:line and the fix.
+#[test]
+fn huge_lines_are_cut_in_errors_and_notices() {
+    const BIG: usize = 10 << 20;
+    let huge = "x".repeat(BIG);
+    let cut = format!(
+        "\"{}…\" ({BIG} characters)",
+        &huge[..crate::error::ECHO_MAX]
+    );
+
+    let msg = err(&format!("# c\n{huge}\n"));
+    assert_eq!(
+        msg,
+        format!(
+            "cfg:2: line {cut} is not KEY=value: write KEY=value or start the line with # for a \
+             comment"
+        )
+    );
+
+    let value = "9".repeat(BIG);
+    let msg = err(&format!("SERVER_PORT={value}"));
+    assert!(
+        msg.starts_with("cfg:1: SERVER_PORT=\"999"),
+        "{}",
+        &msg[..200]
+    );
+    assert!(msg.len() < 600, "{} bytes: {}", msg.len(), &msg[..600]);
+    assert!(
+        msg.contains(&format!(
+            "…\" ({BIG} characters) is not a valid port: expected"
+        )),
+        "{msg}"
+    );
+
+    let msg = err(&format!("OPENIMEX_{huge}=1"));
+    assert!(
+        msg.starts_with("cfg:1: unknown key OPENIMEX_xxx"),
+        "{}",
+        &msg[..200]
+    );
+    assert!(
+        msg.contains(&format!("… ({} characters): keys starting", BIG + 9)),
+        "{msg}"
+    );
+    assert!(msg.len() < 1000, "{} bytes", msg.len());
+
+    let c = parse(&format!("{huge}=1\n")).unwrap();
+    let notice = c.notices()[0].to_string();
+    assert!(notice.len() < 300, "{} bytes", notice.len());
+    assert!(
+        notice.ends_with(&format!("… ({BIG} characters) ignored")),
+        "{notice}"
+    );
+
+    let c = parse(&format!("IMEX_AUTH_SOURCE={huge}\n")).unwrap();
+    let notice = c.notices()[0].to_string();
+    assert!(notice.contains(&cut), "{notice}");
+    assert!(notice.len() < 400, "{} bytes", notice.len());
+}
+
+/// Control characters in an echoed value are escaped, not written to the terminal or log.
+#[test]
+fn control_characters_are_escaped_in_errors() {
+    assert_eq!(
+        err("DAEMONIZE=\u{1b}[2J\u{7}"),
+        "cfg:1: DAEMONIZE=\"\\u{1b}[2J\\u{7}\" is not a valid boolean: expected 0 or 1"
+    );
 }
 
 #[test]
