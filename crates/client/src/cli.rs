@@ -14,10 +14,11 @@
 //!   GPU N, fills them with the pattern of SEED ([`crate::pattern`]), exports them and prints
 //!   the handle (128 hex digits) as its first line. `--handle-out` also writes it to FILE
 //!   (atomically: a temporary file renamed into place, before the handle is printed).
-//! - `import` imports the handle (hex, or `@FILE` to read it from FILE), maps it, checks it
-//!   holds the pattern of `--verify` SEED (prints `verified BYTES`, or `mismatch at OFFSET` and
-//!   fails), writes the pattern of `--write` SEED (prints `written BYTES`), then releases it.
-//!   `--no-release` exits without releasing (the driver cleans up, as at process exit).
+//! - `import` imports the handle (hex, or `@FILE` to read it from FILE, at most 4 KiB), maps
+//!   it, checks it holds the pattern of `--verify` SEED (prints `verified BYTES`, or `mismatch
+//!   at OFFSET` and fails), writes the pattern of `--write` SEED (prints `written BYTES`),
+//!   then releases it. `--no-release` exits without releasing (the driver cleans up, as at
+//!   process exit).
 //! - `stats` prints the driver's counters as one JSON line.
 //! - `gpus` prints each GPU (UUID, HBM, fabric probe state, clusterUuid, cliqueId, health,
 //!   fabric base address) as one JSON line, what NVML's fabric info gives NCCL and NVSHMEM.
@@ -109,7 +110,7 @@ struct ExportArgs {
 struct ImportArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// The fabric handle: 128 hex digits, or @FILE to read them from FILE.
+    /// The fabric handle: 128 hex digits, or @FILE to read them from FILE (at most 4 KiB).
     #[arg(long, value_name = "HEX|@FILE")]
     handle: String,
     /// Check that the memory holds the pattern of SEED.
@@ -214,8 +215,7 @@ fn export(a: &ExportArgs) -> Result<(), Failure> {
 
 fn import(a: &ImportArgs) -> Result<(), Failure> {
     let text = match a.handle.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| Failure::Io(format!("cannot read the handle from {path}: {e}")))?,
+        Some(path) => read_handle_file(Path::new(path))?,
         None => a.handle.clone(),
     };
     let handle = FabricHandleBytes::from_hex(&text).map_err(cuda("import"))?;
@@ -272,6 +272,36 @@ fn gpus(node: &NodeArgs) -> Result<(), Failure> {
         say(&line);
     }
     Ok(())
+}
+
+/// The most a handle file may hold: a handle is 128 hex digits, the rest is room for line
+/// ends, spaces and a byte-order mark. Nothing longer is read (`@/dev/zero` ends here).
+const HANDLE_FILE_MAX: u64 = 4096;
+
+/// Reads a handle file (`--handle @FILE`), at most [`HANDLE_FILE_MAX`] bytes.
+fn read_handle_file(path: &Path) -> Result<String, Failure> {
+    use std::io::Read;
+    let shown = path.display();
+    let file = std::fs::File::open(path)
+        .map_err(|e| Failure::Io(format!("cannot read the handle from {shown}: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(HANDLE_FILE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::Io(format!("cannot read the handle from {shown}: {e}")))?;
+    if bytes.len() as u64 > HANDLE_FILE_MAX {
+        return Err(Failure::Io(format!(
+            "cannot read the handle from {shown}: it holds more than {HANDLE_FILE_MAX} bytes \
+             (reading stopped there), and a handle file holds one fabric handle of 128 hex \
+             digits; pass the file `openimex app export --handle-out` wrote, or the handle itself"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        Failure::Io(format!(
+            "cannot read the handle from {shown}: it is not text, and a handle file holds one \
+             fabric handle of 128 hex digits; pass the file `openimex app export --handle-out` \
+             wrote, or the handle itself"
+        ))
+    })
 }
 
 /// Unmaps, then releases, what is still held.
@@ -446,6 +476,35 @@ mod tests {
         assert!(parse_seed("x").is_err());
         assert_eq!(parse_secs("0.5"), Ok(Duration::from_millis(500)));
         assert!(parse_secs("-1").is_err());
+    }
+
+    #[test]
+    fn handle_files_are_read_with_a_bound() {
+        let dir = std::env::temp_dir().join(format!("openimex-client-hf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("ok");
+        let handle = "ab".repeat(64);
+        std::fs::write(&ok, format!("{handle}\n")).unwrap();
+        assert_eq!(read_handle_file(&ok).unwrap().trim(), handle);
+        let big = dir.join("big");
+        std::fs::write(&big, vec![b'0'; HANDLE_FILE_MAX as usize + 1]).unwrap();
+        let msg = read_handle_file(&big).unwrap_err().to_string();
+        assert!(msg.contains("more than 4096 bytes"), "{msg}");
+        assert!(msg.contains(&big.display().to_string()), "{msg}");
+        let binary = dir.join("binary");
+        std::fs::write(&binary, [0xff, 0xfe, 0]).unwrap();
+        assert!(
+            read_handle_file(&binary)
+                .unwrap_err()
+                .to_string()
+                .contains("not text")
+        );
+        // An endless file stops at the bound.
+        let msg = read_handle_file(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("more than 4096 bytes"), "{msg}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
