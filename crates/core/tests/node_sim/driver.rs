@@ -516,6 +516,14 @@ impl Driver {
         Some(unimport_event_id)
     }
 
+    /// Whether the import of `event_id` is validated and still mapped.
+    pub fn is_live(&self, event_id: u64) -> bool {
+        self.by_event
+            .get(&event_id)
+            .and_then(|d| self.descs.get(d))
+            .is_some_and(|d| matches!(d.state, DescState::Valid { .. }))
+    }
+
     /// Live mappings here of memory exported by `node`, from an instance other than `current`
     /// (any, with `None`).
     pub fn maps_from(&self, node: usize, current: Option<InstanceId>) -> Vec<u64> {

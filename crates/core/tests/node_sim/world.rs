@@ -276,6 +276,8 @@ pub struct World {
     server_reqs: BTreeMap<(usize, RequestId), u64>,
     next_rpc: u64,
     next_request: RequestId,
+    /// (exporter, daemon reference) → (importer, import event) it was described for.
+    ref_for: BTreeMap<(usize, u64), (usize, u64)>,
     /// (importer, import event) → the exporter instance whose success answer was delivered.
     answered_by: BTreeMap<(usize, u64), InstanceId>,
     /// (node, peer, its new instance or `None` if it left): checked once `node`'s actions are
@@ -323,6 +325,7 @@ impl World {
             next_rpc: 1,
             next_request: 1,
             answered_by: BTreeMap::new(),
+            ref_for: BTreeMap::new(),
             gone_checks: Vec::new(),
             next_instance: seed.wrapping_mul(1000),
             chaos_end: start,
@@ -440,6 +443,7 @@ impl World {
             return;
         };
         let t = self.slots[i].driver.teardown();
+        self.ref_for.retain(|(n, _), _| *n != i);
         self.note(|| {
             format!(
                 "node {i}: daemon {} gone ({why}); session teardown: {} failed imports, {} woken, \
@@ -726,6 +730,15 @@ impl World {
                 channel,
             } => {
                 let result = self.slots[i].driver.describe(&export_uuid, index, channel);
+                if let Ok((r, _)) = &result
+                    && let Some(rpc) = self
+                        .server_reqs
+                        .get(&(i, request))
+                        .and_then(|rpc| self.rpcs.get(rpc))
+                    && let RpcKind::Import(e) = rpc.kind
+                {
+                    self.ref_for.insert((i, *r), (rpc.client, e));
+                }
                 let max = self.cond.describe_max;
                 let at = now
                     + self
@@ -743,6 +756,17 @@ impl World {
                 );
             }
             Action::ReleaseExportRefs { refs, ack } => {
+                for r in &refs {
+                    let Some((b, e)) = self.ref_for.remove(&(i, *r)) else {
+                        continue;
+                    };
+                    let exiting = self.slots[b].daemon.as_ref().is_some_and(|d| d.exiting);
+                    if self.slots[b].driver.is_live(e) && !exiting {
+                        self.violate(format!(
+                            "node {i}: released the reference held for node {b}'s import {e},                              which is still live there"
+                        ));
+                    }
+                }
                 match self.slots[i].driver.release_refs(&refs) {
                     Ok(freed) => {
                         for exp in freed {
@@ -1200,6 +1224,16 @@ impl World {
                 None => self.violate(format!(
                     "node {i}: import event {event} validated with pages no exporter sent for it"
                 )),
+                Some(_)
+                    if !self
+                        .ref_for
+                        .iter()
+                        .any(|((n, _), held)| *n == exporter && *held == (i, event)) =>
+                {
+                    self.violate(format!(
+                        "node {i}: import event {event} validated, but node {exporter} holds no                          reference for it"
+                    ));
+                }
                 Some(by) if Some(by) != known => self.violate(format!(
                     "node {i}: import event {event} validated with an answer from node {exporter} \
                      instance {by}, but this node knows instance {known:?}"
