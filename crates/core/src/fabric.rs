@@ -44,11 +44,19 @@ impl ExportRefs {
             .map(|h| h.export_ref)
     }
 
-    /// The importer unimported: the reference to release, if one is held.
-    pub fn remove(&mut self, importer: NodeId, import_event_id: u64) -> Option<u64> {
-        self.held
-            .remove(&(importer, import_event_id))
-            .map(|h| h.export_ref)
+    /// The importer's instance `instance` unimported: the reference to release, if that
+    /// instance holds one (an unimport from any other instance releases nothing).
+    pub fn remove(
+        &mut self,
+        importer: NodeId,
+        instance: InstanceId,
+        import_event_id: u64,
+    ) -> Option<u64> {
+        let key = (importer, import_event_id);
+        if self.held.get(&key)?.instance != instance {
+            return None;
+        }
+        self.held.remove(&key).map(|h| h.export_ref)
     }
 
     /// Every reference held for `importer` (it is gone), to release.
@@ -276,8 +284,17 @@ mod tests {
         assert_eq!(t.insert(B, InstanceId(1), 10, 100), None);
         assert_eq!(t.insert(B, InstanceId(1), 11, 101), None);
         assert_eq!(t.insert(A, InstanceId(5), 10, 102), None);
-        assert_eq!(t.remove(B, 10), Some(100));
-        assert_eq!(t.remove(B, 10), None, "a second unimport releases nothing");
+        assert_eq!(
+            t.remove(B, InstanceId(2), 10),
+            None,
+            "another instance's unimport releases nothing"
+        );
+        assert_eq!(t.remove(B, InstanceId(1), 10), Some(100));
+        assert_eq!(
+            t.remove(B, InstanceId(1), 10),
+            None,
+            "a second unimport releases nothing"
+        );
         assert_eq!(t.drain_stale(B, InstanceId(1)), Vec::<u64>::new());
         assert_eq!(
             t.drain_stale(B, InstanceId(2)),

@@ -29,3 +29,7 @@ impl fmt::Display for InstanceId {
         write!(f, "{:016x}", self.0)
     }
 }
+
+/// One inbound connection, as the daemon numbers them. A peer's identity belongs to the
+/// connection whose hello proved it; every later request on it is that peer's.
+pub type ConnId = u64;

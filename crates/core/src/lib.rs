@@ -33,7 +33,7 @@ pub use backoff::{Backoff, Rng};
 pub use domain::{NodeRow, domain_status};
 pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
 pub use gpu::{Event, ImportAnswer, ImportError, Pages, Status};
-pub use ids::{InstanceId, NodeId};
+pub use ids::{ConnId, InstanceId, NodeId};
 pub use mesh::{Action, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict};
 pub use node::{ImportRequest, Node, NodeConfig, PeerId, RequestId};
 pub use nodemap::NodeMap;

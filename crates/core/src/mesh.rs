@@ -488,30 +488,23 @@ impl Mesh {
         }
     }
 
-    /// An inbound hello. Returns the verdict to answer with. An accepted peer whose link is
-    /// waiting for a retry is dialled at once: it is evidently up, so formation and recovery
+    /// An inbound hello. Returns the verdict to answer with. A refusal changes nothing here:
+    /// anyone who can reach the port can send a hello naming a real peer, so only our own dial
+    /// to the address in the node map may mark a link mismatched. An accepted peer whose link
+    /// is waiting for a retry is dialled at once: it is evidently up, so formation and recovery
     /// do not wait out a backoff.
     pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
+        let _ = now;
         if self.state == DaemonState::ShuttingDown {
             return Verdict::ShuttingDown;
         }
-        let known = self.link(remote.node).is_some();
         let verdict = self.judge(remote, None);
-        match &verdict {
-            Verdict::Refuse { mismatch, detail } if known => {
-                let status = ConnStatus::Mismatch(*mismatch);
-                if self.link(remote.node).is_some_and(|l| l.status != status) {
-                    self.set_status(now, remote.node, status, format!("refused peer: {detail}"));
-                }
-            }
-            Verdict::Refuse { .. } | Verdict::ShuttingDown => {}
-            Verdict::Accept => {
-                self.note_instance(remote.node, remote.instance);
-                if let Some(link) = self.link(remote.node)
-                    && matches!(link.dialer, Dialer::Waiting(_))
-                {
-                    self.dial(remote.node);
-                }
+        if verdict == Verdict::Accept {
+            self.note_instance(remote.node, remote.instance);
+            if let Some(link) = self.link(remote.node)
+                && matches!(link.dialer, Dialer::Waiting(_))
+            {
+                self.dial(remote.node);
             }
         }
         verdict

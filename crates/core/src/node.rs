@@ -43,6 +43,8 @@
 //!   one the mesh knows; a reference described for an importer that restarted meanwhile is
 //!   released at once.
 
+mod sessions;
+
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -64,7 +66,13 @@ pub struct NodeConfig {
     /// How long an import may wait for its exporter's answer, and an unimport for its
     /// exporter's confirmation.
     pub import_timeout: Duration,
+    /// Describes in flight for one importer node; more of its imports are refused until some
+    /// finish ([`DEFAULT_MAX_DESCRIBES_PER_PEER`]).
+    pub max_describes_per_peer: usize,
 }
+
+/// The default of [`NodeConfig::max_describes_per_peer`].
+pub const DEFAULT_MAX_DESCRIBES_PER_PEER: usize = 4096;
 
 /// Who a peer request says it comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -153,6 +161,15 @@ pub enum Action {
         /// The answer.
         answer: ImportAnswer,
     },
+    /// A peer message was refused (counted under `reason`, `count` so far): log it, sparingly.
+    Refused {
+        /// The key it is counted under.
+        reason: &'static str,
+        /// Refusals under that key since start.
+        count: u64,
+        /// What was refused (peer-supplied parts are bounded by the owner's decoding).
+        detail: String,
+    },
     /// Exporter side: answer a peer's unimport request that released nothing.
     AnswerUnimport {
         /// The request.
@@ -199,6 +216,8 @@ pub struct Node {
     timers: BTreeSet<(Instant, Timer)>,
     deadlines: HashMap<Timer, Instant>,
     actions: VecDeque<Action>,
+    sessions: sessions::Sessions,
+    max_describes_per_peer: usize,
 }
 
 impl Node {
@@ -215,6 +234,8 @@ impl Node {
             timers: BTreeSet::new(),
             deadlines: HashMap::new(),
             actions: VecDeque::new(),
+            sessions: sessions::Sessions::default(),
+            max_describes_per_peer: cfg.max_describes_per_peer,
         }
     }
 
@@ -463,6 +484,25 @@ impl Node {
             });
             return;
         }
+        let pending = self
+            .describing
+            .values()
+            .filter(|d| d.importer.node == from.node)
+            .count();
+        if pending >= self.max_describes_per_peer {
+            self.refused(
+                "import: too many in flight",
+                format!("node {} has {pending} imports in flight here", from.node),
+            );
+            self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(
+                    Status::InvalidState,
+                    "too many imports in flight from this node; retry later",
+                )),
+            });
+            return;
+        }
         self.describing.insert(
             request,
             Describing {
@@ -536,7 +576,10 @@ impl Node {
         import_event_id: u64,
     ) {
         let _ = now;
-        match self.exports.remove(from.node, import_event_id) {
+        match self
+            .exports
+            .remove(from.node, from.instance, import_event_id)
+        {
             Some(export_ref) => self.release(vec![export_ref], Some(request)),
             None => {
                 // An import the importer gave up on may still be being described: the

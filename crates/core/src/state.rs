@@ -111,6 +111,20 @@ pub enum Mismatch {
     WrongNode,
 }
 
+impl Mismatch {
+    /// What a refusal with this reason means, for the refused side.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::NodeMap => "the peer refused our hello: its node map differs",
+            Self::Domain => "the peer refused our hello: its domain ID differs",
+            Self::Version => "the peer refused our hello: its protocol version differs",
+            Self::WrongNode => {
+                "the peer refused our hello: we are not the node it expects at this address"
+            }
+        }
+    }
+}
+
 /// One cell of the connectivity matrix: how node `from` sees its link to node `to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConnStatus {

@@ -134,14 +134,23 @@ pub fn links_json(reply: &DomainReply) -> String {
                 .iter()
                 .map(|c| json!({"node": c.node_id, "status": c.status, "reason": c.reason}))
                 .collect();
-            json!({
+            let mut node = json!({
                 "node": n.node_id,
                 "host": n.host,
                 "state": n.state,
                 "instance_id": instance(n),
                 "reachable": n.reachable,
                 "connections": conns,
-            })
+            });
+            if !n.refusals.is_empty() {
+                let refused: serde_json::Map<String, Value> = n
+                    .refusals
+                    .iter()
+                    .map(|r| (r.reason.clone(), json!(r.count)))
+                    .collect();
+                node["refused"] = Value::Object(refused);
+            }
+            node
         })
         .collect();
     json!({"local_node": reply.local_node_id, "status": reply.status, "nodes": nodes}).to_string()
@@ -168,6 +177,9 @@ pub fn links_text(reply: &DomainReply) -> String {
                 "  -> {:<4} {:<18} {}\n",
                 c.node_id, c.status, c.reason
             ));
+        }
+        for r in &n.refusals {
+            out.push_str(&format!("  refused {:>8}  {}\n", r.count, r.reason));
         }
     }
     out

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use openimex_ctl::render;
 use openimex_proto::cmd::{DomainReply, NodeReport};
-use openimex_proto::peer::ConnectionStatus;
+use openimex_proto::peer::{ConnectionStatus, RefusalCount};
 use serde_json::Value;
 
 fn testdata(name: &str) -> PathBuf {
@@ -60,6 +60,7 @@ fn node(id: u32, host: &str, state: &str, version: &str, cells: &[(&str, bool)])
                 reason: format!("reason {id}->{j}"),
             })
             .collect(),
+        refusals: Vec::new(),
     }
 }
 
@@ -224,4 +225,31 @@ fn degraded_domain_goldens() {
         &(render::links_json(&reply) + "\n"),
     );
     golden("golden-links-degraded.txt", &render::links_text(&reply));
+}
+
+#[test]
+fn links_view_counts_refused_peer_messages() {
+    let mut reply = two_healthy(["10.1.0.1", "10.1.0.2"], "sim");
+    reply.nodes[1].refusals = vec![
+        RefusalCount {
+            reason: "hello: wrong source address".into(),
+            count: 3,
+        },
+        RefusalCount {
+            reason: "unimport: no session".into(),
+            count: 1,
+        },
+    ];
+    let v: Value = serde_json::from_str(&render::links_json(&reply)).unwrap();
+    assert!(
+        v["nodes"][0].get("refused").is_none(),
+        "none refused: no key"
+    );
+    assert_eq!(v["nodes"][1]["refused"]["hello: wrong source address"], 3);
+    assert_eq!(v["nodes"][1]["refused"]["unimport: no session"], 1);
+    let text = render::links_text(&reply);
+    assert!(
+        text.contains("refused        3  hello: wrong source address"),
+        "{text}"
+    );
 }

@@ -108,6 +108,7 @@ impl CommandService {
                         reachable: true,
                         instance_id: st.instance_id,
                         connections: st.connections,
+                        refusals: st.refusals,
                     }
                 }
                 None => {
@@ -128,6 +129,7 @@ impl CommandService {
                                 reason: "node could not be asked".to_string(),
                             })
                             .collect(),
+                        refusals: Vec::new(),
                     }
                 }
             };

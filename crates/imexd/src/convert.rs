@@ -6,7 +6,7 @@ use openimex_core::{
 };
 use openimex_proto::peer::{
     ConnectionStatus, Identity, ImportReply, ImportRequest as WireImportRequest, NodeStatus,
-    Refusal,
+    Refusal, RefusalCount,
 };
 
 use crate::mailbox::Snapshot;
@@ -25,10 +25,31 @@ pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
     }
 }
 
-/// A peer's identity, or why it cannot be one (node ID out of range).
+/// Longest domain ID, digest or node-map entry accepted from a peer (a DNS name is at most
+/// 253 characters); peer strings end up in link reasons and logs, so they are bounded here.
+pub(crate) const MAX_PEER_STRING: usize = 256;
+/// Most node-map entries accepted from a peer.
+pub(crate) const MAX_NODE_MAP: usize = 65_536;
+
+/// A peer's identity, or why it cannot be one (node ID out of range, a field too long).
 pub(crate) fn hello(id: &Identity) -> Result<Hello, String> {
     let node =
         u16::try_from(id.node_id).map_err(|_| format!("node ID {} out of range", id.node_id))?;
+    let long = [&id.domain_id, &id.node_map_digest, &id.driver_version]
+        .into_iter()
+        .chain(id.node_map.iter())
+        .any(|s| s.len() > MAX_PEER_STRING);
+    if long {
+        return Err(format!(
+            "identity has a field longer than {MAX_PEER_STRING} bytes"
+        ));
+    }
+    if id.node_map.len() > MAX_NODE_MAP {
+        return Err(format!(
+            "identity lists {} node-map entries (at most {MAX_NODE_MAP})",
+            id.node_map.len()
+        ));
+    }
     Ok(Hello {
         domain_id: id.domain_id.clone(),
         node: NodeId(node),
@@ -133,6 +154,14 @@ pub(crate) fn wire_import_request(me: Identity, r: &ImportRequest) -> WireImport
 /// This node's row, as sent to peers and used by the command service.
 pub(crate) fn node_status(snap: &Snapshot, host_name: &str) -> NodeStatus {
     NodeStatus {
+        refusals: snap
+            .refusals
+            .iter()
+            .map(|(reason, count)| RefusalCount {
+                reason: (*reason).to_string(),
+                count: *count,
+            })
+            .collect(),
         node_id: u32::from(snap.local.0),
         state: snap.state.as_str().to_string(),
         version: snap.driver_version.clone(),
@@ -140,4 +169,24 @@ pub(crate) fn node_status(snap: &Snapshot, host_name: &str) -> NodeStatus {
         instance_id: snap.instance.0,
         connections: snap.links.iter().map(connection).collect(),
     }
+}
+
+/// A peer-supplied free-text string made safe to log: at most [`MAX_PEER_STRING`] characters,
+/// control characters escaped.
+pub(crate) fn bounded(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(MAX_PEER_STRING)
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect();
+    if s.chars().count() > MAX_PEER_STRING {
+        out.push_str(&format!("… ({} bytes)", s.len()));
+    }
+    out
 }

@@ -59,6 +59,9 @@ pub(crate) struct Engine {
     goodbyes: Vec<(NodeId, Channel)>,
     heartbeat_seq: u64,
     dial_log: HashMap<NodeId, (u64, Option<Instant>)>,
+    /// Dials leave from this address (the peer listener's), so peers see the node map's
+    /// address as the source.
+    local_ip: Option<std::net::IpAddr>,
 }
 
 fn now() -> std::time::Instant {
@@ -90,6 +93,7 @@ impl Engine {
             goodbyes: Vec::new(),
             heartbeat_seq: 0,
             dial_log: HashMap::new(),
+            local_ip: None,
         })
     }
 
@@ -195,6 +199,12 @@ impl Engine {
         }
     }
 
+    /// Dials leave from `ip` (the peer listener's address) instead of the routing default.
+    pub(crate) fn dial_from(mut self, ip: Option<std::net::IpAddr>) -> Self {
+        self.local_ip = ip.filter(|ip| !ip.is_unspecified());
+        self
+    }
+
     fn identity(&self) -> Identity {
         convert::identity(&self.node.mesh().hello(), &self.driver_version)
     }
@@ -202,10 +212,23 @@ impl Engine {
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
         let now = now();
         match input {
-            Input::Hello { hello, reply } => {
-                let verdict = self.node.handle_hello(now, &hello);
+            Input::Hello {
+                hello,
+                conn,
+                from_node_address,
+                reply,
+            } => {
+                let verdict = self
+                    .node
+                    .handle_session_hello(now, conn, from_node_address, &hello);
                 let _ = reply.send((verdict, self.identity()));
             }
+            Input::Authenticate { conn, what, reply } => {
+                let ok = self.node.authenticate(conn, None, what).is_some();
+                let _ = reply.send(ok);
+            }
+            Input::ConnClosed { conn } => self.node.handle_conn_closed(conn),
+            Input::Refused { reason, detail } => self.node.refused(reason, detail),
             Input::DialOk {
                 peer,
                 attempt,
@@ -236,10 +259,12 @@ impl Engine {
                 peer,
                 attempt,
                 mismatch,
-                detail,
-            } => self
-                .node
-                .handle_dial_refused(now, peer, attempt, mismatch, detail),
+            } => {
+                // A refusal carries its reason code only; the refusing side logs the detail.
+                let detail = format!("{}; its log says what differs", mismatch.describe());
+                self.node
+                    .handle_dial_refused(now, peer, attempt, mismatch, detail);
+            }
             Input::Heartbeat { peer, attempt } => self.node.handle_heartbeat(now, peer, attempt),
             Input::SessionLost {
                 peer,
@@ -247,34 +272,41 @@ impl Engine {
                 reason,
             } => self.node.handle_session_lost(now, peer, attempt, reason),
             Input::Goodbye {
-                from,
+                conn,
+                claimed,
                 reason,
                 reply,
             } => {
-                self.node.handle_goodbye(now, from, &reason);
-                let _ = reply.send(());
+                let reason = convert::bounded(&reason);
+                let believed = self
+                    .node
+                    .handle_session_goodbye(now, conn, claimed, &reason);
+                let _ = reply.send(believed);
             }
             Input::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot());
             }
             Input::PeerImport {
-                from,
+                conn,
+                claimed,
                 request,
                 reply,
             } => {
                 let id = self.waiting.id();
                 self.waiting.imports.insert(id, reply);
-                self.node.handle_peer_import(now, id, from, request);
+                self.node
+                    .handle_session_import(now, id, conn, claimed, request);
             }
             Input::PeerUnimport {
-                from,
+                conn,
+                claimed,
                 import_event_id,
                 reply,
             } => {
                 let id = self.waiting.id();
                 self.waiting.unimports.insert(id, reply);
                 self.node
-                    .handle_peer_unimport(now, id, from, import_event_id);
+                    .handle_session_unimport(now, id, conn, claimed, import_event_id);
             }
             Input::ImportAnswered {
                 exporter,
@@ -408,6 +440,16 @@ impl Engine {
                         let _ = reply.send(answer);
                     }
                 }
+                Action::Refused {
+                    reason,
+                    count,
+                    detail,
+                } => {
+                    // Sparingly: the first few, then at every power of two.
+                    if count <= 3 || count.is_power_of_two() {
+                        warn!("refused ({reason}, {count} so far): {detail}");
+                    }
+                }
                 Action::AnswerUnimport { request, released } => {
                     if let Some(reply) = self.waiting.unimports.remove(&request) {
                         let _ = reply.send(released);
@@ -497,6 +539,7 @@ impl Engine {
             instance: self.node.mesh().config().instance,
             links,
             driver_version: self.driver_version.clone(),
+            refusals: self.node.refusals().collect(),
             peers,
         }
     }
@@ -508,6 +551,7 @@ impl Engine {
         let target = peer_client::Target {
             peer,
             attempt,
+            local: self.local_ip,
             host,
             port: self.settings.server_port,
             timeout: self.settings.dial_timeout(),

@@ -17,11 +17,13 @@
 //! - [`daemonize`], [`logging`] — process set-up as NVIDIA's daemon does it.
 
 mod cmd_server;
+mod conn;
 mod convert;
 pub mod daemonize;
 mod driver_io;
 mod engine;
 mod error;
+pub mod limits;
 pub mod logging;
 mod mailbox;
 mod peer_client;
@@ -82,6 +84,7 @@ pub async fn run(
         NodeConfig {
             mesh: cfg,
             import_timeout: settings.import_timeout,
+            max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
         },
         now,
     );
@@ -94,13 +97,23 @@ pub async fn run(
     let peer_svc = peer_server::PeerService {
         engine: tx.clone(),
         host_name: settings.host_name.clone(),
+        hosts: std::sync::Arc::new(settings.hosts.clone()),
+        any_source: settings.peer_any_source,
     };
+    let local_ip = world.peer.local_addr().ok().map(|a| a.ip());
+    let incoming = conn::incoming(
+        tokio_tcp(world.peer)?,
+        conn::ConnLimits::for_domain(nodes),
+        tx.clone(),
+    );
     let peer_server = Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(keepalive))
         .http2_keepalive_timeout(Some(settings.peer_timeout))
-        .add_service(PeerServer::new(peer_svc))
-        .serve_with_incoming(TcpListenerStream::new(tokio_tcp(world.peer)?));
+        .max_concurrent_streams(Some(limits::MAX_STREAMS_PER_CONNECTION))
+        .http2_max_header_list_size(Some(limits::MAX_HEADER_LIST))
+        .add_service(PeerServer::new(peer_svc).max_decoding_message_size(limits::MAX_PEER_REQUEST))
+        .serve_with_incoming(incoming);
     let mut servers = vec![tokio::spawn(async move {
         peer_server.await.map_err(|source| ("peer", source))
     })];
@@ -142,7 +155,8 @@ pub async fn run(
         "Creating gRPC channels to all peers (nPeers = {}).",
         nodes.saturating_sub(1)
     );
-    let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?;
+    let engine =
+        engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?.dial_from(local_ip);
     let result = engine.run(rx, shutdown).await;
     for s in &servers {
         s.abort();

@@ -3,8 +3,8 @@
 //! dialler and the driver threads all depend on it, and it on none of them.
 
 use openimex_core::{
-    DaemonState, Event, Hello, ImportAnswer, ImportError, ImportRequest, InstanceId, LinkView,
-    Mismatch, NodeId, Pages, PeerId, Verdict,
+    ConnId, DaemonState, Event, Hello, ImportAnswer, ImportError, ImportRequest, InstanceId,
+    LinkView, Mismatch, NodeId, Pages, PeerId, Verdict,
 };
 use openimex_driver::DriverError;
 use openimex_proto::peer::{Identity, SessionMsg};
@@ -16,10 +16,27 @@ use crate::error::DialError;
 
 /// Messages to the engine.
 pub(crate) enum Input {
-    /// An inbound handshake, answered with the verdict and this daemon's identity.
+    /// An inbound handshake on connection `conn`, answered with the verdict and this
+    /// daemon's identity. `from_node_address`: the connection comes from the node file's
+    /// address for the node the hello names.
     Hello {
         hello: Hello,
+        conn: ConnId,
+        from_node_address: bool,
         reply: oneshot::Sender<(Verdict, Identity)>,
+    },
+    /// Does connection `conn` carry a session (for `what`)? A refusal is counted.
+    Authenticate {
+        conn: ConnId,
+        what: &'static str,
+        reply: oneshot::Sender<bool>,
+    },
+    /// An inbound connection closed.
+    ConnClosed { conn: ConnId },
+    /// Something was refused before it reached the node (connection limits): count it.
+    Refused {
+        reason: &'static str,
+        detail: String,
     },
     /// A dial succeeded and its session is open.
     DialOk {
@@ -39,7 +56,6 @@ pub(crate) enum Input {
         peer: NodeId,
         attempt: u64,
         mismatch: Mismatch,
-        detail: String,
     },
     /// A heartbeat answer on an outbound session.
     Heartbeat { peer: NodeId, attempt: u64 },
@@ -49,23 +65,26 @@ pub(crate) enum Input {
         attempt: u64,
         reason: String,
     },
-    /// A peer leaves cleanly.
+    /// A peer leaves cleanly; answered with whether it was believed.
     Goodbye {
-        from: PeerId,
+        conn: ConnId,
+        claimed: Option<PeerId>,
         reason: String,
-        reply: oneshot::Sender<()>,
+        reply: oneshot::Sender<bool>,
     },
     /// A snapshot for the command service or a peer's status query.
     Snapshot { reply: oneshot::Sender<Snapshot> },
     /// A peer asks us (the exporter) for an import.
     PeerImport {
-        from: PeerId,
+        conn: ConnId,
+        claimed: Option<PeerId>,
         request: ImportRequest,
         reply: oneshot::Sender<ImportAnswer>,
     },
     /// A peer unimported.
     PeerUnimport {
-        from: PeerId,
+        conn: ConnId,
+        claimed: Option<PeerId>,
         import_event_id: u64,
         reply: oneshot::Sender<bool>,
     },
@@ -122,6 +141,8 @@ pub(crate) struct Snapshot {
     pub(crate) instance: InstanceId,
     pub(crate) links: Vec<LinkView>,
     pub(crate) driver_version: String,
+    /// Peer messages refused since start, by reason.
+    pub(crate) refusals: Vec<(&'static str, u64)>,
     /// Channels of the peers connected right now, to ask for their rows.
     pub(crate) peers: Vec<(NodeId, Channel)>,
 }

@@ -22,6 +22,8 @@ use crate::mailbox::{Input, OutLink};
 pub(crate) struct Target {
     pub(crate) peer: NodeId,
     pub(crate) attempt: u64,
+    /// Leave from this address.
+    pub(crate) local: Option<std::net::IpAddr>,
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) timeout: Duration,
@@ -66,6 +68,7 @@ async fn connect(target: &Target) -> Result<Channel, DialError> {
             cause: e.to_string(),
         })?
         .connect_timeout(target.timeout)
+        .local_address(target.local)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(target.keepalive.max(Duration::from_secs(1)))
         .keep_alive_timeout(target.timeout)
@@ -98,7 +101,6 @@ async fn handshake(
             peer,
             attempt,
             mismatch: convert::mismatch(refusal),
-            detail: reply.detail,
         });
     }
     let identity = reply

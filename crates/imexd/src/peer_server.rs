@@ -1,9 +1,11 @@
 //! Inbound side of the peer protocol: handshakes (answered by the engine's verdict), session
 //! heartbeats (answered here, one for one), goodbyes and status rows.
 
+use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use openimex_core::{Hello, PeerId, Verdict};
+use openimex_core::{ConnId, Hello, NodeId, PeerId, Verdict};
 use openimex_proto::peer::{
     GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, Identity, ImportReply,
     ImportRequest, NodeStatus, NodeStatusRequest, Refusal, SessionMsg, UnimportReply,
@@ -14,6 +16,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::conn::ConnInfo;
 use crate::convert;
 use crate::mailbox::{Input, Snapshot, ask};
 
@@ -21,6 +24,10 @@ use crate::mailbox::{Input, Snapshot, ask};
 pub(crate) struct PeerService {
     pub(crate) engine: mpsc::Sender<Input>,
     pub(crate) host_name: String,
+    /// The node file's entries: a hello naming node N must come from entry N's address.
+    pub(crate) hosts: Arc<Vec<String>>,
+    /// `OPENIMEX_PEER_ANY_SOURCE`: accept hellos from any address (multi-homed hosts).
+    pub(crate) any_source: bool,
 }
 
 /// The engine's current view, for status rows.
@@ -34,12 +41,64 @@ fn sender(from: Option<Identity>, what: &str) -> Result<Hello, Status> {
     convert::hello(&from).map_err(Status::invalid_argument)
 }
 
-/// Who a request says it comes from.
-fn peer_id(from: Option<Identity>, what: &str) -> Result<PeerId, Status> {
-    sender(from, what).map(|h| PeerId {
-        node: h.node,
-        instance: h.instance,
+/// Who a request says it comes from, if it says; the session it arrives on must agree.
+fn claimed(from: Option<Identity>) -> Result<Option<PeerId>, Status> {
+    from.map(|f| {
+        convert::hello(&f)
+            .map(|h| PeerId {
+                node: h.node,
+                instance: h.instance,
+            })
+            .map_err(Status::invalid_argument)
     })
+    .transpose()
+}
+
+/// The connection a request arrived on.
+fn conn<T>(request: &Request<T>) -> Result<ConnInfo, Status> {
+    request
+        .extensions()
+        .get::<ConnInfo>()
+        .cloned()
+        .ok_or_else(|| Status::internal("request without connection info"))
+}
+
+impl PeerService {
+    /// Whether `source` is the node file's address for `node` (names are resolved now: they
+    /// may change).
+    async fn is_node_address(&self, node: NodeId, source: IpAddr) -> bool {
+        if self.any_source {
+            return true;
+        }
+        let Some(host) = self.hosts.get(node.index()) else {
+            return false;
+        };
+        let source = source.to_canonical();
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return ip.to_canonical() == source;
+        }
+        match tokio::net::lookup_host((host.as_str(), 0)).await {
+            Ok(mut addrs) => addrs.any(|a| a.ip().to_canonical() == source),
+            Err(_) => false,
+        }
+    }
+
+    /// Asks the engine whether `conn` carries a session (counting a refusal if not).
+    async fn authenticated(&self, conn: ConnId, what: &'static str) -> Result<(), Status> {
+        let ok = ask(&self.engine, |reply| Input::Authenticate {
+            conn,
+            what,
+            reply,
+        })
+        .await?;
+        if ok {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(
+                "no session on this connection; say hello first",
+            ))
+        }
+    }
 }
 
 type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionMsg, Status>> + Send>>;
@@ -50,18 +109,34 @@ impl Peer for PeerService {
         &self,
         request: Request<HelloRequest>,
     ) -> Result<Response<HelloResponse>, Status> {
+        let info = conn(&request)?;
         let hello = sender(request.into_inner().from, "hello")?;
-        let (verdict, me) = ask(&self.engine, |reply| Input::Hello { hello, reply }).await?;
-        let (refusal, detail) = match verdict {
+        let from_node_address = self.is_node_address(hello.node, info.remote.ip()).await;
+        let (verdict, me) = ask(&self.engine, |reply| Input::Hello {
+            hello,
+            conn: info.id,
+            from_node_address,
+            reply,
+        })
+        .await?;
+        let reply = match verdict {
             Verdict::ShuttingDown => return Err(Status::unavailable("daemon is shutting down")),
-            Verdict::Accept => (Refusal::None, String::new()),
-            Verdict::Refuse { mismatch, detail } => (convert::refusal(mismatch), detail),
+            Verdict::Accept => {
+                info.greeted();
+                HelloResponse {
+                    from: Some(me),
+                    refusal: Refusal::None.into(),
+                    detail: String::new(),
+                }
+            }
+            // A refusal tells nothing about us: the reason code only.
+            Verdict::Refuse { mismatch, .. } => HelloResponse {
+                from: None,
+                refusal: convert::refusal(mismatch).into(),
+                detail: String::new(),
+            },
         };
-        Ok(Response::new(HelloResponse {
-            from: Some(me),
-            refusal: refusal.into(),
-            detail,
-        }))
+        Ok(Response::new(reply))
     }
 
     type SessionStream = SessionStream;
@@ -70,6 +145,8 @@ impl Peer for PeerService {
         &self,
         request: Request<Streaming<SessionMsg>>,
     ) -> Result<Response<SessionStream>, Status> {
+        let info = conn(&request)?;
+        self.authenticated(info.id, "session").await?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(8);
         tokio::spawn(async move {
@@ -93,14 +170,21 @@ impl Peer for PeerService {
         &self,
         request: Request<GoodbyeRequest>,
     ) -> Result<Response<GoodbyeReply>, Status> {
+        let info = conn(&request)?;
         let req = request.into_inner();
-        let from = peer_id(req.from, "goodbye")?;
-        ask(&self.engine, |reply| Input::Goodbye {
-            from,
+        let claimed = claimed(req.from)?;
+        let believed = ask(&self.engine, |reply| Input::Goodbye {
+            conn: info.id,
+            claimed,
             reason: req.reason,
             reply,
         })
         .await?;
+        if !believed {
+            return Err(Status::permission_denied(
+                "no session proves that identity on this connection",
+            ));
+        }
         Ok(Response::new(GoodbyeReply {}))
     }
 
@@ -108,11 +192,13 @@ impl Peer for PeerService {
         &self,
         request: Request<ImportRequest>,
     ) -> Result<Response<ImportReply>, Status> {
+        let info = conn(&request)?;
         let req = request.into_inner();
         let request = convert::import_request(&req).map_err(Status::invalid_argument)?;
-        let from = peer_id(req.from, "import")?;
+        let claimed = claimed(req.from)?;
         let answer = ask(&self.engine, |reply| Input::PeerImport {
-            from,
+            conn: info.id,
+            claimed,
             request,
             reply,
         })
@@ -124,10 +210,12 @@ impl Peer for PeerService {
         &self,
         request: Request<UnimportRequest>,
     ) -> Result<Response<UnimportReply>, Status> {
+        let info = conn(&request)?;
         let req = request.into_inner();
-        let from = peer_id(req.from, "unimport")?;
+        let claimed = claimed(req.from)?;
         let released = ask(&self.engine, |reply| Input::PeerUnimport {
-            from,
+            conn: info.id,
+            claimed,
             import_event_id: req.import_event_id,
             reply,
         })
@@ -137,8 +225,9 @@ impl Peer for PeerService {
 
     async fn status(
         &self,
-        _request: Request<NodeStatusRequest>,
+        request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatus>, Status> {
+        self.authenticated(conn(&request)?.id, "status").await?;
         let snap = snapshot(&self.engine).await?;
         Ok(Response::new(convert::node_status(&snap, &self.host_name)))
     }

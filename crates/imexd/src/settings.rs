@@ -30,6 +30,9 @@ pub struct Settings {
     pub cmd_unix_path: Option<PathBuf>,
     /// How long an import waits for its exporter (and an unimport for its confirmation).
     pub import_timeout: Duration,
+    /// `OPENIMEX_PEER_ANY_SOURCE`: accept a peer's hello from any source address, not only
+    /// the node file's address for that node (multi-homed hosts). Off by default.
+    pub peer_any_source: bool,
 }
 
 /// The default of [`Settings::import_timeout`].

@@ -26,7 +26,7 @@ pub use openimex::peer::v1 as peer;
 pub use openimex::cmd::v1 as cmd;
 
 /// Wire protocol version carried in every handshake. Bump on incompatible change.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The innermost cause of a transport error ("Connection refused (os error 111)"): tonic wraps
 /// the OS error in layers whose own texts ("transport error") tell an operator nothing.

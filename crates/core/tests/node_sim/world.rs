@@ -424,6 +424,7 @@ impl World {
         let cfg = NodeConfig {
             mesh: sim::config(i, map, instance.0, self.p.quorum),
             import_timeout: self.p.import_timeout,
+            max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
         };
         let mut node = Node::new(cfg, self.now);
         node.handle_start(self.now);
@@ -685,6 +686,8 @@ impl World {
                 }
                 self.perform_mesh(i, inst, m);
             }
+            // Only an inbound session (a daemon's) refuses; the simulation has none.
+            Action::Refused { .. } => {}
             Action::SendImport { peer, request } => {
                 let e = request.import_event_id;
                 self.call(

@@ -166,6 +166,7 @@ fn settings() -> Settings {
         host_name: "test".into(),
         cmd_unix_path: None,
         import_timeout: DEFAULT_IMPORT_TIMEOUT,
+        peer_any_source: false,
     }
 }
 
@@ -196,6 +197,7 @@ fn start(driver: Recorder) -> Running {
                 seed: 7,
             },
             import_timeout: settings.import_timeout,
+            max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
         },
         now,
     );

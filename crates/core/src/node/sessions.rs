@@ -1,0 +1,200 @@
+//! Who a peer is, proved per connection. A peer's node ID and instance are established once
+//! per inbound connection by an accepted hello that came from the node map's address for that
+//! node; every later request on that connection is that peer's, and any identity it claims must
+//! agree. Requests on a connection without one are refused and counted, and so is every refused
+//! hello — which changes no link (only our own dial may mark a link mismatched). A restart is
+//! believed only from such a hello. References an exporter holds belong to the importer
+//! instance its session proved: only that instance's unimport, loss or restart releases them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use super::{Action, ImportRequest, Node, PeerId, RequestId};
+use crate::gpu::{ImportError, Status};
+use crate::ids::ConnId;
+use crate::mesh::{Hello, Verdict};
+use crate::state::Mismatch;
+
+/// Sessions by connection, and what was refused.
+#[derive(Debug, Default)]
+pub(super) struct Sessions {
+    by_conn: HashMap<ConnId, PeerId>,
+    refusals: BTreeMap<&'static str, u64>,
+}
+
+/// Why a peer message was refused (the key it is counted under).
+fn hello_reason(m: Mismatch) -> &'static str {
+    match m {
+        Mismatch::NodeMap => "hello: node map mismatch",
+        Mismatch::Domain => "hello: domain mismatch",
+        Mismatch::Version => "hello: protocol version",
+        Mismatch::WrongNode => "hello: wrong node",
+    }
+}
+
+impl Node {
+    /// Refusals by reason since start.
+    pub fn refusals(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.sessions.refusals.iter().map(|(k, v)| (*k, *v))
+    }
+
+    /// The peer proved on `conn`, if any.
+    pub fn session_peer(&self, conn: ConnId) -> Option<PeerId> {
+        self.sessions.by_conn.get(&conn).copied()
+    }
+
+    /// Counts a refusal (also those the daemon decides before a message reaches the node, such
+    /// as connection limits) and asks the owner to log it.
+    pub fn refused(&mut self, reason: &'static str, detail: String) {
+        let count = self.sessions.refusals.entry(reason).or_default();
+        *count += 1;
+        let count = *count;
+        self.actions.push_back(Action::Refused {
+            reason,
+            count,
+            detail,
+        });
+    }
+
+    /// A hello on inbound connection `conn`. `from_node_address` says whether the connection
+    /// comes from the node map's address for the node the hello names (the owner resolves
+    /// it). Accepted, the connection is that peer's session.
+    pub fn handle_session_hello(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        from_node_address: bool,
+        remote: &Hello,
+    ) -> Verdict {
+        if !from_node_address {
+            self.refused(
+                "hello: wrong source address",
+                format!(
+                    "a hello naming node {} came from an address that is not node {}'s",
+                    remote.node, remote.node
+                ),
+            );
+            return Verdict::Refuse {
+                mismatch: Mismatch::WrongNode,
+                detail: "not from that node's address".into(),
+            };
+        }
+        let verdict = self.handle_hello(now, remote);
+        match &verdict {
+            Verdict::Accept => {
+                self.sessions.by_conn.insert(
+                    conn,
+                    PeerId {
+                        node: remote.node,
+                        instance: remote.instance,
+                    },
+                );
+            }
+            Verdict::Refuse { mismatch, detail } => {
+                let detail = format!("hello naming node {}: {detail}", remote.node);
+                self.refused(hello_reason(*mismatch), detail);
+            }
+            Verdict::ShuttingDown => {}
+        }
+        verdict
+    }
+
+    /// Inbound connection `conn` closed: its session ends (the peer's link does not: that is
+    /// our own outbound session's business).
+    pub fn handle_conn_closed(&mut self, conn: ConnId) {
+        self.sessions.by_conn.remove(&conn);
+    }
+
+    /// The peer of a request on `conn`, or `None` (refused and counted) when the connection
+    /// has no session or the request claims another identity.
+    pub fn authenticate(
+        &mut self,
+        conn: ConnId,
+        claimed: Option<PeerId>,
+        what: &'static str,
+    ) -> Option<PeerId> {
+        let (no_session, mismatch) = match what {
+            "import" => ("import: no session", "import: identity mismatch"),
+            "unimport" => ("unimport: no session", "unimport: identity mismatch"),
+            "goodbye" => ("goodbye: no session", "goodbye: identity mismatch"),
+            "status" => ("status: no session", "status: identity mismatch"),
+            _ => ("session: no session", "session: identity mismatch"),
+        };
+        let Some(peer) = self.session_peer(conn) else {
+            self.refused(
+                no_session,
+                format!("{what} on a connection without a hello"),
+            );
+            return None;
+        };
+        if let Some(c) = claimed
+            && c != peer
+        {
+            self.refused(
+                mismatch,
+                format!(
+                    "{what} claiming node {} instance {} on node {} instance {}'s session",
+                    c.node, c.instance, peer.node, peer.instance
+                ),
+            );
+            return None;
+        }
+        Some(peer)
+    }
+
+    /// An import request on inbound connection `conn`.
+    pub fn handle_session_import(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        conn: ConnId,
+        claimed: Option<PeerId>,
+        import: ImportRequest,
+    ) {
+        match self.authenticate(conn, claimed, "import") {
+            Some(peer) => self.handle_peer_import(now, request, peer, import),
+            None => self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(
+                    Status::InvalidState,
+                    "refused: no session proves that identity; say hello first",
+                )),
+            }),
+        }
+    }
+
+    /// An unimport request on inbound connection `conn`. Refused, it releases nothing.
+    pub fn handle_session_unimport(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        conn: ConnId,
+        claimed: Option<PeerId>,
+        import_event_id: u64,
+    ) {
+        match self.authenticate(conn, claimed, "unimport") {
+            Some(peer) => self.handle_peer_unimport(now, request, peer, import_event_id),
+            None => self.actions.push_back(Action::AnswerUnimport {
+                request,
+                released: false,
+            }),
+        }
+    }
+
+    /// A goodbye on inbound connection `conn`. Returns whether it was believed.
+    pub fn handle_session_goodbye(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        claimed: Option<PeerId>,
+        reason: &str,
+    ) -> bool {
+        match self.authenticate(conn, claimed, "goodbye") {
+            Some(peer) => {
+                self.handle_goodbye(now, peer, reason);
+                true
+            }
+            None => false,
+        }
+    }
+}

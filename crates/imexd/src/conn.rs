@@ -1,0 +1,261 @@
+//! Inbound peer connections. Each accepted TCP connection gets an ID that every request on it
+//! carries (so a peer's identity belongs to the connection whose hello proved it), a deadline
+//! for that hello, and limits before it: connections in all, and not-yet-greeted connections
+//! per source address. Its end is reported to the engine. The accept loop backs off on errors
+//! such as running out of descriptors instead of spinning.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use openimex_core::ConnId;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::Sleep;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
+use tracing::{debug, warn};
+
+use crate::mailbox::Input;
+
+/// Limits on inbound peer connections (defaults in [`ConnLimits::for_domain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnLimits {
+    /// Open connections in all.
+    pub(crate) total: usize,
+    /// Connections from one source address that have not said an accepted hello yet.
+    pub(crate) ungreeted_per_source: usize,
+    /// How long a new connection may take to say an accepted hello.
+    pub(crate) hello_deadline: Duration,
+}
+
+impl ConnLimits {
+    /// Room for every peer to hold a few connections (a reconnect overlaps the old one).
+    pub(crate) fn for_domain(nodes: usize) -> Self {
+        Self {
+            total: nodes.saturating_mul(4).max(64),
+            ungreeted_per_source: 8,
+            hello_deadline: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What every request on a connection knows about it.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnInfo {
+    /// Names the connection to the engine.
+    pub(crate) id: ConnId,
+    /// The peer's address.
+    pub(crate) remote: SocketAddr,
+    greeted: Arc<AtomicBool>,
+}
+
+impl ConnInfo {
+    /// The connection said an accepted hello: its deadline no longer applies.
+    pub(crate) fn greeted(&self) {
+        self.greeted.store(true, Ordering::Release);
+    }
+}
+
+/// Counts shared between the accept loop and the connections.
+#[derive(Debug, Default)]
+struct Counts {
+    open: usize,
+    ungreeted: HashMap<IpAddr, usize>,
+}
+
+/// An accepted connection.
+pub(crate) struct PeerConn {
+    io: TcpStream,
+    info: ConnInfo,
+    deadline: Option<Pin<Box<Sleep>>>,
+    counts: Arc<Mutex<Counts>>,
+    /// Still counted as ungreeted for its source.
+    counted_ungreeted: bool,
+    engine: mpsc::Sender<Input>,
+}
+
+impl Connected for PeerConn {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        self.info.clone()
+    }
+}
+
+impl PeerConn {
+    /// Fails reads once the hello deadline passed without an accepted hello, which closes the
+    /// connection.
+    fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if self.info.greeted.load(Ordering::Acquire) {
+            self.deadline = None;
+            self.uncount_ungreeted();
+            return Ok(());
+        }
+        if let Some(d) = self.deadline.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            self.deadline = None;
+            let _ = self.engine.try_send(Input::Refused {
+                reason: "connection: no hello in time",
+                detail: format!("closed {}: no accepted hello in time", self.info.remote),
+            });
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no accepted hello within the deadline",
+            ));
+        }
+        Ok(())
+    }
+
+    fn uncount_ungreeted(&mut self) {
+        if self.counted_ungreeted {
+            self.counted_ungreeted = false;
+            if let Ok(mut c) = self.counts.lock() {
+                let ip = self.info.remote.ip();
+                if let Some(n) = c.ungreeted.get_mut(&ip) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        c.ungreeted.remove(&ip);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PeerConn {
+    fn drop(&mut self) {
+        self.uncount_ungreeted();
+        if let Ok(mut c) = self.counts.lock() {
+            c.open = c.open.saturating_sub(1);
+        }
+        let input = Input::ConnClosed { conn: self.info.id };
+        if let Err(mpsc::error::TrySendError::Full(input)) = self.engine.try_send(input)
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let engine = self.engine.clone();
+            rt.spawn(async move {
+                let _ = engine.send(input).await;
+            });
+        }
+    }
+}
+
+impl AsyncRead for PeerConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Err(e) = self.check_deadline(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for PeerConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// Accepts connections on `listener` within `limits`, as a stream for tonic. Refused
+/// connections are closed at once and counted in the log.
+pub(crate) fn incoming(
+    listener: TcpListener,
+    limits: ConnLimits,
+    engine: mpsc::Sender<Input>,
+) -> ReceiverStream<io::Result<PeerConn>> {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let next = AtomicU64::new(0);
+        let mut errors: u64 = 0;
+        loop {
+            let (io, remote) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // EMFILE and friends: the listener stays readable, so retrying at once
+                    // would spin. Wait, and say so now and then.
+                    errors += 1;
+                    if errors.is_power_of_two() {
+                        warn!("cannot accept a peer connection ({errors} times so far): {e}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let admitted = {
+                let Ok(mut c) = counts.lock() else { return };
+                let ungreeted = c.ungreeted.get(&remote.ip()).copied().unwrap_or(0);
+                if c.open >= limits.total {
+                    Err("connection: too many in all")
+                } else if ungreeted >= limits.ungreeted_per_source {
+                    Err("connection: too many without a hello from one address")
+                } else {
+                    c.open += 1;
+                    *c.ungreeted.entry(remote.ip()).or_default() += 1;
+                    Ok(())
+                }
+            };
+            if let Err(reason) = admitted {
+                debug!("refused a peer connection from {remote}: {reason}");
+                drop(io);
+                let _ = engine.try_send(Input::Refused {
+                    reason,
+                    detail: format!("closed a new connection from {remote}"),
+                });
+                continue;
+            }
+            let _ = io.set_nodelay(true);
+            let conn = PeerConn {
+                io,
+                info: ConnInfo {
+                    id: next.fetch_add(1, Ordering::Relaxed) + 1,
+                    remote,
+                    greeted: Arc::new(AtomicBool::new(false)),
+                },
+                deadline: Some(Box::pin(tokio::time::sleep(limits.hello_deadline))),
+                counts: counts.clone(),
+                counted_ungreeted: true,
+                engine: engine.clone(),
+            };
+            if tx.send(Ok(conn)).await.is_err() {
+                return;
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}
