@@ -24,6 +24,9 @@ mod fabric_faults;
 // kill -9 and restart, clean SIGTERM departure, mismatched node maps
 #[path = "e2e/faults.rs"]
 mod faults;
+// issue 13: forged peer messages against a live import change nothing and are counted
+#[path = "e2e/forged.rs"]
+mod forged;
 // a domain forms: states, `ctl -q` and `ctl -N -j` output as tools parse them
 #[path = "e2e/formation.rs"]
 mod formation;

@@ -1,0 +1,235 @@
+//! Forged peer messages against a live cross-node import, sent through the real tonic client
+//! by a process that can reach the peer port but holds no session: none may release a
+//! reference, take one, disable an importer or change a link, and each refusal is counted in
+//! `ctl --links -j`. The attacker is assumed to know everything `ctl` shows (node IDs,
+//! instances) and to guess event IDs (they count up from 1) and export UUIDs (in the handle).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use openimex_proto::peer::peer_client::PeerClient;
+use openimex_proto::peer::{
+    GoodbyeRequest, HelloRequest, Identity, ImportRequest, Refusal, UnimportRequest,
+};
+use openimex_simproto::handle::FabricHandle;
+use serde_json::Value;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::apps::*;
+use crate::common::NOTICE;
+
+/// A live import: node 0 exports, an app on node 1 maps it; node 0's daemon holds one reference.
+struct Live {
+    cluster: openimex_harness::Cluster,
+    exp: Held,
+    imp: Held,
+    handle: String,
+    links_before: Value,
+}
+
+const SEED: u64 = 4242;
+
+fn live_import() -> Live {
+    let cluster = gpu_cluster(2);
+    let (d0, d1) = (cluster.node(0).dir(), cluster.node(1).dir());
+    let (exp, handle) = exporter(d0, &channel(&cluster, 0, 0), SEED, "exporter on node 0");
+    let imp = held_importer(d1, &channel(&cluster, 1, 0), &handle, SEED, "importer on 1");
+    wait_stats(d0, NOTICE, "node 0 holds one reference for node 1", |s| {
+        num(s, "daemon_export_refs") == 1
+    });
+    let links_before = links(&cluster, 0);
+    Live {
+        cluster,
+        exp,
+        imp,
+        handle,
+        links_before,
+    }
+}
+
+/// `ctl --links -j` on node `i`.
+fn links(cluster: &openimex_harness::Cluster, i: usize) -> Value {
+    let out = cluster.ctl(i, &["--links", "-j"]).expect("ctl --links -j");
+    serde_json::from_slice(&out.stdout).expect("ctl --links -j prints JSON")
+}
+
+/// Each node's view of each link: (status, reason) and its instance.
+fn link_states(v: &Value) -> Vec<(String, Vec<(String, String)>)> {
+    v["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            let cells = n["connections"]
+                .as_array()
+                .expect("connections")
+                .iter()
+                .map(|c| (c["status"].to_string(), c["reason"].to_string()))
+                .collect();
+            (n["instance_id"].to_string(), cells)
+        })
+        .collect()
+}
+
+/// How many messages node `node` (as seen in `v`) refused for `reason`.
+fn refused(v: &Value, node: usize, reason: &str) -> u64 {
+    v["nodes"][node]["refused"][reason].as_u64().unwrap_or(0)
+}
+
+/// Node `i`'s instance as `ctl` shows it.
+fn instance(v: &Value, i: usize) -> u64 {
+    let hex = v["nodes"][i]["instance_id"].as_str().expect("instance_id");
+    u64::from_str_radix(hex, 16).expect("hex instance")
+}
+
+/// A peer client to node `i`'s peer port, leaving from `source`.
+fn client(live: &Live, i: usize, source: IpAddr) -> (tokio::runtime::Runtime, PeerClient<Channel>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let node = live.cluster.node(i);
+    let target = SocketAddr::new(IpAddr::V4(node.ip()), node.server_port());
+    let channel = rt
+        .block_on(
+            Endpoint::from_shared(format!("http://{target}"))
+                .expect("endpoint")
+                .local_address(Some(source))
+                .connect_timeout(Duration::from_secs(5))
+                .connect(),
+        )
+        .expect("the attacker reaches the peer port");
+    (rt, PeerClient::new(channel))
+}
+
+/// An identity claiming to be node `node` with `instance`.
+fn claim(node: u32, instance: u64) -> Identity {
+    Identity {
+        node_id: node,
+        instance_id: instance,
+        protocol_version: openimex_proto::PROTOCOL_VERSION,
+        ..Default::default()
+    }
+}
+
+/// An address on this machine that is no node's.
+const ELSEWHERE: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// Nothing the attack aimed at changed: the importer still reads its data, node 0 still holds
+/// exactly its one reference, and no link changed state, reason or instance.
+#[track_caller]
+fn nothing_changed(live: &mut Live) {
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        live.imp.ask(&format!("verify {SEED}")),
+        "ok",
+        "the importer keeps its mapping and its data"
+    );
+    let s0 = stats(live.cluster.node(0).dir());
+    assert_eq!(num(&s0, "daemon_export_refs"), 1, "reference counts unchanged");
+    assert_eq!(
+        link_states(&links(&live.cluster, 0)),
+        link_states(&live.links_before),
+        "no link changed"
+    );
+    assert_eq!(live.exp.ask(&format!("verify {SEED}")), "ok");
+}
+
+#[test]
+fn forged_unimports_release_nothing() {
+    let mut live = live_import();
+    let inst1 = instance(&live.links_before, 1);
+    let (rt, mut c) = client(&live, 0, ELSEWHERE);
+    // Node 1's import event IDs count up from 1: try them all, claiming node 1's instance.
+    for ev in 1..=16 {
+        let r = rt.block_on(c.unimport(UnimportRequest {
+            from: Some(claim(1, inst1)),
+            import_event_id: ev,
+        }));
+        if let Ok(reply) = r {
+            assert!(!reply.into_inner().released, "event {ev} released nothing");
+        }
+    }
+    nothing_changed(&mut live);
+    assert!(refused(&links(&live.cluster, 0), 0, "unimport: no session") >= 16);
+}
+
+#[test]
+fn forged_import_with_a_guessed_uuid_takes_no_reference() {
+    let mut live = live_import();
+    let inst1 = instance(&live.links_before, 1);
+    let handle = FabricHandle::from_hex(&live.handle).expect("the exporter's handle");
+    let (rt, mut c) = client(&live, 0, ELSEWHERE);
+    let reply = rt
+        .block_on(c.import(ImportRequest {
+            from: Some(claim(1, inst1)),
+            import_event_id: 999,
+            export_uuid: handle.export_uuid.0.to_vec(),
+            index: u32::from(handle.index),
+            channel: 0,
+        }))
+        .expect("answered")
+        .into_inner();
+    assert!(
+        !reply.error.is_empty() && reply.pfns.is_empty(),
+        "no page list for a connection without a session: {reply:?}"
+    );
+    nothing_changed(&mut live);
+    assert!(refused(&links(&live.cluster, 0), 0, "import: no session") >= 1);
+}
+
+#[test]
+fn a_forged_restart_from_another_address_is_not_believed() {
+    let mut live = live_import();
+    // Claim to be node 0 restarted (new instance) to node 1, which holds node 0's memory:
+    // believed, node 1 would disable (kill) its importer and drop its import.
+    let (rt, mut c) = client(&live, 1, ELSEWHERE);
+    let reply = rt
+        .block_on(c.hello(HelloRequest {
+            from: Some(claim(0, 0xdead_beef)),
+            to_node_id: 1,
+        }))
+        .expect("answered")
+        .into_inner();
+    assert_ne!(reply.refusal, i32::from(Refusal::None), "refused");
+    assert!(reply.from.is_none(), "a refusal tells nothing: {reply:?}");
+    assert!(reply.detail.is_empty(), "a refusal tells nothing: {reply:?}");
+    // And that connection proves nothing afterwards either.
+    let bye = rt.block_on(c.goodbye(GoodbyeRequest {
+        from: Some(claim(0, instance(&live.links_before, 0))),
+        reason: "forged".into(),
+    }));
+    assert!(bye.is_err(), "a goodbye without a session is refused");
+    nothing_changed(&mut live);
+    let l1 = links(&live.cluster, 1);
+    assert!(refused(&l1, 1, "hello: wrong source address") >= 1, "{l1}");
+    assert!(refused(&l1, 1, "goodbye: no session") >= 1, "{l1}");
+}
+
+#[test]
+fn a_refused_hello_naming_a_real_peer_changes_no_link() {
+    let mut live = live_import();
+    // Even from node 0's own address (anyone on that host can bind it), a hello that does
+    // not match (wrong node map) is refused without touching node 1's real link to node 0.
+    let ip0 = IpAddr::V4(live.cluster.node(0).ip());
+    let (rt, mut c) = client(&live, 1, ip0);
+    let mut forged = claim(0, instance(&live.links_before, 0));
+    forged.node_map_digest = "0".repeat(64);
+    forged.node_map = vec!["10.9.9.9".into(); 3];
+    let reply = rt
+        .block_on(c.hello(HelloRequest {
+            from: Some(forged),
+            to_node_id: 1,
+        }))
+        .expect("answered")
+        .into_inner();
+    assert_eq!(reply.refusal, i32::from(Refusal::NodeMapMismatch));
+    assert!(reply.from.is_none() && reply.detail.is_empty(), "{reply:?}");
+    nothing_changed(&mut live);
+    let l1 = links(&live.cluster, 1);
+    assert_eq!(
+        l1["nodes"][1]["connections"][0]["status"], "CONNECTED",
+        "{l1}"
+    );
+    assert!(refused(&l1, 1, "hello: node map mismatch") >= 1, "{l1}");
+}
