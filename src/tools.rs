@@ -36,11 +36,32 @@ pub(crate) enum BenchCommand {
     },
 }
 
-/// Creates `nvidia-imex` and `nvidia-imex-ctl` symlinks to this binary in `dir`.
+/// Creates `nvidia-imex` and `nvidia-imex-ctl` symlinks to this binary in `dir`, which must
+/// exist.
 pub(crate) fn install_links(dir: &Path, force: bool) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find this binary's path")?;
     let exe = exe.canonicalize().unwrap_or(exe);
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // Never create the directory: a typo (`/usr/lcoal/bin`) would leave links nobody finds on
+    // PATH, and the command would still say it worked.
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => bail!(
+            "cannot install links into {}: it is not a directory; pass a directory on PATH, \
+             e.g. /usr/local/bin",
+            dir.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "cannot install links into {}: the directory does not exist; check the path, or \
+             create it first (mkdir -p {}) if it is meant to be new",
+            dir.display(),
+            dir.display()
+        ),
+        Err(e) => bail!(
+            "cannot install links into {}: {e}; pass a directory this user can write, e.g. \
+             /usr/local/bin as root",
+            dir.display()
+        ),
+    }
     for name in ["nvidia-imex", "nvidia-imex-ctl"] {
         let link = dir.join(name);
         if let Ok(meta) = std::fs::symlink_metadata(&link) {
