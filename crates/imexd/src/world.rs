@@ -73,8 +73,22 @@ fn bind_tcp(
     Ok(l)
 }
 
+/// Mode of the command service's unix socket, whatever the umask: owner and group read and
+/// write (connecting to a unix socket needs write permission), others nothing.
+///
+/// The daemon runs as root in every deployment we know, and its clients (the Kubernetes DRA
+/// driver's readiness probe `nvidia-imex-ctl -q --u=…`, Slurm prologs, systemd checks) run as
+/// root too, so root alone would do; the group bit lets a site grant `ctl` to a monitoring
+/// group (a daemon run with that group, or a set-group-ID socket directory) without opening
+/// the socket to every local user. NVIDIA documents no mode; before this, the mode followed the
+/// daemon's umask (0755 under the usual 022, which let only root connect; 0777 under 000).
+pub const CMD_SOCKET_MODE: u32 = 0o660;
+
 /// Binds the unix socket, replacing a stale socket file left by a crashed daemon, but never a
-/// live one (a connect succeeds) or a file that is not a socket.
+/// live one (a connect succeeds) or a file that is not a socket. The socket is created under
+/// a umask of 0177 (mode 0600: no moment in which a permissive umask leaves it open), then set
+/// to [`CMD_SOCKET_MODE`]. The umask is process-wide: this runs before any thread is started
+/// (the daemon binds before DAEMONIZE's fork).
 fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
     use std::os::unix::fs::FileTypeExt;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -98,7 +112,18 @@ fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
         source,
         fix: "check IMEX_CMD_UNIX_DOMAIN_PATH and that its directory exists and is writable",
     };
-    let l = UnixListener::bind(path).map_err(err)?;
+    use nix::sys::stat::{Mode, umask};
+    use std::os::unix::fs::PermissionsExt;
+    let previous = umask(Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    umask(previous);
+    let l = bound.map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(CMD_SOCKET_MODE)).map_err(
+        |e| DaemonError::SocketPath {
+            path: path.to_path_buf(),
+            reason: format!("cannot set its mode to {CMD_SOCKET_MODE:04o}: {e}"),
+        },
+    )?;
     l.set_nonblocking(true).map_err(err)?;
     Ok(l)
 }
