@@ -2,6 +2,8 @@
 //! the process set-up around [`openimex_imexd::run`]: everything is validated and every
 //! listener bound before the daemon forks or serves, so a bad config exits non-zero at once.
 
+mod signals;
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,8 +29,8 @@ struct Args {
     /// Config file.
     #[arg(short = 'c', value_name = "CONFIG", default_value = DEFAULT_CONFIG_PATH)]
     config: PathBuf,
-    /// Peer port; overrides SERVER_PORT.
-    #[arg(short = 'p', long = "port", value_name = "PORT")]
+    /// Peer port (1-65535, the same on every node); overrides SERVER_PORT.
+    #[arg(short = 'p', long = "port", value_name = "PORT", value_parser = peer_port)]
     port: Option<u16>,
     /// Control plane only, no GPU (same as OPENIMEX_DRIVER=nogpu; also -nogpu).
     #[arg(long = "nogpu")]
@@ -36,6 +38,18 @@ struct Args {
     /// Print the version.
     #[arg(long)]
     version: bool,
+}
+
+/// `-p PORT`: 1-65535. Port 0 would let the OS pick a port that no peer can know.
+fn peer_port(s: &str) -> Result<u16, String> {
+    match s.parse::<u16>() {
+        Ok(0) | Err(_) => Err(format!(
+            "`{s}` is not a peer port: give an integer 1-65535 (every daemon dials its peers on \
+             this port, so it must be a fixed port, the same on every node; NVIDIA's default is \
+             50000)"
+        )),
+        Ok(port) => Ok(port),
+    }
 }
 
 /// Runs the daemon command line.
@@ -155,6 +169,8 @@ fn prepare(args: &Args) -> Result<Prepared> {
 }
 
 fn start(args: Args) -> Result<()> {
+    // First, while this is the only thread: every thread started later inherits the mask.
+    let ignored_signals = signals::block()?;
     let Prepared {
         cfg,
         settings,
@@ -184,6 +200,7 @@ fn start(args: Args) -> Result<()> {
     for notice in cfg.notices() {
         warn!("{notice}");
     }
+    ignored_signals.log_in_background()?;
     if cfg.imex_wait_for_quorum == Quorum::Recovery {
         info!(
             "IMEX_WAIT_FOR_QUORUM=RECOVERY: no previous importers are recorded yet (nothing is persisted before export/import lands), so there is nobody to wait for"
@@ -213,7 +230,9 @@ fn start(args: Args) -> Result<()> {
 }
 
 /// Resolves on SIGTERM, SIGINT or SIGQUIT. SIGHUP and SIGUSR1 are taken (their default action
-/// would kill the daemon) and logged until their NVIDIA behaviours land.
+/// would kill the daemon) and logged until their NVIDIA behaviours land. Every other signal
+/// whose default action would end the daemon is blocked from the start and logged by
+/// [`signals`], which also says why the synchronous fault signals are left alone.
 fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;

@@ -1,16 +1,25 @@
 //! `openimex gpu`: run one node's simulated GPU driver in the foreground.
 //!
-//! Prints `ready <socket path>` on stdout once it listens; logs go to stderr. SIGTERM or SIGINT
-//! stops it (exit 0, socket file removed); the HBM files stay, since the fabric directory is
-//! shared by every node.
+//! Prints `ready <socket path>` on stdout once it listens; logs go to stderr. SIGTERM, SIGINT
+//! or SIGQUIT stops it (exit 0, socket file removed); the HBM files stay, since the fabric
+//! directory is shared by every node. Every other signal whose default action would end it
+//! without removing its socket (SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO,
+//! SIGPWR, SIGSTKFLT, SIGXCPU, SIGXFSZ, the real-time signals) is ignored with a log line, at
+//! most one per signal every 10 s: like the kernel module it stands for, the driver outlives
+//! terminals and daemons. The synchronous fault signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+//! SIGTRAP, SIGSYS, SIGABRT) keep their default action: a handler would re-run the faulting
+//! instruction, and a core dump is the useful outcome.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
+use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
-use nix::sys::signal::{SigSet, Signal};
+use nix::libc;
 
 use openimex_simproto::handle::decode_hex_array;
 
@@ -72,15 +81,15 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         .with_target(false)
         .try_init();
 
-    // Block the stop signals before any thread starts, so that every thread inherits the mask
-    // and only the sigwait below sees them.
-    let mut signals = SigSet::empty();
-    signals.add(Signal::SIGTERM);
-    signals.add(Signal::SIGINT);
-    if let Err(e) = signals.thread_block() {
-        eprintln!("openimex gpu: error: cannot block SIGTERM/SIGINT: {e}");
-        return ExitCode::FAILURE;
-    }
+    // Block the stop and ignored signals before any thread starts, so that every thread
+    // inherits the mask and only the wait below sees them.
+    let signals = match Signals::block() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("openimex gpu: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
 
     let Some(hbm_bytes) = args.hbm_mib.checked_mul(1 << 20) else {
         eprintln!(
@@ -135,10 +144,122 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     }
     drop(out);
 
-    match signals.wait() {
-        Ok(sig) => tracing::info!("{sig} received, stopping"),
-        Err(e) => tracing::error!("sigwait failed: {e}; stopping"),
-    }
+    signals.wait_for_stop();
     handle.stop();
     ExitCode::SUCCESS
+}
+
+/// Signals that stop the driver cleanly.
+const STOP: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT];
+
+/// At most one log line per ignored signal this often.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Signals whose default action would end the driver without removing its socket, and that it
+/// ignores (see the module documentation).
+fn ignored() -> Vec<libc::c_int> {
+    let mut v = vec![
+        libc::SIGHUP,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGIO,
+        libc::SIGPWR,
+        libc::SIGSTKFLT,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+    ];
+    v.extend(libc::SIGRTMIN()..=libc::SIGRTMAX());
+    v
+}
+
+/// `SIGUSR2`, `SIGRTMIN+3`, `SIGRTMAX` (the daemon's names).
+fn signal_name(sig: libc::c_int) -> String {
+    let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    match sig {
+        s if s == min => "SIGRTMIN".to_owned(),
+        s if s == max => "SIGRTMAX".to_owned(),
+        s if (min..max).contains(&s) => format!("SIGRTMIN+{}", s - min),
+        s => nix::sys::signal::Signal::try_from(s)
+            .map(|n| n.as_str().to_owned())
+            .unwrap_or_else(|_| format!("signal {s}")),
+    }
+}
+
+/// The stop and ignored signals, blocked in every thread.
+struct Signals {
+    set: libc::sigset_t,
+}
+
+impl Signals {
+    /// Blocks [`STOP`] and [`ignored`] in the calling thread; call before any thread starts.
+    fn block() -> Result<Self, String> {
+        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: sigemptyset initialises the set behind the pointer, which is valid for writes.
+        let mut set = unsafe {
+            libc::sigemptyset(set.as_mut_ptr());
+            set.assume_init()
+        };
+        for sig in STOP.into_iter().chain(ignored()) {
+            // SAFETY: `set` is an initialised sigset_t; sigaddset checks the number and sets a bit.
+            if unsafe { libc::sigaddset(&mut set, sig) } != 0 {
+                return Err(format!(
+                    "cannot add {} to a signal set: {}",
+                    signal_name(sig),
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+        // SAFETY: both pointers are valid (the old mask is not asked for); this changes only
+        // the calling thread's mask.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if rc != 0 {
+            return Err(format!(
+                "cannot block SIGTERM/SIGINT/SIGQUIT and the ignored signals: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
+        }
+        Ok(Self { set })
+    }
+
+    /// Waits for a stop signal, logging the ignored ones (rate-limited) meanwhile.
+    fn wait_for_stop(&self) {
+        let mut logged: HashMap<libc::c_int, (Instant, u64)> = HashMap::new();
+        loop {
+            // SAFETY: `self.set` is initialised; a null siginfo pointer is allowed.
+            let sig = unsafe { libc::sigwaitinfo(&self.set, std::ptr::null_mut()) };
+            if sig < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!("sigwaitinfo failed: {e}; stopping");
+                return;
+            }
+            if STOP.contains(&sig) {
+                tracing::info!("{} received, stopping", signal_name(sig));
+                return;
+            }
+            let now = Instant::now();
+            match logged.get_mut(&sig) {
+                Some((at, unlogged)) if now.saturating_duration_since(*at) < LOG_EVERY => {
+                    *unlogged += 1;
+                }
+                entry => {
+                    let more = match entry {
+                        Some((_, n)) if *n > 0 => format!(" ({n} more since the last line)"),
+                        _ => String::new(),
+                    };
+                    tracing::warn!(
+                        "{} received{more}: ignored (the simulated GPU driver stops on SIGTERM, \
+                         SIGINT or SIGQUIT only)",
+                        signal_name(sig)
+                    );
+                    logged.insert(sig, (now, 0));
+                }
+            }
+        }
+    }
 }
