@@ -30,6 +30,9 @@ mod forged;
 // a domain forms: states, `ctl -q` and `ctl -N -j` output as tools parse them
 #[path = "e2e/formation.rs"]
 mod formation;
+// issue 13: ignored signals logged, socket mode, bounded echoes and reads, refused port 0
+#[path = "e2e/hardening.rs"]
+mod hardening;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
