@@ -82,7 +82,11 @@ pub fn quiesce(w: &mut World) {
     w.cut.clear();
     w.cond = Conditions::calm();
     // A daemon that is exiting finishes exiting first.
-    w.run_for(Duration::from_secs(1));
+    w.run_while_not(Duration::from_secs(10), |w| {
+        w.slots
+            .iter()
+            .all(|s| s.daemon.as_ref().is_none_or(|d| !d.exiting))
+    });
     for i in 0..w.p.n {
         w.start(i);
     }
@@ -318,6 +322,13 @@ impl World {
                 self.note(|| format!("FAULT slow driver {c:?}"));
                 let calm = self.rng.ms(300, 4_000);
                 self.schedule_op(now + calm, Op::Calm);
+            }
+            8 => {
+                let j = self.rng.below(n);
+                if i != j {
+                    self.note(|| format!("FAULT connection reset {i} <-> {j}"));
+                    self.reset(i, j);
+                }
             }
             _ => {
                 let j = self.rng.below(n);

@@ -200,13 +200,19 @@ fn slow_describe_is_cancelled_by_the_importers_give_back() {
         "still describing"
     );
     assert_eq!(daemon_refs(&w, A, exp), 1);
-    w.run_for(T);
+    w.run_for(T - 50 * MS);
     assert_eq!(
         daemon_refs(&w, A, exp),
         0,
         "released when the describe landed"
     );
     assert_eq!(refs_held(&w, A), 0);
+    let cancelled = count(
+        &w,
+        A,
+        |a| matches!(a, Action::AnswerImport { answer: Err(e), .. } if e.detail.contains("cancelled")),
+    );
+    assert_eq!(cancelled, 1, "answered as cancelled, not as a success");
     w.cond.describe_fixed = None;
     finish(w);
 }
@@ -324,14 +330,23 @@ fn importer_restarting_while_the_exporter_describes_leaks_nothing() {
 fn importer_shutting_down_does_not_validate_a_late_success() {
     let mut w = world(3);
     let exp = export(&mut w, A);
-    w.cond.extra.insert((A, B), 50 * MS);
+    w.cond.extra.insert((A, B), 300 * MS); // the answer crawls back
+    w.cond.linger = Some(Duration::from_secs(2));
     let (desc, event) = import(&mut w, B, A, exp);
-    w.run_for(10 * MS);
+    w.run_for(60 * MS);
+    assert_eq!(refs_held(&w, A), 1, "described; the answer is on its way");
     // The creator lets go: only the reference taken for B keeps the memory.
     w.app_exports.retain(|x| *x != (A, exp));
     chaos::release_export(&mut w, A, exp);
+    assert!(!w.slots[A].driver.exports[&exp].freed);
     w.shutdown(B);
     w.run_for(100 * MS);
+    assert!(
+        w.slots[A].driver.exports[&exp].freed,
+        "B's goodbye released the reference"
+    );
+    w.run_for(300 * MS);
+    assert!(w.alive(B), "still exiting when the answer arrived");
     let validated_ok = count(
         &w,
         B,
@@ -339,10 +354,9 @@ fn importer_shutting_down_does_not_validate_a_late_success() {
     );
     assert_eq!(
         validated_ok, 0,
-        "the goodbye released the reference: never map it"
+        "the late success must not map freed memory"
     );
     assert_eq!(state(&w, B, desc), DescState::Failed);
-    assert!(w.slots[A].driver.exports[&exp].freed);
     // A new import while stopping fails at once.
     let exp2 = export(&mut w, 2);
     let now = w.now;
@@ -351,6 +365,32 @@ fn importer_shutting_down_does_not_validate_a_late_success() {
         w.pump();
         assert_eq!(state(&w, B, desc), DescState::Failed);
     }
+    w.cond = crate::world::Conditions::calm();
+    finish(w);
+}
+
+#[test]
+fn transport_error_after_the_exporter_took_a_reference_gives_it_back() {
+    let mut w = world(2);
+    let exp = export(&mut w, A);
+    w.cond.extra.insert((A, B), 300 * MS); // the answer crawls back
+    let (desc, event) = import(&mut w, B, A, exp);
+    w.run_for(60 * MS);
+    assert_eq!(refs_held(&w, A), 1, "described; the answer is on its way");
+    w.reset(A, B);
+    w.pump();
+    w.run_for(MS);
+    assert_eq!(
+        state(&w, B, desc),
+        DescState::Failed,
+        "the transport error fails it"
+    );
+    assert_eq!(refs_held(&w, A), 1, "the exporter does not know yet");
     w.cond.extra.clear();
+    assert!(w.run_while_not(Duration::from_secs(10), World::all_up));
+    w.run_for(100 * MS);
+    // Sent at once (the reset was not seen yet, so it failed too), then again on reconnect.
+    assert!(unimports_sent(&w, event) >= 1, "handed back");
+    assert_eq!(refs_held(&w, A), 0);
     finish(w);
 }

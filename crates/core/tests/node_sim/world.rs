@@ -36,7 +36,7 @@ pub struct Params {
 }
 
 /// How many kinds of fault the chaos script knows.
-pub const FAULT_KINDS: usize = 9;
+pub const FAULT_KINDS: usize = 10;
 
 /// The network and driver conditions, changed by faults.
 #[derive(Debug, Clone)]
@@ -53,6 +53,8 @@ pub struct Conditions {
     pub extra: BTreeMap<(usize, usize), Duration>,
     /// Every describe takes exactly this long (scenarios).
     pub describe_fixed: Option<Duration>,
+    /// A daemon that shut down exits exactly this long after (scenarios).
+    pub linger: Option<Duration>,
 }
 
 impl Conditions {
@@ -64,6 +66,7 @@ impl Conditions {
             drop: BTreeSet::new(),
             extra: BTreeMap::new(),
             describe_fixed: None,
+            linger: None,
         }
     }
 }
@@ -110,6 +113,8 @@ pub struct Sess {
     pub attempt: u64,
     pub client: InstanceId,
     pub server: InstanceId,
+    /// The inbound connection the server knows it by.
+    pub conn: ConnId,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,7 +143,8 @@ pub enum Msg {
 
 #[derive(Debug, Clone)]
 enum DialResult {
-    Accept(Box<Hello>),
+    /// The server's hello, and the inbound connection it accepted it on.
+    Accept(Box<Hello>, ConnId),
     Refused(Mismatch, String),
     ShuttingDown,
     Unreachable,
@@ -197,6 +203,12 @@ enum Ev {
     DriverReady {
         node: usize,
         inst: InstanceId,
+    },
+    /// The server sees an inbound connection close.
+    ConnClosed {
+        node: usize,
+        inst: InstanceId,
+        conn: ConnId,
     },
     Exit {
         node: usize,
@@ -276,6 +288,7 @@ pub struct World {
     server_reqs: BTreeMap<(usize, RequestId), u64>,
     next_rpc: u64,
     next_request: RequestId,
+    next_conn: ConnId,
     /// (exporter, daemon reference) → (importer, import event) it was described for.
     ref_for: BTreeMap<(usize, u64), (usize, u64)>,
     /// (importer, import event) → the exporter instance whose success answer was delivered.
@@ -324,6 +337,7 @@ impl World {
             server_reqs: BTreeMap::new(),
             next_rpc: 1,
             next_request: 1,
+            next_conn: 1,
             answered_by: BTreeMap::new(),
             ref_for: BTreeMap::new(),
             gone_checks: Vec::new(),
@@ -480,9 +494,20 @@ impl World {
         let inst = d.instance;
         d.node.handle_shutdown(now);
         self.note(|| format!("node {i}: shutdown"));
-        let linger = self.rng.ms(50, 600);
+        let linger = match self.cond.linger {
+            Some(d) => d,
+            None => self.rng.ms(50, 600),
+        };
         self.push(now + linger, Ev::Exit { node: i, inst });
         self.pump();
+    }
+
+    /// A connection reset between `a` and `b` (a middlebox, a NIC flap): both sessions drop,
+    /// their RPCs fail, both daemons see the reset and redial.
+    pub fn reset(&mut self, a: usize, b: usize) {
+        self.note(|| format!("sessions between {a} and {b} reset"));
+        self.remove_session(a, b, true);
+        self.remove_session(b, a, true);
     }
 
     fn remove_session(&mut self, a: usize, b: usize, notify_lost: bool) {
@@ -509,6 +534,16 @@ impl World {
                 Ev::RpcFailed {
                     rpc,
                     why: "connection lost",
+                },
+            );
+        }
+        if self.inst(b) == Some(s.server) {
+            self.push(
+                when,
+                Ev::ConnClosed {
+                    node: b,
+                    inst: s.server,
+                    conn: s.conn,
                 },
             );
         }
@@ -686,8 +721,12 @@ impl World {
                 }
                 self.perform_mesh(i, inst, m);
             }
-            // Only an inbound session (a daemon's) refuses; the simulation has none.
-            Action::Refused { .. } => {}
+            // Every peer here is honest and says hello first: a refusal is a bookkeeping bug.
+            Action::Refused { reason, detail, .. } => {
+                self.violate(format!(
+                    "node {i}: refused an honest peer ({reason}): {detail}"
+                ));
+            }
             Action::SendImport { peer, request } => {
                 let e = request.import_event_id;
                 self.call(
@@ -766,7 +805,8 @@ impl World {
                     let exiting = self.slots[b].daemon.as_ref().is_some_and(|d| d.exiting);
                     if self.slots[b].driver.is_live(e) && !exiting {
                         self.violate(format!(
-                            "node {i}: released the reference held for node {b}'s import {e},                              which is still live there"
+                            "node {i}: released the reference held for node {b}'s import {e}, \
+                             which is still live there"
                         ));
                     }
                 }
@@ -1044,10 +1084,14 @@ impl World {
                     return;
                 }
                 let hello_a = self.node(a).unwrap().mesh().hello();
-                let verdict = self.node_mut(b).handle_hello(now, &hello_a);
+                let conn = self.next_conn;
+                self.next_conn += 1;
+                let verdict = self
+                    .node_mut(b)
+                    .handle_session_hello(now, conn, true, &hello_a);
                 let hello_b = self.node(b).unwrap().mesh().hello();
                 let result = match verdict {
-                    Verdict::Accept => DialResult::Accept(Box::new(hello_b)),
+                    Verdict::Accept => DialResult::Accept(Box::new(hello_b), conn),
                     Verdict::Refuse { mismatch, detail } => DialResult::Refused(mismatch, detail),
                     Verdict::ShuttingDown => DialResult::ShuttingDown,
                 };
@@ -1074,7 +1118,7 @@ impl World {
                 }
                 let peer = Self::id(b);
                 match result {
-                    DialResult::Accept(hello)
+                    DialResult::Accept(hello, conn)
                         if self.reachable(a, b) && self.inst(b) == Some(hello.instance) =>
                     {
                         self.remove_session(a, b, false);
@@ -1084,6 +1128,7 @@ impl World {
                                 attempt,
                                 client: a_inst,
                                 server: hello.instance,
+                                conn,
                             },
                         );
                         self.node_mut(a).handle_dial_ok(now, peer, attempt, &hello);
@@ -1092,7 +1137,29 @@ impl World {
                         self.node_mut(a)
                             .handle_dial_refused(now, peer, attempt, m, detail);
                     }
-                    DialResult::Accept(_) | DialResult::ShuttingDown | DialResult::Unreachable => {
+                    DialResult::Accept(hello, conn) => {
+                        // Accepted there, but the answer never made it back.
+                        let when = if self.is_cut(a, b) {
+                            now + PEER_TIMEOUT
+                        } else {
+                            now
+                        };
+                        self.push(
+                            when,
+                            Ev::ConnClosed {
+                                node: b,
+                                inst: hello.instance,
+                                conn,
+                            },
+                        );
+                        self.node_mut(a).handle_dial_failed(
+                            now,
+                            peer,
+                            attempt,
+                            "connection reset".into(),
+                        );
+                    }
+                    DialResult::ShuttingDown | DialResult::Unreachable => {
                         self.node_mut(a).handle_dial_failed(
                             now,
                             peer,
@@ -1146,6 +1213,11 @@ impl World {
                 }
                 self.node_mut(node).handle_driver_ready(now);
             }
+            Ev::ConnClosed { node, inst, conn } => {
+                if self.inst(node) == Some(inst) {
+                    self.node_mut(node).handle_conn_closed(conn);
+                }
+            }
             Ev::Exit { node, inst } => {
                 if self.inst(node) == Some(inst) {
                     self.take_down(node, "exited after shutdown");
@@ -1175,10 +1247,13 @@ impl World {
         }
         self.note(|| format!("node {server}: from {client} request {request}: {msg:?}"));
         let n = self.node_mut(server);
+        let (conn, claimed) = (sess.conn, Some(from));
         match msg {
-            Msg::ImportReq(req) => n.handle_peer_import(now, request, from, req),
-            Msg::UnimportReq(e) => n.handle_peer_unimport(now, request, from, e),
-            Msg::Goodbye => n.handle_goodbye(now, from, "shutting down"),
+            Msg::ImportReq(req) => n.handle_session_import(now, request, conn, claimed, req),
+            Msg::UnimportReq(e) => n.handle_session_unimport(now, request, conn, claimed, e),
+            Msg::Goodbye => {
+                n.handle_session_goodbye(now, conn, claimed, "shutting down");
+            }
             Msg::ImportResp(_) | Msg::UnimportResp => unreachable!("response sent to a server"),
         }
     }
@@ -1234,7 +1309,8 @@ impl World {
                         .any(|((n, _), held)| *n == exporter && *held == (i, event)) =>
                 {
                     self.violate(format!(
-                        "node {i}: import event {event} validated, but node {exporter} holds no                          reference for it"
+                        "node {i}: import event {event} validated, but node {exporter} holds no \
+                         reference for it"
                     ));
                 }
                 Some(by) if Some(by) != known => self.violate(format!(
