@@ -12,6 +12,9 @@ mod cli;
 // shared helpers: the binary under test, time limits, checks on failed commands
 #[path = "e2e/common.rs"]
 mod common;
+// issue 13: bounds on peer connections, HTTP/2 streams, message sizes and peer strings
+#[path = "e2e/bounds.rs"]
+mod bounds;
 // bad config files fail before binding, naming file:line and the fix
 #[path = "e2e/config_errors.rs"]
 mod config_errors;

@@ -48,7 +48,7 @@ fn live_import() -> Live {
 }
 
 /// `ctl --links -j` on node `i`.
-fn links(cluster: &openimex_harness::Cluster, i: usize) -> Value {
+pub(crate) fn links(cluster: &openimex_harness::Cluster, i: usize) -> Value {
     let out = cluster.ctl(i, &["--links", "-j"]).expect("ctl --links -j");
     serde_json::from_slice(&out.stdout).expect("ctl --links -j prints JSON")
 }
@@ -72,7 +72,7 @@ fn link_states(v: &Value) -> Vec<(String, Vec<(String, String)>)> {
 }
 
 /// How many messages node `node` (as seen in `v`) refused for `reason`.
-fn refused(v: &Value, node: usize, reason: &str) -> u64 {
+pub(crate) fn refused(v: &Value, node: usize, reason: &str) -> u64 {
     v["nodes"][node]["refused"][reason].as_u64().unwrap_or(0)
 }
 
@@ -126,7 +126,11 @@ fn nothing_changed(live: &mut Live) {
         "the importer keeps its mapping and its data"
     );
     let s0 = stats(live.cluster.node(0).dir());
-    assert_eq!(num(&s0, "daemon_export_refs"), 1, "reference counts unchanged");
+    assert_eq!(
+        num(&s0, "daemon_export_refs"),
+        1,
+        "reference counts unchanged"
+    );
     assert_eq!(
         link_states(&links(&live.cluster, 0)),
         link_states(&live.links_before),
@@ -193,7 +197,10 @@ fn a_forged_restart_from_another_address_is_not_believed() {
         .into_inner();
     assert_ne!(reply.refusal, i32::from(Refusal::None), "refused");
     assert!(reply.from.is_none(), "a refusal tells nothing: {reply:?}");
-    assert!(reply.detail.is_empty(), "a refusal tells nothing: {reply:?}");
+    assert!(
+        reply.detail.is_empty(),
+        "a refusal tells nothing: {reply:?}"
+    );
     // And that connection proves nothing afterwards either.
     let bye = rt.block_on(c.goodbye(GoodbyeRequest {
         from: Some(claim(0, instance(&live.links_before, 0))),

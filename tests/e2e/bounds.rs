@@ -1,0 +1,164 @@
+//! Bounds on what a peer connection may make a daemon hold: connections that never say hello
+//! (per source address, and a deadline), HTTP/2 streams per connection, message sizes and
+//! peer-supplied strings. Each is refused and counted, never a crash, and the real domain
+//! stays UP meanwhile.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use openimex_harness::Cluster;
+use openimex_proto::peer::peer_client::PeerClient;
+use openimex_proto::peer::{HelloRequest, Identity};
+use tonic::transport::Endpoint;
+
+use crate::common::{FORM, spec};
+use crate::forged::{links, refused};
+
+fn two_nodes() -> Cluster {
+    let cluster = Cluster::start(spec(2)).expect("start 2 nodes");
+    cluster.wait_up(0, FORM).expect("domain UP");
+    cluster
+}
+
+fn peer_addr(cluster: &Cluster, i: usize) -> SocketAddr {
+    let n = cluster.node(i);
+    SocketAddr::new(IpAddr::V4(n.ip()), n.server_port())
+}
+
+/// Whether the server closed `s` (EOF or reset) within `within`.
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).expect("read timeout");
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            // The server's HTTP/2 preface and settings: keep reading.
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[track_caller]
+fn still_up(cluster: &Cluster) {
+    for i in 0..2 {
+        let d = cluster.domain(i).expect("ctl -N -j answers");
+        assert_eq!(d.status, "UP", "node {i}: {}", d.compact());
+    }
+}
+
+#[test]
+fn connections_without_a_hello_are_limited_per_source_and_closed_at_the_deadline() {
+    let cluster = two_nodes();
+    let target = peer_addr(&cluster, 0);
+    let started = Instant::now();
+    let mut idle: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(target).expect("connect"))
+        .collect();
+    // The ninth from the same address is closed at once.
+    let mut ninth = TcpStream::connect(target).expect("connect");
+    assert!(
+        closed_within(&mut ninth, Duration::from_secs(5)),
+        "a ninth connection without a hello from one address is refused"
+    );
+    still_up(&cluster);
+    // The eight are closed at the hello deadline (10 s), not kept forever.
+    for (k, s) in idle.iter_mut().enumerate() {
+        let left = Duration::from_secs(30).saturating_sub(started.elapsed());
+        assert!(closed_within(s, left), "idle connection {k} closed");
+    }
+    let v = links(&cluster, 0);
+    assert!(
+        refused(
+            &v,
+            0,
+            "connection: too many without a hello from one address"
+        ) >= 1,
+        "{v}"
+    );
+    assert!(refused(&v, 0, "connection: no hello in time") >= 8, "{v}");
+    // Once they are gone, that address may connect again.
+    let mut again = TcpStream::connect(target).expect("connect");
+    assert!(!closed_within(&mut again, Duration::from_millis(500)));
+    still_up(&cluster);
+}
+
+#[test]
+fn the_peer_port_advertises_its_http2_limits() {
+    let cluster = two_nodes();
+    let mut s = TcpStream::connect(peer_addr(&cluster, 0)).expect("connect");
+    // Client preface, then an empty SETTINGS frame.
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    s.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut header = [0u8; 9];
+    s.read_exact(&mut header).expect("the server's first frame");
+    assert_eq!(header[3], 4, "the server speaks first with SETTINGS");
+    let len = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).expect("settings payload");
+    let settings: Vec<(u16, u32)> = body
+        .chunks_exact(6)
+        .map(|c| {
+            (
+                u16::from_be_bytes([c[0], c[1]]),
+                u32::from_be_bytes([c[2], c[3], c[4], c[5]]),
+            )
+        })
+        .collect();
+    // SETTINGS_MAX_CONCURRENT_STREAMS (0x3) and SETTINGS_MAX_HEADER_LIST_SIZE (0x6).
+    assert!(settings.contains(&(3, 256)), "{settings:?}");
+    assert!(settings.contains(&(6, 16 << 10)), "{settings:?}");
+}
+
+#[test]
+fn oversized_hellos_are_refused_without_a_crash_or_a_log_flood() {
+    let cluster = two_nodes();
+    let log = cluster.node(0).log_path();
+    let log_before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let channel = rt
+        .block_on(
+            Endpoint::from_shared(format!("http://{}", peer_addr(&cluster, 0)))
+                .unwrap()
+                .local_address(Some(IpAddr::V4(Ipv4Addr::LOCALHOST)))
+                .connect(),
+        )
+        .expect("connect");
+    let mut c = PeerClient::new(channel).max_encoding_message_size(64 << 20);
+    let hello = |node_map: Vec<String>| HelloRequest {
+        from: Some(Identity {
+            node_id: 1,
+            instance_id: 1,
+            protocol_version: openimex_proto::PROTOCOL_VERSION,
+            node_map,
+            ..Default::default()
+        }),
+        to_node_id: 0,
+    };
+    // 5 MB in one message: over the peer request limit.
+    let big = rt.block_on(c.hello(hello(vec!["x".repeat(1000); 5000])));
+    assert!(big.is_err(), "a 5 MB hello is refused");
+    // A 300 KB node-map entry, ten times: refused as malformed, never copied into the log.
+    for _ in 0..10 {
+        let r = rt.block_on(c.hello(hello(vec!["y".repeat(300_000)])));
+        let status = r.expect_err("a 300 KB entry is refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) - log_before;
+    assert!(grown < 64 << 10, "the log grew by {grown} bytes");
+    still_up(&cluster);
+}
