@@ -152,7 +152,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
         host_name,
         cmd_unix_path: cmd_unix.clone(),
         import_timeout: openimex_imexd::settings::DEFAULT_IMPORT_TIMEOUT,
-        peer_any_source: false,
+        peer_any_source: cfg.peer_any_source,
     };
     let world = World::bind(
         std::net::SocketAddr::new(local.bind_ip, cfg.server_port),

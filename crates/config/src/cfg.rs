@@ -269,6 +269,10 @@ pub struct Config {
     /// `OPENIMEX_HOSTNAME`: host name shown by `ctl -H`; `None` (empty, default) means the
     /// system host name.
     pub host_name: Option<String>,
+    /// `OPENIMEX_PEER_ANY_SOURCE`: accept a peer's hello from any source address, not only
+    /// from the nodes file's address for the node it names (multi-homed hosts whose routes
+    /// pick another address). 0 (default) or 1.
+    pub peer_any_source: bool,
 
     /// `OPENIMEX_SIM_NODE_DIR`: the node directory of the simulated GPU driver
     /// (`openimex gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
@@ -326,6 +330,7 @@ impl Default for Config {
             reconnect_min_ms: 250,
             reconnect_max_ms: 5000,
             host_name: None,
+            peer_any_source: false,
             sim_node_dir: None,
             notices: Vec::new(),
             node_config_file_origin: None,

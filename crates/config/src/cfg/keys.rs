@@ -223,6 +223,7 @@ const KEYS: &[Key] = &[
     Key { name: RECONNECT_MIN, set: |c, v| { c.reconnect_min_ms = v.positive_ms()?; Ok(()) } },
     Key { name: RECONNECT_MAX, set: |c, v| { c.reconnect_max_ms = v.positive_ms()?; Ok(()) } },
     Key { name: "OPENIMEX_HOSTNAME", set: |c, v| { c.host_name = v.opt_string(); Ok(()) } },
+    Key { name: "OPENIMEX_PEER_ANY_SOURCE", set: |c, v| { c.peer_any_source = v.bool()?; Ok(()) } },
     Key { name: "OPENIMEX_SIM_NODE_DIR", set: |c, v| { c.sim_node_dir = v.opt_path(); Ok(()) } },
 ];
 
