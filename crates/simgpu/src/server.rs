@@ -178,11 +178,16 @@ impl Shared {
     }
 }
 
+/// Connections (RM clients) served at once by default: each is a thread, as each real client
+/// is a process holding `/dev/nvidiactl` open. More are closed at once, with a log line.
+pub const DEFAULT_MAX_CLIENTS: usize = 1024;
+
 /// A bound, not yet serving, driver.
 #[derive(Debug)]
 pub struct Server {
     shared: Arc<Shared>,
     listener: UnixListener,
+    max_clients: usize,
 }
 
 impl Server {
@@ -228,7 +233,17 @@ impl Server {
             threads: Mutex::new(Vec::new()),
             pids: Mutex::new(HashMap::new()),
         });
-        Ok(Self { shared, listener })
+        Ok(Self {
+            shared,
+            listener,
+            max_clients: DEFAULT_MAX_CLIENTS,
+        })
+    }
+
+    /// Serves at most `n` connections at once ([`DEFAULT_MAX_CLIENTS`] unless set).
+    pub fn max_clients(mut self, n: usize) -> Self {
+        self.max_clients = n.max(1);
+        self
     }
 
     /// The socket clients connect to.
@@ -242,7 +257,7 @@ impl Server {
         let listener = self.listener.try_clone()?;
         let accept = std::thread::Builder::new()
             .name("simgpu-accept".into())
-            .spawn(move || accept_loop(&self.shared, &self.listener))?;
+            .spawn(move || accept_loop(&self.shared, &self.listener, self.max_clients))?;
         Ok(ServerHandle {
             shared,
             listener,
@@ -317,7 +332,8 @@ impl Drop for ServerHandle {
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, max_clients: usize) {
+    let mut refused: u64 = 0;
     loop {
         let accepted = listener.accept();
         if shared.stopping() {
@@ -331,6 +347,21 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
                 continue;
             }
         };
+        let live = shared
+            .conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        if live >= max_clients {
+            refused += 1;
+            if refused.is_power_of_two() {
+                tracing::warn!(
+                    "{live} clients connected (the limit): closed a new connection ({refused} so far)"
+                );
+            }
+            drop(stream);
+            continue;
+        }
         let Ok(clone) = stream.try_clone() else {
             continue;
         };

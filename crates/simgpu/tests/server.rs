@@ -472,3 +472,26 @@ fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() 
         );
     }
 }
+
+#[test]
+fn connections_beyond_the_limit_are_closed_and_freed_slots_are_reused() {
+    let dir = TempDir::new("max-clients");
+    let server = Server::bind(&config(&dir.0, 0))
+        .unwrap()
+        .max_clients(3)
+        .spawn()
+        .unwrap();
+    let held: Vec<Conn> = (0..3).map(|_| Conn::open(&server)).collect();
+    for c in &held {
+        c.stats();
+    }
+    // A fourth is closed at once: its call finds the connection gone, not a hang.
+    let fourth = Conn::open(&server);
+    assert!(proto::call(&fourth.0, &Request::Stats, &[]).is_err());
+    // Once one leaves, a new client is served.
+    drop(held);
+    eventually("a freed slot serves a new client", || {
+        let c = Conn::open(&server);
+        proto::call(&c.0, &Request::Stats, &[]).is_ok()
+    });
+}
