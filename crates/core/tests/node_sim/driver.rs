@@ -157,7 +157,7 @@ pub struct Driver {
     cache: BTreeMap<DescKey, u64>,
     by_event: BTreeMap<u64, u64>,
     /// Import events not yet validated nor torn down, with the time they were posted.
-    pub pending: BTreeMap<u64, Instant>,
+    pub pending: BTreeMap<u64, (Instant, usize)>,
     /// Every import event ever posted, with its session epoch.
     import_events: BTreeMap<u64, u64>,
     /// The unimport wait table.
@@ -471,7 +471,7 @@ impl Driver {
         );
         self.cache.insert(key, desc);
         self.by_event.insert(event_id, desc);
-        self.pending.insert(event_id, now);
+        self.pending.insert(event_id, (now, node));
         self.import_events.insert(event_id, session.epoch);
         self.events.push_back(Event::Import {
             event_id,
@@ -514,6 +514,15 @@ impl Driver {
             export_node: NodeId(u16::try_from(d.key.0).unwrap()),
         });
         Some(unimport_event_id)
+    }
+
+    /// Import events to `node`'s exports still waiting for their validation.
+    pub fn pending_from(&self, node: usize) -> Vec<u64> {
+        self.pending
+            .iter()
+            .filter(|(_, (_, n))| *n == node)
+            .map(|(e, _)| *e)
+            .collect()
     }
 
     /// Whether the import of `event_id` is validated and still mapped.

@@ -683,6 +683,13 @@ impl World {
             self.perform(i, action);
         }
         for (node, peer, new) in std::mem::take(&mut self.gone_checks) {
+            let unanswered = self.slots[node].driver.pending_from(peer.index());
+            if !unanswered.is_empty() {
+                self.violate(format!(
+                    "node {node}: learned that node {peer} is gone, but imports {unanswered:?} \
+                     asked of it are still waiting (not failed at once)"
+                ));
+            }
             let stale = self.slots[node].driver.maps_from(peer.index(), new);
             if !stale.is_empty() {
                 let how = match new {
@@ -1395,7 +1402,7 @@ impl World {
         let unimport_by = self.p.import_timeout * 2 + SLACK;
         let mut late = Vec::new();
         for (i, s) in self.slots.iter().enumerate() {
-            for (e, posted) in &s.driver.pending {
+            for (e, (posted, _)) in &s.driver.pending {
                 if now > *posted + import_by {
                     late.push((i, *e, true, now - *posted));
                 }
