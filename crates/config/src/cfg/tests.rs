@@ -175,10 +175,18 @@ fn openimex_keys() {
         parse("OPENIMEX_DRIVER=auto").unwrap().driver,
         DriverKind::Auto
     );
-    assert!(!c.peer_any_source, "peers must say hello from their own address by default");
+    assert!(
+        !c.peer_any_source,
+        "peers must say hello from their own address by default"
+    );
     assert!(parse("OPENIMEX_PEER_ANY_SOURCE=1").unwrap().peer_any_source);
-    let e = parse("OPENIMEX_PEER_ANY_SOURCE=yes").unwrap_err().to_string();
-    assert!(e.contains("OPENIMEX_PEER_ANY_SOURCE") && e.contains("0 or 1"), "{e}");
+    let e = parse("OPENIMEX_PEER_ANY_SOURCE=yes")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("OPENIMEX_PEER_ANY_SOURCE") && e.contains("0 or 1"),
+        "{e}"
+    );
 }
 
 #[test]
