@@ -162,3 +162,59 @@ fn oversized_hellos_are_refused_without_a_crash_or_a_log_flood() {
     assert!(grown < 64 << 10, "the log grew by {grown} bytes");
     still_up(&cluster);
 }
+
+/// CPU time (user + system, in clock ticks) the process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat, i.e. 12 and 13 after the name.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Sets the soft descriptor limit of `pid` (the hard one stays, so it can be raised back).
+fn set_nofile(pid: u32, n: usize) {
+    let out = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={n}:"))
+        .output()
+        .expect("prlimit (util-linux) runs");
+    assert!(out.status.success(), "prlimit: {:?}", out);
+}
+
+#[test]
+fn out_of_descriptors_the_accept_loop_waits_instead_of_spinning() {
+    let cluster = two_nodes();
+    let pid = cluster.node(0).pid().expect("daemon 0 runs");
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let soft: usize = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .expect("soft NOFILE limit");
+    set_nofile(pid, open + 2);
+    let target = peer_addr(&cluster, 0);
+    // More connections than it has descriptors for: the rest wait in the listen backlog and
+    // every accept fails with EMFILE.
+    let conns: Vec<TcpStream> = (0..16)
+        .filter_map(|_| TcpStream::connect(target).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid) - before;
+    // A spinning accept loop burns a whole core (about 200 ticks in 2 s); waiting costs a few.
+    assert!(
+        used < 60,
+        "{used} ticks of CPU in 2 s while out of descriptors"
+    );
+    drop(conns);
+    set_nofile(pid, soft);
+    assert!(cluster.node(0).pid().is_some());
+    still_up(&cluster);
+}
