@@ -153,6 +153,10 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cmd_unix_path: cmd_unix.clone(),
         import_timeout: openimex_imexd::settings::DEFAULT_IMPORT_TIMEOUT,
         peer_any_source: cfg.peer_any_source,
+        grace: match cfg.imex_node_disconnected_grace_time {
+            openimex_config::GraceTime::Forever => None,
+            openimex_config::GraceTime::Seconds(s) => Some(Duration::from_secs(s)),
+        },
     };
     let world = World::bind(
         std::net::SocketAddr::new(local.bind_ip, cfg.server_port),

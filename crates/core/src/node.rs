@@ -36,6 +36,9 @@
 //! - A node that is shutting down validates no more imports: its goodbye makes every exporter
 //!   release what it holds for it, so a success that arrives after the goodbye is failed (and
 //!   handed back), and new imports fail at once.
+//! - A peer lost (RECOVERING) for longer than [`NodeConfig::grace`] is cleaned up as if it had
+//!   left; the matrix then shows it DISCONNECTED until it is back. The same instance back within
+//!   the grace time loses nothing; a new instance is cleaned at once (below).
 //! - A peer that restarted (new instance) or left (goodbye): the references held for its
 //!   importers are released, imports from it that were still in flight fail, unimports waiting
 //!   on it finish, and the local importers of its memory are disabled.
@@ -69,7 +72,25 @@ pub struct NodeConfig {
     /// Describes in flight for one importer node; more of its imports are refused until some
     /// finish ([`DEFAULT_MAX_DESCRIBES_PER_PEER`]).
     pub max_describes_per_peer: usize,
+    /// `IMEX_NODE_DISCONNECTED_GRACE_TIME`: how long a lost peer may stay away before its
+    /// imports and exports are cleaned up here; `None` waits for it forever (NVIDIA's default
+    /// -1), zero cleans up at once.
+    pub grace: Option<Duration>,
 }
+
+/// A clean-up of a peer's imports and exports here, for the record `ctl` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CleanUp {
+    /// The peer.
+    pub peer: NodeId,
+    /// When.
+    pub at: Instant,
+    /// Why: it restarted, it left, or it was lost longer than the grace time.
+    pub reason: &'static str,
+}
+
+/// How many clean-ups [`Node::cleanups`] keeps.
+const CLEANUPS_KEPT: usize = 64;
 
 /// The default of [`NodeConfig::max_describes_per_peer`].
 pub const DEFAULT_MAX_DESCRIBES_PER_PEER: usize = 4096;
@@ -161,6 +182,13 @@ pub enum Action {
         /// The answer.
         answer: ImportAnswer,
     },
+    /// A peer's imports and exports were cleaned up here (log it).
+    CleanedUp {
+        /// The peer.
+        peer: NodeId,
+        /// Why.
+        reason: &'static str,
+    },
     /// A peer message was refused (counted under `reason`, `count` so far): log it, sparingly.
     Refused {
         /// The key it is counted under.
@@ -188,6 +216,8 @@ enum Timer {
     Unimport(NodeId, u64),
     /// Retry the unimports this exporter was not told of, though its link stayed up.
     Redeliver(NodeId),
+    /// The lost peer's grace time is over.
+    Grace(NodeId),
 }
 
 /// A describe in flight for a peer's import.
@@ -218,6 +248,10 @@ pub struct Node {
     actions: VecDeque<Action>,
     sessions: sessions::Sessions,
     max_describes_per_peer: usize,
+    grace: Option<Duration>,
+    /// Lost peers cleaned up after their grace time, until they are back.
+    cleaned: HashMap<NodeId, Duration>,
+    cleanups: VecDeque<CleanUp>,
 }
 
 impl Node {
@@ -236,6 +270,9 @@ impl Node {
             actions: VecDeque::new(),
             sessions: sessions::Sessions::default(),
             max_describes_per_peer: cfg.max_describes_per_peer,
+            grace: cfg.grace,
+            cleaned: HashMap::new(),
+            cleanups: VecDeque::new(),
         }
     }
 
@@ -251,9 +288,28 @@ impl Node {
         self.mesh.state()
     }
 
-    /// This node's row of the matrix.
+    /// This node's row of the matrix. A lost peer cleaned up after its grace time shows as
+    /// DISCONNECTED (NVIDIA's `D`), not RECOVERING, until it is back.
     pub fn links(&self) -> Vec<LinkView> {
-        self.mesh.links()
+        let mut links = self.mesh.links();
+        for l in &mut links {
+            if let Some(grace) = self.cleaned.get(&l.node)
+                && l.status == ConnStatus::Recovering
+            {
+                l.status = ConnStatus::Disconnected;
+                l.reason = format!(
+                    "{}; cleaned up after the grace time ({} s)",
+                    l.reason,
+                    grace.as_secs()
+                );
+            }
+        }
+        links
+    }
+
+    /// The latest clean-ups of peers' imports and exports, oldest first.
+    pub fn cleanups(&self) -> impl Iterator<Item = &CleanUp> {
+        self.cleanups.iter()
     }
 
     /// References held on local exports for remote importers.
@@ -621,6 +677,7 @@ impl Node {
                         self.flush_undelivered(now, exporter);
                     }
                 }
+                Timer::Grace(peer) => self.grace_over(now, peer),
             }
         }
     }
@@ -654,13 +711,66 @@ impl Node {
                 } => Some((*peer, None, true)),
                 _ => None,
             };
+            let lost = match &action {
+                mesh::Action::LinkChanged {
+                    peer,
+                    to: ConnStatus::Recovering,
+                    ..
+                } => Some(*peer),
+                _ => None,
+            };
             self.actions.push_back(Action::Mesh(action));
             match follow {
-                Some((peer, _, true)) => self.flush_undelivered(now, peer),
-                Some((peer, current, false)) => self.peer_gone(peer, current),
+                Some((peer, _, true)) => {
+                    // Back (the same instance, or a restart already cleaned): no grace running.
+                    self.disarm(Timer::Grace(peer));
+                    self.cleaned.remove(&peer);
+                    self.flush_undelivered(now, peer);
+                }
+                Some((peer, current, false)) => {
+                    let reason = if current.is_some() {
+                        "restarted"
+                    } else {
+                        "left"
+                    };
+                    self.disarm(Timer::Grace(peer));
+                    self.peer_gone(peer, current);
+                    self.record_cleanup(now, peer, reason);
+                }
                 None => {}
             }
+            if let (Some(peer), Some(grace)) = (lost, self.grace) {
+                self.arm(now + grace, Timer::Grace(peer));
+                if grace.is_zero() {
+                    self.disarm(Timer::Grace(peer));
+                    self.grace_over(now, peer);
+                }
+            }
         }
+    }
+
+    /// A lost peer stayed away for its whole grace time: clean up what it imported from us and
+    /// what we imported from it, as for a departure (IMEX guide "Connections, Quorum, and Clean
+    /// up"; driver-interface.md §4 "Peer node dies or disconnects").
+    fn grace_over(&mut self, now: Instant, peer: NodeId) {
+        if self.connected(peer).is_some() || self.cleaned.contains_key(&peer) {
+            return;
+        }
+        self.cleaned.insert(peer, self.grace.unwrap_or_default());
+        self.peer_gone(peer, None);
+        self.record_cleanup(now, peer, "lost for longer than the grace time");
+    }
+
+    fn record_cleanup(&mut self, now: Instant, peer: NodeId, reason: &'static str) {
+        if self.cleanups.len() == CLEANUPS_KEPT {
+            self.cleanups.pop_front();
+        }
+        self.cleanups.push_back(CleanUp {
+            peer,
+            at: now,
+            reason,
+        });
+        self.actions.push_back(Action::CleanedUp { peer, reason });
     }
 
     /// Shutting down: goodbyes are sent, so exporters release what they hold for us.

@@ -32,6 +32,7 @@ fn node(max_describes: usize) -> (Node, Instant, Vec<Hello>) {
         mesh: sim::config(0, map, 100, QuorumPolicy::None),
         import_timeout: Duration::from_secs(10),
         max_describes_per_peer: max_describes,
+        grace: None,
     };
     let mut n = Node::new(cfg, now);
     n.handle_start(now);

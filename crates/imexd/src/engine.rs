@@ -440,6 +440,9 @@ impl Engine {
                         let _ = reply.send(answer);
                     }
                 }
+                Action::CleanedUp { peer, reason } => warn!(
+                    "Node {peer} {reason}: its imports and exports here are cleaned up (importers of its memory disabled, references held for it released)"
+                ),
                 Action::Refused {
                     reason,
                     count,

@@ -85,6 +85,7 @@ pub async fn run(
             mesh: cfg,
             import_timeout: settings.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
+            grace: settings.grace,
         },
         now,
     );

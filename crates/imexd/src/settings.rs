@@ -33,6 +33,9 @@ pub struct Settings {
     /// `OPENIMEX_PEER_ANY_SOURCE`: accept a peer's hello from any source address, not only
     /// the node file's address for that node (multi-homed hosts). Off by default.
     pub peer_any_source: bool,
+    /// `IMEX_NODE_DISCONNECTED_GRACE_TIME`: `None` waits for a lost peer forever (-1), zero
+    /// cleans up at once, else after that long.
+    pub grace: Option<Duration>,
 }
 
 /// The default of [`Settings::import_timeout`].

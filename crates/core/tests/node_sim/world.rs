@@ -439,6 +439,7 @@ impl World {
             mesh: sim::config(i, map, instance.0, self.p.quorum),
             import_timeout: self.p.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
+            grace: None,
         };
         let mut node = Node::new(cfg, self.now);
         node.handle_start(self.now);
@@ -728,6 +729,9 @@ impl World {
                 }
                 self.perform_mesh(i, inst, m);
             }
+            // Grace-time clean-ups are off here (wait forever, NVIDIA's default); restarts and
+            // departures are checked through the mesh actions above.
+            Action::CleanedUp { .. } => {}
             // Every peer here is honest and says hello first: a refusal is a bookkeeping bug.
             Action::Refused { reason, detail, .. } => {
                 self.violate(format!(

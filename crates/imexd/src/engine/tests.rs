@@ -167,6 +167,7 @@ fn settings() -> Settings {
         cmd_unix_path: None,
         import_timeout: DEFAULT_IMPORT_TIMEOUT,
         peer_any_source: false,
+        grace: None,
     }
 }
 
@@ -198,6 +199,7 @@ fn start(driver: Recorder) -> Running {
             },
             import_timeout: settings.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
+            grace: None,
         },
         now,
     );

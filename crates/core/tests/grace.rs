@@ -1,0 +1,199 @@
+//! Peer loss with a grace time (`IMEX_NODE_DISCONNECTED_GRACE_TIME`, imex-guide §1 and
+//! "Connections, Quorum, and Clean up"; driver-interface.md §4 "Peer node dies or
+//! disconnects"): -1 waits forever, 0 cleans up at once, N seconds cleans up after N. Clean-up
+//! disables the local importers of the peer's memory and drops the references held for it; the
+//! matrix shows R before and D after. The same instance back within the grace time loses
+//! nothing.
+
+mod sim;
+
+use std::time::{Duration, Instant};
+
+use openimex_core::node::Action;
+use openimex_core::*;
+
+const SEC: Duration = Duration::from_secs(1);
+
+struct One {
+    n: Node,
+    now: Instant,
+    hellos: Vec<Hello>,
+    /// The attempt of node 0's live session to node 1.
+    attempt: u64,
+    /// Node 1 answers dials and heartbeats.
+    up: bool,
+}
+
+/// Node 0 of a 2-node domain with `grace`, connected to node 1, holding one reference for
+/// node 1's import.
+fn connected(grace: Option<Duration>) -> One {
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let map = NodeMap::new(sim::hosts(2));
+    let hellos: Vec<Hello> = (0..2)
+        .map(|i| {
+            let cfg = sim::config(i, map.clone(), 100 + i as u64, QuorumPolicy::None);
+            Mesh::new(cfg, now).hello()
+        })
+        .collect();
+    let cfg = NodeConfig {
+        mesh: sim::config(0, map, 100, QuorumPolicy::None),
+        import_timeout: 10 * SEC,
+        max_describes_per_peer: 16,
+        grace,
+    };
+    let mut n = Node::new(cfg, now);
+    n.handle_start(now);
+    let attempt = drain(&mut n)
+        .iter()
+        .find_map(|a| match a {
+            Action::Mesh(mesh::Action::Dial { attempt, .. }) => Some(*attempt),
+            _ => None,
+        })
+        .expect("dials node 1");
+    n.handle_dial_ok(now, NodeId(1), attempt, &hellos[1]);
+    n.handle_session_hello(now, 1, true, &hellos[1]);
+    let import = ImportRequest {
+        import_event_id: 3,
+        export_uuid: [1; 16],
+        index: 0,
+        channel: 0,
+    };
+    n.handle_session_import(now, 9, 1, None, import);
+    n.handle_described(
+        now,
+        9,
+        Ok((
+            77,
+            Pages {
+                size: 2 << 20,
+                page_size: 2 << 20,
+                pfns: vec![1],
+                clique_id: 0,
+            },
+        )),
+    );
+    drain(&mut n);
+    assert_eq!(n.export_refs_held(), 1);
+    One {
+        n,
+        now,
+        hellos,
+        attempt,
+        up: true,
+    }
+}
+
+fn drain(n: &mut Node) -> Vec<Action> {
+    std::iter::from_fn(|| n.poll_action()).collect()
+}
+
+/// Performs the node's pending actions as node 1 would answer them; returns them.
+fn pump(o: &mut One) -> Vec<Action> {
+    let mut out = Vec::new();
+    let mut batch = drain(&mut o.n);
+    while !batch.is_empty() {
+        let mut next = Vec::new();
+        for a in &batch {
+            match a {
+                Action::Mesh(mesh::Action::Dial { peer, attempt }) if o.up => {
+                    o.attempt = *attempt;
+                    let h = o.hellos[1].clone();
+                    o.n.handle_dial_ok(o.now, *peer, *attempt, &h);
+                }
+                Action::Mesh(mesh::Action::Dial { peer, attempt }) => {
+                    o.n.handle_dial_failed(o.now, *peer, *attempt, "refused".into());
+                }
+                Action::Mesh(mesh::Action::SendHeartbeat { peer }) if o.up => {
+                    o.n.handle_heartbeat(o.now, *peer, o.attempt);
+                }
+                _ => {}
+            }
+            next.extend(drain(&mut o.n));
+        }
+        out.append(&mut batch);
+        batch = next;
+    }
+    out
+}
+
+/// Advances by `d`, firing every timer on the way; returns the actions.
+fn run(o: &mut One, d: Duration) -> Vec<Action> {
+    let until = o.now + d;
+    let mut out = pump(o);
+    while let Some(t) = o.n.poll_timeout().filter(|t| *t <= until) {
+        o.now = o.now.max(t);
+        o.n.handle_timeout(o.now);
+        out.extend(pump(o));
+    }
+    o.now = until;
+    out
+}
+
+fn lose(o: &mut One) {
+    o.up = false;
+    o.n.handle_session_lost(o.now, NodeId(1), o.attempt, "reset".into());
+    drain(&mut o.n);
+    assert_eq!(o.n.links()[1].status, ConnStatus::Recovering);
+}
+
+fn cleaned(actions: &[Action]) -> bool {
+    actions.contains(&Action::DisableImporters { node: NodeId(1) })
+        && actions.iter().any(
+            |a| matches!(a, Action::ReleaseExportRefs { refs, ack: None } if refs == &vec![77]),
+        )
+}
+
+#[test]
+fn grace_n_cleans_up_after_n_seconds_and_shows_disconnected() {
+    let mut o = connected(Some(30 * SEC));
+    lose(&mut o);
+    let before = run(&mut o, 29 * SEC);
+    assert!(
+        !cleaned(&before),
+        "nothing before the grace time: {before:?}"
+    );
+    assert_eq!(o.n.export_refs_held(), 1);
+    assert_eq!(o.n.links()[1].status, ConnStatus::Recovering, "R before");
+    let after = run(&mut o, 2 * SEC);
+    assert!(cleaned(&after), "{after:?}");
+    assert_eq!(o.n.export_refs_held(), 0);
+    assert_eq!(o.n.links()[1].status, ConnStatus::Disconnected, "D after");
+    let c: Vec<_> = o.n.cleanups().collect();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].peer, NodeId(1));
+    assert!(c[0].reason.contains("grace"));
+}
+
+#[test]
+fn grace_zero_cleans_up_at_once() {
+    let mut o = connected(Some(Duration::ZERO));
+    o.n.handle_session_lost(o.now, NodeId(1), o.attempt, "reset".into());
+    assert!(cleaned(&drain(&mut o.n)));
+    assert_eq!(o.n.export_refs_held(), 0);
+}
+
+#[test]
+fn grace_forever_never_cleans_up() {
+    let mut o = connected(None);
+    lose(&mut o);
+    let hour = run(&mut o, 3600 * SEC);
+    assert!(!cleaned(&hour));
+    assert_eq!(o.n.export_refs_held(), 1);
+    assert_eq!(o.n.cleanups().count(), 0);
+}
+
+#[test]
+fn the_same_instance_back_within_the_grace_time_loses_nothing() {
+    let mut o = connected(Some(30 * SEC));
+    lose(&mut o);
+    let mut actions = run(&mut o, 10 * SEC);
+    // Node 1 dials in again (same instance): node 0 redials at once and the link is back.
+    o.up = true;
+    o.n.handle_session_hello(o.now, 2, true, &o.hellos[1].clone());
+    actions.extend(run(&mut o, Duration::ZERO));
+    assert_eq!(o.n.links()[1].status, ConnStatus::Connected);
+    actions.extend(run(&mut o, 60 * SEC));
+    assert!(!cleaned(&actions), "{actions:?}");
+    assert_eq!(o.n.export_refs_held(), 1);
+}
