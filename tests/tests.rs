@@ -36,6 +36,9 @@ mod formation;
 // issue 13: ignored signals logged, socket mode, bounded echoes and reads, refused port 0
 #[path = "e2e/hardening.rs"]
 mod hardening;
+// issue 7: a peer lost past the grace time is cleaned up on both sides
+#[path = "e2e/grace.rs"]
+mod grace;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;

@@ -137,6 +137,26 @@ pub struct Drained {
     pub unanswered: Vec<u64>,
     /// Unimports that waited on those answers: finish them.
     pub finish: Vec<u64>,
+    /// Imports the exporter answered and may still hold references for.
+    pub held: Vec<u64>,
+    /// Unimports that were waiting to be delivered to it.
+    pub undelivered: Vec<u64>,
+}
+
+impl Drained {
+    /// Every import the (same instance of the) exporter may still hold a reference for.
+    pub fn maybe_held(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .held
+            .iter()
+            .chain(&self.unanswered)
+            .chain(&self.undelivered)
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
 }
 
 /// Importer side: this node's imports from remote exporters, by MEM_IMPORT event ID.
@@ -237,26 +257,36 @@ impl Imports {
     /// The exporter is gone (restarted or cleaned up): forget its imports, and any unimport not
     /// yet delivered to it (the old instance's references went with it).
     pub fn drain_exporter(&mut self, exporter: NodeId) -> Drained {
-        self.undelivered.remove(&exporter);
+        let undelivered = self.undelivered.remove(&exporter).unwrap_or_default();
         let ids: Vec<u64> = self
             .imports
             .iter()
             .filter(|(_, i)| i.exporter == exporter)
             .map(|(id, _)| *id)
             .collect();
-        let mut drained = Drained::default();
+        let mut drained = Drained {
+            undelivered,
+            ..Drained::default()
+        };
         for id in ids {
-            if let Some(Import {
-                state: ImportState::Requested { unimport },
-                ..
-            }) = self.imports.remove(&id)
-            {
-                drained.unanswered.push(id);
-                drained.finish.extend(unimport);
+            match self.imports.remove(&id) {
+                Some(Import {
+                    state: ImportState::Requested { unimport },
+                    ..
+                }) => {
+                    drained.unanswered.push(id);
+                    drained.finish.extend(unimport);
+                }
+                Some(Import {
+                    state: ImportState::Held,
+                    ..
+                }) => drained.held.push(id),
+                None => {}
             }
         }
         drained.unanswered.sort_unstable();
         drained.finish.sort_unstable();
+        drained.held.sort_unstable();
         drained
     }
 
@@ -363,7 +393,9 @@ mod tests {
             t.drain_exporter(B),
             Drained {
                 unanswered: vec![4],
-                finish: vec![54]
+                finish: vec![54],
+                held: vec![5],
+                undelivered: vec![],
             }
         );
         assert!(t.is_empty());

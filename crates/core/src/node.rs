@@ -734,7 +734,8 @@ impl Node {
                         "left"
                     };
                     self.disarm(Timer::Grace(peer));
-                    self.peer_gone(peer, current);
+                    // Its references went with it (a restart) or it released them (a goodbye).
+                    let _ = self.peer_gone(peer, current);
                     self.record_cleanup(now, peer, reason);
                 }
                 None => {}
@@ -757,7 +758,11 @@ impl Node {
             return;
         }
         self.cleaned.insert(peer, self.grace.unwrap_or_default());
-        self.peer_gone(peer, None);
+        // The peer may be alive behind a partition, still holding references for imports we
+        // now drop: tell it when it is back (a restart forgets them first).
+        for import_event_id in self.peer_gone(peer, None) {
+            self.imports.undelivered(peer, import_event_id);
+        }
         self.record_cleanup(now, peer, "lost for longer than the grace time");
     }
 
@@ -896,7 +901,8 @@ impl Node {
     /// A peer's old instance is gone (restart, or clean departure): release what we held for
     /// its importers, fail what we asked of it, finish the unimports that wait on it, and
     /// disable local clients still mapping its memory (it may be freed or reused).
-    fn peer_gone(&mut self, peer: NodeId, current: Option<InstanceId>) {
+    /// Returns the imports that instance may still hold references for.
+    fn peer_gone(&mut self, peer: NodeId, current: Option<InstanceId>) -> Vec<u64> {
         let refs = match current {
             Some(instance) => self.exports.drain_stale(peer, instance),
             None => self.exports.drain_node(peer),
@@ -905,6 +911,7 @@ impl Node {
             self.release(refs, None);
         }
         let drained = self.imports.drain_exporter(peer);
+        let mut maybe_held = drained.maybe_held();
         self.disarm(Timer::Redeliver(peer));
         for import_event_id in drained.unanswered {
             self.disarm(Timer::Import(import_event_id));
@@ -922,6 +929,7 @@ impl Node {
             .collect();
         for key in waiting {
             self.disarm(Timer::Unimport(key.0, key.1));
+            maybe_held.push(key.1);
             if let Some(Some(token)) = self.unimports.remove(&key) {
                 finish.push(token);
             }
@@ -934,5 +942,8 @@ impl Node {
         }
         self.actions
             .push_back(Action::DisableImporters { node: peer });
+        maybe_held.sort_unstable();
+        maybe_held.dedup();
+        maybe_held
     }
 }

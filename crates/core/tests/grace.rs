@@ -197,3 +197,44 @@ fn the_same_instance_back_within_the_grace_time_loses_nothing() {
     assert!(!cleaned(&actions), "{actions:?}");
     assert_eq!(o.n.export_refs_held(), 1);
 }
+
+#[test]
+fn after_a_clean_up_the_same_instance_back_is_told_to_drop_what_it_held_for_us() {
+    let mut o = connected(Some(5 * SEC));
+    // Node 0 also imports from node 1, and holds that import.
+    o.n.handle_driver_event(
+        o.now,
+        Event::Import {
+            event_id: 40,
+            channel: 0,
+            export_uuid: [2; 16],
+            index: 0,
+            export_node: NodeId(1),
+        },
+    );
+    drain(&mut o.n);
+    let pages = Pages {
+        size: 2 << 20,
+        page_size: 2 << 20,
+        pfns: vec![9],
+        clique_id: 0,
+    };
+    o.n.handle_import_answer(o.now, NodeId(1), 40, Ok(pages));
+    drain(&mut o.n);
+    lose(&mut o);
+    let cleanup = run(&mut o, 6 * SEC);
+    assert!(cleaned(&cleanup), "{cleanup:?}");
+    // Node 1 was only partitioned: back as the same instance, it still holds a reference for
+    // node 0's import 40, which node 0 has dropped. Node 0 tells it.
+    o.up = true;
+    o.n.handle_session_hello(o.now, 3, true, &o.hellos[1].clone());
+    let back = run(&mut o, Duration::ZERO);
+    assert!(
+        back.contains(&Action::SendUnimport {
+            peer: NodeId(1),
+            import_event_id: 40
+        }),
+        "{back:?}"
+    );
+    assert_eq!(o.n.links()[1].status, ConnStatus::Connected);
+}
