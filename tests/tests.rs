@@ -6,6 +6,9 @@
 // shared by the fabric tests: GPU clusters, `openimex app` processes, driver counters
 #[path = "e2e/apps.rs"]
 mod apps;
+// issue 7: SIGTERM under live imports: references released after peers acknowledge
+#[path = "e2e/clean_stop.rs"]
+mod clean_stop;
 // ctl without a daemon, nvidia-imex / nvidia-imex-ctl links, DAEMONIZE=1
 #[path = "e2e/cli.rs"]
 mod cli;

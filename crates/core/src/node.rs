@@ -342,9 +342,54 @@ impl Node {
     }
 
     /// SIGTERM/SIGINT/SIGQUIT: goodbye to every peer.
+    ///
+    /// A clean stop: local imports still waiting for an exporter fail and local releasers are
+    /// not kept waiting (every exporter is told by the goodbye). The references held for a
+    /// peer's importers are released once that peer acknowledged the goodbye (it has disabled
+    /// its importers of our memory then: [`Node::handle_goodbye_delivered`]); those of a peer
+    /// that could not be told stay held, so the driver sees them dangling at session close and
+    /// keeps fabric allocation disabled until a daemon recovers them (driver-interface.md §4).
     pub fn handle_shutdown(&mut self, now: Instant) {
         self.mesh.handle_shutdown(now);
         self.absorb_mesh(now);
+        let mut finish = Vec::new();
+        let peers: Vec<NodeId> = self.mesh.config().map.ids().collect();
+        for peer in peers {
+            let drained = self.imports.drain_exporter(peer);
+            for import_event_id in drained.unanswered {
+                self.disarm(Timer::Import(import_event_id));
+                self.actions.push_back(Action::ValidateImport {
+                    import_event_id,
+                    result: Err(Status::InvalidState),
+                });
+            }
+            finish.extend(drained.finish);
+        }
+        let waiting: Vec<(NodeId, u64)> = self.unimports.keys().copied().collect();
+        for key in waiting {
+            self.disarm(Timer::Unimport(key.0, key.1));
+            if let Some(Some(token)) = self.unimports.remove(&key) {
+                finish.push(token);
+            }
+        }
+        if !finish.is_empty() {
+            finish.sort_unstable();
+            self.actions
+                .push_back(Action::FinishUnimports { ids: finish });
+        }
+    }
+
+    /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not. Acknowledged, the
+    /// references held for its importers are released.
+    pub fn handle_goodbye_delivered(&mut self, now: Instant, peer: NodeId, delivered: bool) {
+        let _ = now;
+        if !delivered {
+            return;
+        }
+        let refs = self.exports.drain_node(peer);
+        if !refs.is_empty() {
+            self.release(refs, None);
+        }
     }
 
     /// See [`Mesh::handle_dial_ok`].
@@ -591,6 +636,14 @@ impl Node {
             return;
         };
         let answer = match result {
+            Ok((export_ref, _)) if self.stopping() => {
+                // Stopping: no new reference is handed out.
+                self.release(vec![export_ref], None);
+                Err(ImportError::new(
+                    Status::InvalidState,
+                    "exporter is stopping",
+                ))
+            }
             Ok((export_ref, _)) if !self.knows(d.importer) => {
                 // The importer restarted or left while we described: its import is gone.
                 self.release(vec![export_ref], None);

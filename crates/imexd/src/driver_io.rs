@@ -46,6 +46,8 @@ pub(crate) enum Call {
     Finish { ids: Vec<u64> },
     /// Disable the local importers of `node`.
     DisableImporters { node: NodeId },
+    /// Answer `true` once every call queued before this one is done.
+    Notify(tokio::sync::oneshot::Sender<bool>),
 }
 
 /// The running driver threads.
@@ -172,6 +174,10 @@ fn perform(
             driver
                 .finish_unimport(&ids)
                 .map_err(|e| ("finish unimport", e))?;
+            Ok(None)
+        }
+        Call::Notify(reply) => {
+            let _ = reply.send(true);
             Ok(None)
         }
         Call::DisableImporters { node } => {

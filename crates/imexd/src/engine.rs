@@ -30,6 +30,8 @@ use crate::settings::Settings;
 
 /// How long shutdown waits for peers to acknowledge the goodbye.
 const GOODBYE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long shutdown waits for the driver to finish the calls already queued.
+const DRIVER_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Peer requests waiting for the node's answer.
 #[derive(Default)]
@@ -153,28 +155,28 @@ impl Engine {
         self.node.handle_shutdown(now());
         let _ = self.perform();
         let me = self.identity();
-        let calls: Vec<_> = std::mem::take(&mut self.goodbyes)
-            .into_iter()
-            .map(|(peer, channel)| {
-                tokio::spawn(peer_client::goodbye(
-                    peer,
-                    channel,
-                    me.clone(),
-                    GOODBYE_TIMEOUT,
-                ))
-            })
-            .collect();
-        let all = async {
-            for c in calls {
-                let _ = c.await;
-            }
-        };
-        tokio::pin!(all);
-        // Keep answering peers (their goodbyes, hellos refused) while ours are in flight.
-        loop {
+        let goodbyes = std::mem::take(&mut self.goodbyes);
+        let mut awaited = goodbyes.len();
+        for (peer, channel) in goodbyes {
+            let (me, tx) = (me.clone(), self.tx.clone());
+            tokio::spawn(async move {
+                let delivered = peer_client::goodbye(peer, channel, me, GOODBYE_TIMEOUT).await;
+                let _ = tx.send(Input::GoodbyeDelivered { peer, delivered }).await;
+            });
+        }
+        // Keep answering peers (their goodbyes, hellos refused) while ours are in flight; each
+        // acknowledged goodbye releases what we held for that peer's importers.
+        let deadline = tokio::time::sleep(GOODBYE_TIMEOUT + Duration::from_millis(500));
+        tokio::pin!(deadline);
+        while awaited > 0 {
             tokio::select! {
-                () = &mut all => break,
+                () = &mut deadline => break,
                 input = rx.recv() => match input {
+                    Some(Input::GoodbyeDelivered { peer, delivered }) => {
+                        awaited -= 1;
+                        self.node.handle_goodbye_delivered(now(), peer, delivered);
+                        let _ = self.perform();
+                    }
                     Some(input) => {
                         if self.handle(input).and_then(|()| self.perform()).is_err() {
                             break;
@@ -184,13 +186,24 @@ impl Engine {
                 },
             }
         }
+        let dangling = self.node.export_refs_held();
+        if dangling > 0 {
+            warn!(
+                "{dangling} export references stay held for peers that could not be told of this shutdown: the GPU driver keeps fabric allocation disabled until a daemon recovers them"
+            );
+        }
         let driver = self.driver;
-        let finished = driver.stop();
+        let finished = tokio::time::timeout(DRIVER_STOP_TIMEOUT, driver.stop());
         tokio::pin!(finished);
         // The driver worker may still post results; drain them so it never blocks.
         loop {
             tokio::select! {
-                () = &mut finished => break,
+                r = &mut finished => {
+                    if r.is_err() {
+                        warn!("the GPU driver did not finish its calls within {} ms; closing anyway", DRIVER_STOP_TIMEOUT.as_millis());
+                    }
+                    break;
+                }
                 input = rx.recv() => if input.is_none() { break },
             }
         }
@@ -281,7 +294,17 @@ impl Engine {
                 let believed = self
                     .node
                     .handle_session_goodbye(now, conn, claimed, &reason);
-                let _ = reply.send(believed);
+                if believed {
+                    // Acknowledge once the driver disabled our importers of its memory: the
+                    // leaving peer releases its references when we answer.
+                    self.perform()?;
+                    self.driver.call(Call::Notify(reply));
+                } else {
+                    let _ = reply.send(false);
+                }
+            }
+            Input::GoodbyeDelivered { peer, delivered } => {
+                self.node.handle_goodbye_delivered(now, peer, delivered);
             }
             Input::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot());

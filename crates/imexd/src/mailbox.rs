@@ -31,6 +31,8 @@ pub(crate) enum Input {
         what: &'static str,
         reply: oneshot::Sender<bool>,
     },
+    /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not.
+    GoodbyeDelivered { peer: NodeId, delivered: bool },
     /// An inbound connection closed.
     ConnClosed { conn: ConnId },
     /// Something was refused before it reached the node (connection limits): count it.

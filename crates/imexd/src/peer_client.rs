@@ -213,15 +213,30 @@ pub(crate) fn unimport(
     });
 }
 
-/// Says goodbye to `peer`, waiting at most `timeout` for its acknowledgement.
-pub(crate) async fn goodbye(peer: NodeId, channel: Channel, me: Identity, timeout: Duration) {
+/// Says goodbye to `peer`, waiting at most `timeout` for its acknowledgement; returns whether
+/// it acknowledged.
+pub(crate) async fn goodbye(
+    peer: NodeId,
+    channel: Channel,
+    me: Identity,
+    timeout: Duration,
+) -> bool {
     let req = GoodbyeRequest {
         from: Some(me),
         reason: "daemon shutting down".to_string(),
     };
     match tokio::time::timeout(timeout, PeerClient::new(channel).goodbye(req)).await {
-        Ok(Ok(_)) => tracing::debug!("node {peer} acknowledged goodbye"),
-        Ok(Err(e)) => tracing::warn!("goodbye to node {peer} failed: {}", e.message()),
-        Err(_) => tracing::warn!("goodbye to node {peer} timed out"),
+        Ok(Ok(_)) => {
+            tracing::debug!("node {peer} acknowledged goodbye");
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!("goodbye to node {peer} failed: {}", e.message());
+            false
+        }
+        Err(_) => {
+            tracing::warn!("goodbye to node {peer} timed out");
+            false
+        }
     }
 }

@@ -121,6 +121,7 @@ pub struct Sess {
 pub enum RpcKind {
     Import(u64),
     Unimport(u64),
+    Goodbye,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -139,6 +140,8 @@ pub enum Msg {
     ImportResp(ImportAnswer),
     UnimportResp,
     Goodbye,
+    /// The goodbye was recorded (and the server's actions for it performed).
+    GoodbyeResp,
 }
 
 #[derive(Debug, Clone)]
@@ -879,7 +882,7 @@ impl World {
                 }
             }
             mesh::Action::SendGoodbye { peer } => {
-                self.send(a, peer.index(), true, None, Msg::Goodbye);
+                self.call(a, a_inst, peer.index(), RpcKind::Goodbye, Msg::Goodbye);
             }
             mesh::Action::InitDriver => {
                 let d = self.rng.ms(0, 20);
@@ -1063,6 +1066,7 @@ impl World {
                         )),
                     ),
                     RpcKind::Unimport(e) => n.handle_unimport_delivered(now, exporter, e, false),
+                    RpcKind::Goodbye => n.handle_goodbye_delivered(now, exporter, false),
                 }
             }
             Ev::DialArrive {
@@ -1264,8 +1268,14 @@ impl World {
             Msg::UnimportReq(e) => n.handle_session_unimport(now, request, conn, claimed, e),
             Msg::Goodbye => {
                 n.handle_session_goodbye(now, conn, claimed, "shutting down");
+                // Answered once the server performed what the departure means (its importers
+                // of the client's memory disabled), as the daemon's ack waits for its driver.
+                self.pump();
+                self.respond(server, request, Msg::GoodbyeResp);
             }
-            Msg::ImportResp(_) | Msg::UnimportResp => unreachable!("response sent to a server"),
+            Msg::ImportResp(_) | Msg::UnimportResp | Msg::GoodbyeResp => {
+                unreachable!("response sent to a server")
+            }
         }
     }
 
@@ -1294,6 +1304,7 @@ impl World {
             (RpcKind::Unimport(e), Msg::UnimportResp) => {
                 n.handle_unimport_delivered(now, exporter, e, true);
             }
+            (RpcKind::Goodbye, Msg::GoodbyeResp) => n.handle_goodbye_delivered(now, exporter, true),
             (kind, msg) => panic!("mismatched response {msg:?} for {kind:?}"),
         }
     }
