@@ -6,7 +6,7 @@
 //! cleaned up). An unimport is acknowledged to the driver exactly once, after the exporter has
 //! dropped its reference (or can no longer hold one).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::ids::{InstanceId, NodeId};
 
@@ -21,6 +21,8 @@ struct Held {
 #[derive(Debug, Default)]
 pub struct ExportRefs {
     held: HashMap<(NodeId, u64), Held>,
+    /// References held per importer node (no zero entries).
+    per_node: BTreeMap<NodeId, usize>,
 }
 
 impl ExportRefs {
@@ -33,7 +35,8 @@ impl ExportRefs {
         import_event_id: u64,
         export_ref: u64,
     ) -> Option<u64> {
-        self.held
+        let old = self
+            .held
             .insert(
                 (importer, import_event_id),
                 Held {
@@ -41,7 +44,25 @@ impl ExportRefs {
                     export_ref,
                 },
             )
-            .map(|h| h.export_ref)
+            .map(|h| h.export_ref);
+        if old.is_none() {
+            *self.per_node.entry(importer).or_default() += 1;
+        }
+        old
+    }
+
+    /// The importer nodes references are held for now, in ID order.
+    pub fn holders(&self) -> Vec<NodeId> {
+        self.per_node.keys().copied().collect()
+    }
+
+    fn forget(&mut self, importer: NodeId) {
+        if let Some(n) = self.per_node.get_mut(&importer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_node.remove(&importer);
+            }
+        }
     }
 
     /// The importer's instance `instance` unimported: the reference to release, if that
@@ -56,7 +77,9 @@ impl ExportRefs {
         if self.held.get(&key)?.instance != instance {
             return None;
         }
-        self.held.remove(&key).map(|h| h.export_ref)
+        let h = self.held.remove(&key)?;
+        self.forget(importer);
+        Some(h.export_ref)
     }
 
     /// Every reference held for `importer` (it is gone), to release.
@@ -77,11 +100,13 @@ impl ExportRefs {
             .filter(|(k, h)| pred(k.0, h.instance))
             .map(|(k, _)| *k)
             .collect();
-        let mut refs: Vec<u64> = keys
-            .iter()
-            .filter_map(|k| self.held.remove(k))
-            .map(|h| h.export_ref)
-            .collect();
+        let mut refs = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some(h) = self.held.remove(&k) {
+                self.forget(k.0);
+                refs.push(h.export_ref);
+            }
+        }
         refs.sort_unstable();
         refs
     }
@@ -331,8 +356,10 @@ mod tests {
             vec![101],
             "restarted importer"
         );
+        assert_eq!(t.holders(), vec![A]);
         assert_eq!(t.drain_node(A), vec![102]);
         assert!(t.is_empty());
+        assert!(t.holders().is_empty(), "no node holds anything");
         assert_eq!(t.insert(B, InstanceId(1), 12, 103), None);
         assert_eq!(
             t.insert(B, InstanceId(1), 12, 104),

@@ -46,6 +46,7 @@
 //!   one the mesh knows; a reference described for an importer that restarted meanwhile is
 //!   released at once.
 
+mod recovery;
 mod sessions;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -76,7 +77,15 @@ pub struct NodeConfig {
     /// imports and exports are cleaned up here; `None` waits for it forever (NVIDIA's default
     /// -1), zero cleans up at once.
     pub grace: Option<Duration>,
+    /// Nodes the persist record of the previous run lists as holding references to this node's
+    /// memory (only with `IMEX_WAIT_FOR_QUORUM=RECOVERY`; empty: nothing to recover).
+    pub recover_from: Vec<NodeId>,
+    /// How long the recovery gate waits for them when the grace time is forever.
+    pub recovery_wait: Duration,
 }
+
+/// The default of [`NodeConfig::recovery_wait`].
+pub const DEFAULT_RECOVERY_WAIT: Duration = Duration::from_secs(300);
 
 /// A clean-up of a peer's imports and exports here, for the record `ctl` shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +191,26 @@ pub enum Action {
         /// The answer.
         answer: ImportAnswer,
     },
+    /// Write the persist record: these nodes hold (or may hold) references to this node's
+    /// memory. Performed before the actions that follow it (an import's answer among them).
+    Persist {
+        /// Importer nodes, in ID order (empty: nothing held).
+        importers: Vec<NodeId>,
+    },
+    /// The recovery gate waits for these nodes (log it); `wait` is its bound at the start.
+    RecoveryWait {
+        /// Nodes still awaited.
+        awaiting: Vec<NodeId>,
+        /// How long it waits in all (zero in the periodic reminders).
+        wait: Duration,
+    },
+    /// An awaited node no longer holds anything here (log it).
+    Recovered {
+        /// The node.
+        peer: NodeId,
+        /// How.
+        how: &'static str,
+    },
     /// A peer's imports and exports were cleaned up here (log it).
     CleanedUp {
         /// The peer.
@@ -218,6 +247,10 @@ enum Timer {
     Redeliver(NodeId),
     /// The lost peer's grace time is over.
     Grace(NodeId),
+    /// The recovery gate stops waiting.
+    RecoveryOver,
+    /// Name the nodes the recovery gate still waits for.
+    RecoveryLog,
 }
 
 /// A describe in flight for a peer's import.
@@ -252,6 +285,8 @@ pub struct Node {
     /// Lost peers cleaned up after their grace time, until they are back.
     cleaned: HashMap<NodeId, Duration>,
     cleanups: VecDeque<CleanUp>,
+    recovery: recovery::Recovery,
+    recovery_wait: Duration,
 }
 
 impl Node {
@@ -273,6 +308,8 @@ impl Node {
             grace: cfg.grace,
             cleaned: HashMap::new(),
             cleanups: VecDeque::new(),
+            recovery: recovery::Recovery::new(&cfg.recover_from),
+            recovery_wait: cfg.recovery_wait,
         }
     }
 
@@ -285,7 +322,10 @@ impl Node {
 
     /// The daemon state.
     pub fn state(&self) -> DaemonState {
-        self.mesh.state()
+        match self.mesh.state() {
+            DaemonState::InitGpu if self.recovering() => DaemonState::WaitingForRecovery,
+            s => s,
+        }
     }
 
     /// This node's row of the matrix. A lost peer cleaned up after its grace time shows as
@@ -293,6 +333,13 @@ impl Node {
     pub fn links(&self) -> Vec<LinkView> {
         let mut links = self.mesh.links();
         for l in &mut links {
+            if self.recovery_awaited().contains(&l.node) {
+                l.reason = format!(
+                    "{}; awaited for recovery: it held references to this node's memory before \
+                     the previous daemon's unclean exit",
+                    l.reason
+                );
+            }
             if let Some(grace) = self.cleaned.get(&l.node)
                 && l.status == ConnStatus::Recovering
             {
@@ -331,6 +378,7 @@ impl Node {
 
     /// Listeners are bound: start dialling.
     pub fn handle_start(&mut self, now: Instant) {
+        self.start_recovery(now);
         self.mesh.handle_start(now);
         self.absorb_mesh(now);
     }
@@ -574,6 +622,14 @@ impl Node {
         import: ImportRequest,
     ) {
         let _ = now;
+        if self.state() != DaemonState::Ready {
+            let detail = format!("this daemon is {}, not READY yet", self.state());
+            self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(Status::InvalidState, detail)),
+            });
+            return;
+        }
         if !self.knows(from) {
             let detail = format!(
                 "node {} instance {} is not connected here; reconnect first",
@@ -667,6 +723,8 @@ impl Node {
                 if let Some(old) = old {
                     self.release(vec![old], None);
                 }
+                // The record names this importer before it gets the pages.
+                self.sync_persist();
                 Ok(pages)
             }
             Err(e) => Err(e),
@@ -731,6 +789,8 @@ impl Node {
                     }
                 }
                 Timer::Grace(peer) => self.grace_over(now, peer),
+                Timer::RecoveryOver => self.recovery_over(now),
+                Timer::RecoveryLog => self.recovery_log(now),
             }
         }
     }
@@ -772,9 +832,13 @@ impl Node {
                 } => Some(*peer),
                 _ => None,
             };
+            let Some(action) = self.gate(action) else {
+                continue;
+            };
             self.actions.push_back(Action::Mesh(action));
             match follow {
                 Some((peer, _, true)) => {
+                    self.recovery_link_up(now, peer);
                     // Back (the same instance, or a restart already cleaned): no grace running.
                     self.disarm(Timer::Grace(peer));
                     self.cleaned.remove(&peer);
@@ -866,6 +930,7 @@ impl Node {
     fn release(&mut self, refs: Vec<u64>, ack: Option<RequestId>) {
         self.actions
             .push_back(Action::ReleaseExportRefs { refs, ack });
+        self.sync_persist();
     }
 
     fn import_timed_out(&mut self, now: Instant, import_event_id: u64) {

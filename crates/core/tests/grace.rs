@@ -41,9 +41,12 @@ fn connected(grace: Option<Duration>) -> One {
         import_timeout: 10 * SEC,
         max_describes_per_peer: 16,
         grace,
+        recover_from: Vec::new(),
+        recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
     };
     let mut n = Node::new(cfg, now);
     n.handle_start(now);
+    n.handle_driver_ready(now);
     let attempt = drain(&mut n)
         .iter()
         .find_map(|a| match a {

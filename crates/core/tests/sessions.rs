@@ -33,9 +33,12 @@ fn node(max_describes: usize) -> (Node, Instant, Vec<Hello>) {
         import_timeout: Duration::from_secs(10),
         max_describes_per_peer: max_describes,
         grace: None,
+        recover_from: Vec::new(),
+        recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
     };
     let mut n = Node::new(cfg, now);
     n.handle_start(now);
+    n.handle_driver_ready(now);
     drain(&mut n);
     (n, now, hellos)
 }
@@ -208,10 +211,14 @@ fn a_reference_is_released_only_by_the_instance_that_holds_it() {
     n.handle_session_unimport(now, 12, 1, None, 7);
     assert_eq!(
         drain(&mut n),
-        vec![Action::ReleaseExportRefs {
-            refs: vec![555],
-            ack: Some(12)
-        }]
+        vec![
+            Action::ReleaseExportRefs {
+                refs: vec![555],
+                ack: Some(12)
+            },
+            // Node 1 holds nothing here any more: the persist record says so.
+            Action::Persist { importers: vec![] }
+        ]
     );
     assert_eq!(n.export_refs_held(), 0);
 }

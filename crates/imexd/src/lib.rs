@@ -86,6 +86,8 @@ pub async fn run(
             import_timeout: settings.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
             grace: settings.grace,
+            recover_from: Vec::new(),
+            recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
         },
         now,
     );

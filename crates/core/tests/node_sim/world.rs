@@ -105,6 +105,8 @@ pub struct Daemon {
 pub struct Slot {
     pub daemon: Option<Daemon>,
     pub driver: Driver,
+    /// The daemon's persist record (a file: it outlives the daemon).
+    pub persist: Vec<NodeId>,
 }
 
 /// An outbound session (client dialled server).
@@ -323,6 +325,7 @@ impl World {
             .map(|i| Slot {
                 daemon: None,
                 driver: Driver::new(i),
+                persist: Vec::new(),
             })
             .collect();
         Self {
@@ -443,6 +446,13 @@ impl World {
             import_timeout: self.p.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
             grace: None,
+            // The previous daemon's record: with RECOVERY the new one waits for those nodes.
+            recover_from: if self.p.quorum == QuorumPolicy::Recovery {
+                self.slots[i].persist.clone()
+            } else {
+                Vec::new()
+            },
+            recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
         };
         let mut node = Node::new(cfg, self.now);
         node.handle_start(self.now);
@@ -735,6 +745,8 @@ impl World {
             // Grace-time clean-ups are off here (wait forever, NVIDIA's default); restarts and
             // departures are checked through the mesh actions above.
             Action::CleanedUp { .. } => {}
+            Action::Persist { importers } => self.slots[i].persist = importers,
+            Action::RecoveryWait { .. } | Action::Recovered { .. } => {}
             // Every peer here is honest and says hello first: a refusal is a bookkeeping bug.
             Action::Refused { reason, detail, .. } => {
                 self.violate(format!(

@@ -200,6 +200,8 @@ fn start(driver: Recorder) -> Running {
             import_timeout: settings.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
             grace: None,
+            recover_from: Vec::new(),
+            recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
         },
         now,
     );

@@ -1,0 +1,166 @@
+//! The recovery gate and the persist record (`IMEX_WAIT_FOR_QUORUM=RECOVERY`, imex-guide §4;
+//! driver-interface.md §4: a new session re-enables fabric allocation, so it must not open while
+//! nodes may still map memory the previous daemon left dangling).
+
+mod sim;
+
+use std::time::{Duration, Instant};
+
+use openimex_core::node::Action;
+use openimex_core::*;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn node(recover_from: Vec<NodeId>, grace: Option<Duration>) -> (Node, Instant, Vec<Hello>) {
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let map = NodeMap::new(sim::hosts(3));
+    let hellos = (0..3)
+        .map(|i| {
+            let cfg = sim::config(i, map.clone(), 100 + i as u64, QuorumPolicy::Recovery);
+            Mesh::new(cfg, now).hello()
+        })
+        .collect();
+    let cfg = NodeConfig {
+        mesh: sim::config(0, map, 100, QuorumPolicy::Recovery),
+        import_timeout: 10 * SEC,
+        max_describes_per_peer: 16,
+        grace,
+        recover_from,
+        recovery_wait: 60 * SEC,
+    };
+    (Node::new(cfg, now), now, hellos)
+}
+
+fn drain(n: &mut Node) -> Vec<Action> {
+    std::iter::from_fn(|| n.poll_action()).collect()
+}
+
+fn dial_attempt(actions: &[Action], peer: u16) -> u64 {
+    actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Mesh(mesh::Action::Dial { peer: p, attempt }) if p.0 == peer => Some(*attempt),
+            _ => None,
+        })
+        .expect("a dial")
+}
+
+fn opens_driver(actions: &[Action]) -> bool {
+    actions.contains(&Action::Mesh(mesh::Action::InitDriver))
+}
+
+const IMPORT: ImportRequest = ImportRequest {
+    import_event_id: 5,
+    export_uuid: [3; 16],
+    index: 0,
+    channel: 0,
+};
+
+#[test]
+fn waits_for_every_recorded_importer_before_opening_the_driver() {
+    let (mut n, now, hellos) = node(vec![NodeId(1), NodeId(2)], None);
+    n.handle_start(now);
+    let start = drain(&mut n);
+    assert!(!opens_driver(&start), "{start:?}");
+    assert_eq!(n.state(), DaemonState::WaitingForRecovery);
+    assert!(start.contains(&Action::Mesh(mesh::Action::StateChanged {
+        from: DaemonState::Initializing,
+        to: DaemonState::WaitingForRecovery
+    })));
+    assert_eq!(n.recovery_awaited(), vec![NodeId(1), NodeId(2)]);
+    assert!(n.links()[1].reason.contains("awaited for recovery"));
+    // Nothing is handed out meanwhile.
+    n.handle_session_hello(now, 1, true, &hellos[1]);
+    drain(&mut n);
+    n.handle_session_import(now, 1, 1, None, IMPORT);
+    assert!(matches!(
+        drain(&mut n).as_slice(),
+        [Action::AnswerImport { answer: Err(_), .. }]
+    ));
+
+    n.handle_dial_ok(now, NodeId(1), dial_attempt(&start, 1), &hellos[1]);
+    let one = drain(&mut n);
+    assert!(!opens_driver(&one));
+    assert!(
+        one.iter()
+            .any(|a| matches!(a, Action::Recovered { peer, .. } if peer.0 == 1))
+    );
+    assert_eq!(n.recovery_awaited(), vec![NodeId(2)]);
+
+    n.handle_dial_ok(now, NodeId(2), dial_attempt(&start, 2), &hellos[2]);
+    let two = drain(&mut n);
+    assert!(opens_driver(&two), "{two:?}");
+    assert!(two.contains(&Action::Mesh(mesh::Action::StateChanged {
+        from: DaemonState::WaitingForRecovery,
+        to: DaemonState::InitGpu
+    })));
+    assert!(
+        two.contains(&Action::Persist { importers: vec![] }),
+        "the record is cleared once recovered: {two:?}"
+    );
+    n.handle_driver_ready(now);
+    assert_eq!(n.state(), DaemonState::Ready);
+}
+
+#[test]
+fn an_importer_that_never_returns_is_declared_lost_after_the_wait() {
+    let (mut n, now, _) = node(vec![NodeId(2)], Some(20 * SEC));
+    n.handle_start(now);
+    drain(&mut n);
+    let t = n.poll_timeout().expect("a deadline");
+    let mut at = now;
+    let mut out = Vec::new();
+    while !opens_driver(&out) {
+        at = n.poll_timeout().expect("timers").max(at);
+        assert!(at <= now + 21 * SEC, "waited past the grace time");
+        n.handle_timeout(at);
+        out.extend(drain(&mut n));
+    }
+    assert!(t <= now + 20 * SEC);
+    assert!(at >= now + 20 * SEC, "not before the grace time");
+    assert!(out.iter().any(
+        |a| matches!(a, Action::Recovered { peer, how } if peer.0 == 2 && how.contains("lost"))
+    ));
+    assert!(
+        out.iter().any(
+            |a| matches!(a, Action::RecoveryWait { awaiting, .. } if awaiting == &vec![NodeId(2)])
+        ),
+        "the awaited node is named while waiting"
+    );
+}
+
+#[test]
+fn the_record_names_an_importer_before_it_gets_the_pages() {
+    let (mut n, now, hellos) = node(Vec::new(), None);
+    n.handle_start(now);
+    let start = drain(&mut n);
+    assert!(opens_driver(&start), "nothing to recover: no wait");
+    n.handle_driver_ready(now);
+    n.handle_session_hello(now, 1, true, &hellos[1]);
+    n.handle_dial_ok(now, NodeId(1), dial_attempt(&start, 1), &hellos[1]);
+    drain(&mut n);
+    n.handle_session_import(now, 7, 1, None, IMPORT);
+    drain(&mut n);
+    let pages = Pages {
+        size: 2 << 20,
+        page_size: 2 << 20,
+        pfns: vec![4],
+        clique_id: 0,
+    };
+    n.handle_described(now, 7, Ok((70, pages)));
+    let a = drain(&mut n);
+    let persist = a
+        .iter()
+        .position(|a| {
+            *a == Action::Persist {
+                importers: vec![NodeId(1)],
+            }
+        })
+        .expect("the record names node 1");
+    let answer = a
+        .iter()
+        .position(|a| matches!(a, Action::AnswerImport { answer: Ok(_), .. }))
+        .expect("answered");
+    assert!(persist < answer, "{a:?}");
+}
