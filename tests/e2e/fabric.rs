@@ -2,15 +2,19 @@
 //! import on another through the simulated GPU drivers and the IMEX daemons
 //! (DESIGN.md §1–§2, driver-interface.md §4). Each test reads the drivers' counters
 //! (`openimex app stats`) to show that references are taken where the driver interface says
-//! and always return to zero: no leak, no memory freed under an importer.
+//! and always return to zero: no leak, no memory freed under an importer. Where a test asserts a
+//! driver status, its comment names the section of `reference/driver-interface.md` the
+//! simulated driver follows there.
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use openimex_harness::process::run_with_timeout;
+use openimex_harness::{Cluster, GpuSpec};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, text};
+use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, spec, text};
 
 #[test]
 fn cross_node_round_trip() {
@@ -84,6 +88,10 @@ fn import_without_channel_or_with_another_channel_is_refused() {
         text(&out.stdout)
     );
 
+    // Another channel, across nodes: the exporter's daemon refuses the dup (§2), and the
+    // importer's daemon can only fail the import with VALIDATE's IMPORT_FAILED flag, which
+    // carries no status: the app sees NV_ERR_INVALID_OBJECT (§4 "Failed import"), never the
+    // exporter's INSUFFICIENT_PERMISSIONS.
     let out = run(&mut importer(
         d1,
         &channel(&cluster, 1, 1),
@@ -93,8 +101,9 @@ fn import_without_channel_or_with_another_channel_is_refused() {
     let stderr = assert_clean_failure(&out, "import with channel1 of memory exported on channel0");
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     assert!(
-        stderr.contains("CUDA_ERROR_NOT_PERMITTED (800)"),
-        "import with another channel: {stderr}"
+        stderr.contains("CUDA_ERROR_INVALID_HANDLE (400)")
+            && stderr.contains("NV_ERR_INVALID_OBJECT"),
+        "import with another channel is a failed import (INVALID_OBJECT): {stderr}"
     );
     assert!(
         !text(&out.stdout).contains("verified"),
@@ -247,12 +256,21 @@ fn import_with_no_daemon_on_the_importer_node() {
         "node 1's driver loses its session (node ID back to 0xFFFF)",
         |s| s["session"] == Value::Bool(false) && num(s, "node_id") == NO_NODE,
     );
+    // The packet names node 0, a real node: IMPORT_V2 passes its export-node check (§1.4,
+    // §1.6 "Import request" 2) and fails to post its MEM_IMPORT with no daemon session:
+    // NV_ERR_NOT_READY at once (§1.6 "Import request" 4, §6.5), not after the 30 s timeout.
+    let started = Instant::now();
     let out = run(&mut importer(&d1, &ch1, &handle, &["--verify", "55"]));
     let stderr = assert_clean_failure(&out, "import on a node without a daemon");
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     assert!(
-        stderr.contains("CUDA_ERROR_NOT_SUPPORTED (801)"),
-        "an import while the node ID is 0xFFFF must be refused as NOT_SUPPORTED: {stderr}"
+        stderr.contains("CUDA_ERROR_NOT_READY (600)") && stderr.contains("NV_ERR_NOT_READY"),
+        "an import on a node with no daemon must be refused as NOT_READY: {stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once: {:?}",
+        started.elapsed()
     );
     let s1 = stats(&d1);
     assert!(
@@ -318,6 +336,164 @@ fn many_importers_share_one_descriptor() {
         &cluster,
         "after the three importers and the exporter exited",
     );
+}
+
+/// (d) §1.4 and §6.1: the import cache key is `(id << 16) | index` under the export UUID, and
+/// the 48-bit import ID travels from the import request into the MEM_IMPORT event: imports of
+/// one handle with the same ID share a descriptor, with another ID they get their own
+/// descriptor, their own trip through the daemons and their own exporter reference.
+#[test]
+fn imports_with_different_import_ids_do_not_share_a_descriptor() {
+    let cluster = gpu_cluster(2);
+    let (d0, d1) = (cluster.node(0).dir(), cluster.node(1).dir());
+    let ch1 = channel(&cluster, 1, 0);
+    let (mut exp, handle) = exporter(d0, &channel(&cluster, 0, 0), 67, "exporter on node 0");
+
+    let importers: Vec<Held> = [("0", "a"), ("0", "b"), ("281474976710654", "c")]
+        .into_iter()
+        .map(|(id, k)| {
+            let mut cmd = importer(
+                d1,
+                &ch1,
+                &handle,
+                &["--hold", "--verify", "67", "--import-id", id],
+            );
+            Held::spawn(
+                &format!("importer {k} (import ID {id}) on node 1"),
+                &mut cmd,
+            )
+        })
+        .collect();
+    for imp in &importers {
+        imp.expect_holding();
+    }
+    let s1 = stats(d1);
+    assert!(
+        num(&s1, "import_descriptors") == 2 && num(&s1, "import_refs") == 3,
+        "IDs 0, 0 and 2^48-2: two descriptors, three references: {s1}"
+    );
+    let s0 = stats(d0);
+    assert_eq!(
+        num(&s0, "daemon_export_refs"),
+        2,
+        "one exporter reference per descriptor: {s0}"
+    );
+    // The reserved ID 2^48 - 1 is refused before anything is asked of the driver.
+    let out = run(&mut importer(
+        d1,
+        &ch1,
+        &handle,
+        &["--import-id", "281474976710655"],
+    ));
+    let stderr = assert_clean_failure(&out, "import ID 2^48 - 1");
+    assert_eq!(out.status.code(), Some(2), "a usage error: {stderr}");
+
+    for imp in importers {
+        imp.exit();
+    }
+    assert_eq!(exp.ask("verify 67"), "ok");
+    exp.exit();
+    wait_all_released(&cluster, "after the importers with their own IDs exited");
+}
+
+/// (a) §4 "Daemon dies or restarts" 1 and §6.1: `bAllowFabricMemAlloc` is set from load, so a
+/// node whose daemon was never started creates and exports fabric memory; §1.4 "Export
+/// packet": its UUID carries node ID 0xFFFF. (b) §1.4 and §1.6 "Import request" 2: IMPORT_V2
+/// refuses such a packet with NV_ERR_NOT_SUPPORTED, on whichever node.
+#[test]
+fn fabric_memory_with_no_daemon_ever_is_allocated_and_its_handle_is_single_node() {
+    let cluster =
+        Cluster::prepare(spec(2).with_gpus(GpuSpec::default())).expect("prepare the nodes");
+    cluster.start_driver(0).expect("node 0's GPU driver");
+    cluster.start_driver(1).expect("node 1's GPU driver");
+    let (d0, d1) = (cluster.node(0).dir(), cluster.node(1).dir());
+    for d in [d0, d1] {
+        let s = stats(d);
+        assert!(
+            s["session"] == Value::Bool(false) && num(&s, "node_id") == NO_NODE,
+            "no daemon has ever run: {s}"
+        );
+    }
+    let (mut exp, handle) = exporter(
+        d0,
+        &channel(&cluster, 0, 0),
+        77,
+        "exporter on node 0, which never had a daemon",
+    );
+    // Bytes 12..14 of the handle are the export UUID's node ID (little-endian).
+    assert_eq!(
+        &handle[24..28],
+        "ffff",
+        "exported with no daemon: node ID 0xFFFF in the UUID ({handle})"
+    );
+    assert_eq!(num(&stats(d0), "allocations"), 1);
+
+    let out = run(&mut importer(
+        d1,
+        &channel(&cluster, 1, 0),
+        &handle,
+        &["--verify", "77"],
+    ));
+    let stderr = assert_clean_failure(&out, "import of a single-node handle");
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(
+        stderr.contains("CUDA_ERROR_NOT_SUPPORTED (801)") && stderr.contains("0xFFFF"),
+        "a handle exported with no daemon is NOT_SUPPORTED elsewhere: {stderr}"
+    );
+    assert_eq!(
+        exp.ask("verify 77"),
+        "ok",
+        "the exporter's memory is intact"
+    );
+    exp.exit();
+    for d in [d0, d1] {
+        wait_stats(d, NOTICE, "back to zero", all_released);
+    }
+}
+
+/// (e) §2: `NVreg_ImexChannelCount=0` disables IMEX channels: SUBSCRIBE_TO_IMEX_CHANNEL is
+/// NV_ERR_NOT_SUPPORTED, so an application opening a channel file gets
+/// CUDA_ERROR_NOT_SUPPORTED, and without one it cannot create fabric memory.
+#[test]
+fn a_driver_loaded_with_no_imex_channels_refuses_subscription_as_not_supported() {
+    let dir = openimex_harness::ScratchDir::new("gpu-no-channels").expect("scratch dir");
+    let node_dir = dir.path().join("node");
+    let mut cmd = Command::new(binary());
+    cmd.arg("gpu")
+        .arg("--node-dir")
+        .arg(&node_dir)
+        .arg("--fabric-dir")
+        .arg(dir.path().join("fabric"))
+        .args(["--gpus", "1", "--hbm-mib", "64", "--channels", "1"])
+        .args(["--imex-channel-count", "0"]);
+    let gpu = Held::spawn("openimex gpu --imex-channel-count 0", &mut cmd);
+    let ready = gpu.line(NOTICE);
+    assert!(ready.starts_with("ready "), "{ready}");
+
+    let ch0 = openimex_simproto::node_dir::channel_path(&node_dir, 0);
+    assert!(ch0.exists(), "the channel file is there, but no channel");
+    let mut export = app("export", &node_dir);
+    export
+        .arg("--channel")
+        .arg(&ch0)
+        .args(["--size", SIZE, "--pattern", "1"]);
+    let out = run(&mut export);
+    let stderr = assert_clean_failure(&out, "export with the channel count 0");
+    assert!(
+        stderr.contains("CUDA_ERROR_NOT_SUPPORTED (801)") && stderr.contains("channel count is 0"),
+        "subscription is NOT_SUPPORTED: {stderr}"
+    );
+    let mut export = app("export", &node_dir);
+    export
+        .arg("--no-channel")
+        .args(["--size", SIZE, "--pattern", "1"]);
+    let out = run(&mut export);
+    let stderr = assert_clean_failure(&out, "export without a channel");
+    assert!(
+        stderr.contains("CUDA_ERROR_NOT_PERMITTED (800)"),
+        "no channel, no fabric memory: {stderr}"
+    );
+    drop(gpu);
 }
 
 #[test]

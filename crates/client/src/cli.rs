@@ -3,7 +3,7 @@
 //! ```text
 //! openimex app export --node-dir DIR [--gpu N] --size SIZE --pattern SEED [--handle-out FILE] [--hold]
 //! openimex app import --node-dir DIR --handle HEX|@FILE [--verify SEED] [--write SEED]
-//!                     [--hold] [--no-release] [--timeout SECS]
+//!                     [--hold] [--no-release] [--timeout SECS] [--import-id ID]
 //! openimex app stats  --node-dir DIR
 //! openimex app gpus   --node-dir DIR
 //! ```
@@ -18,7 +18,8 @@
 //!   it, checks it holds the pattern of `--verify` SEED (prints `verified BYTES`, or `mismatch
 //!   at OFFSET` and fails), writes the pattern of `--write` SEED (prints `written BYTES`),
 //!   then releases it. `--no-release` exits without releasing (the driver cleans up, as at
-//!   process exit).
+//!   process exit). `--import-id` sets the import ID (default 0): imports of one handle on a
+//!   node with the same ID share one import descriptor, with different IDs they do not.
 //! - `stats` prints the driver's counters as one JSON line.
 //! - `gpus` prints each GPU (UUID, HBM, fabric probe state, clusterUuid, cliqueId, health,
 //!   fabric base address) as one JSON line, what NVML's fabric info gives NCCL and NVSHMEM.
@@ -128,6 +129,9 @@ struct ImportArgs {
     /// Bound on the wait for the import to complete, in seconds.
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_secs)]
     timeout: Duration,
+    /// Import ID (below 2^48 - 1): imports of a handle with the same ID share one descriptor.
+    #[arg(long, value_name = "ID", default_value = "0", value_parser = parse_import_id)]
+    import_id: u64,
 }
 
 /// Why a command failed (exit code 1).
@@ -224,7 +228,7 @@ fn import(a: &ImportArgs) -> Result<(), Failure> {
     }
     let ctx = open(&a.node)?;
     let imported = ctx
-        .import_with_timeout(&handle, a.timeout)
+        .import_with_id(&handle, a.import_id, a.timeout)
         .map_err(cuda("import"))?;
     let mut mapping = ctx.map(&imported).map_err(cuda("map"))?;
     let mut result = Ok(());
@@ -441,6 +445,14 @@ pub fn parse_seed(s: &str) -> Result<u64, String> {
         None => t.parse(),
     };
     parsed.map_err(|_| format!("{s:?} is not a seed (a decimal or 0x-hex 64-bit number)"))
+}
+
+/// `--import-id`: decimal or 0x-hex, below 2^48 - 1 (the driver reserves that one).
+fn parse_import_id(s: &str) -> Result<u64, String> {
+    let limit = openimex_simproto::proto::IMPORT_ID_MAX;
+    parse_seed(s).ok().filter(|&id| id < limit).ok_or_else(|| {
+        format!("{s:?} is not an import ID (a decimal or 0x-hex number below 2^48 - 1 = {limit})")
+    })
 }
 
 fn parse_secs(s: &str) -> Result<Duration, String> {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use memmap2::{MmapMut, MmapOptions};
 use openimex_simproto::handle::{HexError, decode_hex_array, encode_hex};
 use openimex_simproto::node_dir::{channel_files, socket_path};
-use openimex_simproto::proto::{self, DriverStats, GpuInfo, Request, Response};
+use openimex_simproto::proto::{self, DriverStats, GpuInfo, IMPORT_ID_MAX, Request, Response};
 
 use crate::error::CuError;
 
@@ -186,14 +186,54 @@ impl Context {
     /// bound passed; the pending import then stays with the driver until this context closes
     /// (releasing it would block on the daemons that are already late).
     /// An import that fails outright is released before the error is returned.
+    ///
+    /// The import ID is 0: every import of one handle on a node shares one import descriptor
+    /// (one trip through the daemons), as [`Context::import_with_id`] explains.
     pub fn import_with_timeout(
         &self,
         h: &FabricHandleBytes,
         timeout: Duration,
     ) -> Result<Imported, CuError> {
-        let import = match self.call(&Request::Import { handle: h.to_hex() }, &[], true)? {
-            Response::Imported { import } => import,
-            other => return Err(unexpected("Import", &other)),
+        self.import_with_id(h, 0, timeout)
+    }
+
+    /// As [`Context::import_with_timeout`], with the import ID `id` (below 2^48 - 1, which the
+    /// driver reserves for multicast). The driver keys import descriptors by (export UUID,
+    /// `(id << 16) | index`) and the ID travels in the MEM_IMPORT event to the daemon
+    /// (`reference/driver-interface.md` §1.4, §1.6 "Import request"): imports of one handle
+    /// with the same ID on a node share a descriptor, imports with different IDs each get
+    /// their own (and their own exporter reference). Which IDs libcuda uses is not public;
+    /// [`Context::import`] uses 0.
+    ///
+    /// Errors as the real driver returns them: no channel is [`CuError::NotPermitted`], a
+    /// handle exported while its node had no IMEX daemon is [`CuError::NotSupported`], no IMEX
+    /// daemon on this node is [`CuError::NotReady`] at once, an import the daemons failed is
+    /// [`CuError::InvalidHandle`] (NV_ERR_INVALID_OBJECT), and an ID of 2^48 - 1 or more is
+    /// [`CuError::InvalidValue`].
+    pub fn import_with_id(
+        &self,
+        h: &FabricHandleBytes,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<Imported, CuError> {
+        if id >= IMPORT_ID_MAX {
+            return Err(CuError::InvalidValue(format!(
+                "import ID {id} is not below 2^48 - 1 ({IMPORT_ID_MAX}, reserved for multicast)"
+            )));
+        }
+        let req = Request::Import {
+            handle: h.to_hex(),
+            import_id: id,
+        };
+        let import = match self.call(&req, &[], true) {
+            Ok(Response::Imported { import }) => import,
+            Ok(other) => return Err(unexpected("Import", &other)),
+            Err(CuError::NotReady(text)) => {
+                return Err(CuError::NotReady(format!(
+                    "{text} (is this node's IMEX daemon running?)"
+                )));
+            }
+            Err(e) => return Err(e),
         };
         let deadline = Instant::now() + timeout;
         loop {

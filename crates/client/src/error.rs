@@ -9,7 +9,7 @@
 //! | `NV_ERR_STATE_IN_USE`             | `CUDA_ERROR_NOT_PERMITTED` (800)      |
 //! | `NV_ERR_NOT_SUPPORTED`            | `CUDA_ERROR_NOT_SUPPORTED` (801)      |
 //! | `NV_ERR_OBJECT_NOT_FOUND`         | `CUDA_ERROR_INVALID_HANDLE` (400)     |
-//! | `NV_ERR_INVALID_OBJECT`           | `CUDA_ERROR_INVALID_HANDLE` (400)     |
+//! | `NV_ERR_INVALID_OBJECT`           | `CUDA_ERROR_INVALID_HANDLE` (400): a failed import |
 //! | `NV_ERR_INVALID_OBJECT_HANDLE`    | `CUDA_ERROR_INVALID_HANDLE` (400)     |
 //! | `NV_ERR_INVALID_ARGUMENT`         | `CUDA_ERROR_INVALID_VALUE` (1), but `CUDA_ERROR_INVALID_HANDLE` (400) on calls whose argument is a handle (export, import, release: [`CuError::from_nv_on_handle`]) |
 //! | `NV_ERR_NOT_READY`                | `CUDA_ERROR_NOT_READY` (600)          |
@@ -17,6 +17,12 @@
 //! | `NV_ERR_IN_USE`                   | `CUDA_ERROR_ILLEGAL_STATE` (401)      |
 //! | `NV_ERR_NO_MEMORY`                | `CUDA_ERROR_OUT_OF_MEMORY` (2)        |
 //! | `NV_ERR_RESET_REQUIRED`           | `CUDA_ERROR_LAUNCH_FAILED` (719)      |
+//!
+//! A failed import is always `NV_ERR_INVALID_OBJECT`, whatever went wrong between the daemons
+//! (the export is gone, the exporter's daemon refused the channel, the exporter's node is
+//! unreachable): the daemon fails it with VALIDATE's IMPORT_FAILED flag, which carries no status
+//! (`reference/driver-interface.md` §4 "Failed import"). Field reports of such failures read
+//! `cuMemImportFromShareableHandle: invalid resource handle` (§3), which is this code.
 //!
 //! Errors of our own side: no driver socket is `CUDA_ERROR_NO_DEVICE` (100), a failed socket,
 //! open or mmap call is `CUDA_ERROR_OPERATING_SYSTEM` (304), an answer that makes no sense for
@@ -59,14 +65,17 @@ pub enum CuError {
     /// CUDA_ERROR_OPERATING_SYSTEM (304): the driver socket failed or closed mid-call.
     #[error("CUDA_ERROR_OPERATING_SYSTEM (304): {0}")]
     Transport(#[source] WireError),
-    /// CUDA_ERROR_INVALID_HANDLE (400): unknown or freed export, failed import, a handle this
-    /// context does not own.
+    /// CUDA_ERROR_INVALID_HANDLE (400): a failed import (NV_ERR_INVALID_OBJECT: the daemons
+    /// could not complete it, e.g. the export was freed or is on another channel), an unknown
+    /// export on this node, a handle this context does not own.
     #[error("CUDA_ERROR_INVALID_HANDLE (400): {0}")]
     InvalidHandle(String),
-    /// CUDA_ERROR_ILLEGAL_STATE (401): no IMEX daemon on the node, or its session went away.
+    /// CUDA_ERROR_ILLEGAL_STATE (401): the node's IMEX daemon session went away while an
+    /// import was in use, or fabric allocation is disabled (a daemon died holding exports).
     #[error("CUDA_ERROR_ILLEGAL_STATE (401): {0}")]
     IllegalState(String),
-    /// CUDA_ERROR_NOT_READY (600): the import did not complete within the bound.
+    /// CUDA_ERROR_NOT_READY (600): the import did not complete within the bound, or there is
+    /// no IMEX daemon on this node to post it to (IMPORT_V2's NV_ERR_NOT_READY).
     #[error("CUDA_ERROR_NOT_READY (600): {0}")]
     NotReady(String),
     /// CUDA_ERROR_LAUNCH_FAILED (719): the driver disabled this client (see the module docs).
@@ -75,7 +84,8 @@ pub enum CuError {
     /// CUDA_ERROR_NOT_PERMITTED (800): no IMEX channel, or not the exporter's channel.
     #[error("CUDA_ERROR_NOT_PERMITTED (800): {0}")]
     NotPermitted(String),
-    /// CUDA_ERROR_NOT_SUPPORTED (801): e.g. import on a node that never had an IMEX daemon.
+    /// CUDA_ERROR_NOT_SUPPORTED (801): import of a handle exported while its node had no IMEX
+    /// daemon (export node ID 0xFFFF), or a driver with no IMEX channels (channel count 0).
     #[error("CUDA_ERROR_NOT_SUPPORTED (801): {0}")]
     NotSupported(String),
     /// CUDA_ERROR_UNKNOWN (999): the driver answered something that does not fit the request.

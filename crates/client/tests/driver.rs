@@ -19,7 +19,7 @@ use openimex_client::{Context, CuError, DriverStats, FabricHandleBytes, Mappable
 use openimex_harness::ScratchDir;
 use openimex_simgpu::server::{DriverConfig, Server, ServerHandle};
 use openimex_simgpu::testing::LoopbackDaemons;
-use openimex_simproto::proto::PAGE_SIZE;
+use openimex_simproto::proto::{DEFAULT_IMEX_CHANNEL_COUNT, PAGE_SIZE};
 
 /// IMEX node ID of node A (the exporter in most tests) and node B (the importer).
 const NODE_A: u16 = 3;
@@ -32,6 +32,36 @@ struct Node {
 }
 
 impl Node {
+    /// A node's driver on `slot` (one GPU), with IMEX channel files `channel7` and `channel3`
+    /// and a file `channelx` that is no channel, and `imex_channel_count` channels.
+    fn start(base: &Path, fabric_dir: &Path, slot: u16, imex_channel_count: u32) -> Node {
+        let node_dir = base.join(format!("node{slot}"));
+        std::fs::create_dir_all(channels_dir(&node_dir)).expect("channel dir");
+        for name in ["channel7", "channel3", "channelx"] {
+            std::fs::write(channels_dir(&node_dir).join(name), b"").expect("channel file");
+        }
+        let config = DriverConfig {
+            node_dir: node_dir.clone(),
+            fabric_dir: fabric_dir.to_path_buf(),
+            slot,
+            gpus: 1,
+            hbm_bytes: 64 << 20,
+            cluster_uuid: [1; 16],
+            clique_id: 1,
+            // The files above are the channels; the driver creates none of its own.
+            channels: 0,
+            imex_channel_count,
+        };
+        let server = Server::bind(&config)
+            .expect("bind the driver")
+            .spawn()
+            .expect("start the driver");
+        Node {
+            server,
+            dir: node_dir,
+        }
+    }
+
     /// The driver's counters, read in-process (no client connection of its own).
     fn stats(&self) -> DriverStats {
         self.server.stats()
@@ -57,33 +87,10 @@ impl Domain {
     fn start(label: &str) -> Domain {
         let dir = ScratchDir::new(&format!("client-it-{label}")).expect("scratch dir");
         let fabric_dir = dir.path().join("fabric");
-        let node = |slot: u16| {
-            let node_dir = dir.path().join(format!("node{slot}"));
-            std::fs::create_dir_all(channels_dir(&node_dir)).expect("channel dir");
-            for name in ["channel7", "channel3", "channelx"] {
-                std::fs::write(channels_dir(&node_dir).join(name), b"").expect("channel file");
-            }
-            let config = DriverConfig {
-                node_dir: node_dir.clone(),
-                fabric_dir: fabric_dir.clone(),
-                slot,
-                gpus: 1,
-                hbm_bytes: 64 << 20,
-                cluster_uuid: [1; 16],
-                clique_id: 1,
-                // The files above are the channels; the driver creates none of its own.
-                channels: 0,
-            };
-            let server = Server::bind(&config)
-                .expect("bind the driver")
-                .spawn()
-                .expect("start the driver");
-            Node {
-                server,
-                dir: node_dir,
-            }
-        };
-        let (a, b) = (node(0), node(1));
+        let (a, b) = (
+            Node::start(dir.path(), &fabric_dir, 0, DEFAULT_IMEX_CHANNEL_COUNT),
+            Node::start(dir.path(), &fabric_dir, 1, DEFAULT_IMEX_CHANNEL_COUNT),
+        );
         let daemons = LoopbackDaemons::start(&[
             (a.server.socket_path(), NODE_A),
             (b.server.socket_path(), NODE_B),
@@ -192,12 +199,15 @@ fn export_import_map_share_the_same_bytes() {
     let sa = d.a.stats();
     assert_eq!((sa.allocations, sa.exports, sa.hbm_used), (0, 0, 0));
     // The export left the export cache with its last reference, so the exporter's driver
-    // answers OBJECT_NOT_FOUND and the import fails (§4: exporter frees, failed import).
+    // answers OBJECT_NOT_FOUND, the importer's daemon sends VALIDATE with IMPORT_FAILED, and the
+    // import is NV_ERR_INVALID_OBJECT (§4: exporter frees, failed import).
+    let e = b.import(&handle).unwrap_err();
     assert_eq!(
-        code(b.import(&handle)),
-        400,
-        "a released export is an invalid handle"
+        (e.code(), e.name()),
+        (400, "CUDA_ERROR_INVALID_HANDLE"),
+        "a released export is an invalid handle: {e}"
     );
+    assert!(e.to_string().contains("NV_ERR_INVALID_OBJECT"), "{e}");
     assert_eq!(
         b.stats().unwrap().import_descriptors,
         0,
@@ -224,8 +234,10 @@ fn channels_gate_fabric_calls_and_errors_have_cuda_codes() {
     let mem = a.mem_create(0, PAGE_SIZE).unwrap();
     let handle = a.export(&mem).unwrap();
     // Another channel than the exporter's: refused on the exporter's own node (§2: dup by UUID
-    // needs the same channel) and, through the daemons, on another node (§2: events carry the
-    // channel, the exporter's side enforces it; §3: NOT_PERMITTED).
+    // needs the same channel; NOT_PERMITTED). On another node the exporter's daemon enforces
+    // it (§2: events carry the channel), and the importer's daemon can only fail the import:
+    // VALIDATE with IMPORT_FAILED, so the app sees NV_ERR_INVALID_OBJECT (§4 "Failed import"),
+    // not the exporter's INSUFFICIENT_PERMISSIONS.
     assert_eq!(
         code(ch7.import(&handle)),
         800,
@@ -234,8 +246,8 @@ fn channels_gate_fabric_calls_and_errors_have_cuda_codes() {
     let b7 = Context::open_with_channel(&d.b.dir, Some(&channel_path(&d.b.dir, 7))).unwrap();
     assert_eq!(
         code(b7.import(&handle)),
-        800,
-        "another channel than the exporter's, other node"
+        400,
+        "another channel than the exporter's, other node: a failed import"
     );
     // IMPORT_V2 needs a subscription (§2).
     assert_eq!(code(none.import(&handle)), 800, "no channel");
@@ -319,6 +331,133 @@ fn a_context_is_shared_between_threads() {
     });
     let s = ctx.stats().unwrap();
     assert_eq!((s.allocations, s.hbm_used), (0, 0));
+}
+
+// ---- driver fidelity (issue 7), each as the real driver does it ----
+
+/// §4 "Failed import" (and §1.6 "Daemon B" 2): whatever the exporter's driver answered the
+/// daemons, a failed import reaches the app as NV_ERR_INVALID_OBJECT, which the client maps to
+/// CUDA_ERROR_INVALID_HANDLE (§3: "invalid resource handle"). The exporter's statuses here are
+/// INSUFFICIENT_PERMISSIONS (would be 800) and OBJECT_NOT_FOUND: neither comes out.
+#[test]
+fn a_failed_import_is_invalid_object_whatever_the_exporter_answered() {
+    let d = Domain::start("failed-import");
+    let a = Context::open(&d.a.dir).unwrap();
+    let mem = a.mem_create(0, PAGE_SIZE).unwrap();
+    let handle = a.export(&mem).unwrap();
+    let b7 = Context::open_with_channel(&d.b.dir, Some(&channel_path(&d.b.dir, 7))).unwrap();
+    let refused = b7.import(&handle).unwrap_err();
+    a.release(mem).unwrap();
+    let b = Context::open(&d.b.dir).unwrap();
+    let gone = b.import(&handle).unwrap_err();
+    for e in [refused, gone] {
+        assert_eq!(
+            (e.code(), e.name()),
+            (400, "CUDA_ERROR_INVALID_HANDLE"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("NV_ERR_INVALID_OBJECT"), "{e}");
+    }
+    let s = d.b.stats();
+    assert_eq!((s.import_descriptors, s.import_refs), (0, 0));
+    d.check_daemons();
+}
+
+/// §4 and §6.1: fabric allocation is allowed from load, so a node whose daemon never started
+/// creates and exports memory (§1.4: the UUID carries node 0xFFFF). §1.4 and §1.6 "Import
+/// request" 2: that handle is NOT_SUPPORTED on any other node. §1.6 "Import request" 4 and
+/// §6.5: an import on the node with no daemon is NOT_READY at once.
+#[test]
+fn a_node_with_no_daemon_allocates_exports_and_refuses_imports_as_the_real_driver() {
+    let d = Domain::start("no-daemon");
+    let fabric_dir = d.dir.path().join("fabric");
+    let c = Node::start(d.dir.path(), &fabric_dir, 2, DEFAULT_IMEX_CHANNEL_COUNT);
+    let ctx = Context::open(&c.dir).unwrap();
+    assert_eq!(ctx.node_id(), 0xFFFF, "no daemon session on node C");
+    let mem = ctx
+        .mem_create(0, PAGE_SIZE)
+        .expect("fabric memory with no daemon ever");
+    pattern::fill(&mut ctx.map(&mem).unwrap(), 3);
+    let single = ctx.export(&mem).expect("export with no daemon");
+
+    let b = Context::open(&d.b.dir).unwrap();
+    let e = b.import(&single).unwrap_err();
+    assert_eq!(
+        (e.code(), e.name()),
+        (801, "CUDA_ERROR_NOT_SUPPORTED"),
+        "{e}"
+    );
+    let e = ctx.import(&single).unwrap_err();
+    assert_eq!(e.code(), 801, "not even on its own node: {e}");
+
+    let a = Context::open(&d.a.dir).unwrap();
+    let on_a = a.export(&a.mem_create(0, PAGE_SIZE).unwrap()).unwrap();
+    let start = Instant::now();
+    let e = ctx.import(&on_a).unwrap_err();
+    assert_eq!((e.code(), e.name()), (600, "CUDA_ERROR_NOT_READY"), "{e}");
+    assert!(e.to_string().contains("IMEX daemon"), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "refused at once, not after the import timeout"
+    );
+    let s = c.stats();
+    assert_eq!(
+        (s.import_descriptors, s.import_refs, s.queued_events),
+        (0, 0, 0)
+    );
+    assert_eq!(pattern::verify(&ctx.map(&mem).unwrap(), 3), Ok(()));
+    d.check_daemons();
+}
+
+/// §1.4 (the import key is `(id << 16) | index` under the UUID; `id` < 2^48 - 1) and §1.6
+/// "Import request" 3: imports with the same ID share a descriptor and one trip through the
+/// daemons; a different ID gets its own descriptor, event and exporter reference.
+#[test]
+fn imports_share_a_descriptor_only_with_the_same_import_id() {
+    let d = Domain::start("import-id");
+    let a = Context::open(&d.a.dir).unwrap();
+    let mem = a.mem_create(0, PAGE_SIZE).unwrap();
+    pattern::fill(&mut a.map(&mem).unwrap(), 8);
+    let handle = a.export(&mem).unwrap();
+    let b = Context::open(&d.b.dir).unwrap();
+    let t = Duration::from_secs(10);
+    let first = b.import_with_id(&handle, 0, t).unwrap();
+    let same = b.import(&handle).unwrap();
+    let other = b.import_with_id(&handle, 0x1234_5678_9abc, t).unwrap();
+    let s = d.b.stats();
+    assert_eq!((s.import_descriptors, s.import_refs), (2, 3));
+    assert_eq!(d.a.stats().daemon_export_refs, 2);
+    assert_eq!(d.daemons.events_handled(), 2, "two MEM_IMPORT events");
+    for m in [&first, &same, &other] {
+        assert_eq!(pattern::verify(&b.map(m).unwrap(), 8), Ok(()));
+    }
+    let e = b.import_with_id(&handle, (1 << 48) - 1, t).unwrap_err();
+    assert_eq!(e.code(), 1, "2^48 - 1 is reserved: {e}");
+    for m in [first, same, other] {
+        b.release(m).unwrap();
+    }
+    assert_eq!(d.b.stats().import_descriptors, 0);
+    assert_eq!(d.a.stats().daemon_export_refs, 0);
+    d.check_daemons();
+}
+
+/// §2: a driver with an IMEX channel count of 0 refuses the channel subscription with
+/// NV_ERR_NOT_SUPPORTED, which libcuda reports as CUDA_ERROR_NOT_SUPPORTED (§3).
+#[test]
+fn a_driver_with_no_imex_channels_is_not_supported() {
+    let dir = ScratchDir::new("client-it-nochannels").expect("scratch dir");
+    let fabric_dir = dir.path().join("fabric");
+    let n = Node::start(dir.path(), &fabric_dir, 0, 0);
+    let e = Context::open(&n.dir).unwrap_err();
+    assert_eq!(
+        (e.code(), e.name()),
+        (801, "CUDA_ERROR_NOT_SUPPORTED"),
+        "{e}"
+    );
+    let e = Context::open_with_channel(&n.dir, Some(&channel_path(&n.dir, 3))).unwrap_err();
+    assert_eq!(e.code(), 801, "{e}");
+    let none = Context::open_with_channel(&n.dir, None).unwrap();
+    assert_eq!(code(none.mem_create(0, PAGE_SIZE)), 800, "no channel");
 }
 
 // ---- the CLI, as a child process ----

@@ -16,7 +16,7 @@ use openimex_core::NodeId;
 use openimex_simproto::handle::ExportUuid;
 use openimex_simproto::node_dir::socket_path;
 use openimex_simproto::proto::{
-    self, FabricEvent, FabricPages, NvStatus, Request, Response, Validation,
+    self, FabricEvent, FabricPages, MAX_UNIMPORT_TOKENS, NvStatus, Request, Response, Validation,
 };
 
 use crate::{Driver, DriverError, Event, Pages, SessionInfo, Status};
@@ -34,7 +34,9 @@ pub struct SimDriver {
 }
 
 /// The simulated driver's status as the daemon's [`Status`] (the statuses the daemon acts on;
-/// the rest are `Other`). The one place this mapping is written, with [`nv`] its inverse.
+/// the rest are `Other`). The one place this mapping is written. There is no inverse: a status
+/// never goes back into the driver (a failed import is VALIDATE with the IMPORT_FAILED flag,
+/// which carries none).
 fn status(s: NvStatus) -> Status {
     match s {
         NvStatus::InsufficientPermissions => Status::InsufficientPermissions,
@@ -42,17 +44,6 @@ fn status(s: NvStatus) -> Status {
         NvStatus::InvalidState => Status::InvalidState,
         NvStatus::InvalidArgument => Status::InvalidArgument,
         _ => Status::Other,
-    }
-}
-
-/// The status to fail an import with (VALIDATE with IMPORT_FAILED) for a daemon [`Status`].
-/// `Other` has no driver status of its own: it becomes NV_ERR_INVALID_ARGUMENT.
-fn nv(s: Status) -> NvStatus {
-    match s {
-        Status::InsufficientPermissions => NvStatus::InsufficientPermissions,
-        Status::ObjectNotFound => NvStatus::ObjectNotFound,
-        Status::InvalidState => NvStatus::InvalidState,
-        Status::InvalidArgument | Status::Other => NvStatus::InvalidArgument,
     }
 }
 
@@ -164,13 +155,17 @@ impl Driver for SimDriver {
         Ok(events
             .into_iter()
             .filter_map(|e| match e {
+                // The import ID is not passed on: the daemon names the import by its event ID
+                // when it validates it, which is all this driver needs. A backend whose VALIDATE
+                // goes through IMPORTED_REF {uuid, index, id} (the real driver, §1.6 "Daemon B"
+                // 1) needs it in core's `Event::Import`.
                 FabricEvent::Import {
                     event_id,
                     channel,
                     export_uuid,
                     index,
                     export_node,
-                    ..
+                    import_id: _,
                 } => {
                     let uuid = ExportUuid::from_hex(&export_uuid).ok()?;
                     Some(Event::Import {
@@ -240,6 +235,10 @@ impl Driver for SimDriver {
         .map(drop)
     }
 
+    /// VALIDATE with the pages, or, for any failure, VALIDATE with the IMPORT_FAILED flag
+    /// alone: the daemon's status stays with the daemon (its logs), and the importer's object
+    /// reports NV_ERR_INVALID_OBJECT (`reference/driver-interface.md` §1.6 "Daemon B" 2, §4
+    /// "Failed import").
     fn validate_import(
         &self,
         import_event_id: u64,
@@ -253,7 +252,7 @@ impl Driver for SimDriver {
                 pfns: p.pfns,
                 clique_id: p.clique_id,
             }),
-            Err(s) => Validation::Failed(nv(s)),
+            Err(_) => Validation::ImportFailed,
         };
         self.control(
             "validate",
@@ -266,13 +265,22 @@ impl Driver for SimDriver {
         .map(drop)
     }
 
+    /// FINISH_MEM_UNIMPORT takes 1 to 256 tokens per call (`reference/driver-interface.md`
+    /// §1.4, §7 "FINISH_MEM_UNIMPORT batching (≤256)"): larger batches go in several calls, in
+    /// order, and an empty one makes none.
     fn finish_unimport(&self, ids: &[u64]) -> Result<(), DriverError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
         let token = self.token()?;
-        let req = Request::FinishUnimport {
-            token,
-            unimport_event_ids: ids.to_vec(),
-        };
-        self.control("finish unimport", &req).map(drop)
+        for chunk in ids.chunks(MAX_UNIMPORT_TOKENS) {
+            let req = Request::FinishUnimport {
+                token,
+                unimport_event_ids: chunk.to_vec(),
+            };
+            self.control("finish unimport", &req)?;
+        }
+        Ok(())
     }
 
     fn disable_importers(&self, node: NodeId) -> Result<(), DriverError> {
@@ -291,22 +299,161 @@ impl Driver for SimDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixListener;
+    use std::sync::Arc;
 
     #[test]
-    fn statuses_map_both_ways() {
+    fn driver_statuses_map_to_the_daemons() {
+        for (nv, want) in [
+            (
+                NvStatus::InsufficientPermissions,
+                Status::InsufficientPermissions,
+            ),
+            (NvStatus::ObjectNotFound, Status::ObjectNotFound),
+            (NvStatus::InvalidState, Status::InvalidState),
+            (NvStatus::InvalidArgument, Status::InvalidArgument),
+        ] {
+            assert_eq!(status(nv), want, "{nv:?}");
+        }
+        for s in NvStatus::ALL {
+            let back = status(s);
+            assert!(
+                back == Status::Other
+                    || back.as_str() == s.to_string().trim_start_matches("NV_ERR_"),
+                "{s:?} -> {back:?}"
+            );
+        }
+        assert_eq!(status(NvStatus::NotReady), Status::Other);
+    }
+
+    /// A fake driver on a socket that records every request and answers as the simulated
+    /// driver would (refusing FINISH_MEM_UNIMPORT outside 1..=256 tokens).
+    fn fake_driver(dir: &Path) -> (Arc<Mutex<Vec<Request>>>, std::thread::JoinHandle<()>) {
+        let sock = socket_path(dir);
+        std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+        let listener = UnixListener::bind(&sock).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let server = std::thread::spawn(move || {
+            // The session connection, then the control connection.
+            let conns: Vec<UnixStream> = (0..2).map(|_| listener.accept().unwrap().0).collect();
+            let serve = |c: UnixStream, log: Arc<Mutex<Vec<Request>>>| {
+                std::thread::spawn(move || {
+                    while let Ok((req, _)) = proto::recv::<Request>(&c) {
+                        let resp = match &req {
+                            Request::Hello { .. } => Response::Hello {
+                                node_id: 0xFFFF,
+                                gpus: Vec::new(),
+                                fabric_dir: String::new(),
+                            },
+                            Request::OpenSession { .. } => Response::Session { token: 7 },
+                            Request::FinishUnimport {
+                                unimport_event_ids, ..
+                            } if unimport_event_ids.is_empty()
+                                || unimport_event_ids.len() > MAX_UNIMPORT_TOKENS =>
+                            {
+                                Response::Error {
+                                    status: NvStatus::InvalidArgument,
+                                    detail: "numTokens".into(),
+                                }
+                            }
+                            _ => Response::Ok,
+                        };
+                        log.lock().unwrap().push(req);
+                        if proto::send(&c, &resp, &[]).is_err() {
+                            break;
+                        }
+                    }
+                })
+            };
+            let threads: Vec<_> = conns
+                .into_iter()
+                .map(|c| serve(c, Arc::clone(&log)))
+                .collect();
+            for t in threads {
+                let _ = t.join();
+            }
+        });
+        (seen, server)
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("openimex-driver-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// `reference/driver-interface.md` §1.4: FINISH_MEM_UNIMPORT's `numTokens` is 1..256, so
+    /// 600 tokens go as 256 + 256 + 88, in order, and none makes no call.
+    #[test]
+    fn finish_unimport_sends_at_most_256_tokens_per_call() {
+        let dir = scratch("chunks");
+        let (seen, server) = fake_driver(&dir);
+        let d = SimDriver::connect(&dir).unwrap();
+        d.open_session(NodeId(2)).unwrap();
+        let ids: Vec<u64> = (1..=600).collect();
+        d.finish_unimport(&ids).unwrap();
+        d.finish_unimport(&[]).unwrap();
+        d.finish_unimport(&[601]).unwrap();
+        drop(d);
+        server.join().unwrap();
+        let batches: Vec<Vec<u64>> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|r| match r {
+                Request::FinishUnimport {
+                    token: 7,
+                    unimport_event_ids,
+                } => Some(unimport_event_ids.clone()),
+                _ => None,
+            })
+            .collect();
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [256, 256, 88, 1]);
+        let flat: Vec<u64> = batches.concat();
+        assert_eq!(
+            flat,
+            (1..=601).collect::<Vec<u64>>(),
+            "every token once, in order"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `reference/driver-interface.md` §1.6 "Daemon B" 2 and §4 "Failed import": a failed import
+    /// is VALIDATE with the IMPORT_FAILED flag; the daemon's status does not go into it.
+    #[test]
+    fn a_failed_import_is_validated_with_import_failed_whatever_the_status() {
+        let dir = scratch("failed");
+        let (seen, server) = fake_driver(&dir);
+        let d = SimDriver::connect(&dir).unwrap();
+        d.open_session(NodeId(2)).unwrap();
         for s in [
             Status::InsufficientPermissions,
             Status::ObjectNotFound,
             Status::InvalidState,
             Status::InvalidArgument,
+            Status::Other,
         ] {
-            assert_eq!(status(nv(s)), s, "{s:?}");
+            d.validate_import(5, Err(s)).unwrap();
         }
-        assert_eq!(nv(Status::Other), NvStatus::InvalidArgument);
-        for s in NvStatus::ALL {
-            let back = status(s);
-            assert!(back == Status::Other || nv(back) == s, "{s:?} -> {back:?}");
-        }
-        assert_eq!(status(NvStatus::NotReady), Status::Other);
+        drop(d);
+        server.join().unwrap();
+        let validations: Vec<Validation> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|r| match r {
+                Request::Validate {
+                    import_event_id: 5,
+                    result,
+                    ..
+                } => Some(result.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(validations, vec![Validation::ImportFailed; 5]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

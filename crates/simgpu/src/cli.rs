@@ -22,6 +22,7 @@ use clap::Parser;
 use nix::libc;
 
 use openimex_simproto::handle::decode_hex_array;
+use openimex_simproto::proto::{DEFAULT_IMEX_CHANNEL_COUNT, MAX_IMEX_CHANNEL_COUNT};
 
 use crate::server::{DriverConfig, Server, default_cluster_uuid};
 
@@ -57,6 +58,11 @@ struct Args {
     /// Channel files channel0..channel{N-1} to create (mode 0666) if missing.
     #[arg(long, value_name = "N", default_value_t = 1)]
     channels: u32,
+    /// The kernel module's NVreg_ImexChannelCount: channel numbers below N are IMEX channels;
+    /// 0 disables them (every subscription fails with NV_ERR_NOT_SUPPORTED).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_IMEX_CHANNEL_COUNT,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_IMEX_CHANNEL_COUNT)))]
+    imex_channel_count: u32,
 }
 
 fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
@@ -111,6 +117,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         cluster_uuid,
         clique_id: args.clique_id,
         channels: args.channels,
+        imex_channel_count: args.imex_channel_count,
     };
     let server = match Server::bind(&config) {
         Ok(s) => s,
@@ -131,6 +138,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         slot = config.slot,
         gpus = config.gpus,
         hbm_mib = hbm_bytes >> 20,
+        imex_channel_count = config.imex_channel_count,
         socket = %sock.display(),
         "simulated GPU driver listening"
     );

@@ -50,8 +50,13 @@ pub struct DriverConfig {
     /// Clique ID of the GPUs.
     pub clique_id: u32,
     /// Channel files `channel0..channel{N-1}` to create (mode 0666) if missing. Channel files
-    /// already in the directory are kept and count as well, whatever their number.
+    /// already in the directory are kept and count as well, if numbered below
+    /// `imex_channel_count`.
     pub channels: u32,
+    /// `NVreg_ImexChannelCount` (default
+    /// [`openimex_simproto::proto::DEFAULT_IMEX_CHANNEL_COUNT`]): the channel numbers
+    /// the driver serves; 0 disables IMEX channels (`reference/driver-interface.md` §2).
+    pub imex_channel_count: u32,
 }
 
 /// The default clusterUuid: derived from the (absolute) fabric directory, so every node sharing
@@ -212,6 +217,7 @@ impl Server {
             fabric_dir: fabric_dir.clone(),
             cluster_uuid: config.cluster_uuid,
             clique_id: config.clique_id,
+            imex_channel_count: config.imex_channel_count,
         })
         .map_err(io_err("cannot create the HBM files in", &fabric_dir))?;
         match fs::remove_file(&sock) {
@@ -511,23 +517,38 @@ fn handle(
                 fabric_dir: rm.fabric_dir().to_string_lossy().into_owned(),
             })
         }
-        Request::SubscribeChannel => match fds
-            .first()
-            .and_then(|fd| resolve_channel(&shared.node_dir, fd))
-        {
-            Some(n) => rm
-                .subscribe(client, n)
-                .map(|channel| Response::Subscribed { channel }),
-            None => {
-                return error(
-                    NvStatus::InsufficientPermissions,
-                    format!(
-                        "the attached descriptor is not an IMEX channel of {}",
-                        channels_dir(&shared.node_dir).display()
-                    ),
-                );
+        Request::SubscribeChannel => {
+            let resolved = fds
+                .first()
+                .and_then(|fd| resolve_channel(&shared.node_dir, fd));
+            match rm.subscribe_descriptor(client, resolved) {
+                Ok(channel) => Ok(Response::Subscribed { channel }),
+                Err(NvStatus::NotSupported) => {
+                    return error(
+                        NvStatus::NotSupported,
+                        "this driver has no IMEX channels (its IMEX channel count is 0)",
+                    );
+                }
+                Err(NvStatus::InsufficientPermissions) => {
+                    let count = rm.config().imex_channel_count;
+                    return error(
+                        NvStatus::InsufficientPermissions,
+                        match resolved {
+                            Some(n) => format!(
+                                "channel{n} is not an IMEX channel of this driver (it has \
+                                 channels 0 to {})",
+                                count.saturating_sub(1)
+                            ),
+                            None => format!(
+                                "the attached descriptor is not an IMEX channel of {}",
+                                channels_dir(&shared.node_dir).display()
+                            ),
+                        },
+                    );
+                }
+                Err(s) => Err(s),
             }
-        },
+        }
         Request::Create { gpu, size } => rm.create(client, gpu, size).map(|c| Response::Created {
             mem: c.mem,
             size: c.location.size,
@@ -537,9 +558,23 @@ fn handle(
         Request::Export { mem } => rm
             .export(client, mem)
             .map(|handle| Response::Exported { handle }),
-        Request::Import { handle } => rm
-            .import(client, &handle)
-            .map(|import| Response::Imported { import }),
+        Request::Import { handle, import_id } => match rm.import(client, &handle, import_id) {
+            Ok(import) => Ok(Response::Imported { import }),
+            Err(NvStatus::NotReady) => {
+                return error(
+                    NvStatus::NotReady,
+                    "no IMEX daemon session on this node to post the import to",
+                );
+            }
+            Err(NvStatus::NotSupported) => {
+                return error(
+                    NvStatus::NotSupported,
+                    "the handle was exported while its node had no IMEX daemon (export node \
+                     ID 0xFFFF): it can only be used on that node",
+                );
+            }
+            Err(s) => Err(s),
+        },
         Request::WaitImport { import, timeout_ms } => {
             let until = deadline(timeout_ms);
             loop {

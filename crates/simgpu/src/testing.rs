@@ -5,8 +5,8 @@
 //! [`LoopbackDaemons`] opens the IMEX session on each node's driver and answers every node's
 //! fabric events the way a pair of daemons does over the network, but by asking the exporting
 //! node's driver directly: a MEM_IMPORT is answered with DESCRIBE on the exporter (taking the
-//! daemon's reference) and VALIDATE on the importer (pages, or IMPORT_FAILED with the
-//! exporter's status); a MEM_UNIMPORT drops that reference and finishes the unimport
+//! daemon's reference) and VALIDATE on the importer (pages, or the IMPORT_FAILED flag, which
+//! carries no status); a MEM_UNIMPORT drops that reference and finishes the unimport
 //! (`reference/driver-interface.md` §1.6, §4). There is no network, no peer state and no
 //! timer: what is tested is the driver and its clients, not the daemon.
 //!
@@ -29,9 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use openimex_simproto::proto::{
-    self, FabricEvent, NvStatus, Request, Response, Validation, WireError,
-};
+use openimex_simproto::proto::{self, FabricEvent, Request, Response, Validation, WireError};
 
 /// Longest one event poll waits, so that stop and pause are seen promptly.
 const POLL: Duration = Duration::from_millis(50);
@@ -122,7 +120,7 @@ impl Shared {
                 let exporter = self.nodes.iter().position(|n| n.node_id == export_node);
                 let result = match exporter {
                     // No daemon of that node: the exporter is unreachable.
-                    None => Validation::Failed(NvStatus::InvalidState),
+                    None => Validation::ImportFailed,
                     Some(e) => {
                         let req = Request::DescribeExport {
                             token: self.nodes[e].token,
@@ -135,10 +133,10 @@ impl Shared {
                                 self.state().refs.insert((i, event_id), (e, export_ref));
                                 Validation::Pages(pages)
                             }
-                            Response::Error { status, .. } => Validation::Failed(status),
+                            Response::Error { .. } => Validation::ImportFailed,
                             other => {
                                 self.fail(format!("describe answered {other:?}"));
-                                Validation::Failed(NvStatus::InvalidState)
+                                Validation::ImportFailed
                             }
                         }
                     }

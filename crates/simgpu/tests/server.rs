@@ -15,7 +15,8 @@ use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::handle::{ExportUuid, FabricHandle};
 use openimex_simproto::node_dir::channel_path;
 use openimex_simproto::proto::{
-    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response,
+    self, DEFAULT_IMEX_CHANNEL_COUNT, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request,
+    Response,
 };
 
 const MIB: u64 = 1 << 20;
@@ -40,6 +41,7 @@ fn config(dir: &Path, slot: u16) -> DriverConfig {
         cluster_uuid: [3; 16],
         clique_id: 1,
         channels: 2,
+        imex_channel_count: DEFAULT_IMEX_CHANNEL_COUNT,
     }
 }
 
@@ -204,6 +206,7 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
     app.subscribe(&node_b, 0);
     let Response::Imported { import } = app.call(Request::Import {
         handle: remote.to_hex(),
+        import_id: 0,
     }) else {
         panic!()
     };
@@ -281,6 +284,7 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
     // long-polling GetEvents of a vanished daemon does not hold the session open.
     let Response::Imported { import } = app.call(Request::Import {
         handle: remote.to_hex(),
+        import_id: 0,
     }) else {
         panic!()
     };
@@ -382,11 +386,13 @@ fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() 
     cb2.subscribe(&node_b, 0);
     let Response::Imported { import } = cb.call(Request::Import {
         handle: handle.clone(),
+        import_id: 0,
     }) else {
         panic!()
     };
     let Response::Imported { import: import2 } = cb2.call(Request::Import {
         handle: handle.clone(),
+        import_id: 0,
     }) else {
         panic!()
     };
@@ -494,4 +500,122 @@ fn connections_beyond_the_limit_are_closed_and_freed_slots_are_reused() {
         let c = Conn::open(&server);
         proto::call(&c.0, &Request::Stats, &[]).is_ok()
     });
+}
+
+/// Issue 7's driver fidelity on the wire (`reference/driver-interface.md`): §4 and §6.1 fabric
+/// allocation and export with no daemon ever (the UUID says node 0xFFFF); §1.4 and §1.6
+/// "Import request" 2 a packet naming node 0xFFFF is NOT_SUPPORTED; §1.6 "Import request" 4 and
+/// §6.5 an import on a node with no daemon is NOT_READY at once, keeping nothing.
+#[test]
+fn with_no_daemon_memory_is_created_and_exported_but_imports_are_refused_as_the_real_driver_does() {
+    let dir = TempDir::new("no-daemon");
+    let a = start(&dir.0, 0);
+    let node_a = config(&dir.0, 0).node_dir;
+    let c = Conn::open(&a);
+    c.subscribe(&node_a, 0);
+    let Response::Created { mem, .. } = c.call(Request::Create {
+        gpu: 0,
+        size: 2 * MIB,
+    }) else {
+        panic!("fabric allocation with no daemon ever must succeed")
+    };
+    let Response::Exported { handle } = c.call(Request::Export { mem }) else {
+        panic!("export with no daemon must succeed")
+    };
+    let h = FabricHandle::from_hex(&handle).unwrap();
+    assert_eq!(h.export_uuid.node(), 0xFFFF);
+    let r = c.call(Request::Import {
+        handle,
+        import_id: 0,
+    });
+    let Response::Error { status, detail } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(status, NvStatus::NotSupported, "{detail}");
+    assert!(detail.contains("0xFFFF"), "{detail}");
+
+    let remote = FabricHandle {
+        export_uuid: ExportUuid::new(7, 5),
+        index: 0,
+        size: PAGE_SIZE,
+        cluster_uuid: [3; 16],
+    };
+    let r = c.call(Request::Import {
+        handle: remote.to_hex(),
+        import_id: 0,
+    });
+    let Response::Error { status, detail } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(status, NvStatus::NotReady, "{detail}");
+    assert!(detail.contains("no IMEX daemon"), "{detail}");
+    let s = c.stats();
+    assert_eq!(
+        (
+            s.import_descriptors,
+            s.import_refs,
+            s.queued_events,
+            s.allocations
+        ),
+        (0, 0, 0, 1)
+    );
+}
+
+/// §2: a driver loaded with an IMEX channel count of 0 refuses every subscription with
+/// NV_ERR_NOT_SUPPORTED, even with a channel file's descriptor.
+#[test]
+fn a_channel_count_of_zero_makes_subscription_not_supported() {
+    let dir = TempDir::new("no-channels");
+    let mut cfg = config(&dir.0, 0);
+    cfg.imex_channel_count = 0;
+    let a = Server::bind(&cfg).unwrap().spawn().unwrap();
+    let c = Conn::open(&a);
+    let f = File::open(channel_path(&cfg.node_dir, 0)).unwrap();
+    let r = proto::call(&c.0, &Request::SubscribeChannel, &[f.as_raw_fd()]).unwrap();
+    let Response::Error {
+        status: refused,
+        detail,
+    } = r
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(refused, NvStatus::NotSupported);
+    assert!(detail.contains("channel count is 0"), "{detail}");
+    assert_eq!(
+        status(c.call(Request::Create {
+            gpu: 0,
+            size: 2 * MIB
+        })),
+        NvStatus::InsufficientPermissions,
+        "no channel, no fabric memory"
+    );
+}
+
+/// §1.4: FINISH_MEM_UNIMPORT's `numTokens` is 1..256; outside it, NV_ERR_INVALID_ARGUMENT.
+#[test]
+fn finish_unimport_refuses_zero_or_more_than_256_tokens() {
+    let dir = TempDir::new("tokens");
+    let b = start(&dir.0, 1);
+    let daemon = Conn::open(&b);
+    let token = daemon.session(1);
+    for n in [0u64, 257] {
+        assert_eq!(
+            status(daemon.call(Request::FinishUnimport {
+                token,
+                unimport_event_ids: (1..=n).collect(),
+            })),
+            NvStatus::InvalidArgument,
+            "{n} tokens"
+        );
+    }
+    for n in [1u64, 256] {
+        assert_eq!(
+            daemon.call(Request::FinishUnimport {
+                token,
+                unimport_event_ids: (1..=n).collect(),
+            }),
+            Response::Ok,
+            "{n} tokens (unknown IDs are ignored)"
+        );
+    }
 }

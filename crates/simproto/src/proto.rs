@@ -23,6 +23,23 @@ pub const NO_NODE: u16 = 0xFFFF;
 pub const PAGE_SIZE: u64 = 2 << 20;
 /// Largest accepted message.
 pub const MAX_MESSAGE: usize = 64 << 20;
+/// The reserved import ID (2^48 - 1, the real driver's `NV00F9_IMPORT_ID_MAX`, kept for
+/// multicast): an import ID must be below it (`reference/driver-interface.md` §1.4).
+pub const IMPORT_ID_MAX: u64 = (1 << 48) - 1;
+/// Tokens one FINISH_MEM_UNIMPORT takes at most (its `numTokens` is 1..256,
+/// `reference/driver-interface.md` §1.3, §1.4).
+pub const MAX_UNIMPORT_TOKENS: usize = 256;
+/// `NVreg_ImexChannelCount`'s default: the channel minors the driver allocates
+/// (`reference/driver-interface.md` §2). 0 disables IMEX channels.
+pub const DEFAULT_IMEX_CHANNEL_COUNT: u32 = 2048;
+/// `NVreg_ImexChannelCount`'s maximum (2^20).
+pub const MAX_IMEX_CHANNEL_COUNT: u32 = 1 << 20;
+
+/// The real driver's import cache key of (index, import ID) under an export UUID:
+/// `(id << 16) | index` (`reference/driver-interface.md` §1.4, §6.1).
+pub fn import_key(index: u16, import_id: u64) -> u64 {
+    (import_id << 16) | u64::from(index)
+}
 
 /// The real driver's status codes (`NV_ERR_*`) that the simulation returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -30,7 +47,8 @@ pub enum NvStatus {
     /// NV_ERR_INSUFFICIENT_PERMISSIONS: no channel, or a different channel than the exporter's.
     #[error("NV_ERR_INSUFFICIENT_PERMISSIONS")]
     InsufficientPermissions,
-    /// NV_ERR_NOT_READY: the import has not completed yet.
+    /// NV_ERR_NOT_READY: the import has not completed yet; or IMPORT_V2 found no daemon session
+    /// to post its MEM_IMPORT event to.
     #[error("NV_ERR_NOT_READY")]
     NotReady,
     /// NV_ERR_INVALID_STATE: no daemon session (it went away), or fabric allocation disabled.
@@ -39,7 +57,8 @@ pub enum NvStatus {
     /// NV_ERR_INVALID_OBJECT: the import failed (the daemon reported IMPORT_FAILED).
     #[error("NV_ERR_INVALID_OBJECT")]
     InvalidObject,
-    /// NV_ERR_NOT_SUPPORTED: e.g. import while the node ID is 0xFFFF (no daemon ever).
+    /// NV_ERR_NOT_SUPPORTED: import of a packet whose export node ID is 0xFFFF (exported while
+    /// no daemon ran: a single-node UUID), or channel subscription with a channel count of 0.
     #[error("NV_ERR_NOT_SUPPORTED")]
     NotSupported,
     /// NV_ERR_OBJECT_NOT_FOUND: unknown export UUID (freed, or never existed).
@@ -131,7 +150,8 @@ pub enum FabricEvent {
         export_uuid: String,
         /// Handle index in the export.
         index: u16,
-        /// Import ID (the real driver's 48-bit id; 0 here).
+        /// The importer's 48-bit import ID (IMPORT_V2's `id`): with the index, it keys the
+        /// import descriptor under the UUID.
         import_id: u64,
         /// Exporting node.
         export_node: u16,
@@ -153,8 +173,10 @@ pub enum FabricEvent {
 pub enum Validation {
     /// The exporter described the memory.
     Pages(FabricPages),
-    /// IMPORT_FAILED, with the status the importer's clients will see.
-    Failed(NvStatus),
+    /// VALIDATE with the IMPORT_FAILED flag. It carries no status: whatever went wrong on the
+    /// daemons' side, the importer's object reports NV_ERR_INVALID_OBJECT from then on
+    /// (`reference/driver-interface.md` §1.4 VALIDATE flags, §4 "Failed import").
+    ImportFailed,
 }
 
 /// Reference counts and table sizes, for tests and the demo's leak check.
@@ -206,10 +228,15 @@ pub enum Request {
         /// Allocation handle from `Create`.
         mem: u64,
     },
-    /// cuMemImportFromShareableHandle(FABRIC). Returns at once; the import may be pending.
+    /// cuMemImportFromShareableHandle(FABRIC) (IMPORT_V2). Returns at once; the import may be
+    /// pending.
     Import {
         /// The 64-byte handle, hex.
         handle: String,
+        /// The caller's import ID (below [`IMPORT_ID_MAX`]): imports of one handle with the same
+        /// ID share a descriptor, with different IDs they do not. 0 when absent.
+        #[serde(default)]
+        import_id: u64,
     },
     /// Wait until the import is no longer pending (or `timeout_ms` passes), then report it.
     WaitImport {
@@ -268,11 +295,13 @@ pub enum Request {
         /// Pages, or the failure.
         result: Validation,
     },
-    /// Daemon, importer side: acknowledge unimports, waking the blocked releasers.
+    /// Daemon, importer side: acknowledge unimports, waking the blocked releasers
+    /// (FINISH_MEM_UNIMPORT).
     FinishUnimport {
         /// Session token.
         token: u64,
-        /// Tokens from `FabricEvent::Unimport`.
+        /// Tokens from `FabricEvent::Unimport`: 1 to [`MAX_UNIMPORT_TOKENS`] per call, else
+        /// NV_ERR_INVALID_ARGUMENT.
         unimport_event_ids: Vec<u64>,
     },
     /// Daemon: disable every local client that imported from `node` (peer lost and cleaned).
@@ -495,6 +524,23 @@ mod tests {
                 | NvStatus::ResetRequired => {}
             }
         }
+    }
+
+    #[test]
+    fn an_import_request_without_an_import_id_means_id_0() {
+        let r: Request = serde_json::from_str(r#"{"Import":{"handle":"ab"}}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Import {
+                handle: "ab".into(),
+                import_id: 0
+            }
+        );
+        assert_eq!(import_key(3, 5), (5 << 16) | 3);
+        assert_eq!(
+            import_key(u16::MAX, IMPORT_ID_MAX - 1) >> 16,
+            IMPORT_ID_MAX - 1
+        );
     }
 
     #[test]

@@ -3,24 +3,48 @@
 use super::{Desc, DescState, ImportState, MemLocation, Owned, Released, Rm};
 use crate::fabric;
 use openimex_simproto::handle::FabricHandle;
-use openimex_simproto::proto::{FabricEvent, FabricPages, NO_NODE, NvStatus, PAGE_SIZE};
+use openimex_simproto::proto::{
+    FabricEvent, FabricPages, IMPORT_ID_MAX, NO_NODE, NvStatus, PAGE_SIZE, import_key,
+};
 
 impl Rm {
-    /// cuMemImportFromShareableHandle(FABRIC). Returns a new import handle at once; the import
-    /// may still be pending ([`Rm::wait_import`]).
+    /// cuMemImportFromShareableHandle(FABRIC): IMPORT_V2 of the handle's export packet with the
+    /// caller's 48-bit `import_id`. Returns a new import handle at once; the import may still
+    /// be pending ([`Rm::wait_import`]).
     ///
-    /// Memory exported on this node is imported directly (ready at once, no daemon involved).
-    /// Remote memory goes through the import descriptor of (export UUID, index): the first
-    /// importer creates it and posts one MEM_IMPORT event; later importers share it (their
-    /// channel must match).
-    pub fn import(&mut self, client: super::ClientId, handle: &str) -> Result<u64, NvStatus> {
+    /// The checks and their order are the real constructor's (`reference/driver-interface.md`
+    /// §1.6 "Import request" 1-4, §6.5; `mem_fabric_import_v2.c`):
+    /// 1. the client must be subscribed to a channel: NV_ERR_INSUFFICIENT_PERMISSIONS;
+    /// 2. the packet's *export* node ID must not be 0xFFFF (a single-node UUID, exported while
+    ///    no daemon ran, §1.4): NV_ERR_NOT_SUPPORTED. The importer's own node ID is not
+    ///    checked here;
+    /// 3. the import ID must be below 2^48 - 1 (reserved for multicast, §1.4):
+    ///    NV_ERR_INVALID_ARGUMENT;
+    /// 4. the descriptor of (UUID, `(id << 16) | index`) is found or created; a cached one must
+    ///    be on the caller's channel (NV_ERR_INSUFFICIENT_PERMISSIONS). Only its first importer
+    ///    posts MEM_IMPORT, and posting needs a daemon session: without one the allocation
+    ///    fails with NV_ERR_NOT_READY (the driver cannot notify a daemon) and nothing is kept.
+    ///
+    /// Memory exported on this node is imported directly, ready at once with no daemon
+    /// involved (the local dup path the kernel allows, §8). Which path libcuda takes for a
+    /// same-node handle is not public; this one is decided by the packet's node ID being the
+    /// driver's current node ID, which needs a session (checked after step 3).
+    pub fn import(
+        &mut self,
+        client: super::ClientId,
+        handle: &str,
+        import_id: u64,
+    ) -> Result<u64, NvStatus> {
         let h = FabricHandle::from_hex(handle)?;
         let channel = self.subscribed_channel(client)?;
-        if self.node_id == NO_NODE {
-            // The real driver refuses IMPORT_V2 while nodeId == 0xFFFF (no daemon session).
+        let export_node = h.export_uuid.node();
+        if export_node == NO_NODE {
             return Err(NvStatus::NotSupported);
         }
-        let owned = if h.export_uuid.node() == self.node_id {
+        if import_id >= IMPORT_ID_MAX {
+            return Err(NvStatus::InvalidArgument);
+        }
+        let owned = if self.session.is_some() && export_node == self.node_id {
             let id = *self
                 .export_cache
                 .get(&h.export_uuid)
@@ -36,7 +60,7 @@ impl Rm {
             a.refs += 1;
             Owned::LocalImport(id)
         } else {
-            let key = (h.export_uuid, h.index);
+            let key = (h.export_uuid, import_key(h.index, import_id));
             let event_id = match self.import_cache.get(&key) {
                 Some(&event_id) => {
                     let d = self
@@ -50,8 +74,12 @@ impl Rm {
                     event_id
                 }
                 None => {
+                    if self.session.is_none() {
+                        // No IMEX session, no event to post the import to: the real
+                        // constructor fails with the status of the failed post.
+                        return Err(NvStatus::NotReady);
+                    }
                     let event_id = self.next_event();
-                    let export_node = h.export_uuid.node();
                     self.descs.insert(
                         event_id,
                         Desc {
@@ -69,7 +97,7 @@ impl Rm {
                         channel,
                         export_uuid: h.export_uuid.to_hex(),
                         index: h.index,
-                        import_id: 0,
+                        import_id,
                         export_node,
                     });
                     event_id
@@ -82,9 +110,13 @@ impl Rm {
         Ok(import)
     }
 
-    /// The state of an import: ready (where to map it), pending, or the error its use reports
-    /// (the failure status the daemon validated with, InvalidState when the session went away
-    /// while it was pending, ResetRequired once the client is disabled).
+    /// The state of an import: ready (where to map it), pending, or the error its use reports.
+    /// For a remote import, in the real driver's order (`memoryfabricimportv2IsReady`,
+    /// `reference/driver-interface.md` §1.6 "Import request" 4, §6.5): NV_ERR_INVALID_STATE
+    /// while no daemon session is open, NV_ERR_NOT_READY (here: pending) until VALIDATE,
+    /// NV_ERR_INVALID_OBJECT once VALIDATE said IMPORT_FAILED (§4 "Failed import"). A client
+    /// that was disabled gets ResetRequired, and a handle whose descriptor was removed under it
+    /// the status it was left with.
     pub fn wait_import(
         &self,
         client: super::ClientId,
@@ -111,10 +143,12 @@ impl Rm {
             }
             Owned::RemoteImport(event_id) => {
                 let d = self.descs.get(&event_id).ok_or(NvStatus::InvalidState)?;
+                if self.session.is_none() {
+                    return Err(NvStatus::InvalidState);
+                }
                 match &d.state {
-                    DescState::Pending if self.session.is_none() => Err(NvStatus::InvalidState),
                     DescState::Pending => Ok(ImportState::Pending),
-                    DescState::Failed(s) => Err(*s),
+                    DescState::Failed => Err(NvStatus::InvalidObject),
                     DescState::Ready(pages) => self.translate(pages).map(ImportState::Ready),
                 }
             }
@@ -161,11 +195,8 @@ impl Rm {
         if d.refs > 0 {
             return Released::Done;
         }
-        let (key, export_node, failed) = (
-            d.key,
-            d.export_node,
-            matches!(d.state, DescState::Failed(_)),
-        );
+        let (key, export_node, failed) =
+            (d.key, d.export_node, matches!(d.state, DescState::Failed));
         // A new import of the same handle from now on gets a fresh descriptor and event: this
         // one is on its way out.
         if self.import_cache.get(&key) == Some(&event_id) {

@@ -12,10 +12,12 @@
 //! - [`Rm::get_events`] never waits; the caller long-polls on "some event was queued".
 //!
 //! State follows `reference/driver-interface.md` §6: the node ID (0xFFFF without a session), one
-//! session slot, `allow_fabric_alloc`, a monotonically increasing event ID, the event FIFO, the
-//! export cache, the import descriptors and the unimport wait table. Fabric addresses use the
-//! node's *slot* (its position in the simulated NVLink domain), never the IMEX node ID, which
-//! only goes into export UUIDs.
+//! session slot, `allow_fabric_alloc` (true from load until a daemon session ends holding
+//! export references, §4), a monotonically increasing event ID, the event FIFO, the export
+//! cache, the import descriptors keyed by (UUID, `(id << 16) | index`), the unimport wait table
+//! and the IMEX channel count (`NVreg_ImexChannelCount`, §2). Fabric addresses use the node's
+//! *slot* (its position in the simulated NVLink domain), never the IMEX node ID, which only
+//! goes into export UUIDs.
 
 mod hbm;
 mod import;
@@ -32,7 +34,8 @@ use sha2::{Digest, Sha256};
 use crate::fabric::GpuAddr;
 use openimex_simproto::handle::{ExportUuid, FabricHandle, encode_hex};
 use openimex_simproto::proto::{
-    DriverStats, FabricEvent, FabricPages, GpuInfo, NO_NODE, NvStatus, PAGE_SIZE,
+    DriverStats, FabricEvent, FabricPages, GpuInfo, MAX_IMEX_CHANNEL_COUNT, NO_NODE, NvStatus,
+    PAGE_SIZE,
 };
 
 use hbm::Hbm;
@@ -57,6 +60,9 @@ pub struct RmConfig {
     pub cluster_uuid: [u8; 16],
     /// The GPUs' clique ID.
     pub clique_id: u32,
+    /// `NVreg_ImexChannelCount`: channel numbers below it are channels; 0 disables IMEX
+    /// channels (subscription is NV_ERR_NOT_SUPPORTED), `reference/driver-interface.md` §2.
+    pub imex_channel_count: u32,
 }
 
 /// Where a piece of fabric memory lives: map `size` bytes of `file` at `offset`.
@@ -119,10 +125,14 @@ struct Alloc {
     export: Option<ExportInfo>,
 }
 
-/// An import descriptor: every local import of one (export UUID, index) shares it.
+/// The import cache key: the export UUID and `(id << 16) | index`
+/// ([`openimex_simproto::proto::import_key`]).
+type ImportKey = (ExportUuid, u64);
+
+/// An import descriptor: every local import of one (export UUID, index, import ID) shares it.
 #[derive(Debug)]
 struct Desc {
-    key: (ExportUuid, u16),
+    key: ImportKey,
     channel: u32,
     export_node: u16,
     state: DescState,
@@ -136,7 +146,9 @@ struct Desc {
 enum DescState {
     Pending,
     Ready(FabricPages),
-    Failed(NvStatus),
+    /// VALIDATE with IMPORT_FAILED: the real driver installs a NULL memdesc, and every use
+    /// reports NV_ERR_INVALID_OBJECT.
+    Failed,
 }
 
 /// An object a client holds.
@@ -192,8 +204,9 @@ pub struct Rm {
     export_refs: HashMap<u64, u64>,
     /// Import descriptors by import event ID.
     descs: HashMap<u64, Desc>,
-    /// (export UUID, index) → import event ID, for descriptors still taking references.
-    import_cache: HashMap<(ExportUuid, u16), u64>,
+    /// (export UUID, `(id << 16) | index`) → import event ID, for descriptors still taking
+    /// references.
+    import_cache: HashMap<ImportKey, u64>,
     /// Unimport wait table: unimport event ID → import event ID.
     unimports: HashMap<u64, u64>,
     /// Clients disabled since the server last asked ([`Rm::take_revoked`]): their processes
@@ -214,6 +227,15 @@ impl Rm {
                 ),
             ));
         }
+        if config.imex_channel_count > MAX_IMEX_CHANNEL_COUNT {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "IMEX channel count {}: the driver allows 0 to {MAX_IMEX_CHANNEL_COUNT}",
+                    config.imex_channel_count
+                ),
+            ));
+        }
         if config.slot == NO_NODE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -231,7 +253,9 @@ impl Rm {
             hbm,
             node_id: NO_NODE,
             session: None,
-            allow_fabric_alloc: false,
+            // The real driver allows fabric allocations from load; only a daemon session that
+            // ends holding export references disables them (§4, "Daemon dies or restarts" 1).
+            allow_fabric_alloc: true,
             next_event_id: 1,
             next_handle: 1,
             next_exp_id: 1,
@@ -263,8 +287,8 @@ impl Rm {
         self.node_id
     }
 
-    /// Whether fabric allocations are allowed (a session opened, and no daemon died holding
-    /// export references since).
+    /// Whether fabric allocations are allowed: true from load, false once a daemon session
+    /// ended holding export references, true again when the next session opens (§4).
     pub fn allow_fabric_alloc(&self) -> bool {
         self.allow_fabric_alloc
     }
@@ -325,9 +349,31 @@ impl Rm {
     }
 
     /// SUBSCRIBE_TO_IMEX_CHANNEL, once the caller resolved the passed descriptor to `channel`.
-    /// Idempotent for the same channel; a different one is StateInUse.
+    /// See [`Rm::subscribe_descriptor`].
     pub fn subscribe(&mut self, client: ClientId, channel: u32) -> Result<u32, NvStatus> {
+        self.subscribe_descriptor(client, Some(channel))
+    }
+
+    /// SUBSCRIBE_TO_IMEX_CHANNEL with the passed descriptor resolved to the number of the
+    /// channel file it is open on (`None`: not open on a channel file of this node).
+    /// `reference/driver-interface.md` §2: NV_ERR_NOT_SUPPORTED when the channel count is 0
+    /// (checked first: with no channels there is no channel device to check the descriptor
+    /// against); NV_ERR_INSUFFICIENT_PERMISSIONS when the descriptor is not a channel, which is
+    /// also the case of a file numbered at or above the channel count (no such minor);
+    /// idempotent for the same channel; NV_ERR_STATE_IN_USE for a different one.
+    pub fn subscribe_descriptor(
+        &mut self,
+        client: ClientId,
+        channel: Option<u32>,
+    ) -> Result<u32, NvStatus> {
+        let count = self.config.imex_channel_count;
         let c = self.active_client_mut(client)?;
+        if count == 0 {
+            return Err(NvStatus::NotSupported);
+        }
+        let channel = channel
+            .filter(|&n| n < count)
+            .ok_or(NvStatus::InsufficientPermissions)?;
         match c.channel {
             Some(cur) if cur != channel => Err(NvStatus::StateInUse),
             _ => {
@@ -372,7 +418,9 @@ impl Rm {
     }
 
     /// cuMemExportToShareableHandle(FABRIC): the 64-byte handle, hex. Exporting the same
-    /// allocation again returns the same handle.
+    /// allocation again returns the same handle. The UUID carries the node ID at export time:
+    /// 0xFFFF while no daemon session is open, which no other node can ever import
+    /// (`reference/driver-interface.md` §1.4, export packet).
     pub fn export(&mut self, client: ClientId, mem: u64) -> Result<String, NvStatus> {
         let channel = self.subscribed_channel(client)?;
         let Some(Owned::Alloc(id)) = self.client(client)?.handles.get(&mem).copied() else {
@@ -381,10 +429,6 @@ impl Rm {
         let alloc = self.allocs.get(&id).ok_or(NvStatus::InvalidObjectHandle)?;
         if let Some(e) = &alloc.export {
             return Ok(e.handle.to_hex());
-        }
-        if self.node_id == NO_NODE {
-            // The UUID would name no node: nobody could ever import it.
-            return Err(NvStatus::InvalidState);
         }
         let export_uuid = ExportUuid::new(self.next_exp_id, self.node_id);
         self.next_exp_id += 1;

@@ -7,7 +7,7 @@ use super::{ClientId, DescState, Owned, Rm, Session};
 use crate::fabric;
 use openimex_simproto::handle::ExportUuid;
 use openimex_simproto::proto::{
-    FabricEvent, FabricPages, NO_NODE, NvStatus, PAGE_SIZE, Validation,
+    FabricEvent, FabricPages, MAX_UNIMPORT_TOKENS, NO_NODE, NvStatus, PAGE_SIZE, Validation,
 };
 
 /// The real driver's log line when a daemon dies holding export references.
@@ -118,8 +118,11 @@ impl Rm {
         Ok(())
     }
 
-    /// Importer side: complete (pages) or fail the import posted as `import_event_id`, which
-    /// wakes every waiter. An import already being unimported accepts (and ignores) it.
+    /// Importer side: VALIDATE the import posted as `import_event_id` with its pages, or with
+    /// the IMPORT_FAILED flag, which wakes every waiter. IMPORT_FAILED carries no status: every
+    /// use of a failed import reports NV_ERR_INVALID_OBJECT, whatever the daemons saw
+    /// (`reference/driver-interface.md` §1.4 VALIDATE, §1.6 "Daemon B" 2, §4 "Failed import").
+    /// An import already being unimported accepts (and ignores) it.
     pub fn validate(
         &mut self,
         token: u64,
@@ -139,15 +142,22 @@ impl Rm {
         }
         d.state = match result {
             Validation::Pages(p) => DescState::Ready(p),
-            Validation::Failed(s) => DescState::Failed(s),
+            Validation::ImportFailed => DescState::Failed,
         };
         Ok(())
     }
 
     /// Importer side: FINISH_MEM_UNIMPORT. Completes the blocked releases; unknown IDs are
-    /// ignored.
+    /// ignored (the releasing thread may be gone). One call takes 1 to [`MAX_UNIMPORT_TOKENS`]
+    /// tokens (`numTokens`, `reference/driver-interface.md` §1.3, §1.4); 0 or more is
+    /// NV_ERR_INVALID_ARGUMENT and finishes nothing. The reference gives the range, not the
+    /// status: NV_ERR_INVALID_ARGUMENT is what `imexsessionapiCtrlCmdFinishMemUnimport`
+    /// returns in open-gpu-kernel-modules.
     pub fn finish_unimport(&mut self, token: u64, ids: &[u64]) -> Result<(), NvStatus> {
         self.check_token(token)?;
+        if ids.is_empty() || ids.len() > MAX_UNIMPORT_TOKENS {
+            return Err(NvStatus::InvalidArgument);
+        }
         for id in ids {
             if let Some(event_id) = self.unimports.remove(id) {
                 self.descs.remove(&event_id);
@@ -167,7 +177,7 @@ impl Rm {
             .map(|(&id, _)| id)
             .collect();
         let disabled = self.kill_imports(&gone, |state| match state {
-            DescState::Failed(s) => *s,
+            DescState::Failed => NvStatus::InvalidObject,
             DescState::Pending | DescState::Ready(_) => NvStatus::ResetRequired,
         });
         tracing::warn!(
@@ -197,9 +207,12 @@ impl Rm {
                 self.unref_alloc(id);
             }
         }
-        // Exports minted under the old node ID can no longer be resolved.
-        let exports = self.export_cache.len();
-        self.export_cache.clear();
+        // Exports minted under the old node ID can no longer be resolved (the real driver
+        // clears the export cache of that node ID only: exports made while no daemon ran keep
+        // their 0xFFFF UUIDs).
+        let before = self.export_cache.len();
+        self.export_cache.retain(|uuid, _| uuid.node() != old_node);
+        let exports = before - self.export_cache.len();
         let events = self.events.len();
         self.events.clear();
         // Every thread blocked in an unimport is woken: the releases complete.
@@ -212,7 +225,7 @@ impl Rm {
         let disabled = self.kill_imports(&all, |state| match state {
             DescState::Pending => NvStatus::InvalidState,
             DescState::Ready(_) => NvStatus::ResetRequired,
-            DescState::Failed(s) => *s,
+            DescState::Failed => NvStatus::InvalidObject,
         });
         tracing::info!(
             node = old_node,
@@ -246,7 +259,7 @@ impl Rm {
                     && gone.contains(&id)
                     && let Some(d) = self.descs.get(&id)
                 {
-                    hit |= !matches!(d.state, DescState::Failed(_));
+                    hit |= !matches!(d.state, DescState::Failed);
                     *owned = Owned::DeadImport(status(&d.state));
                 }
             }

@@ -9,7 +9,7 @@ use super::*;
 fn disable_importers_resets_the_clients_that_imported_from_the_node() {
     let mut p = pair("disable", 2 * MIB);
     let victim = app(&mut p.b, 0);
-    let vi = p.b.import(victim, &p.handle).unwrap();
+    let vi = p.b.import(victim, &p.handle, 0).unwrap();
     p.serve_import();
     // Another client imports from node 5: unaffected.
     let other = app(&mut p.b, 0);
@@ -19,7 +19,7 @@ fn disable_importers_resets_the_clients_that_imported_from_the_node() {
         size: PAGE_SIZE,
         cluster_uuid: [7; 16],
     };
-    let oi = p.b.import(other, &h5.to_hex()).unwrap();
+    let oi = p.b.import(other, &h5.to_hex(), 0).unwrap();
     events(&mut p.b, p.b_token);
     assert_eq!(
         p.b.disable_importers(p.b_token ^ 1, 0),
@@ -35,7 +35,10 @@ fn disable_importers_resets_the_clients_that_imported_from_the_node() {
     );
     assert!(p.b.take_revoked().is_empty());
     assert_eq!(p.b.wait_import(victim, vi), Err(NvStatus::ResetRequired));
-    assert_eq!(p.b.import(victim, &p.handle), Err(NvStatus::ResetRequired));
+    assert_eq!(
+        p.b.import(victim, &p.handle, 0),
+        Err(NvStatus::ResetRequired)
+    );
     assert_eq!(p.b.create(victim, 0, MIB), Err(NvStatus::ResetRequired));
     assert_eq!(p.b.subscribe(victim, 0), Err(NvStatus::ResetRequired));
     assert_eq!(p.b.wait_import(other, oi), Ok(ImportState::Pending));
@@ -45,7 +48,7 @@ fn disable_importers_resets_the_clients_that_imported_from_the_node() {
     assert!(events(&mut p.b, p.b_token).is_empty());
     // A re-import queries again.
     let fresh = app(&mut p.b, 0);
-    p.b.import(fresh, &p.handle).unwrap();
+    p.b.import(fresh, &p.handle, 0).unwrap();
     assert_eq!(
         only_import_event(&mut p.b, p.b_token).1,
         FabricHandle::from_hex(&p.handle)
@@ -59,7 +62,7 @@ fn disable_importers_resets_the_clients_that_imported_from_the_node() {
 fn exporter_daemon_death_with_dangling_refs_disables_fabric_allocation() {
     let mut p = pair("teardown-a", 2 * MIB);
     let c = app(&mut p.b, 0);
-    p.b.import(c, &p.handle).unwrap();
+    p.b.import(c, &p.handle, 0).unwrap();
     p.serve_import();
     p.a.release(p.exporter, p.mem).unwrap();
     assert!(p.a.disconnect(p.a_daemon).is_empty());
@@ -112,12 +115,12 @@ fn importer_daemon_death_fails_pending_imports_disables_importers_and_wakes_unim
     // `mapped` holds a ready import; `waiting` a pending one of another export; `leaving`
     // released its import and is blocked in the unimport.
     let mapped = app(&mut p.b, 0);
-    let mi = p.b.import(mapped, &p.handle).unwrap();
+    let mi = p.b.import(mapped, &p.handle, 0).unwrap();
     p.serve_import();
     let second = p.a.create(p.exporter, 0, 2 * MIB).unwrap();
     let h2 = p.a.export(p.exporter, second.mem).unwrap();
     let leaving = app(&mut p.b, 0);
-    let li = p.b.import(leaving, &h2).unwrap();
+    let li = p.b.import(leaving, &h2, 0).unwrap();
     p.serve_import();
     let Ok(Released::Unimporting(uid)) = p.b.release(leaving, li) else {
         panic!("expected an unimport")
@@ -129,7 +132,7 @@ fn importer_daemon_death_fails_pending_imports_disables_importers_and_wakes_unim
         size: PAGE_SIZE,
         cluster_uuid: [7; 16],
     };
-    let wi = p.b.import(waiting, &h5.to_hex()).unwrap();
+    let wi = p.b.import(waiting, &h5.to_hex(), 0).unwrap();
     let bystander = app(&mut p.b, 0);
     assert_eq!(p.b.stats().queued_events, 2);
 
@@ -160,10 +163,8 @@ fn importer_daemon_death_fails_pending_imports_disables_importers_and_wakes_unim
         p.b.allow_fabric_alloc(),
         "the importer's daemon held no export references"
     );
-    assert_eq!(
-        p.b.import(bystander, &p.handle),
-        Err(NvStatus::NotSupported)
-    );
+    // A new import finds no daemon to post its event to (§1.6 "Import request", §6.5).
+    assert_eq!(p.b.import(bystander, &p.handle, 0), Err(NvStatus::NotReady));
     assert_eq!(p.b.release(mapped, mi), Ok(Released::Done));
 }
 
@@ -178,7 +179,7 @@ fn events_come_out_in_order_with_a_more_flag() {
             size: PAGE_SIZE,
             cluster_uuid: [7; 16],
         };
-        p.b.import(c, &h.to_hex()).unwrap();
+        p.b.import(c, &h.to_hex(), 0).unwrap();
     }
     assert!(p.b.has_events());
     let (first, more) = p.b.get_events(p.b_token, 2).unwrap();
@@ -205,11 +206,11 @@ fn disconnecting_clients_release_everything_and_counters_return_to_zero() {
     let mut p = pair("zero", 4 * MIB);
     let c1 = app(&mut p.b, 0);
     let c2 = app(&mut p.b, 0);
-    p.b.import(c1, &p.handle).unwrap();
-    p.b.import(c2, &p.handle).unwrap();
+    p.b.import(c1, &p.handle, 0).unwrap();
+    p.b.import(c2, &p.handle, 0).unwrap();
     let export_ref = p.serve_import();
     let local = app(&mut p.a, 0);
-    p.a.import(local, &p.handle).unwrap();
+    p.a.import(local, &p.handle, 0).unwrap();
     // Importers exit without releasing: the last one's exit posts the unimport.
     assert!(p.b.disconnect(c1).is_empty());
     let ids = p.b.disconnect(c2);
