@@ -101,6 +101,8 @@ struct Prepared {
 /// Everything that can fail because of the config happens here, before anything is bound.
 fn prepare(args: &Args) -> Result<Prepared> {
     let mut cfg = Config::load(&args.config)?;
+    // Fail closed: a daemon asked for peer authentication must not come up in plaintext.
+    cfg.refuse_unbuilt_features()?;
     if let Some(port) = args.port {
         cfg.server_port = port;
     }

@@ -248,3 +248,38 @@ fn malformed_configs_fail_with_file_line() {
         "malformed configs handled badly:{report}"
     );
 }
+
+/// Fail closed on auth (issue 7, item 5): `IMEX_ENABLE_AUTH_ENCRYPTION=1` with a key file that
+/// does not exist used to bring the daemon up, and the domain UP, in plaintext with only a
+/// warning. Until TLS is built the daemon refuses to start, before binding anything, with a
+/// message naming the file and line, the key, the key file and that TLS is not built yet.
+#[test]
+fn auth_asked_for_before_tls_is_built_refuses_to_start() {
+    let key_file = "/nonexistent/openimex-test/server.key";
+    let case = Case {
+        name: "auth without TLS",
+        overrides: vec![
+            ("IMEX_ENABLE_AUTH_ENCRYPTION", "1".into()),
+            ("IMEX_AUTH_SOURCE", "FILE".into()),
+            ("IMEX_SERVER_KEY", key_file.into()),
+        ],
+        nodes: None,
+        must_contain: |w| {
+            vec![
+                w.at("IMEX_ENABLE_AUTH_ENCRYPTION"),
+                "IMEX_ENABLE_AUTH_ENCRYPTION=1".into(),
+                "/nonexistent/openimex-test/server.key".into(),
+                "TLS is not built into openimex yet".into(),
+                "refuses to start".into(),
+            ]
+        },
+        hint_any: &["set IMEX_ENABLE_AUTH_ENCRYPTION=0"],
+    };
+    assert!(!std::path::Path::new(key_file).exists());
+    let problems = check(&case);
+    assert!(
+        problems.is_empty(),
+        "auth without TLS handled badly:\n  {}",
+        problems.join("\n  ")
+    );
+}

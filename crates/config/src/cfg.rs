@@ -23,12 +23,16 @@
 //! - `IMEX_AUTH_ENCRYPTION_MODE` and `IMEX_AUTH_SOURCE` with an empty or unknown value are an
 //!   error only when `IMEX_ENABLE_AUTH_ENCRYPTION=1` (as NVIDIA documents); otherwise they are
 //!   ignored with a notice.
+//! - `IMEX_ENABLE_AUTH_ENCRYPTION=1` parses (`ctl` reads the same file), but the daemon refuses
+//!   to start on it until TLS is built ([`Config::refuse_unbuilt_features`]): failing closed
+//!   beats running the domain in plaintext with a warning.
 //!
 //! The daemon must log every notice once at warn level after start ([`Config::notices`]).
 
 mod keys;
 #[cfg(test)]
 mod tests;
+mod unbuilt;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -222,6 +226,9 @@ pub struct Config {
     pub imex_client_cert: Option<String>,
     /// `IMEX_CLIENT_CERT_AUTH` (CA), interpreted per `IMEX_AUTH_SOURCE`; `None` when empty.
     pub imex_client_cert_auth: Option<String>,
+    /// Where `IMEX_ENABLE_AUTH_ENCRYPTION=1` was set (file, line); `None` while auth is off.
+    /// The daemon refuses to start on it until TLS is built ([`Config::refuse_unbuilt_features`]).
+    pub auth_enabled_at: Option<(PathBuf, usize)>,
     /// `IMEX_SECURITY_TARGET_OVERRIDE`: name to check peer certificates against instead of
     /// the peer's address; `None` when empty.
     pub imex_security_target_override: Option<String>,
@@ -311,6 +318,7 @@ impl Default for Config {
             imex_client_key: None,
             imex_client_cert: None,
             imex_client_cert_auth: None,
+            auth_enabled_at: None,
             imex_security_target_override: None,
             imex_gss_service_name: "host".to_owned(),
             imex_gss_timeout_sec: -1,
@@ -406,6 +414,10 @@ impl Config {
         cfg.notices = notices;
         let node_line = seen.get("IMEX_NODE_CONFIG_FILE").map(|(line, _)| *line);
         cfg.node_config_file_origin = Some((path.to_path_buf(), node_line));
+        cfg.auth_enabled_at = seen
+            .get("IMEX_ENABLE_AUTH_ENCRYPTION")
+            .filter(|_| cfg.imex_enable_auth_encryption)
+            .map(|&(line, _)| (path.to_path_buf(), line));
         Ok(cfg)
     }
 

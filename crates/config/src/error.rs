@@ -265,6 +265,32 @@ pub enum ConfigError {
         tried: Vec<String>,
     },
 
+    /// The config asks for something this build cannot do, and doing without it would be
+    /// unsafe: peer authentication and encryption before TLS is built. The daemon refuses to
+    /// start rather than run in plaintext.
+    #[error(
+        "{}:{line}: {key}={value} asks for authenticated, encrypted peer connections ({asked}), \
+         but {missing} is not built into openimex yet, so the daemon refuses to start rather \
+         than run the IMEX domain unauthenticated and in plaintext: set {key}=0 to run without \
+         peer authentication on a network you trust (anyone who can reach SERVER_PORT can then \
+         speak for a node), or run a build with {missing}",
+        shown(.path)
+    )]
+    NotBuilt {
+        /// The config file.
+        path: PathBuf,
+        /// 1-based line number of `key`.
+        line: usize,
+        /// The key that asks for the feature.
+        key: String,
+        /// Its value.
+        value: String,
+        /// What the config asks for, e.g. `IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS, IMEX_SERVER_KEY file "/k"`.
+        asked: String,
+        /// What is not built, e.g. `TLS`.
+        missing: &'static str,
+    },
+
     /// `BIND_INTERFACE_IP` is empty and several entries are addresses of this host.
     #[error(
         "several entries of nodes file {} are addresses of this host ({}): set BIND_INTERFACE_IP \

@@ -253,7 +253,8 @@ const NOT_SUPPORTED_YET: &[(&str, Matters)] = &[
     ("LOG_MAX_ROTATE_COUNT", |c, d| c.log_max_rotate_count != d.log_max_rotate_count),
     ("LOG_USE_SYSLOG", |c, d| c.log_use_syslog != d.log_use_syslog),
     ("NETWORK_INTERFACE", |c, d| c.network_interface != d.network_interface),
-    (AUTH_ENABLE, |c, d| c.imex_enable_auth_encryption != d.imex_enable_auth_encryption),
+    // IMEX_ENABLE_AUTH_ENCRYPTION=1 is not ignored: the daemon refuses it until TLS is built
+    // (`Config::refuse_unbuilt_features`).
     // Only a real choice of another mode: an empty or unknown value gets its own notice.
     (AUTH_MODE, |c, d| c.imex_auth_encryption_mode.is_some() && c.imex_auth_encryption_mode != d.imex_auth_encryption_mode),
     (AUTH_SOURCE, |c, d| c.imex_auth_source != d.imex_auth_source),

@@ -536,17 +536,57 @@ fn auth_checks_only_when_enabled() {
         parse("IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_SOURCE=FILE\nIMEX_SERVER_KEY=/k").unwrap();
     assert_eq!(c.imex_auth_source, Some(AuthSource::File));
     assert_eq!(c.imex_server_key.as_deref(), Some("/k"));
+    // Parsed (ctl reads the same file), but the daemon refuses it: see the next test.
     assert_eq!(
         notice_keys(&c),
-        [
-            (1, "IMEX_ENABLE_AUTH_ENCRYPTION"),
-            (2, "IMEX_AUTH_SOURCE"),
-            (3, "IMEX_SERVER_KEY")
-        ]
+        [(2, "IMEX_AUTH_SOURCE"), (3, "IMEX_SERVER_KEY")]
     );
     let c =
         parse("IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_ENCRYPTION_MODE=GSS_AUTH_ONLY").unwrap();
     assert_eq!(c.imex_auth_encryption_mode, Some(AuthMode::GssAuthOnly));
+}
+
+#[test]
+fn auth_is_refused_until_tls_is_built() {
+    // Off (the default, or 0): nothing to refuse.
+    assert!(parse("").unwrap().refuse_unbuilt_features().is_ok());
+    let off = parse("IMEX_ENABLE_AUTH_ENCRYPTION=0\nIMEX_AUTH_SOURCE=FILE").unwrap();
+    assert_eq!(off.auth_enabled_at, None);
+    assert!(off.refuse_unbuilt_features().is_ok());
+
+    // On, with a key file that does not exist: refused, naming the file, the line, the key, the
+    // key file and that TLS is not built; the fix is to turn it off.
+    let c = parse(
+        "LOG_LEVEL=4\nIMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_SOURCE=FILE\n\
+         IMEX_SERVER_KEY=/nonexistent/server.key",
+    )
+    .unwrap();
+    assert_eq!(c.auth_enabled_at, Some((PathBuf::from("cfg"), 2)));
+    let e = c.refuse_unbuilt_features().unwrap_err();
+    assert!(matches!(e, ConfigError::NotBuilt { line: 2, .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("cfg:2: IMEX_ENABLE_AUTH_ENCRYPTION=1 asks for authenticated"),
+        "{msg}"
+    );
+    for needle in [
+        "IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS",
+        "IMEX_SERVER_KEY file \"/nonexistent/server.key\"",
+        "TLS is not built into openimex yet",
+        "refuses to start",
+        "set IMEX_ENABLE_AUTH_ENCRYPTION=0",
+    ] {
+        assert!(msg.contains(needle), "{needle:?} in {msg}");
+    }
+
+    // GSSAPI is not built either.
+    let c =
+        parse("IMEX_AUTH_ENCRYPTION_MODE=GSS_AUTH_ONLY\nIMEX_ENABLE_AUTH_ENCRYPTION=1").unwrap();
+    let msg = c.refuse_unbuilt_features().unwrap_err().to_string();
+    assert!(
+        msg.starts_with("cfg:2: ") && msg.contains("GSSAPI (Kerberos) is not built"),
+        "{msg}"
+    );
 }
 
 #[test]
