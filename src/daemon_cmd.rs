@@ -159,6 +159,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
             openimex_config::GraceTime::Forever => None,
             openimex_config::GraceTime::Seconds(s) => Some(Duration::from_secs(s)),
         },
+        persist_path: Some(cfg.persist_file.clone()),
     };
     let world = World::bind(
         std::net::SocketAddr::new(local.bind_ip, cfg.server_port),
@@ -207,11 +208,6 @@ fn start(args: Args) -> Result<()> {
         warn!("{notice}");
     }
     ignored_signals.log_in_background()?;
-    if cfg.imex_wait_for_quorum == Quorum::Recovery {
-        info!(
-            "IMEX_WAIT_FOR_QUORUM=RECOVERY: no previous importers are recorded yet (nothing is persisted before export/import lands), so there is nobody to wait for"
-        );
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

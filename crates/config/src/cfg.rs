@@ -280,6 +280,10 @@ pub struct Config {
     /// from the nodes file's address for the node it names (multi-homed hosts whose routes
     /// pick another address). 0 (default) or 1.
     pub peer_any_source: bool,
+    /// `OPENIMEX_PERSIST_FILE`: where the record of nodes holding references to this node's
+    /// memory is kept for the RECOVERY quorum (default NVIDIA's
+    /// `/var/run/nvidia-imex/persist.dat`).
+    pub persist_file: PathBuf,
 
     /// `OPENIMEX_SIM_NODE_DIR`: the node directory of the simulated GPU driver
     /// (`openimex gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
@@ -339,6 +343,7 @@ impl Default for Config {
             reconnect_max_ms: 5000,
             host_name: None,
             peer_any_source: false,
+            persist_file: PathBuf::from("/var/run/nvidia-imex/persist.dat"),
             sim_node_dir: None,
             notices: Vec::new(),
             node_config_file_origin: None,

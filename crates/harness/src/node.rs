@@ -183,6 +183,8 @@ impl Node {
             ("OPENIMEX_DRIVER", "nogpu".to_string()),
             ("OPENIMEX_HEARTBEAT_INTERVAL_MS", heartbeat_ms.to_string()),
             ("OPENIMEX_PEER_TIMEOUT_MS", peer_timeout_ms.to_string()),
+            // Each node its own record (the default is one path per machine).
+            ("OPENIMEX_PERSIST_FILE", d(self.dir.join("persist.dat"))),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -93,6 +93,7 @@ fn prepare_writes_config_and_nodes_files() {
             ("OPENIMEX_DRIVER", "nogpu".into()),
             ("OPENIMEX_HEARTBEAT_INTERVAL_MS", "500".into()),
             ("OPENIMEX_PEER_TIMEOUT_MS", "3000".into()),
+            ("OPENIMEX_PERSIST_FILE", d(n.dir().join("persist.dat"))),
             ("OPENIMEX_EXTRA", "yes".into()),
         ];
         let got: Vec<(&str, String)> = lines.iter().map(|(k, v)| (*k, v.to_string())).collect();

@@ -24,7 +24,6 @@ use crate::mailbox::{DriverInput, Input};
 const EVENT_POLL: Duration = Duration::from_millis(500);
 
 /// A call for the worker.
-#[derive(Debug)]
 pub(crate) enum Call {
     /// Open the daemon session as `node`; on success the event pump starts.
     OpenSession { node: NodeId },
@@ -46,8 +45,24 @@ pub(crate) enum Call {
     Finish { ids: Vec<u64> },
     /// Disable the local importers of `node`.
     DisableImporters { node: NodeId },
-    /// Answer `true` once every call queued before this one is done.
-    Notify(tokio::sync::oneshot::Sender<bool>),
+    /// Run this once every call queued before it is done (an answer that must follow them).
+    Then(Box<dyn FnOnce() + Send>),
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::OpenSession { node } => write!(f, "OpenSession({node})"),
+            Self::Describe { request, .. } => write!(f, "Describe({request})"),
+            Self::Release { refs, ack } => write!(f, "Release({refs:?}, {ack:?})"),
+            Self::Validate {
+                import_event_id, ..
+            } => write!(f, "Validate({import_event_id})"),
+            Self::Finish { ids } => write!(f, "Finish({ids:?})"),
+            Self::DisableImporters { node } => write!(f, "DisableImporters({node})"),
+            Self::Then(_) => f.write_str("Then"),
+        }
+    }
 }
 
 /// The running driver threads.
@@ -176,8 +191,8 @@ fn perform(
                 .map_err(|e| ("finish unimport", e))?;
             Ok(None)
         }
-        Call::Notify(reply) => {
-            let _ = reply.send(true);
+        Call::Then(then) => {
+            then();
             Ok(None)
         }
         Call::DisableImporters { node } => {

@@ -64,6 +64,8 @@ pub(crate) struct Engine {
     /// Dials leave from this address (the peer listener's), so peers see the node map's
     /// address as the source.
     local_ip: Option<std::net::IpAddr>,
+    /// Where the persist record goes, and the map it is keyed to.
+    persist: Option<(std::path::PathBuf, openimex_core::NodeMap)>,
 }
 
 fn now() -> std::time::Instant {
@@ -96,6 +98,7 @@ impl Engine {
             heartbeat_seq: 0,
             dial_log: HashMap::new(),
             local_ip: None,
+            persist: None,
         })
     }
 
@@ -218,6 +221,16 @@ impl Engine {
         self
     }
 
+    /// Keep the persist record at `path` (keyed to `map`).
+    pub(crate) fn persist_to(
+        mut self,
+        path: Option<std::path::PathBuf>,
+        map: openimex_core::NodeMap,
+    ) -> Self {
+        self.persist = path.map(|p| (p, map));
+        self
+    }
+
     fn identity(&self) -> Identity {
         convert::identity(&self.node.mesh().hello(), &self.driver_version)
     }
@@ -234,7 +247,14 @@ impl Engine {
                 let verdict = self
                     .node
                     .handle_session_hello(now, conn, from_node_address, &hello);
-                let _ = reply.send((verdict, self.identity()));
+                // Answer once the driver did what the hello meant (a restarted peer's memory:
+                // its importers disabled here), so a recovering peer that gets our answer knows
+                // we map nothing of its old instance any more.
+                self.perform()?;
+                let answer = (verdict, self.identity());
+                self.driver.call(Call::Then(Box::new(move || {
+                    let _ = reply.send(answer);
+                })));
             }
             Input::Authenticate { conn, what, reply } => {
                 let ok = self.node.authenticate(conn, None, what).is_some();
@@ -298,7 +318,9 @@ impl Engine {
                     // Acknowledge once the driver disabled our importers of its memory: the
                     // leaving peer releases its references when we answer.
                     self.perform()?;
-                    self.driver.call(Call::Notify(reply));
+                    self.driver.call(Call::Then(Box::new(move || {
+                        let _ = reply.send(true);
+                    })));
                 } else {
                     let _ = reply.send(false);
                 }
@@ -463,6 +485,18 @@ impl Engine {
                         let _ = reply.send(answer);
                     }
                 }
+                Action::Persist { importers } => self.write_persist(&importers),
+                Action::RecoveryWait { awaiting, wait } => {
+                    if wait.is_zero() {
+                        warn!("Waiting for recovery: still awaiting nodes {awaiting:?}");
+                    } else {
+                        warn!(
+                            "Waiting for recovery: nodes {awaiting:?} held references to this node's memory before the previous daemon's unclean exit; fabric allocation stays disabled until each reconnects or {} s pass",
+                            wait.as_secs()
+                        );
+                    }
+                }
+                Action::Recovered { peer, how } => info!("Recovery: node {peer} {how}"),
                 Action::CleanedUp { peer, reason } => warn!(
                     "Node {peer} {reason}: its imports and exports here are cleaned up (importers of its memory disabled, references held for it released)"
                 ),
@@ -532,6 +566,19 @@ impl Engine {
             MeshAction::InitDriver => self.driver.call(Call::OpenSession {
                 node: self.settings.local,
             }),
+        }
+    }
+
+    /// Writes the persist record (before the actions that follow it are performed).
+    fn write_persist(&self, importers: &[NodeId]) {
+        let Some((path, map)) = &self.persist else {
+            return;
+        };
+        if let Err(e) = crate::persist::write(path, map, importers) {
+            error!(
+                "cannot write the persistence file {}: {e}; after a crash, recovery cannot know which nodes held this node's memory",
+                path.display()
+            );
         }
     }
 

@@ -28,6 +28,7 @@ pub mod logging;
 mod mailbox;
 mod peer_client;
 mod peer_server;
+mod persist;
 pub mod settings;
 pub mod world;
 
@@ -80,13 +81,14 @@ pub async fn run(
         cfg.domain_id
     );
     let nodes = settings.hosts.len();
+    let map_for_record = cfg.map.clone();
     let node = Node::new(
         NodeConfig {
             mesh: cfg,
             import_timeout: settings.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
             grace: settings.grace,
-            recover_from: Vec::new(),
+            recover_from: recover_from(&settings, &map_for_record),
             recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
         },
         now,
@@ -158,8 +160,9 @@ pub async fn run(
         "Creating gRPC channels to all peers (nPeers = {}).",
         nodes.saturating_sub(1)
     );
-    let engine =
-        engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?.dial_from(local_ip);
+    let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
+        .dial_from(local_ip)
+        .persist_to(settings.persist_path.clone(), map_for_record);
     let result = engine.run(rx, shutdown).await;
     for s in &servers {
         s.abort();
@@ -179,4 +182,46 @@ fn tokio_tcp(l: std::net::TcpListener) -> Result<tokio::net::TcpListener, Daemon
         source,
         fix: "this is a bug: the listener could not be registered with the runtime",
     })
+}
+
+/// The importers the previous run's persist record names, when the RECOVERY quorum applies.
+fn recover_from(settings: &Settings, map: &NodeMap) -> Vec<openimex_core::NodeId> {
+    let Some(path) = settings.persist_path.as_deref() else {
+        return Vec::new();
+    };
+    if settings.quorum != openimex_core::QuorumPolicy::Recovery {
+        return Vec::new();
+    }
+    match persist::read(path, map) {
+        Ok(persist::Record::Missing) => {
+            info!(
+                "nvidia-imex persistence file {} does not exist.  Assuming no previous importers.",
+                path.display()
+            );
+            Vec::new()
+        }
+        Ok(persist::Record::OtherMap) => {
+            info!(
+                "persistence file {} was written for another node map: discarded, no recovery wait",
+                path.display()
+            );
+            Vec::new()
+        }
+        Ok(persist::Record::Importers(ids)) => {
+            if !ids.is_empty() {
+                tracing::warn!(
+                    "persistence file {} says nodes {ids:?} held references to this node's memory when the previous daemon stopped: waiting for them before re-enabling fabric allocation",
+                    path.display()
+                );
+            }
+            ids
+        }
+        Err(e) => {
+            tracing::error!(
+                "cannot read the persistence file {}: {e}; assuming no previous importers",
+                path.display()
+            );
+            Vec::new()
+        }
+    }
 }

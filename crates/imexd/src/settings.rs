@@ -36,6 +36,8 @@ pub struct Settings {
     /// `IMEX_NODE_DISCONNECTED_GRACE_TIME`: `None` waits for a lost peer forever (-1), zero
     /// cleans up at once, else after that long.
     pub grace: Option<Duration>,
+    /// `OPENIMEX_PERSIST_FILE`: the persist record; `None` keeps none (no recovery wait).
+    pub persist_path: Option<PathBuf>,
 }
 
 /// The default of [`Settings::import_timeout`].

@@ -224,6 +224,10 @@ const KEYS: &[Key] = &[
     Key { name: RECONNECT_MAX, set: |c, v| { c.reconnect_max_ms = v.positive_ms()?; Ok(()) } },
     Key { name: "OPENIMEX_HOSTNAME", set: |c, v| { c.host_name = v.opt_string(); Ok(()) } },
     Key { name: "OPENIMEX_PEER_ANY_SOURCE", set: |c, v| { c.peer_any_source = v.bool()?; Ok(()) } },
+    Key { name: "OPENIMEX_PERSIST_FILE", set: |c, v| {
+        c.persist_file = v.opt_path().ok_or_else(|| v.invalid("path", "expected the path of the persist record".to_string()))?;
+        Ok(())
+    } },
     Key { name: "OPENIMEX_SIM_NODE_DIR", set: |c, v| { c.sim_node_dir = v.opt_path(); Ok(()) } },
 ];
 
@@ -271,8 +275,6 @@ const NOT_SUPPORTED_YET: &[(&str, Matters)] = &[
     ("IMEX_GSS_SEC_CONTEXT_LIFETIME_SEC", |c, d| c.imex_gss_sec_context_lifetime_sec != d.imex_gss_sec_context_lifetime_sec),
     ("IMEX_GSS_SHUTDOWN_ON_FAILURE", |c, d| c.imex_gss_shutdown_on_failure != d.imex_gss_shutdown_on_failure),
     ("IMEX_CONN_WAIT_TIMEOUT", |c, d| c.imex_conn_wait_timeout != d.imex_conn_wait_timeout),
-    // Any value, even the default -1: peer-loss clean-up is not implemented at all yet.
-    ("IMEX_NODE_DISCONNECTED_GRACE_TIME", |_, _| true),
 ];
 
 /// The "not supported yet" notices for `cfg`, per [`NOT_SUPPORTED_YET`].

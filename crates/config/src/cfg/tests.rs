@@ -106,7 +106,6 @@ fn nvidia_shipped_layout_parses() {
         notice_keys(&c),
         [
             (45, "LOG_MAX_ROTATE_COUNT"),
-            (189, "IMEX_NODE_DISCONNECTED_GRACE_TIME"),
             (192, "IMEX_CONN_WAIT_TIMEOUT"),
         ]
     );
@@ -139,14 +138,9 @@ fn dra_style_values() {
     assert_eq!(c.imex_wait_for_quorum, Quorum::None);
     assert_eq!(c.imex_node_disconnected_grace_time, GraceTime::Seconds(30));
     assert_eq!(c.bind_interface_ip, Some("fd00::5".parse().unwrap()));
-    // The empty stats file differs from the default: not written yet, so a notice.
-    assert_eq!(
-        notice_keys(&c),
-        [
-            (2, "STATS_FILE_NAME"),
-            (8, "IMEX_NODE_DISCONNECTED_GRACE_TIME")
-        ]
-    );
+    // The empty stats file differs from the default: not written yet, so a notice. The grace
+    // time is implemented: no notice.
+    assert_eq!(notice_keys(&c), [(2, "STATS_FILE_NAME")]);
 }
 
 #[test]
@@ -180,6 +174,17 @@ fn openimex_keys() {
         "peers must say hello from their own address by default"
     );
     assert!(parse("OPENIMEX_PEER_ANY_SOURCE=1").unwrap().peer_any_source);
+    assert_eq!(
+        c.persist_file,
+        PathBuf::from("/var/run/nvidia-imex/persist.dat"),
+        "NVIDIA's path by default"
+    );
+    assert_eq!(
+        parse("OPENIMEX_PERSIST_FILE=/run/n0/persist.dat")
+            .unwrap()
+            .persist_file,
+        PathBuf::from("/run/n0/persist.dat")
+    );
     let e = parse("OPENIMEX_PEER_ANY_SOURCE=yes")
         .unwrap_err()
         .to_string();

@@ -168,6 +168,7 @@ fn settings() -> Settings {
         import_timeout: DEFAULT_IMPORT_TIMEOUT,
         peer_any_source: false,
         grace: None,
+        persist_path: None,
     }
 }
 
