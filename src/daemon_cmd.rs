@@ -178,6 +178,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
 fn start(args: Args) -> Result<()> {
     // First, while this is the only thread: every thread started later inherits the mask.
     let ignored_signals = signals::block()?;
+    signals::ignore_hup_until_handled()?;
     let Prepared {
         cfg,
         settings,
@@ -193,6 +194,9 @@ fn start(args: Args) -> Result<()> {
         cfg.log_level,
         cfg.log_file_name.as_deref(),
         cfg.log_append_to_log,
+        usize::try_from(cfg.verbose_log_buffer_kb)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(1024),
     );
     if let logging::LogTarget::Stderr(Some(why)) = &target {
         warn!("{why}; logging to stderr");
@@ -228,11 +232,15 @@ fn start(args: Args) -> Result<()> {
     });
     // Tasks still blocked on a hung peer must not hold the exit past the 5 s promise.
     runtime.shutdown_timeout(Duration::from_millis(500));
+    // NVIDIA flushes the verbose buffer at shutdown (imex-guide §5); the runtime is gone, so
+    // this write blocks nothing.
+    logging::dump_verbose(logging::DumpReason::Shutdown);
     result
 }
 
-/// Resolves on SIGTERM, SIGINT or SIGQUIT. SIGHUP and SIGUSR1 are taken (their default action
-/// would kill the daemon) and logged until their NVIDIA behaviours land. Every other signal
+/// Resolves on SIGTERM, SIGINT or SIGQUIT. SIGHUP writes the verbose log buffer to the log
+/// (imex-guide §5; see [`logging`]). SIGUSR1 is taken (its default action would kill the
+/// daemon) and logged until its NVIDIA behaviour lands. Every other signal
 /// whose default action would end the daemon is blocked from the start and logged by
 /// [`signals`], which also says why the synchronous fault signals are left alone.
 fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
@@ -247,7 +255,13 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
                 _ = term.recv() => { info!("SIGTERM received, shutting down"); return; }
                 _ = int.recv() => { info!("SIGINT received, shutting down"); return; }
                 _ = quit.recv() => { info!("SIGQUIT received, shutting down"); return; }
-                _ = hup.recv() => warn!("SIGHUP received: the verbose log buffer is not supported yet"),
+                // One write of at most the buffer's size (64 MiB at most, 1 MiB by default),
+                // on a blocking thread so no runtime worker waits for the disk.
+                _ = hup.recv() => {
+                    tokio::task::spawn_blocking(|| {
+                        logging::dump_verbose(logging::DumpReason::Sighup)
+                    });
+                }
                 _ = usr1.recv() => warn!("SIGUSR1 received: credential reload and re-dial are not supported yet"),
             }
         }

@@ -48,3 +48,6 @@ mod recovery;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+// issue 7: SIGHUP writes the verbose log buffer (messages below LOG_LEVEL); so does a clean stop
+#[path = "e2e/verbose_log.rs"]
+mod verbose_log;

@@ -10,7 +10,8 @@
 //!   turns a write past RLIMIT_FSIZE into an EFBIG error instead of a crash; a blocked SIGXCPU
 //!   leaves the hard CPU limit (SIGKILL) in force.
 //! - Handled by [`super::shutdown_signal`]: SIGTERM, SIGINT, SIGQUIT (a clean stop), SIGHUP
-//!   and SIGUSR1 (NVIDIA's behaviours, logged until they land).
+//!   (the verbose log buffer is written to the log) and SIGUSR1 (NVIDIA's behaviour, logged
+//!   until it lands).
 //! - SIGPIPE: the Rust runtime sets it to ignored before `main`; a write to a closed socket
 //!   returns EPIPE.
 //! - SIGKILL and SIGSTOP cannot be caught, blocked or ignored.
@@ -102,6 +103,22 @@ pub(super) fn block() -> Result<Blocked> {
         );
     }
     Ok(Blocked { set })
+}
+
+/// Ignores SIGHUP until [`super::shutdown_signal`] takes it: its default action ends the
+/// process, so a SIGHUP sent while the daemon starts (a log rotation's, say) would otherwise
+/// kill it before the handler exists. Blocking is no answer here, since the runtime's handler
+/// must receive it later; registering that handler replaces this disposition. A SIGHUP that
+/// arrives meanwhile is discarded: the verbose buffer holds next to nothing yet.
+pub(super) fn ignore_hup_until_handled() -> Result<()> {
+    // SAFETY: SIG_IGN is a valid disposition for SIGHUP; no handler code runs.
+    if unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) } == libc::SIG_ERR {
+        bail!(
+            "cannot ignore SIGHUP during start-up: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 impl Blocked {
@@ -235,6 +252,20 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sighup_is_ignored_until_the_runtime_takes_it() {
+        ignore_hup_until_handled().expect("ignore SIGHUP");
+        let mut old = MaybeUninit::<libc::sigaction>::zeroed();
+        // SAFETY: a null new action only reads the current one into `old`, valid for writes.
+        let rc = unsafe { libc::sigaction(libc::SIGHUP, std::ptr::null(), old.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        // SAFETY: sigaction succeeded and filled `old`.
+        let old = unsafe { old.assume_init() };
+        assert_eq!(old.sa_sigaction, libc::SIG_IGN);
+        // SAFETY: back to the default disposition; no handler code runs.
+        unsafe { libc::signal(libc::SIGHUP, libc::SIG_DFL) };
+    }
 
     #[test]
     fn every_async_terminating_signal_is_covered_and_no_fault_signal() {

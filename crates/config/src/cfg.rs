@@ -169,6 +169,11 @@ impl fmt::Display for Notice {
     }
 }
 
+/// Default of `OPENIMEX_VERBOSE_LOG_BUFFER_KB`: 1 MiB, some 8000 lines of 120 bytes.
+pub const DEFAULT_VERBOSE_LOG_BUFFER_KB: u32 = 1024;
+/// Largest `OPENIMEX_VERBOSE_LOG_BUFFER_KB`: 64 MiB, so one dump stays one short write.
+pub const MAX_VERBOSE_LOG_BUFFER_KB: u32 = 64 * 1024;
+
 /// The parsed `config.cfg`. One public field per key (NVIDIA's keys in the order of the
 /// shipped file, then openimex's own), named after the key in snake case. [`Config::default`]
 /// holds the documented defaults, which is also what an empty file yields.
@@ -285,6 +290,12 @@ pub struct Config {
     /// `/var/run/nvidia-imex/persist.dat`).
     pub persist_file: PathBuf,
 
+    /// `OPENIMEX_VERBOSE_LOG_BUFFER_KB`: size of the in-memory buffer of the messages
+    /// `LOG_LEVEL` keeps out of the log, written to the log on SIGHUP and at shutdown; 0 turns
+    /// it off (default [`DEFAULT_VERBOSE_LOG_BUFFER_KB`], at most
+    /// [`MAX_VERBOSE_LOG_BUFFER_KB`]). NVIDIA documents no key for its buffer's size.
+    pub verbose_log_buffer_kb: u32,
+
     /// `OPENIMEX_SIM_NODE_DIR`: the node directory of the simulated GPU driver
     /// (`openimex gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
     pub sim_node_dir: Option<PathBuf>,
@@ -344,6 +355,7 @@ impl Default for Config {
             host_name: None,
             peer_any_source: false,
             persist_file: PathBuf::from("/var/run/nvidia-imex/persist.dat"),
+            verbose_log_buffer_kb: DEFAULT_VERBOSE_LOG_BUFFER_KB,
             sim_node_dir: None,
             notices: Vec::new(),
             node_config_file_origin: None,

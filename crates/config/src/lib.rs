@@ -19,7 +19,10 @@ mod error;
 mod local;
 mod nodes;
 
-pub use cfg::{AuthMode, AuthSource, Config, DriverKind, GraceTime, Notice, Quorum};
+pub use cfg::{
+    AuthMode, AuthSource, Config, DEFAULT_VERBOSE_LOG_BUFFER_KB, DriverKind, GraceTime,
+    MAX_VERBOSE_LOG_BUFFER_KB, Notice, Quorum,
+};
 pub use error::ConfigError;
 pub use local::{LocalNode, identify_local, system_is_local, system_resolve};
 pub use nodes::{NodeConfig, NodeEntry};

@@ -218,6 +218,14 @@ const KEYS: &[Key] = &[
         Ok(())
     } },
     Key { name: "OPENIMEX_DOMAIN_ID", set: |c, v| { c.domain_id = v.opt_string(); Ok(()) } },
+    Key { name: "OPENIMEX_VERBOSE_LOG_BUFFER_KB", set: |c, v| {
+        const EXPECTED: &str = "expected a size in KiB, 0 (no buffer) to 65536 (default 1024)";
+        c.verbose_log_buffer_kb = v.int("size", EXPECTED)?;
+        if c.verbose_log_buffer_kb > super::MAX_VERBOSE_LOG_BUFFER_KB {
+            return Err(v.invalid("size", EXPECTED));
+        }
+        Ok(())
+    } },
     Key { name: HEARTBEAT, set: |c, v| { c.heartbeat_interval_ms = v.positive_ms()?; Ok(()) } },
     Key { name: PEER_TIMEOUT, set: |c, v| { c.peer_timeout_ms = v.positive_ms()?; Ok(()) } },
     Key { name: RECONNECT_MIN, set: |c, v| { c.reconnect_min_ms = v.positive_ms()?; Ok(()) } },

@@ -702,3 +702,25 @@ fn sim_driver_needs_its_node_dir() {
     assert_eq!(c.driver, DriverKind::Sim);
     assert_eq!(c.sim_node_dir, Some(PathBuf::from("/run/openimex/node0")));
 }
+
+#[test]
+fn verbose_log_buffer_size() {
+    assert_eq!(
+        parse("").unwrap().verbose_log_buffer_kb,
+        DEFAULT_VERBOSE_LOG_BUFFER_KB
+    );
+    assert_eq!(DEFAULT_VERBOSE_LOG_BUFFER_KB, 1024);
+    for (raw, kb) in [("0", 0), ("1", 1), ("65536", MAX_VERBOSE_LOG_BUFFER_KB)] {
+        let c = parse(&format!("OPENIMEX_VERBOSE_LOG_BUFFER_KB={raw}")).unwrap();
+        assert_eq!(c.verbose_log_buffer_kb, kb);
+        assert!(c.notices().is_empty());
+    }
+    for raw in ["65537", "-1", "1M", ""] {
+        let e = err(&format!("OPENIMEX_VERBOSE_LOG_BUFFER_KB={raw}"));
+        assert!(
+            e.contains("cfg:1") && e.contains("OPENIMEX_VERBOSE_LOG_BUFFER_KB"),
+            "{e}"
+        );
+        assert!(e.contains("KiB") && e.contains("65536"), "{e}");
+    }
+}
