@@ -40,7 +40,9 @@ fn a_restart_after_a_crash_waits_for_the_recorded_importers() {
         num(s, "daemon_export_refs") == 1
     });
     assert!(
-        record(&cluster, 0).lines().any(|l| l.starts_with("node 1 ")),
+        record(&cluster, 0)
+            .lines()
+            .any(|l| l.starts_with("node 1 ")),
         "the record names node 1 before it got the pages:\n{}",
         record(&cluster, 0)
     );
@@ -75,7 +77,9 @@ fn a_restart_after_a_crash_waits_for_the_recorded_importers() {
         Some(9),
         "{status:?}"
     );
-    cluster.wait_state(0, "READY", NOTICE).expect("READY after recovery");
+    cluster
+        .wait_state(0, "READY", NOTICE)
+        .expect("READY after recovery");
     cluster.wait_up(0, FORM).expect("UP again");
     wait_session(&cluster, 0);
     assert!(
