@@ -121,7 +121,8 @@ pub struct Session {
 pub enum ImportCall {
     /// The allocation succeeded; its descriptor (new or shared).
     Ok { desc: u64, posted: bool },
-    /// No session (node ID 0xFFFF): NOT_SUPPORTED at once.
+    /// No daemon session to post the event to: NOT_READY at once (driver-interface.md §1.6
+    /// "Import request", §6.5), keeping nothing.
     NoSession,
     /// Shared descriptor with another channel: INSUFFICIENT_PERMISSIONS.
     ChannelMismatch,
@@ -172,7 +173,8 @@ impl Driver {
             node,
             session: None,
             epochs: 0,
-            fabric_alloc: false,
+            // Allowed from load until a session ends with dangling exports (§4, §6.1).
+            fabric_alloc: true,
             // Event IDs are per driver and never reused across sessions.
             next_event: 1 + (node as u64) * 1_000_000,
             next_export: 1,
@@ -399,7 +401,9 @@ impl Driver {
 
     // ---- application side ----------------------------------------------------------------
 
-    /// cuMemCreate(FABRIC) + export. Needs a session with fabric allocation allowed.
+    /// cuMemCreate(FABRIC) + export. Needs fabric allocation allowed, and a session: without
+    /// one the handle names node 0xFFFF and no other node could import it, so the workload
+    /// does not make such exports.
     pub fn create_export(&mut self, channel: u32, npages: u64) -> Option<u64> {
         if self.session.is_none() || !self.fabric_alloc {
             return None;
