@@ -34,7 +34,7 @@ pub use domain::{NodeRow, domain_status};
 pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
 pub use gpu::{Event, ImportAnswer, ImportError, Pages, Status};
 pub use ids::{ConnId, InstanceId, NodeId};
-pub use mesh::{Action, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict};
+pub use mesh::{Action, DialBudget, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict};
 pub use node::{CleanUp, ImportRequest, Node, NodeConfig, PeerId, RequestId};
 pub use nodemap::NodeMap;
 pub use state::{ConnStatus, DaemonState, DomainStatus, Mismatch, UnknownWord};

@@ -11,8 +11,20 @@
 //!
 //! Each daemon dials every peer (as NVIDIA's does: "Creating gRPC channels to all peers"), so a
 //! pair has two sessions; a node's row of the matrix is its view of its own outbound sessions.
+//!
+//! # Cost of a large node file
+//! Every peer is dialled once at start (the first round), at most
+//! [`DialBudget::max_in_flight`] at a time. After that, retries share one [`DialBudget`]: a
+//! burst, then a fixed rate across all peers, so a node file of 10,000 mostly dead entries
+//! costs about what a small domain costs, and each dead entry is retried less often the more
+//! there are. Retries of peers heard from since start come before entries that never answered,
+//! so a peer lost a moment ago is not queued behind thousands of dead entries. A dial that
+//! answers a peer's accepted hello is never held back: a peer that comes up announces itself,
+//! so formation and recovery do not wait for the budget. Timers are kept ordered, so an input
+//! costs O(log n), not O(n).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{Backoff, Rng};
@@ -57,6 +69,92 @@ pub struct MeshConfig {
     pub seed: u64,
 }
 
+/// How much dialling a mesh may do at once, across all its peers. See the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DialBudget {
+    /// Retries allowed back to back after a quiet period.
+    pub burst: u32,
+    /// Then one retry per this interval (zero: no rate bound).
+    pub interval: Duration,
+    /// Dials in flight at once, first round included. Dials answering a peer's hello are not
+    /// held back by it.
+    pub max_in_flight: usize,
+}
+
+impl DialBudget {
+    /// Peers a domain may have at the backoff cap without its retries ever waiting for the
+    /// budget: an 18-node rack (17 peers) never notices it, and a node file of any size
+    /// retries no faster than a 24-node domain whose peers are all down.
+    pub const PEERS_AT_CAP: u32 = 24;
+
+    /// The default for `backoff`: a burst of 64 retries, then [`Self::PEERS_AT_CAP`] retries
+    /// per `backoff.max` (4.8 per second with the 5 s default), 128 dials in flight. 10,000
+    /// dead entries are each retried about every 35 minutes, and any of them that comes up is
+    /// connected at once by its own hello.
+    pub fn for_backoff(backoff: &Backoff) -> Self {
+        Self {
+            burst: 64,
+            interval: backoff.max / Self::PEERS_AT_CAP,
+            max_in_flight: 128,
+        }
+    }
+
+    /// No bound at all (for comparisons in tests).
+    pub const UNLIMITED: Self = Self {
+        burst: u32::MAX,
+        interval: Duration::ZERO,
+        max_in_flight: usize::MAX,
+    };
+}
+
+/// The budget's tokens: `tokens` now, one more at `next` (while below the burst).
+#[derive(Debug, Clone, Copy)]
+struct Tokens {
+    tokens: u32,
+    next: Instant,
+}
+
+impl Tokens {
+    fn refill(&mut self, now: Instant, budget: &DialBudget) {
+        if self.tokens >= budget.burst {
+            return;
+        }
+        if budget.interval.is_zero() {
+            self.tokens = budget.burst;
+            return;
+        }
+        if now < self.next {
+            return;
+        }
+        let step = budget.interval.as_nanos();
+        let gained = (now - self.next).as_nanos() / step + 1;
+        let room = u128::from(budget.burst - self.tokens);
+        if gained >= room {
+            self.tokens = budget.burst;
+        } else {
+            // gained < room <= u32::MAX
+            self.tokens += u32::try_from(gained).unwrap_or(u32::MAX);
+            let advance = budget
+                .interval
+                .saturating_mul(u32::try_from(gained).unwrap_or(u32::MAX));
+            self.next += advance;
+        }
+    }
+
+    /// Takes one token if there is one.
+    fn take(&mut self, now: Instant, budget: &DialBudget) -> bool {
+        self.refill(now, budget);
+        if self.tokens == 0 {
+            return false;
+        }
+        if self.tokens >= budget.burst {
+            self.next = now + budget.interval;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
 /// What a daemon says about itself in a handshake.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
@@ -68,8 +166,9 @@ pub struct Hello {
     pub instance: InstanceId,
     /// Sender's node-map digest.
     pub digest: String,
-    /// Sender's node map (to explain a mismatch).
-    pub node_map: Vec<String>,
+    /// Sender's node map (to explain a mismatch). Shared: a daemon hands its hello to every
+    /// dial, and a node map may have thousands of entries.
+    pub node_map: Arc<[String]>,
     /// Sender's protocol version.
     pub protocol_version: u32,
 }
@@ -158,11 +257,26 @@ pub enum Action {
     InitDriver,
 }
 
+/// A dial waiting for a slot, in the order slots are given: first-round dials (which need no
+/// token), then retries of peers heard from since start, then the rest; in each class the
+/// longest waiting first.
+type DueKey = (DueClass, Instant, NodeId);
+
+/// See [`DueKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum DueClass {
+    FirstRound,
+    Known,
+    Unknown,
+}
+
 /// Where the outbound connection to a peer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dialer {
     /// Nothing scheduled (shutting down, or before start).
     Idle,
+    /// Due, waiting for a dial slot (the budget, or the bound on dials in flight).
+    Queued(DueKey),
     /// Waiting for the result of this attempt.
     InFlight,
     /// Next attempt at this time.
@@ -187,6 +301,9 @@ struct Link {
     last_error: Option<String>,
     instance: Option<InstanceId>,
     times_connected: u32,
+    /// An accepted hello arrived while our dial was in flight: if that dial fails, dial again
+    /// at once rather than after a backoff.
+    hello_while_dialing: bool,
 }
 
 /// A read-only view of one link, for the command service.
@@ -217,6 +334,16 @@ pub struct Mesh {
     actions: VecDeque<Action>,
     rng: Rng,
     started_at: Instant,
+    /// The node map's entries, as sent in every hello.
+    hosts: Arc<[String]>,
+    budget: DialBudget,
+    tokens: Tokens,
+    /// Every link's next deadline (retry, heartbeat or liveness), in time order.
+    timers: BTreeSet<(Instant, NodeId)>,
+    /// Links due for a dial, in the order they get a slot.
+    due: BTreeSet<DueKey>,
+    in_flight: usize,
+    connected: usize,
 }
 
 impl Mesh {
@@ -237,10 +364,13 @@ impl Mesh {
                     last_error: None,
                     instance: None,
                     times_connected: 0,
+                    hello_while_dialing: false,
                 })
             })
             .collect();
         let rng = Rng::new(cfg.seed);
+        let budget = DialBudget::for_backoff(&cfg.backoff);
+        let hosts = cfg.map.hosts().into();
         Self {
             cfg,
             state: DaemonState::Initializing,
@@ -248,7 +378,31 @@ impl Mesh {
             actions: VecDeque::new(),
             rng,
             started_at: now,
+            hosts,
+            budget,
+            tokens: Tokens {
+                tokens: budget.burst,
+                next: now,
+            },
+            timers: BTreeSet::new(),
+            due: BTreeSet::new(),
+            in_flight: 0,
+            connected: 0,
         }
+    }
+
+    /// Replaces the dial budget (default: [`DialBudget::for_backoff`]); the burst starts full.
+    pub fn set_dial_budget(&mut self, budget: DialBudget) {
+        self.budget = budget;
+        self.tokens = Tokens {
+            tokens: budget.burst,
+            next: self.started_at,
+        };
+    }
+
+    /// The dial budget.
+    pub fn dial_budget(&self) -> DialBudget {
+        self.budget
     }
 
     // ---- getters -------------------------------------------------------------------------
@@ -270,7 +424,7 @@ impl Mesh {
             node: self.cfg.local,
             instance: self.cfg.instance,
             digest: self.cfg.map.digest().to_string(),
-            node_map: self.cfg.map.hosts().to_vec(),
+            node_map: Arc::clone(&self.hosts),
             protocol_version: self.cfg.protocol_version,
         }
     }
@@ -313,11 +467,12 @@ impl Mesh {
 
     /// Number of peers whose link is CONNECTED.
     pub fn connected_peers(&self) -> usize {
-        self.links
-            .iter()
-            .flatten()
-            .filter(|l| l.status == ConnStatus::Connected)
-            .count()
+        self.connected
+    }
+
+    /// Dials started and not answered yet.
+    pub fn dials_in_flight(&self) -> usize {
+        self.in_flight
     }
 
     // ---- lifecycle inputs ----------------------------------------------------------------
@@ -328,14 +483,14 @@ impl Mesh {
             return;
         }
         for id in self.peer_ids() {
-            self.dial(id);
+            self.set_dialer(id, Dialer::Queued((DueClass::FirstRound, now, id)));
         }
+        self.pump_dials(now);
         match self.cfg.quorum {
             QuorumPolicy::Full => self.set_state(DaemonState::WaitingForPeers),
             QuorumPolicy::None | QuorumPolicy::Recovery => self.enter_init_gpu(),
         }
         self.check_quorum();
-        let _ = now;
     }
 
     /// The driver session is open: READY.
@@ -352,11 +507,11 @@ impl Mesh {
         }
         self.set_state(DaemonState::ShuttingDown);
         for id in self.peer_ids() {
-            let Some(link) = self.link_mut(id) else {
+            let Some(link) = self.link(id) else {
                 continue;
             };
             let had_session = matches!(link.dialer, Dialer::Session { .. });
-            link.dialer = Dialer::Idle;
+            self.set_dialer(id, Dialer::Idle);
             if had_session {
                 self.actions.push_back(Action::SendGoodbye { peer: id });
             }
@@ -374,10 +529,14 @@ impl Mesh {
                 .push_back(Action::CloseSession { peer, attempt });
             return;
         }
+        if let Some(link) = self.link_mut(peer) {
+            link.hello_while_dialing = false;
+        }
         if let Verdict::Refuse { mismatch, detail } = self.judge(remote, Some(peer)) {
             self.actions
                 .push_back(Action::CloseSession { peer, attempt });
             self.fail_attempt(now, peer, ConnStatus::Mismatch(mismatch), detail);
+            self.pump_dials(now);
             return;
         }
         self.note_instance(peer, remote.instance);
@@ -388,13 +547,17 @@ impl Mesh {
         link.failures = 0;
         link.last_error = None;
         link.times_connected += 1;
-        link.dialer = Dialer::Session {
-            last_rx: now,
-            next_heartbeat: now + interval,
-        };
+        self.set_dialer(
+            peer,
+            Dialer::Session {
+                last_rx: now,
+                next_heartbeat: now + interval,
+            },
+        );
         let reason = format!("handshake accepted (instance {})", remote.instance);
         self.set_status(now, peer, ConnStatus::Connected, reason);
         self.check_quorum();
+        self.pump_dials(now);
     }
 
     /// The dial of `attempt` failed before a session (refused connection, timeout, DNS).
@@ -403,10 +566,21 @@ impl Mesh {
         if !self.is_current(peer, attempt, Dialer::InFlight) {
             return;
         }
+        let mut again = false;
         if let Some(link) = self.link_mut(peer) {
             link.last_error = Some(error);
+            again = std::mem::take(&mut link.hello_while_dialing);
         }
-        self.schedule_retry(now, peer);
+        if again {
+            // The peer said hello meanwhile: it is up, so try again at once.
+            if let Some(link) = self.link_mut(peer) {
+                link.failures = link.failures.saturating_add(1);
+            }
+            self.dial(peer);
+        } else {
+            self.schedule_retry(now, peer);
+        }
+        self.pump_dials(now);
     }
 
     /// The peer refused our hello.
@@ -421,21 +595,31 @@ impl Mesh {
         if !self.is_current(peer, attempt, Dialer::InFlight) {
             return;
         }
+        if let Some(link) = self.link_mut(peer) {
+            link.hello_while_dialing = false;
+        }
         self.fail_attempt(
             now,
             peer,
             ConnStatus::Mismatch(mismatch),
             format!("peer refused: {detail}"),
         );
+        self.pump_dials(now);
     }
 
     /// A heartbeat answer arrived on the session of `attempt`.
     pub fn handle_heartbeat(&mut self, now: Instant, peer: NodeId, attempt: u64) {
-        if let Some(link) = self.link_mut(peer)
+        if let Some(link) = self.link(peer)
             && link.attempt == attempt
-            && let Dialer::Session { last_rx, .. } = &mut link.dialer
+            && let Dialer::Session { next_heartbeat, .. } = link.dialer
         {
-            *last_rx = now;
+            self.set_dialer(
+                peer,
+                Dialer::Session {
+                    last_rx: now,
+                    next_heartbeat,
+                },
+            );
         }
     }
 
@@ -452,6 +636,7 @@ impl Mesh {
             return;
         }
         self.lose(now, peer, format!("connection lost: {reason}"));
+        self.pump_dials(now);
     }
 
     /// The peer said goodbye (clean shutdown), on either session. Ignored when `instance` is not
@@ -485,6 +670,7 @@ impl Mesh {
                 link.failures = 0;
             }
             self.schedule_retry(now, peer);
+            self.pump_dials(now);
         }
     }
 
@@ -501,10 +687,14 @@ impl Mesh {
         let verdict = self.judge(remote, None);
         if verdict == Verdict::Accept {
             self.note_instance(remote.node, remote.instance);
-            if let Some(link) = self.link(remote.node)
-                && matches!(link.dialer, Dialer::Waiting(_))
-            {
-                self.dial(remote.node);
+            match self.link(remote.node).map(|l| l.dialer) {
+                Some(Dialer::Waiting(_) | Dialer::Queued(_)) => self.dial(remote.node),
+                Some(Dialer::InFlight) => {
+                    if let Some(link) = self.link_mut(remote.node) {
+                        link.hello_while_dialing = true;
+                    }
+                }
+                _ => {}
             }
         }
         verdict
@@ -514,27 +704,47 @@ impl Mesh {
     pub fn handle_timeout(&mut self, now: Instant) {
         let timeout = self.cfg.peer_timeout;
         let interval = self.cfg.heartbeat_interval;
-        for id in self.peer_ids() {
-            let Some(link) = self.link_mut(id) else {
+        let fired: Vec<NodeId> = self
+            .timers
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, id)| *id)
+            .collect();
+        for id in fired {
+            let Some(link) = self.link(id) else {
                 continue;
             };
-            match &mut link.dialer {
-                Dialer::Waiting(at) if *at <= now => self.dial(id),
+            match link.dialer {
+                Dialer::Waiting(at) => {
+                    let class = if link.instance.is_some() {
+                        DueClass::Known
+                    } else {
+                        DueClass::Unknown
+                    };
+                    self.set_dialer(id, Dialer::Queued((class, at, id)));
+                }
                 Dialer::Session {
                     last_rx,
                     next_heartbeat,
                 } => {
-                    if now.saturating_duration_since(*last_rx) >= timeout {
+                    if now.saturating_duration_since(last_rx) >= timeout {
                         let ms = timeout.as_millis();
                         self.lose(now, id, format!("no heartbeat answer for {ms} ms"));
-                    } else if *next_heartbeat <= now {
-                        *next_heartbeat = now + interval;
+                    } else if next_heartbeat <= now {
+                        self.set_dialer(
+                            id,
+                            Dialer::Session {
+                                last_rx,
+                                next_heartbeat: now + interval,
+                            },
+                        );
                         self.actions.push_back(Action::SendHeartbeat { peer: id });
                     }
                 }
-                _ => {}
+                Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => {}
             }
         }
+        self.pump_dials(now);
     }
 
     // ---- outputs -------------------------------------------------------------------------
@@ -546,19 +756,14 @@ impl Mesh {
 
     /// When [`Mesh::handle_timeout`] must next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let timeout = self.cfg.peer_timeout;
-        self.links
-            .iter()
-            .flatten()
-            .filter_map(|l| match l.dialer {
-                Dialer::Waiting(at) => Some(at),
-                Dialer::Session {
-                    last_rx,
-                    next_heartbeat,
-                } => Some(next_heartbeat.min(last_rx + timeout)),
-                Dialer::Idle | Dialer::InFlight => None,
-            })
-            .min()
+        let timer = self.timers.first().map(|(at, _)| *at);
+        // Dials wait for a token only while a slot is free; a finished dial frees one.
+        let token = (!self.due.is_empty() && self.in_flight < self.budget.max_in_flight)
+            .then_some(self.tokens.next);
+        match (timer, token) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // ---- internals -----------------------------------------------------------------------
@@ -649,16 +854,74 @@ impl Mesh {
             return;
         };
         link.attempt += 1;
-        link.dialer = Dialer::InFlight;
         let attempt = link.attempt;
+        self.set_dialer(peer, Dialer::InFlight);
         self.actions.push_back(Action::Dial { peer, attempt });
+    }
+
+    /// Dials queued links while a slot is free: first-round dials need only a free slot,
+    /// retries also a token of the budget.
+    fn pump_dials(&mut self, now: Instant) {
+        if self.state == DaemonState::ShuttingDown {
+            return;
+        }
+        while self.in_flight < self.budget.max_in_flight {
+            let Some(&(class, _, peer)) = self.due.first() else {
+                return;
+            };
+            if class != DueClass::FirstRound && !self.tokens.take(now, &self.budget) {
+                return;
+            }
+            self.dial(peer);
+        }
+    }
+
+    /// When a link's timer fires, if it has one.
+    fn deadline(&self, dialer: Dialer) -> Option<Instant> {
+        match dialer {
+            Dialer::Waiting(at) => Some(at),
+            Dialer::Session {
+                last_rx,
+                next_heartbeat,
+            } => Some(next_heartbeat.min(last_rx + self.cfg.peer_timeout)),
+            Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => None,
+        }
+    }
+
+    /// The only way a link's dialer changes: keeps the timers, the due queue and the count of
+    /// dials in flight in step with it.
+    fn set_dialer(&mut self, peer: NodeId, to: Dialer) {
+        let Some(from) = self.link(peer).map(|l| l.dialer) else {
+            return;
+        };
+        if let Some(at) = self.deadline(from) {
+            self.timers.remove(&(at, peer));
+        }
+        match from {
+            Dialer::Queued(key) => {
+                self.due.remove(&key);
+            }
+            Dialer::InFlight => self.in_flight -= 1,
+            Dialer::Idle | Dialer::Waiting(_) | Dialer::Session { .. } => {}
+        }
+        if let Some(at) = self.deadline(to) {
+            self.timers.insert((at, peer));
+        }
+        match to {
+            Dialer::Queued(key) => {
+                self.due.insert(key);
+            }
+            Dialer::InFlight => self.in_flight += 1,
+            Dialer::Idle | Dialer::Waiting(_) | Dialer::Session { .. } => {}
+        }
+        if let Some(link) = self.link_mut(peer) {
+            link.dialer = to;
+        }
     }
 
     fn schedule_retry(&mut self, now: Instant, peer: NodeId) {
         if self.state == DaemonState::ShuttingDown {
-            if let Some(link) = self.link_mut(peer) {
-                link.dialer = Dialer::Idle;
-            }
+            self.set_dialer(peer, Dialer::Idle);
             return;
         }
         let backoff = self.cfg.backoff;
@@ -667,7 +930,7 @@ impl Mesh {
         };
         let delay = backoff.delay(link.failures, &mut self.rng);
         link.failures = link.failures.saturating_add(1);
-        link.dialer = Dialer::Waiting(now + delay);
+        self.set_dialer(peer, Dialer::Waiting(now + delay));
     }
 
     fn fail_attempt(&mut self, now: Instant, peer: NodeId, status: ConnStatus, reason: String) {
@@ -701,6 +964,14 @@ impl Mesh {
         let from = link.status;
         link.status = to;
         link.reason = reason.clone();
+        match (from == ConnStatus::Connected, to == ConnStatus::Connected) {
+            (false, true) => self.connected += 1,
+            (true, false) => self.connected -= 1,
+            _ => {}
+        }
+        let Some(link) = self.link_mut(peer) else {
+            return;
+        };
         link.since = now;
         link.changed = true;
         let times_connected = link.times_connected;

@@ -149,7 +149,7 @@ fn node_map_mismatch_is_refused_on_both_sides() {
     let mut net = Net::new(2, QuorumPolicy::None);
     let mut other = sim::hosts(2);
     other.push("10.9.9.9".into());
-    net.maps[1] = NodeMap::new(other);
+    net.maps.insert(1, NodeMap::new(other));
     net.start_all();
     net.run_for(30 * SEC);
     for (a, b) in [(0, 1), (1, 0)] {
@@ -259,4 +259,210 @@ proptest! {
             prop_assert_eq!(domain_status(Net::id(a), &rows(&net)), DomainStatus::Up);
         }
     }
+}
+
+// ---- dial budget: a large node file costs what a small domain costs ----------------------
+
+/// Whether every node in `live` is READY and connected to every other node in `live`.
+fn live_connected(net: &Net, live: &[usize]) -> bool {
+    live.iter().all(|&a| {
+        net.nodes[a].as_ref().is_some_and(|m| {
+            m.state() == DaemonState::Ready
+                && live.iter().all(|&b| {
+                    a == b
+                        || m.peer(Net::id(b))
+                            .is_some_and(|(s, _)| s == ConnStatus::Connected)
+                })
+        })
+    })
+}
+
+/// Dials of node `from`, per target.
+fn dials_per_peer(net: &Net, from: usize) -> Vec<usize> {
+    let mut per = vec![0; net.nodes.len()];
+    for (a, act) in &net.log {
+        if let (true, Action::Dial { peer, .. }) = (*a == from, act) {
+            per[peer.index()] += 1;
+        }
+    }
+    per
+}
+
+#[test]
+fn ten_thousand_dead_entries_are_dialled_within_the_budget() {
+    let n = 10_000;
+    let mut net = Net::new(n, QuorumPolicy::None);
+    net.start(0);
+    let first_round = net.dials_by(0);
+    assert_eq!(first_round, n - 1, "the first round dials every entry once");
+    assert_eq!(net.mesh(0).state(), DaemonState::Ready);
+
+    let hour = 3600 * SEC;
+    net.run_for(hour);
+    let budget = net.mesh(0).dial_budget();
+    let retries = net.dials_by(0) - first_round;
+    let per_interval = usize::try_from(hour.as_nanos() / budget.interval.as_nanos()).unwrap();
+    let allowed = budget.burst as usize + per_interval;
+    // Without the budget the same hour costs about 9,999 / 3.75 s * 3600 s = 9.6 million dials.
+    assert!(
+        retries <= allowed,
+        "{retries} retries in an hour, the budget allows {allowed}"
+    );
+    assert!(
+        retries >= allowed * 9 / 10,
+        "{retries} retries in an hour: the budget ({allowed}) should be used, not starved"
+    );
+    // Fair: every dead entry was retried, none much more often than the others.
+    let per = dials_per_peer(&net, 0);
+    let (min, max) = per[1..]
+        .iter()
+        .fold((usize::MAX, 0), |(lo, hi), &d| (lo.min(d), hi.max(d)));
+    assert!(min >= 2, "some entry was never retried in an hour");
+    assert!(
+        max <= min + 2,
+        "retries are unfair: {min}..={max} dials per entry"
+    );
+}
+
+#[test]
+fn the_budget_does_not_slow_a_healthy_domain() {
+    let form = |budget: Option<DialBudget>, staggered: bool| {
+        let mut net = Net::new(18, QuorumPolicy::None);
+        net.budget = budget;
+        if staggered {
+            net.start(0);
+            net.run_for(60 * SEC);
+            for i in 1..18 {
+                net.start(i);
+            }
+        } else {
+            net.start_all();
+        }
+        let took = net.run_until(30 * SEC, Net::all_up).expect("formed");
+        let dials: usize = (0..18).map(|i| net.dials_by(i)).sum();
+        (took, dials)
+    };
+    for staggered in [false, true] {
+        let with = form(None, staggered);
+        let without = form(Some(DialBudget::UNLIMITED), staggered);
+        assert_eq!(
+            with, without,
+            "18 nodes (staggered: {staggered}): (formation time, dials) with the default budget vs none"
+        );
+        assert!(with.0 <= SEC, "formation took {:?}", with.0);
+    }
+}
+
+#[test]
+fn live_nodes_among_ten_thousand_entries_form_and_recover_at_once() {
+    let n = 10_000;
+    let live: Vec<usize> = (0..18).map(|k| k * 555 + 3).collect();
+    let mut net = Net::new(n, QuorumPolicy::None);
+    net.start(live[0]);
+    // Ten minutes alone: its budget goes to thousands of dead entries.
+    net.run_for(600 * SEC);
+    for &i in &live[1..] {
+        net.start(i);
+    }
+    let took = net
+        .run_until(SEC, |net| live_connected(net, &live))
+        .expect("the 18 live nodes form");
+    assert!(
+        took < Duration::from_millis(10),
+        "a node that starts says hello, which is dialled back at once: took {took:?}"
+    );
+
+    // kill -9 and restart a minute later: its hellos bring it back at once.
+    net.kill(live[5]);
+    net.run_for(60 * SEC);
+    net.start(live[5]);
+    let took = net
+        .run_until(SEC, |net| live_connected(net, &live))
+        .expect("back after a restart");
+    assert!(took < Duration::from_millis(10), "restart took {took:?}");
+
+    // A partition heals without a restart (no hello to trigger a dial): retries of peers
+    // that were up come before the dead entries, so it takes a backoff, not a tour of 10,000.
+    net.isolate(live[7]);
+    net.run_for(20 * SEC);
+    assert!(!live_connected(&net, &live));
+    net.heal();
+    let took = net
+        .run_until(60 * SEC, |net| live_connected(net, &live))
+        .expect("healed");
+    let budget = net.mesh(live[7]).dial_budget();
+    let bound = 5 * SEC + budget.interval * 17 + SEC;
+    assert!(
+        took <= bound,
+        "partition heal took {took:?} (bound {bound:?})"
+    );
+}
+
+#[test]
+fn dials_in_flight_are_bounded_but_a_hello_is_dialled_back_at_once() {
+    let map = NodeMap::new(sim::hosts(1000));
+    let other = sim::config(900, map.clone(), 2, QuorumPolicy::None);
+    #[allow(clippy::disallowed_methods)]
+    let t0 = std::time::Instant::now();
+    let hello_900 = Mesh::new(other, t0).hello();
+    let mut m = Mesh::new(sim::config(0, map, 1, QuorumPolicy::None), t0);
+    let cap = m.dial_budget().max_in_flight;
+    m.handle_start(t0);
+    let dials = |m: &mut Mesh| {
+        let mut out = Vec::new();
+        while let Some(a) = m.poll_action() {
+            if let Action::Dial { peer, attempt } = a {
+                out.push((peer, attempt));
+            }
+        }
+        out
+    };
+    let first = dials(&mut m);
+    assert_eq!(
+        first.len(),
+        cap,
+        "the first round starts {cap} dials, no more"
+    );
+    assert_eq!(m.dials_in_flight(), cap);
+    assert_eq!(
+        m.poll_timeout(),
+        None,
+        "no timer while every slot is taken: a finished dial frees one"
+    );
+    // One answer, one more dial.
+    let (peer, attempt) = first[0];
+    m.handle_dial_failed(t0, peer, attempt, "connection refused".into());
+    let next = dials(&mut m);
+    assert_eq!(next.len(), 1, "{next:?}");
+    assert_eq!(next[0].0, NodeId(u16::try_from(cap + 1).unwrap()));
+    // Node 900 (not dialled yet) says hello: dialled back at once, beyond the bound.
+    assert_eq!(m.handle_hello(t0, &hello_900), Verdict::Accept);
+    assert_eq!(dials(&mut m), vec![(NodeId(900), 1)]);
+    assert_eq!(m.dials_in_flight(), cap + 1);
+}
+
+#[test]
+fn a_hello_during_a_failing_dial_makes_the_next_dial_immediate() {
+    let map = NodeMap::new(sim::hosts(2));
+    #[allow(clippy::disallowed_methods)]
+    let t0 = std::time::Instant::now();
+    let hello_1 = Mesh::new(sim::config(1, map.clone(), 2, QuorumPolicy::None), t0).hello();
+    let mut m = Mesh::new(sim::config(0, map, 1, QuorumPolicy::None), t0);
+    m.handle_start(t0);
+    let dial = |m: &mut Mesh| {
+        std::iter::from_fn(|| m.poll_action()).find_map(|a| match a {
+            Action::Dial { peer, attempt } => Some((peer, attempt)),
+            _ => None,
+        })
+    };
+    let (peer, attempt) = dial(&mut m).expect("first dial");
+    // The peer's hello arrives while our dial to it is still out (it started just after).
+    assert_eq!(m.handle_hello(t0, &hello_1), Verdict::Accept);
+    assert_eq!(dial(&mut m), None, "one dial at a time");
+    m.handle_dial_failed(t0, peer, attempt, "connection refused".into());
+    assert_eq!(
+        dial(&mut m),
+        Some((peer, attempt + 1)),
+        "redialled at once, not after a backoff"
+    );
 }

@@ -20,7 +20,7 @@ pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
         node_map_digest: hello.digest.clone(),
         software_version: env!("CARGO_PKG_VERSION").to_string(),
         protocol_version: hello.protocol_version,
-        node_map: hello.node_map.clone(),
+        node_map: hello.node_map.to_vec(),
         driver_version: driver_version.to_string(),
     }
 }
@@ -55,7 +55,7 @@ pub(crate) fn hello(id: &Identity) -> Result<Hello, String> {
         node: NodeId(node),
         instance: InstanceId(id.instance_id),
         digest: id.node_map_digest.clone(),
-        node_map: id.node_map.clone(),
+        node_map: id.node_map.as_slice().into(),
         protocol_version: id.protocol_version,
     })
 }

@@ -4,7 +4,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use openimex_core::*;
@@ -13,8 +13,15 @@ pub struct Net {
     pub now: Instant,
     pub start: Instant,
     pub nodes: Vec<Option<Mesh>>,
-    pub maps: Vec<NodeMap>,
+    /// Indices of the nodes running (so a map of 10,000 entries with a few live nodes is cheap).
+    pub running: BTreeSet<usize>,
+    /// Every node's node map, unless `maps` has its own.
+    pub map: NodeMap,
+    /// Node maps that differ from `map`, by node.
+    pub maps: HashMap<usize, NodeMap>,
     pub quorum: QuorumPolicy,
+    /// The dial budget of every node started from now on (`None`: the mesh's default).
+    pub budget: Option<DialBudget>,
     /// (from, to) pairs whose packets are dropped silently.
     pub cut: HashSet<(usize, usize)>,
     /// Live outbound sessions: (from, to) -> attempt.
@@ -58,8 +65,11 @@ impl Net {
             now: start,
             start,
             nodes: (0..n).map(|_| None).collect(),
-            maps: vec![map; n],
+            running: BTreeSet::new(),
+            map,
+            maps: HashMap::new(),
             quorum,
+            budget: None,
             cut: HashSet::new(),
             sessions: HashMap::new(),
             next_instance: 1000,
@@ -73,10 +83,15 @@ impl Net {
 
     pub fn start(&mut self, i: usize) {
         self.next_instance += 1;
-        let cfg = config(i, self.maps[i].clone(), self.next_instance, self.quorum);
+        let map = self.maps.get(&i).unwrap_or(&self.map).clone();
+        let cfg = config(i, map, self.next_instance, self.quorum);
         let mut m = Mesh::new(cfg, self.now);
+        if let Some(b) = self.budget {
+            m.set_dial_budget(b);
+        }
         m.handle_start(self.now);
         self.nodes[i] = Some(m);
+        self.running.insert(i);
         self.pump();
     }
 
@@ -93,6 +108,7 @@ impl Net {
     /// kill -9: the process is gone; peers' sessions to it see a reset at once.
     pub fn kill(&mut self, i: usize) {
         self.nodes[i] = None;
+        self.running.remove(&i);
         let dead: Vec<_> = self
             .sessions
             .keys()
@@ -130,6 +146,7 @@ impl Net {
         }
         self.pump();
         self.nodes[i] = None;
+        self.running.remove(&i);
         let gone: Vec<_> = self
             .sessions
             .keys()
@@ -151,7 +168,8 @@ impl Net {
     pub fn pump(&mut self) {
         loop {
             let mut did = false;
-            for a in 0..self.nodes.len() {
+            let running: Vec<usize> = self.running.iter().copied().collect();
+            for a in running {
                 while let Some(action) = self.nodes[a].as_mut().and_then(Mesh::poll_action) {
                     did = true;
                     self.log.push((a, action.clone()));
@@ -234,17 +252,19 @@ impl Net {
     /// Advance virtual time to the next timer (at most `limit` ahead) and fire it.
     pub fn step(&mut self, limit: Instant) -> bool {
         let next = self
-            .nodes
+            .running
             .iter()
-            .flatten()
-            .filter_map(Mesh::poll_timeout)
+            .filter_map(|&i| self.nodes[i].as_ref().and_then(Mesh::poll_timeout))
             .min();
         let Some(next) = next.filter(|t| *t <= limit) else {
             self.now = self.now.max(limit);
             return false;
         };
         self.now = self.now.max(next);
-        for m in self.nodes.iter_mut().flatten() {
+        for &i in &self.running {
+            let Some(m) = self.nodes[i].as_mut() else {
+                continue;
+            };
             if m.poll_timeout().is_some_and(|t| t <= self.now) {
                 m.handle_timeout(self.now);
             }
@@ -289,6 +309,14 @@ impl Net {
                     && m.links().len() == n
             })
         })
+    }
+
+    /// Dials node `from` made since the log began.
+    pub fn dials_by(&self, from: usize) -> usize {
+        self.log
+            .iter()
+            .filter(|(a, act)| *a == from && matches!(act, Action::Dial { .. }))
+            .count()
     }
 
     pub fn dials_to(&self, target: usize) -> usize {
