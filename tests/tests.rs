@@ -45,6 +45,9 @@ mod grace;
 // issue 7: RECOVERY after a crash waits for the recorded importers
 #[path = "e2e/recovery.rs"]
 mod recovery;
+// issue 13: ctl -N on 1,000 nodes, live nodes among 10,000 node-file entries
+#[path = "e2e/scale.rs"]
+mod scale;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;

@@ -32,18 +32,50 @@ impl NodeRow {
 
 /// Computes the domain status as seen from `local`.
 pub fn domain_status(local: NodeId, rows: &[NodeRow]) -> DomainStatus {
-    let local_ready = rows
-        .iter()
-        .any(|r| r.node == local && r.state == DaemonState::Ready);
-    if !local_ready {
-        return DomainStatus::Down;
+    domain_status_of(
+        local,
+        rows.iter()
+            .map(|r| (r.node, r.state, r.cells.iter().copied())),
+    )
+}
+
+/// [`domain_status`] over rows given as `(node, state, cells)`, so a large domain's status is
+/// computed from its rows as they are, without building a matrix of [`NodeRow`]s. A row whose
+/// node is not READY may give no cells.
+pub fn domain_status_of<C>(
+    local: NodeId,
+    rows: impl IntoIterator<Item = (NodeId, DaemonState, C)>,
+) -> DomainStatus
+where
+    C: IntoIterator<Item = ConnStatus>,
+{
+    let mut local_ready = false;
+    let mut all_up = true;
+    let mut nodes = 0usize;
+    let mut widths = (usize::MAX, 0usize);
+    for (node, state, cells) in rows {
+        nodes += 1;
+        local_ready |= node == local && state == DaemonState::Ready;
+        if !all_up {
+            continue;
+        }
+        if state != DaemonState::Ready {
+            all_up = false;
+            continue;
+        }
+        let mut width = 0usize;
+        for c in cells {
+            width += 1;
+            if c != ConnStatus::Connected {
+                all_up = false;
+                break;
+            }
+        }
+        widths = (widths.0.min(width), widths.1.max(width));
     }
-    let all_up = rows.iter().all(|r| {
-        r.state == DaemonState::Ready
-            && r.cells.len() == rows.len()
-            && r.cells.iter().all(|c| *c == ConnStatus::Connected)
-    });
-    if all_up {
+    if !local_ready {
+        DomainStatus::Down
+    } else if all_up && widths == (nodes, nodes) {
         DomainStatus::Up
     } else {
         DomainStatus::Degraded
@@ -82,6 +114,9 @@ mod tests {
 
         let local_down = vec![NodeRow::unreachable(NodeId(0), 1)];
         assert_eq!(domain_status(NodeId(0), &local_down), DomainStatus::Down);
+
+        let short = vec![ready(0, vec![Connected; 2]), ready(1, vec![Connected; 1])];
+        assert_eq!(domain_status(NodeId(0), &short), DomainStatus::Degraded);
 
         let mut starting = up.clone();
         starting[0].state = DaemonState::WaitingForPeers;

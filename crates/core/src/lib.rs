@@ -30,7 +30,7 @@ pub mod state;
 pub mod timefmt;
 
 pub use backoff::{Backoff, Rng};
-pub use domain::{NodeRow, domain_status};
+pub use domain::{NodeRow, domain_status, domain_status_of};
 pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
 pub use gpu::{Event, ImportAnswer, ImportError, Pages, Status};
 pub use ids::{ConnId, InstanceId, NodeId};

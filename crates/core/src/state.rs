@@ -175,7 +175,44 @@ impl ConnStatus {
         }
     }
 
-    const ALL: [ConnStatus; 10] = [
+    /// The one-byte code of the state in the compact rows of the peer and command protocols
+    /// (`LinkCode` in `peer.proto`): one byte per cell keeps a 1,000-node matrix at 1 MB.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Invalid => 0,
+            Self::NeverConnected => 1,
+            Self::Recovering => 2,
+            Self::Disconnected => 3,
+            Self::Authenticating => 4,
+            Self::Mismatch(Mismatch::NodeMap) => 5,
+            Self::Mismatch(Mismatch::Domain) => 6,
+            Self::Mismatch(Mismatch::Version) => 7,
+            Self::Mismatch(Mismatch::WrongNode) => 8,
+            Self::Connected => 9,
+        }
+    }
+
+    /// Flag added to a cell's code when the link changed since the daemon started.
+    pub const CHANGED_BIT: u8 = 0x80;
+
+    /// One cell of a compact row: the state's code, plus [`Self::CHANGED_BIT`] if `changed`.
+    pub fn cell(self, changed: bool) -> u8 {
+        self.code() | if changed { Self::CHANGED_BIT } else { 0 }
+    }
+
+    /// A compact row's cell as (state, changed). A code this version does not know reads as
+    /// INVALID ("no status available") rather than as a guess.
+    pub fn from_cell(cell: u8) -> (Self, bool) {
+        let code = cell & !Self::CHANGED_BIT;
+        let status = Self::ALL
+            .into_iter()
+            .find(|c| c.code() == code)
+            .unwrap_or(Self::Invalid);
+        (status, cell & Self::CHANGED_BIT != 0)
+    }
+
+    /// Every state.
+    pub const ALL: [ConnStatus; 10] = [
         Self::Invalid,
         Self::NeverConnected,
         Self::Recovering,
@@ -248,7 +285,14 @@ mod tests {
         }
         for c in ConnStatus::ALL {
             assert_eq!(c.as_str().parse::<ConnStatus>(), Ok(c));
+            for changed in [false, true] {
+                assert_eq!(ConnStatus::from_cell(c.cell(changed)), (c, changed));
+            }
         }
+        let codes: std::collections::BTreeSet<u8> =
+            ConnStatus::ALL.into_iter().map(ConnStatus::code).collect();
+        assert_eq!(codes.len(), ConnStatus::ALL.len(), "codes are distinct");
+        assert_eq!(ConnStatus::from_cell(0x7f), (ConnStatus::Invalid, false));
         assert!("ready".parse::<DaemonState>().is_err());
         assert_eq!(ConnStatus::Mismatch(Mismatch::Version).letter(), "!V!");
         assert_eq!(ConnStatus::Mismatch(Mismatch::NodeMap).letter(), "!M!");

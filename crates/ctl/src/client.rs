@@ -35,12 +35,18 @@ impl fmt::Display for Target {
     }
 }
 
+/// Largest reply ctl accepts (gRPC's default is 4 MiB). `-N` replies carry one byte per cell of
+/// the N² matrix plus about 60 bytes per node: 1 GiB is a domain of some 30,000 nodes, far past
+/// what the text table or JSON can usefully show, and within protobuf's 2 GiB message limit.
+pub const MAX_REPLY: usize = 1 << 30;
+
 /// A connected command client.
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: CommandClient<Channel>,
     target: Target,
     timeout: Duration,
+    max_reply: usize,
 }
 
 impl Client {
@@ -75,10 +81,18 @@ impl Client {
             }
         };
         Ok(Self {
-            inner: CommandClient::new(channel),
+            inner: CommandClient::new(channel).max_decoding_message_size(MAX_REPLY),
             target,
             timeout,
+            max_reply: MAX_REPLY,
         })
+    }
+
+    /// Accepts replies of at most `bytes` (default [`MAX_REPLY`]).
+    pub fn with_max_reply(mut self, bytes: usize) -> Self {
+        self.inner = self.inner.max_decoding_message_size(bytes);
+        self.max_reply = bytes;
+        self
     }
 
     /// The daemon state word (`-q`).
@@ -90,28 +104,80 @@ impl Client {
         Ok(reply.map_err(|s| self.rpc(s))?.into_inner().state)
     }
 
-    /// The whole domain (`-N`).
-    pub async fn domain(&mut self) -> Result<DomainReply, CtlError> {
+    /// The whole domain (`-N`); with `reasons`, each link's reason too (`--links`).
+    pub async fn domain(&mut self, reasons: bool) -> Result<DomainReply, CtlError> {
         // Gathering asks every peer; give it a little more than one peer's timeout.
         let limit = self.timeout + Duration::from_secs(3);
-        let call = self.inner.domain(DomainRequest {});
+        let call = self.inner.domain(DomainRequest { reasons });
         let reply = tokio::time::timeout(limit, call)
             .await
-            .map_err(|_| self.timed_out())?;
+            .map_err(|_| CtlError::NoAnswer {
+                target: self.target.to_string(),
+                secs: limit.as_secs(),
+            })?;
         Ok(reply.map_err(|s| self.rpc(s))?.into_inner())
     }
 
     fn timed_out(&self) -> CtlError {
-        CtlError::Connect {
+        CtlError::NoAnswer {
             target: self.target.to_string(),
-            cause: "no answer in time".to_string(),
+            secs: self.timeout.as_secs(),
         }
     }
 
     fn rpc(&self, s: tonic::Status) -> CtlError {
-        CtlError::Connect {
-            target: self.target.to_string(),
-            cause: s.message().to_string(),
+        classify(&self.target, self.max_reply, &s)
+    }
+}
+
+/// What a failed call means to the operator. tonic makes a status itself when the transport
+/// fails (it carries the transport error as its source) and when it cannot take the reply it
+/// received (too large, undecodable), with texts of its own that the daemon never sends;
+/// anything else is the daemon's answer.
+pub fn classify(target: &Target, max_reply: usize, s: &tonic::Status) -> CtlError {
+    let target = target.to_string();
+    if std::error::Error::source(s).is_some() {
+        return CtlError::Connect {
+            target,
+            cause: openimex_proto::root_cause(s),
+        };
+    }
+    let text = s.message();
+    let undecodable = [
+        "failed to decode",
+        "protocol error",
+        "Unexpected EOF decoding",
+    ]
+    .iter()
+    .any(|t| text.contains(t));
+    match s.code() {
+        tonic::Code::OutOfRange if text.contains("decoded message length too large") => {
+            let found = s
+                .message()
+                .split("found ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .map_or_else(|| "larger".to_string(), |n| format!("{n} bytes"));
+            CtlError::Rejected {
+                target,
+                cause: format!(
+                    "the reply is {found}, more than ctl accepts ({max_reply} bytes). The domain \
+                     is too large to show whole; `-q` still shows this node's state"
+                ),
+            }
         }
+        tonic::Code::Internal if undecodable => CtlError::Rejected {
+            target,
+            cause: format!(
+                "it cannot be decoded ({}). Is ctl from the same openimex release as the \
+                     daemon (`openimex ctl --version`, `openimex --version`)?",
+                s.message()
+            ),
+        },
+        code => CtlError::Daemon {
+            target,
+            code: format!("{code:?}"),
+            message: s.message().to_string(),
+        },
     }
 }

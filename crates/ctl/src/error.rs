@@ -34,6 +34,34 @@ pub enum CtlError {
         /// Why it failed.
         cause: String,
     },
+    /// The daemon accepted the connection but did not answer in time.
+    #[error(
+        "the IMEX daemon's command service at {target} accepted the connection but did not answer within {secs} s. Is the daemon hung or overloaded (see its log, LOG_FILE_NAME)?"
+    )]
+    NoAnswer {
+        /// Where we asked.
+        target: String,
+        /// How long we waited.
+        secs: u64,
+    },
+    /// The daemon answered, but ctl could not take the reply (too large, undecodable).
+    #[error("the IMEX daemon at {target} answered, but ctl rejected its reply: {cause}")]
+    Rejected {
+        /// Who answered.
+        target: String,
+        /// Why the reply was rejected, and what to do.
+        cause: String,
+    },
+    /// The daemon answered with an error.
+    #[error("the IMEX daemon at {target} answered with an error ({code}): {message}")]
+    Daemon {
+        /// Who answered.
+        target: String,
+        /// The gRPC status code.
+        code: String,
+        /// The daemon's message.
+        message: String,
+    },
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),

@@ -214,7 +214,7 @@ async fn run(args: Args) -> Result<(), CtlError> {
             out(&format!("{state}\n"))
         }
         Mode::Links => {
-            let reply = client.domain().await?;
+            let reply = client.domain(true).await?;
             let text = if args.json {
                 render::links_json(&reply) + "\n"
             } else {
@@ -223,14 +223,17 @@ async fn run(args: Args) -> Result<(), CtlError> {
             out(&text)
         }
         Mode::Domain { repeat } => loop {
-            let reply = client.domain().await?;
+            let reply = client.domain(false).await?;
             let stamp = stamp();
-            let text = if args.json {
-                render::json(&reply, &stamp, args.hostnames) + "\n"
-            } else {
-                render::table(&reply, &stamp, args.hostnames)
-            };
-            out(&text)?;
+            // Streamed: a large domain's matrix is never held as text.
+            write_out(|w| {
+                if args.json {
+                    render::write_json(w, &reply, &stamp, args.hostnames)?;
+                    w.write_all(b"\n")
+                } else {
+                    render::write_table(w, &reply, &stamp, args.hostnames)
+                }
+            })?;
             if !repeat || expired() {
                 return Ok(());
             }
@@ -262,6 +265,16 @@ fn stamp() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     openimex_core::timefmt::nv_timestamp(now)
+}
+
+/// Buffered standard output.
+type Stdout = std::io::BufWriter<std::io::StdoutLock<'static>>;
+
+fn write_out(render: impl FnOnce(&mut Stdout) -> std::io::Result<()>) -> Result<(), CtlError> {
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    render(&mut w)
+        .and_then(|()| w.flush())
+        .map_err(CtlError::Output)
 }
 
 fn out(text: &str) -> Result<(), CtlError> {

@@ -2,9 +2,11 @@
 //! for byte where `imex-guide.md` §2 shows them), and our own `--links` view with instances
 //! and reasons.
 
+use std::io::{self, Write};
+
 use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// The legend NVIDIA prints, typo ("triggreed") included, because people diff it.
 pub const LEGEND: &str = "Connectivity Table Legend:
@@ -18,20 +20,49 @@ A - Authenticating - If GSSAPI enabled, client has initiated mutual authenticati
 C - Connected - Ready for operation
 ";
 
-fn cell(node: &NodeReport, to: usize) -> ConnStatus {
-    node.connections
-        .iter()
-        .find(|c| c.node_id as usize == to)
-        .and_then(|c| c.status.parse().ok())
-        .unwrap_or(ConnStatus::Invalid)
+/// A node's row as `(state, changed)` for each of `width` nodes: from its compact cells, or
+/// from `connections` in replies of daemons older than cells. Missing cells are INVALID.
+pub fn row(node: &NodeReport, width: usize) -> Vec<(ConnStatus, bool)> {
+    let mut row = vec![(ConnStatus::Invalid, false); width];
+    if node.cells.is_empty() {
+        // The first entry for a node wins, as it always did.
+        for c in node.connections.iter().rev() {
+            if let Some(slot) = row.get_mut(c.node_id as usize) {
+                *slot = (c.status.parse().unwrap_or(ConnStatus::Invalid), c.changed);
+            }
+        }
+    } else {
+        for (slot, cell) in row.iter_mut().zip(&node.cells) {
+            *slot = ConnStatus::from_cell(*cell);
+        }
+    }
+    row
+}
+
+/// Renders into a string (the writers below go straight to stdout for large domains).
+fn to_string(render: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail, and every part is UTF-8.
+    let _ = render(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The `-N` text table. `hostnames` is `-H`.
 pub fn table(reply: &DomainReply, timestamp: &str, hostnames: bool) -> String {
-    let mut out = String::from(LEGEND);
-    out.push('\n');
-    out.push_str(timestamp);
-    out.push_str("\nNodes:\n");
+    to_string(|out| write_table(out, reply, timestamp, hostnames))
+}
+
+/// [`table`], written to `out` row by row.
+pub fn write_table(
+    out: &mut impl Write,
+    reply: &DomainReply,
+    timestamp: &str,
+    hostnames: bool,
+) -> io::Result<()> {
+    out.write_all(LEGEND.as_bytes())?;
+    writeln!(out)?;
+    writeln!(out, "{timestamp}")?;
+    writeln!(out, "Nodes:")?;
     for n in &reply.nodes {
         let id = n.node_id.to_string();
         // NVIDIA 570 pads the address to 15 between dashes; 580 wraps the local node's address
@@ -41,78 +72,107 @@ pub fn table(reply: &DomainReply, timestamp: &str, hostnames: bool) -> String {
         } else {
             format!("- {:<15} ", n.host)
         };
-        let mut line = format!(
+        write!(
+            out,
             "Node #{id:<3} {addr}- {:<20} - Version: {}",
             n.state, n.version
-        );
+        )?;
         if hostnames {
             let name = if n.host_name.is_empty() {
                 "N/A"
             } else {
                 n.host_name.as_str()
             };
-            line.push_str(&format!(" - Hostname: {name}"));
+            write!(out, " - Hostname: {name}")?;
         }
-        out.push_str(&line);
-        out.push('\n');
+        writeln!(out)?;
     }
-    out.push('\n');
+    writeln!(out)?;
     let mut header = String::from(" Nodes From\\To  ");
     for n in &reply.nodes {
         header.push_str(&format!("{:<4}", n.node_id));
     }
-    out.push_str(header.trim_end());
-    out.push('\n');
+    writeln!(out, "{}", header.trim_end())?;
+    let width = reply.nodes.len();
+    let mut line = String::new();
     for n in &reply.nodes {
-        let mut row = format!("{:>8}{:8}", n.node_id, "");
-        for to in 0..reply.nodes.len() {
-            row.push_str(&format!("{:<4}", cell(n, to).letter()));
+        line.clear();
+        line.push_str(&format!("{:>8}{:8}", n.node_id, ""));
+        for (status, _) in row(n, width) {
+            line.push_str(&format!("{:<4}", status.letter()));
         }
-        out.push_str(row.trim_end());
-        out.push('\n');
+        writeln!(out, "{}", line.trim_end())?;
     }
-    out.push('\n');
-    out.push_str(&format!("Domain State: {}\n", reply.status));
-    out
+    writeln!(out)?;
+    writeln!(out, "Domain State: {}", reply.status)
 }
 
 /// The `-N -j` JSON, compact, one line: `nodes` (every configured node keyed by index, with
 /// its connections including itself), then `timestamp`, then `status` — DCGM takes the *last*
 /// `"status":` in the text, so the order is part of the contract.
 pub fn json(reply: &DomainReply, timestamp: &str, hostnames: bool) -> String {
-    let mut nodes = Map::new();
-    for n in &reply.nodes {
-        let mut conns = Map::new();
-        for (to, peer) in reply.nodes.iter().enumerate() {
-            let c = n.connections.iter().find(|c| c.node_id as usize == to);
-            conns.insert(
-                to.to_string(),
-                json!({
-                    "host": peer.host,
-                    "status": cell(n, to).as_str(),
-                    "changed": c.is_some_and(|c| c.changed) && n.reachable,
-                }),
-            );
+    to_string(|out| write_json(out, reply, timestamp, hostnames))
+}
+
+/// [`json`], written to `out` cell by cell: a 1,000-node domain is a million cells (about
+/// 60 MB of text), which is never held as a document.
+pub fn write_json(
+    out: &mut impl Write,
+    reply: &DomainReply,
+    timestamp: &str,
+    hostnames: bool,
+) -> io::Result<()> {
+    let quoted = |s: &str| serde_json::to_string(s).map_err(io::Error::other);
+    // Every cell names its peer's host: quote each once.
+    let hosts = reply
+        .nodes
+        .iter()
+        .map(|n| quoted(&n.host))
+        .collect::<io::Result<Vec<_>>>()?;
+    let width = reply.nodes.len();
+    out.write_all(b"{\"nodes\":{")?;
+    for (i, n) in reply.nodes.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        write!(
+            out,
+            "\"{}\":{{\"status\":{},\"host\":{},\"connections\":{{",
+            n.node_id,
+            quoted(&n.state)?,
+            hosts[i]
+        )?;
+        for (to, (status, changed)) in row(n, width).into_iter().enumerate() {
+            if to > 0 {
+                out.write_all(b",")?;
+            }
+            write!(
+                out,
+                "\"{to}\":{{\"host\":{},\"status\":\"{}\",\"changed\":{}}}",
+                hosts[to],
+                status.as_str(),
+                changed && n.reachable
+            )?;
         }
         let host_name = match (hostnames, n.host_name.is_empty()) {
             (false, _) => "",
             (true, true) => "N/A",
             (true, false) => n.host_name.as_str(),
         };
-        let mut node = Map::new();
-        node.insert("status".into(), Value::from(n.state.clone()));
-        node.insert("host".into(), Value::from(n.host.clone()));
-        node.insert("connections".into(), Value::Object(conns));
-        node.insert("changed".into(), Value::from(n.reachable));
-        node.insert("version".into(), Value::from(n.version.clone()));
-        node.insert("hostName".into(), Value::from(host_name));
-        nodes.insert(n.node_id.to_string(), Value::Object(node));
+        write!(
+            out,
+            "}},\"changed\":{},\"version\":{},\"hostName\":{}}}",
+            n.reachable,
+            quoted(&n.version)?,
+            quoted(host_name)?
+        )?;
     }
-    let mut top = Map::new();
-    top.insert("nodes".into(), Value::Object(nodes));
-    top.insert("timestamp".into(), Value::from(timestamp));
-    top.insert("status".into(), Value::from(reply.status.clone()));
-    Value::Object(top).to_string()
+    write!(
+        out,
+        "}},\"timestamp\":{},\"status\":{}}}",
+        quoted(timestamp)?,
+        quoted(&reply.status)?
+    )
 }
 
 fn instance(n: &NodeReport) -> String {
@@ -172,6 +232,9 @@ pub fn links_text(reply: &DomainReply) -> String {
             "\nNode #{} {} {} instance {}\n",
             n.node_id, n.host, n.state, inst
         ));
+        if !n.reachable && n.connections.is_empty() {
+            out.push_str("  could not be asked (no session to it here, or no answer in time)\n");
+        }
         for c in n.connections.iter().filter(|c| c.node_id != n.node_id) {
             out.push_str(&format!(
                 "  -> {:<4} {:<18} {}\n",

@@ -4,9 +4,10 @@
 
 use std::path::PathBuf;
 
+use openimex_core::ConnStatus;
 use openimex_ctl::render;
 use openimex_proto::cmd::{DomainReply, NodeReport};
-use openimex_proto::peer::{ConnectionStatus, RefusalCount};
+use openimex_proto::peer::{ConnectionStatus, LinkCode, RefusalCount};
 use serde_json::Value;
 
 fn testdata(name: &str) -> PathBuf {
@@ -61,7 +62,26 @@ fn node(id: u32, host: &str, state: &str, version: &str, cells: &[(&str, bool)])
             })
             .collect(),
         refusals: Vec::new(),
+        cells: Vec::new(),
     }
+}
+
+/// The same reply as today's daemons send it for `-N`: one byte per cell, no reasons, and
+/// no row at all for a node that could not be asked.
+fn compact(reply: &DomainReply) -> DomainReply {
+    let mut reply = reply.clone();
+    for n in &mut reply.nodes {
+        n.cells = if n.reachable {
+            n.connections
+                .iter()
+                .map(|c| c.status.parse::<ConnStatus>().unwrap().cell(c.changed))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        n.connections.clear();
+    }
+    reply
 }
 
 fn two_healthy(hosts: [&str; 2], version: &str) -> DomainReply {
@@ -111,6 +131,10 @@ fn strip_host_name(v: &mut Value) {
 fn table_matches_nvidia_570_byte_for_byte() {
     let reply = two_healthy(["172.31.48.81", "172.31.48.98"], "570.172");
     let got = render::table(&reply, "5/12/2025 06:08:10.580", false);
+    assert_eq!(
+        render::table(&compact(&reply), "5/12/2025 06:08:10.580", false),
+        got
+    );
     let want = read("nvidia-N.570.172.txt");
     // 570 did not mark the local node; 580 wraps its address in `*`. Every other line is NVIDIA's.
     let local = "Node #0   * 172.31.48.81 *  - READY                - Version: 570.172";
@@ -126,6 +150,10 @@ fn table_matches_nvidia_570_byte_for_byte() {
 fn json_matches_nvidia_samples() {
     let reply = two_healthy(["192.168.103.159", "192.168.107.187"], "570.172.08");
     let got = render::json(&reply, "8/8/2025 17:38:02.641", false);
+    assert_eq!(
+        render::json(&compact(&reply), "8/8/2025 17:38:02.641", false),
+        got
+    );
     assert!(!got.contains('\n'), "one line, like live output");
     let mut ours: Value = serde_json::from_str(&got).unwrap();
     strip_host_name(&mut ours);
@@ -214,12 +242,16 @@ fn degraded_domain_goldens() {
         status: "DEGRADED".into(),
     };
     let ts = "12/2/2026 09:00:00.000";
-    golden("golden-N-degraded.txt", &render::table(&reply, ts, false));
-    golden("golden-N-H-degraded.txt", &render::table(&reply, ts, true));
-    golden(
-        "golden-N-j-degraded.json",
-        &(render::json(&reply, ts, false) + "\n"),
-    );
+    // Replies with status words per link (daemons before compact rows) and with compact
+    // cells (today's) print the same bytes.
+    for reply in [reply.clone(), compact(&reply)] {
+        golden("golden-N-degraded.txt", &render::table(&reply, ts, false));
+        golden("golden-N-H-degraded.txt", &render::table(&reply, ts, true));
+        golden(
+            "golden-N-j-degraded.json",
+            &(render::json(&reply, ts, false) + "\n"),
+        );
+    }
     golden(
         "golden-links-degraded.json",
         &(render::links_json(&reply) + "\n"),
@@ -252,4 +284,81 @@ fn links_view_counts_refused_peer_messages() {
         text.contains("refused        3  hello: wrong source address"),
         "{text}"
     );
+}
+
+#[test]
+fn cell_codes_are_the_wire_contract() {
+    // peer.proto's LinkCode and core's ConnStatus::code must agree, word for word.
+    for c in ConnStatus::ALL {
+        let name = format!("LINK_{}", c.as_str());
+        let wire = LinkCode::from_str_name(&name).unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(wire as i32, i32::from(c.code()), "{name}");
+    }
+    assert_eq!(
+        LinkCode::LinkChangedBit as i32,
+        i32::from(ConnStatus::CHANGED_BIT)
+    );
+}
+
+#[test]
+fn a_thousand_node_domain_renders_every_cell() {
+    let n = 1000;
+    let hosts: Vec<String> = (0..n)
+        .map(|i| format!("10.0.{}.{}", i / 250, i % 250 + 1))
+        .collect();
+    let nodes = (0..n)
+        .map(|i| {
+            let reachable = i < 2;
+            NodeReport {
+                node_id: u32::try_from(i).unwrap(),
+                host: hosts[i].clone(),
+                state: if reachable { "READY" } else { "UNAVAILABLE" }.into(),
+                version: if reachable { "NO_GPU" } else { "" }.into(),
+                reachable,
+                cells: if reachable {
+                    (0..n)
+                        .map(|j| {
+                            let s = if j < 2 {
+                                ConnStatus::Connected
+                            } else {
+                                ConnStatus::NeverConnected
+                            };
+                            s.cell(j < 2)
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            }
+        })
+        .collect();
+    let reply = DomainReply {
+        local_node_id: 1,
+        nodes,
+        status: "DEGRADED".into(),
+    };
+    let text = render::json(&reply, "1/2/2026 03:04:05.006", false);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["nodes"].as_object().unwrap().len(), n);
+    assert_eq!(v["nodes"]["1"]["connections"]["0"]["status"], "CONNECTED");
+    assert_eq!(v["nodes"]["1"]["connections"]["0"]["changed"], true);
+    assert_eq!(
+        v["nodes"]["1"]["connections"]["999"]["status"],
+        "NEVER_CONNECTED"
+    );
+    assert_eq!(v["nodes"]["1"]["connections"]["999"]["host"], "10.0.3.250");
+    assert_eq!(v["nodes"]["500"]["status"], "UNAVAILABLE");
+    assert_eq!(v["nodes"]["500"]["connections"]["7"]["status"], "INVALID");
+    assert_eq!(v["nodes"]["500"]["connections"]["7"]["changed"], false);
+    assert_eq!(
+        v["nodes"]["500"]["connections"].as_object().unwrap().len(),
+        n
+    );
+    let table = render::table(&reply, "1/2/2026 03:04:05.006", false);
+    let row_500 = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("500 "))
+        .unwrap();
+    assert_eq!(row_500.split_whitespace().filter(|c| *c == "I").count(), n);
 }

@@ -1,26 +1,32 @@
 //! The command service (`IMEX_CMD_PORT` / `IMEX_CMD_UNIX_DOMAIN_PATH`): the daemon state for
 //! `ctl -q`, and the whole domain's matrix for `ctl -N`, gathered by asking every connected
-//! peer for its row. Peers that cannot be asked are reported UNAVAILABLE with INVALID cells,
-//! rebuilt from the node file, as NVIDIA's does.
+//! peer for its row. Peers that cannot be asked are reported UNAVAILABLE with no cells (every
+//! cell INVALID, rebuilt by ctl from the node file, as NVIDIA's does).
+//!
+//! The matrix is N² cells, so it travels compact: one byte per cell, reasons only when asked
+//! (`ctl --links`). Each peer's row is moved into the reply as it arrives, never copied, so a
+//! `ctl -N` of 3,000 nodes holds about one 9 MB matrix at most, not several.
 
 use std::time::Duration;
 
-use openimex_core::{ConnStatus, DaemonState, NodeId, NodeRow, domain_status};
+use openimex_core::{ConnStatus, DaemonState, NodeId, domain_status_of};
 use openimex_proto::cmd::{
     DomainReply, DomainRequest, NodeReport, StateReply, StateRequest, command_server::Command,
 };
-use openimex_proto::peer::{
-    ConnectionStatus, NodeStatus, NodeStatusRequest, peer_client::PeerClient,
-};
+use openimex_proto::peer::{NodeStatus, NodeStatusRequest, peer_client::PeerClient};
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status};
 
-use crate::convert::node_status;
+use crate::convert::{node_status, row_cells};
 use crate::mailbox::Input;
 use crate::peer_server::snapshot;
 
 /// How long the command service waits for one peer's row.
 const PEER_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Largest status row accepted from a peer: a row with reasons for the largest node map
+/// (65,536 entries, about 100 bytes each) fits.
+const MAX_PEER_STATUS: usize = 16 << 20;
 
 /// The command gRPC service.
 pub(crate) struct CommandService {
@@ -41,32 +47,38 @@ impl Command for CommandService {
 
     async fn domain(
         &self,
-        _request: Request<DomainRequest>,
+        request: Request<DomainRequest>,
     ) -> Result<Response<DomainReply>, Status> {
+        let reasons = request.into_inner().reasons;
         let snap = snapshot(&self.engine).await?;
         let local = snap.local;
-        let mine = node_status(&snap, &self.host_name);
-        let asks = snap.peers.into_iter().map(|(peer, channel)| {
-            tokio::spawn(async move {
-                let mut client = PeerClient::new(channel);
-                match tokio::time::timeout(PEER_STATUS_TIMEOUT, client.status(NodeStatusRequest {}))
-                    .await
-                {
-                    Ok(Ok(resp)) => Some((peer, resp.into_inner())),
-                    _ => None,
-                }
+        let mine = node_status(&snap, &self.host_name, reasons);
+        let asks: Vec<_> = snap
+            .peers
+            .into_iter()
+            .map(|(peer, channel)| {
+                tokio::spawn(async move {
+                    let mut client =
+                        PeerClient::new(channel).max_decoding_message_size(MAX_PEER_STATUS);
+                    let ask = client.status(NodeStatusRequest { reasons });
+                    match tokio::time::timeout(PEER_STATUS_TIMEOUT, ask).await {
+                        Ok(Ok(resp)) => Some((peer, resp.into_inner())),
+                        _ => None,
+                    }
+                })
             })
-        });
-        let asks: Vec<_> = asks.collect();
-        let mut rows: Vec<Option<NodeStatus>> = vec![None; self.hosts.len()];
+            .collect();
+        let n = self.hosts.len();
+        let mut rows: Vec<Option<NodeStatus>> = (0..n).map(|_| None).collect();
         if let Some(slot) = rows.get_mut(local.index()) {
             *slot = Some(mine);
         }
         for ask in asks {
-            if let Ok(Some((peer, status))) = ask.await
+            if let Ok(Some((peer, mut status))) = ask.await
                 && u32::from(peer.0) == status.node_id
                 && let Some(slot) = rows.get_mut(peer.index())
             {
+                row_cells(&mut status, n);
                 *slot = Some(status);
             }
         }
@@ -75,31 +87,15 @@ impl Command for CommandService {
 }
 
 impl CommandService {
+    /// The reply, from every node's row (`None`: could not be asked). Rows are moved in.
     fn assemble(&self, local: NodeId, rows: Vec<Option<NodeStatus>>) -> DomainReply {
-        let n = self.hosts.len();
-        let mut core_rows = Vec::with_capacity(n);
-        let mut nodes = Vec::with_capacity(n);
-        for (i, row) in rows.into_iter().enumerate() {
-            let id = NodeId(u16::try_from(i).unwrap_or(u16::MAX));
-            let host = self.hosts.get(i).cloned().unwrap_or_default();
-            let report = match row {
-                Some(st) => {
-                    let state = st.state.parse().unwrap_or(DaemonState::Unavailable);
-                    let cells = (0..n)
-                        .map(|j| {
-                            st.connections
-                                .iter()
-                                .find(|c| c.node_id as usize == j)
-                                .and_then(|c| c.status.parse().ok())
-                                .unwrap_or(ConnStatus::Invalid)
-                        })
-                        .collect();
-                    core_rows.push(NodeRow {
-                        node: id,
-                        state,
-                        cells,
-                    });
-                    NodeReport {
+        let nodes: Vec<NodeReport> = rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let host = self.hosts.get(i).cloned().unwrap_or_default();
+                match row {
+                    Some(st) => NodeReport {
                         node_id: st.node_id,
                         host,
                         state: st.state,
@@ -109,33 +105,32 @@ impl CommandService {
                         instance_id: st.instance_id,
                         connections: st.connections,
                         refusals: st.refusals,
-                    }
-                }
-                None => {
-                    core_rows.push(NodeRow::unreachable(id, n));
-                    NodeReport {
-                        node_id: u32::from(id.0),
+                        cells: st.cells,
+                    },
+                    None => NodeReport {
+                        node_id: u32::try_from(i).unwrap_or(u32::MAX),
                         host,
                         state: DaemonState::Unavailable.as_str().to_string(),
                         version: String::new(),
                         host_name: String::new(),
                         reachable: false,
                         instance_id: 0,
-                        connections: (0..n)
-                            .map(|j| ConnectionStatus {
-                                node_id: u32::try_from(j).unwrap_or(u32::MAX),
-                                status: ConnStatus::Invalid.as_str().to_string(),
-                                changed: false,
-                                reason: "node could not be asked".to_string(),
-                            })
-                            .collect(),
+                        connections: Vec::new(),
                         refusals: Vec::new(),
-                    }
+                        cells: Vec::new(),
+                    },
                 }
-            };
-            nodes.push(report);
-        }
-        let status = domain_status(local, &core_rows);
+            })
+            .collect();
+        let status = domain_status_of(
+            local,
+            nodes.iter().map(|r| {
+                let id = NodeId(u16::try_from(r.node_id).unwrap_or(u16::MAX));
+                let state = r.state.parse().unwrap_or(DaemonState::Unavailable);
+                let cells = r.cells.iter().map(|c| ConnStatus::from_cell(*c).0);
+                (id, state, cells)
+            }),
+        );
         DomainReply {
             local_node_id: u32::from(local.0),
             nodes,

@@ -1,8 +1,8 @@
 //! Conversions between the wire types (`openimex-proto`) and the core's types.
 
 use openimex_core::{
-    Hello, ImportAnswer, ImportError, ImportRequest, InstanceId, LinkView, Mismatch, NodeId, Pages,
-    Status,
+    ConnStatus, Hello, ImportAnswer, ImportError, ImportRequest, InstanceId, LinkView, Mismatch,
+    NodeId, Pages, Status,
 };
 use openimex_proto::peer::{
     ConnectionStatus, Identity, ImportReply, ImportRequest as WireImportRequest, NodeStatus,
@@ -151,8 +151,9 @@ pub(crate) fn wire_import_request(me: Identity, r: &ImportRequest) -> WireImport
     }
 }
 
-/// This node's row, as sent to peers and used by the command service.
-pub(crate) fn node_status(snap: &Snapshot, host_name: &str) -> NodeStatus {
+/// This node's row, as sent to peers and used by the command service: the compact cells
+/// always, each link's reason only when `reasons` is asked for (`ctl --links`).
+pub(crate) fn node_status(snap: &Snapshot, host_name: &str, reasons: bool) -> NodeStatus {
     NodeStatus {
         refusals: snap
             .refusals
@@ -167,8 +168,36 @@ pub(crate) fn node_status(snap: &Snapshot, host_name: &str) -> NodeStatus {
         version: snap.driver_version.clone(),
         host_name: host_name.to_string(),
         instance_id: snap.instance.0,
-        connections: snap.links.iter().map(connection).collect(),
+        connections: if reasons {
+            snap.links.iter().map(connection).collect()
+        } else {
+            Vec::new()
+        },
+        cells: snap
+            .links
+            .iter()
+            .map(|l| l.status.cell(l.changed))
+            .collect(),
     }
+}
+
+/// A peer's row made `nodes` cells wide. A daemon from before compact rows sends only
+/// `connections` (status words), which are turned into cells; cells missing or beyond the map
+/// read as INVALID / are dropped.
+pub(crate) fn row_cells(st: &mut NodeStatus, nodes: usize) {
+    if st.cells.is_empty() && !st.connections.is_empty() {
+        let mut cells = vec![ConnStatus::Invalid.cell(false); nodes];
+        for c in &st.connections {
+            if let (Some(slot), Ok(status)) = (
+                cells.get_mut(c.node_id as usize),
+                c.status.parse::<ConnStatus>(),
+            ) {
+                *slot = status.cell(c.changed);
+            }
+        }
+        st.cells = cells;
+    }
+    st.cells.resize(nodes, ConnStatus::Invalid.cell(false));
 }
 
 /// A peer-supplied free-text string made safe to log: at most [`MAX_PEER_STRING`] characters,

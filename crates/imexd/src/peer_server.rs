@@ -228,7 +228,12 @@ impl Peer for PeerService {
         request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatus>, Status> {
         self.authenticated(conn(&request)?.id, "status").await?;
+        let reasons = request.into_inner().reasons;
         let snap = snapshot(&self.engine).await?;
-        Ok(Response::new(convert::node_status(&snap, &self.host_name)))
+        Ok(Response::new(convert::node_status(
+            &snap,
+            &self.host_name,
+            reasons,
+        )))
     }
 }

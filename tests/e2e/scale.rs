@@ -1,0 +1,162 @@
+//! Issue 13: `ctl -N` at the sizes NVIDIA's format allows, and large node files. Two real
+//! daemons sit in node files of 1,000 and 10,000 entries whose other entries are loopback
+//! addresses where nothing listens (127.253.x.y: the harness never hands those out), so every
+//! other node is unreachable, as in a large domain where most trays are down.
+
+use std::time::Instant;
+
+use openimex_harness::{Cluster, LinksView};
+use serde_json::Value;
+
+use crate::common::{FORM, spec, text};
+
+/// A node file of `n` entries: cluster node `i` at index `at[i]`, placeholders elsewhere.
+fn node_file(cluster: &Cluster, n: usize, at: [usize; 2]) -> Vec<String> {
+    let mut hosts: Vec<String> = (0..n)
+        .map(|i| format!("127.253.{}.{}", i / 250, i % 250 + 1))
+        .collect();
+    for (node, index) in at.into_iter().enumerate() {
+        hosts[index] = cluster.node(node).ip().to_string();
+    }
+    hosts
+}
+
+/// Waits until the node at index `at[0]` (cluster node 0) sees the one at `at[1]` (cluster
+/// node 1) connected and the other way round, on both, through our `--links` view (small: no
+/// row for a node that could not be asked).
+fn wait_pair(cluster: &Cluster, at: [usize; 2]) {
+    let [a, b] = at.map(|i| u32::try_from(i).expect("index fits"));
+    let connected = |l: &LinksView, from: u32, to: u32| {
+        l.link(from, to).is_some_and(|c| c.status == "CONNECTED")
+    };
+    for i in 0..2 {
+        cluster
+            .wait_links(i, FORM, "the two live nodes connected", |l| {
+                connected(l, a, b) && connected(l, b, a)
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Gives both cluster nodes `hosts` as their node file.
+fn write_node_files(cluster: &Cluster, hosts: &[String]) {
+    for i in 0..2 {
+        cluster
+            .write_nodes_file(i, hosts)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn ctl_n_answers_for_a_thousand_node_domain() {
+    const N: usize = 1000;
+    const AT: [usize; 2] = [0, 637];
+    let mut cluster = Cluster::prepare(spec(2)).expect("prepare 2 nodes");
+    let hosts = node_file(&cluster, N, AT);
+    write_node_files(&cluster, &hosts);
+    for i in 0..2 {
+        cluster.start_node(i).unwrap_or_else(|e| panic!("{e}"));
+    }
+    wait_pair(&cluster, AT);
+
+    // Bounded by the harness's ctl timeout (10 s).
+    let started = Instant::now();
+    let out = cluster.ctl(0, &["-N", "-j"]).expect("ctl -N -j runs");
+    let took = started.elapsed();
+    let stderr = text(&out.stderr);
+    assert!(
+        out.status.success(),
+        "ctl -N -j on {N} nodes: {:?}\n{stderr}",
+        out.status
+    );
+    let raw = text(&out.stdout);
+    eprintln!("ctl -N -j on {N} nodes: {} bytes in {took:?}", raw.len());
+    let line = raw.strip_suffix('\n').unwrap_or(&raw);
+    assert!(!line.contains('\n'), "-N -j prints one line");
+    let last = line.rfind("\"status\":").expect("a status");
+    assert!(
+        line[last..].starts_with("\"status\":\"DEGRADED\""),
+        "the last \"status\": is the domain's: {}",
+        &line[last..]
+    );
+    let v: Value = serde_json::from_str(line).expect("valid JSON");
+    let nodes = v["nodes"].as_object().expect("nodes is an object");
+    assert_eq!(nodes.len(), N, "one entry per configured node");
+    assert_eq!(v["status"], "DEGRADED");
+
+    // The two live nodes: READY, each connected to the other and to itself.
+    for (me, peer) in [(AT[0], AT[1]), (AT[1], AT[0])] {
+        let node = &v["nodes"][me.to_string()];
+        assert_eq!(node["status"], "READY", "node {me}");
+        assert_eq!(node["host"], hosts[me].as_str(), "node {me}");
+        assert_eq!(node["version"], "NO_GPU", "node {me}");
+        let conns = node["connections"].as_object().expect("connections");
+        assert_eq!(conns.len(), N, "node {me} has a cell for every node");
+        for to in [me, peer] {
+            assert_eq!(conns[&to.to_string()]["status"], "CONNECTED", "{me}->{to}");
+            assert_eq!(conns[&to.to_string()]["changed"], true, "{me}->{to}");
+        }
+        // A placeholder was dialled and never answered.
+        let dead = &conns["1"];
+        assert_eq!(dead["status"], "NEVER_CONNECTED", "{me}->1: {dead}");
+        assert_eq!(dead["host"], hosts[1].as_str());
+    }
+    // Every other node: UNAVAILABLE, rebuilt from the node file, every cell INVALID.
+    for i in (0..N).filter(|i| !AT.contains(i)) {
+        let node = &v["nodes"][i.to_string()];
+        assert_eq!(node["status"], "UNAVAILABLE", "node {i}");
+        assert_eq!(node["host"], hosts[i].as_str(), "node {i}");
+        assert_eq!(node["version"], "", "node {i}");
+        assert_eq!(node["changed"], false, "node {i}");
+        let conns = node["connections"].as_object().expect("connections");
+        assert_eq!(conns.len(), N, "node {i}");
+        assert!(
+            conns
+                .values()
+                .all(|c| c["status"] == "INVALID" && c["changed"] == false),
+            "node {i}: every cell INVALID"
+        );
+    }
+
+    // The text table: every node listed, the local one marked, a row of N letters each.
+    let out = cluster.ctl(0, &["-N"]).expect("ctl -N runs");
+    assert!(out.status.success(), "ctl -N: {}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert_eq!(table.lines().filter(|l| l.starts_with("Node #")).count(), N);
+    let local = format!("Node #0   * {} *", hosts[0]);
+    assert!(table.contains(&local), "the local node is marked: {local}");
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("500 "))
+        .expect("row of node 500");
+    assert_eq!(row.split_whitespace().filter(|c| *c == "I").count(), N);
+    assert!(table.ends_with("Domain State: DEGRADED\n"));
+}
+
+#[test]
+fn two_live_nodes_among_ten_thousand_entries_form() {
+    const N: usize = 10_000;
+    const AT: [usize; 2] = [3, N - 1];
+    let mut cluster = Cluster::prepare(spec(2)).expect("prepare 2 nodes");
+    let hosts = node_file(&cluster, N, AT);
+    write_node_files(&cluster, &hosts);
+    // The first daemon alone: it dials 9,999 dead entries, then retries within its budget.
+    cluster.start_node(0).expect("start node 0");
+    cluster
+        .wait_state(0, "READY", FORM)
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // The second comes up later: its hello is dialled back at once, whatever the first's
+    // budget is busy with.
+    let started = Instant::now();
+    cluster.start_node(1).expect("start node 1");
+    wait_pair(&cluster, AT);
+    eprintln!(
+        "two live nodes among {N} entries connected {:?} after the second started",
+        started.elapsed()
+    );
+    for i in 0..2 {
+        let q = cluster.ctl(i, &["-q"]).expect("ctl -q runs");
+        assert_eq!(text(&q.stdout), "READY\n", "node {i}: {}", text(&q.stderr));
+    }
+}
