@@ -114,7 +114,7 @@ pub fn json(reply: &DomainReply, timestamp: &str, hostnames: bool) -> String {
     to_string(|out| write_json(out, reply, timestamp, hostnames))
 }
 
-/// [`json`], written to `out` cell by cell: a 1,000-node domain is a million cells (about
+/// [`json()`], written to `out` cell by cell: a 1,000-node domain is a million cells (about
 /// 60 MB of text), which is never held as a document.
 pub fn write_json(
     out: &mut impl Write,

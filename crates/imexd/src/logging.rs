@@ -276,7 +276,7 @@ fn cost(line: &str) -> usize {
 }
 
 /// The bounded ring of the most recent held lines: at most `capacity` bytes of text and slot
-/// bookkeeping ([`cost`]); the oldest lines make room for new ones and are counted.
+/// bookkeeping (`cost`); the oldest lines make room for new ones and are counted.
 #[derive(Debug)]
 pub struct Ring {
     records: VecDeque<Record>,
