@@ -66,6 +66,9 @@ pub(crate) struct Engine {
     local_ip: Option<std::net::IpAddr>,
     /// Where the persist record goes, and the map it is keyed to.
     persist: Option<(std::path::PathBuf, openimex_core::NodeMap)>,
+    /// Our identity for dials, built once (it carries the whole node map) and rebuilt when
+    /// the driver version changes.
+    me_cache: Option<Arc<Identity>>,
 }
 
 fn now() -> std::time::Instant {
@@ -99,6 +102,7 @@ impl Engine {
             dial_log: HashMap::new(),
             local_ip: None,
             persist: None,
+            me_cache: None,
         })
     }
 
@@ -229,6 +233,15 @@ impl Engine {
     ) -> Self {
         self.persist = path.map(|p| (p, map));
         self
+    }
+
+    fn cached_identity(&mut self) -> Arc<Identity> {
+        if let Some(me) = &self.me_cache {
+            return Arc::clone(me);
+        }
+        let me = Arc::new(self.identity());
+        self.me_cache = Some(Arc::clone(&me));
+        me
     }
 
     fn identity(&self) -> Identity {
@@ -392,6 +405,7 @@ impl Engine {
                     self.driver_name, self.settings.local
                 );
                 self.driver_version = version;
+                self.me_cache = None;
                 self.node.handle_driver_ready(now);
             }
             DriverInput::Event(event) => {
@@ -630,7 +644,8 @@ impl Engine {
             timeout: self.settings.dial_timeout(),
             keepalive: self.settings.heartbeat_interval,
         };
-        tokio::spawn(peer_client::dial(target, self.identity(), self.tx.clone()));
+        let me = self.cached_identity();
+        tokio::spawn(peer_client::dial(target, me, self.tx.clone()));
     }
 
     fn host(&self, peer: NodeId) -> &str {

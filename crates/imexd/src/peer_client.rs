@@ -31,7 +31,11 @@ pub(crate) struct Target {
 }
 
 /// Dials `target` and reports the outcome to the engine.
-pub(crate) async fn dial(target: Target, me: Identity, engine: mpsc::Sender<Input>) {
+pub(crate) async fn dial(
+    target: Target,
+    me: std::sync::Arc<Identity>,
+    engine: mpsc::Sender<Input>,
+) {
     let (peer, attempt) = (target.peer, target.attempt);
     let outcome = tokio::time::timeout(target.timeout, handshake(&target, me, engine.clone()))
         .await
@@ -81,7 +85,7 @@ async fn connect(target: &Target) -> Result<Channel, DialError> {
 
 async fn handshake(
     target: &Target,
-    me: Identity,
+    me: std::sync::Arc<Identity>,
     engine: mpsc::Sender<Input>,
 ) -> Result<Input, DialError> {
     let (peer, attempt) = (target.peer, target.attempt);
@@ -89,7 +93,7 @@ async fn handshake(
     let mut client = PeerClient::new(channel.clone());
     let reply = client
         .hello(HelloRequest {
-            from: Some(me.clone()),
+            from: Some((*me).clone()),
             to_node_id: u32::from(peer.0),
         })
         .await
