@@ -1,0 +1,159 @@
+//! The exporter side of a node: peers' import and unimport requests, the driver's describes,
+//! and the references released when a leaving peer acknowledged our goodbye.
+
+use std::time::Instant;
+
+use super::*;
+
+impl Node {
+    /// A peer asks for an import of a local export.
+    pub fn handle_peer_import(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        from: PeerId,
+        import: ImportRequest,
+    ) {
+        let _ = now;
+        if self.state() != DaemonState::Ready {
+            let detail = format!("this daemon is {}, not READY yet", self.state());
+            self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(Status::InvalidState, detail)),
+            });
+            return;
+        }
+        if !self.knows(from) {
+            let detail = format!(
+                "node {} instance {} is not connected here; reconnect first",
+                from.node, from.instance
+            );
+            self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(Status::InvalidState, detail)),
+            });
+            return;
+        }
+        let pending = self
+            .describing
+            .values()
+            .filter(|d| d.importer.node == from.node)
+            .count();
+        if pending >= self.max_describes_per_peer {
+            self.refused(
+                "import: too many in flight",
+                format!("node {} has {pending} imports in flight here", from.node),
+            );
+            self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(
+                    Status::InvalidState,
+                    "too many imports in flight from this node; retry later",
+                )),
+            });
+            return;
+        }
+        self.describing.insert(
+            request,
+            Describing {
+                importer: from,
+                import_event_id: import.import_event_id,
+                cancelled: false,
+            },
+        );
+        self.actions.push_back(Action::DescribeExport {
+            request,
+            export_uuid: import.export_uuid,
+            index: import.index,
+            channel: import.channel,
+        });
+    }
+
+    /// The driver described an export for `request` (taking `export_ref`), or refused.
+    pub fn handle_described(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        result: Result<(u64, Pages), ImportError>,
+    ) {
+        let _ = now;
+        let Some(d) = self.describing.remove(&request) else {
+            // Not ours: a reference taken for it must not stay held.
+            if let Ok((export_ref, _)) = result {
+                self.release(vec![export_ref], None);
+            }
+            return;
+        };
+        let answer = match result {
+            Ok((export_ref, _)) if self.stopping() => {
+                // Stopping: no new reference is handed out.
+                self.release(vec![export_ref], None);
+                Err(ImportError::new(
+                    Status::InvalidState,
+                    "exporter is stopping",
+                ))
+            }
+            Ok((export_ref, _)) if !self.knows(d.importer) => {
+                // The importer restarted or left while we described: its import is gone.
+                self.release(vec![export_ref], None);
+                Err(ImportError::new(Status::InvalidState, "importer restarted"))
+            }
+            Ok((export_ref, _)) if d.cancelled => {
+                // The importer gave up on it while we described.
+                self.release(vec![export_ref], None);
+                Err(ImportError::new(
+                    Status::InvalidState,
+                    "import cancelled by the importer",
+                ))
+            }
+            Ok((export_ref, pages)) => {
+                let old = self.exports.insert(
+                    d.importer.node,
+                    d.importer.instance,
+                    d.import_event_id,
+                    export_ref,
+                );
+                if let Some(old) = old {
+                    self.release(vec![old], None);
+                }
+                // The record names this importer before it gets the pages.
+                self.sync_persist();
+                Ok(pages)
+            }
+            Err(e) => Err(e),
+        };
+        self.actions
+            .push_back(Action::AnswerImport { request, answer });
+    }
+
+    /// A peer says its import is gone. The answer comes once the reference is released, so
+    /// the importer's releaser stays blocked until then, as the real handshake requires.
+    pub fn handle_peer_unimport(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        from: PeerId,
+        import_event_id: u64,
+    ) {
+        let _ = now;
+        match self
+            .exports
+            .remove(from.node, from.instance, import_event_id)
+        {
+            Some(export_ref) => self.release(vec![export_ref], Some(request)),
+            None => {
+                // An import the importer gave up on may still be being described: the
+                // reference it takes is released when it lands.
+                for d in self.describing.values_mut() {
+                    if d.importer.node == from.node && d.import_event_id == import_event_id {
+                        d.cancelled = true;
+                    }
+                }
+                self.actions.push_back(Action::AnswerUnimport {
+                    request,
+                    released: false,
+                });
+            }
+        }
+    }
+}

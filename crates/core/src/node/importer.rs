@@ -1,0 +1,119 @@
+//! The importer side of a node: MEM_IMPORT and MEM_UNIMPORT events from the local driver,
+//! the exporters' answers, and the unimports told to them.
+
+use std::time::Instant;
+
+use super::*;
+
+impl Node {
+    /// An event from the local driver.
+    pub fn handle_driver_event(&mut self, now: Instant, event: Event) {
+        match event {
+            Event::Import {
+                event_id,
+                channel,
+                export_uuid,
+                index,
+                export_node,
+            } => {
+                if self.connected(export_node).is_none() || self.stopping() {
+                    // Nobody to ask (or we are leaving): fail now rather than leave the
+                    // application hanging.
+                    self.actions.push_back(Action::ValidateImport {
+                        import_event_id: event_id,
+                        result: Err(Status::InvalidState),
+                    });
+                    return;
+                }
+                self.imports.requested(event_id, export_node);
+                self.arm(now + self.import_timeout, Timer::Import(event_id));
+                self.actions.push_back(Action::SendImport {
+                    peer: export_node,
+                    request: ImportRequest {
+                        import_event_id: event_id,
+                        export_uuid,
+                        index,
+                        channel,
+                    },
+                });
+            }
+            Event::Unimport {
+                unimport_event_id,
+                import_event_id,
+                ..
+            } => {
+                let step = self.imports.unimport(import_event_id, unimport_event_id);
+                self.unimport_step(now, step, import_event_id);
+            }
+        }
+    }
+
+    /// `exporter` answered the import (or the request failed before an answer).
+    pub fn handle_import_answer(
+        &mut self,
+        now: Instant,
+        exporter: NodeId,
+        import_event_id: u64,
+        answer: ImportAnswer,
+    ) {
+        if self.imports.in_flight(import_event_id) != Some(exporter) {
+            // Given up on (timeout) or cleaned up: a reference the exporter took for it is
+            // handed back, if the instance that answered is still the one we know. (The give-back
+            // sent at the timeout covers this too, unless it overtook the request.)
+            if let Some((node, instance)) = self.abandoned.remove(&import_event_id)
+                && node == exporter
+                && answer.is_ok()
+                && self.connected(exporter) == Some(instance)
+            {
+                self.send_unimport(now, exporter, import_event_id, None);
+            }
+            return;
+        }
+        self.disarm(Timer::Import(import_event_id));
+        let result = if self.stopping() {
+            // Our goodbye makes every exporter release what it holds for us, this reference
+            // too: mapping it now could map freed memory. Fail it (and hand it back).
+            Err(Status::InvalidState)
+        } else {
+            answer.map_err(|e| e.status)
+        };
+        let held = result.is_ok();
+        self.actions.push_back(Action::ValidateImport {
+            import_event_id,
+            result,
+        });
+        if let Some(step) = self.imports.answered(import_event_id, held) {
+            self.unimport_step(now, step, import_event_id);
+        }
+        if !held {
+            // The error may be the transport's, after the exporter took a reference.
+            self.give_back(now, exporter, import_event_id);
+        }
+    }
+
+    /// The unimport of `import_event_id` reached `exporter` (`delivered`), or could not.
+    pub fn handle_unimport_delivered(
+        &mut self,
+        now: Instant,
+        exporter: NodeId,
+        import_event_id: u64,
+        delivered: bool,
+    ) {
+        let _ = now;
+        let Some(token) = self.unimports.remove(&(exporter, import_event_id)) else {
+            return;
+        };
+        self.disarm(Timer::Unimport(exporter, import_event_id));
+        if !delivered {
+            self.imports.undelivered(exporter, import_event_id);
+            if self.connected(exporter).is_some() {
+                // No link change will flush it: retry after a while.
+                self.arm(now + self.import_timeout, Timer::Redeliver(exporter));
+            }
+        }
+        if let Some(token) = token {
+            self.actions
+                .push_back(Action::FinishUnimports { ids: vec![token] });
+        }
+    }
+}
