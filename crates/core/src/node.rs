@@ -335,7 +335,7 @@ impl Node {
     pub fn links(&self) -> Vec<LinkView> {
         let mut links = self.mesh.links();
         for l in &mut links {
-            if self.recovery_awaited().contains(&l.node) {
+            if self.is_awaited(l.node) {
                 l.reason = format!(
                     "{}; awaited for recovery: it held references to this node's memory before \
                      the previous daemon's unclean exit",

@@ -49,6 +49,11 @@ impl Node {
         self.recovery.awaiting.iter().copied().collect()
     }
 
+    /// Whether the recovery gate still waits for `peer`.
+    pub(super) fn is_awaited(&self, peer: NodeId) -> bool {
+        self.recovery.awaiting.contains(&peer)
+    }
+
     pub(super) fn recovering(&self) -> bool {
         self.recovery.active
     }
