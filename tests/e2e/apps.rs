@@ -38,8 +38,18 @@ pub(crate) const NO_NODE: u64 = 0xFFFF;
 /// node's driver has a daemon session under its own node ID.
 #[track_caller]
 pub(crate) fn gpu_cluster(nodes: usize) -> Cluster {
-    let cluster =
-        Cluster::start(spec(nodes).with_gpus(GpuSpec::default())).expect("start the nodes");
+    gpu_cluster_with(nodes, &[])
+}
+
+/// [`gpu_cluster`] with extra config keys on every node.
+#[track_caller]
+pub(crate) fn gpu_cluster_with(nodes: usize, config: &[(&str, &str)]) -> Cluster {
+    let spec = config
+        .iter()
+        .fold(spec(nodes).with_gpus(GpuSpec::default()), |s, (k, v)| {
+            s.config(*k, *v)
+        });
+    let cluster = Cluster::start(spec).expect("start the nodes");
     cluster.wait_up(0, FORM).expect("domain UP");
     for i in 0..nodes {
         wait_session(&cluster, i);

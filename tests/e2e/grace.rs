@@ -5,25 +5,14 @@
 //! DISCONNECTED; once the exporter's node is back (the same instance), it is told to drop the
 //! reference it held for that import, and the domain is UP again. driver-interface.md §4 "Peer node dies or disconnects".
 
-use std::time::Duration;
-
-use openimex_harness::{Cluster, GpuSpec, Signal};
+use openimex_harness::Signal;
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, spec};
+use crate::common::{FORM, NOTICE};
 
 #[test]
 fn a_peer_lost_longer_than_the_grace_time_is_cleaned_up_on_both_sides() {
-    let cluster = Cluster::start(
-        spec(2)
-            .with_gpus(GpuSpec::default())
-            .config("IMEX_NODE_DISCONNECTED_GRACE_TIME", "2"),
-    )
-    .expect("start 2 nodes");
-    cluster.wait_up(0, FORM).expect("domain UP");
-    for i in 0..2 {
-        wait_session(&cluster, i);
-    }
+    let cluster = gpu_cluster_with(2, &[("IMEX_NODE_DISCONNECTED_GRACE_TIME", "2")]);
     let (d0, d1) = (
         cluster.node(0).dir().to_path_buf(),
         cluster.node(1).dir().to_path_buf(),
@@ -71,6 +60,5 @@ fn a_peer_lost_longer_than_the_grace_time_is_cleaned_up_on_both_sides() {
         "the exporter's memory is intact"
     );
     exp.exit();
-    std::thread::sleep(Duration::from_millis(200));
     wait_all_released(&cluster, "after the exporter exit");
 }

@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
-use openimex_harness::{Cluster, GpuSpec, Signal};
+use openimex_harness::{Cluster, Signal};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, spec, text};
+use crate::common::{FORM, NOTICE, text};
 
 fn record(cluster: &Cluster, i: usize) -> String {
     std::fs::read_to_string(cluster.node(i).dir().join("persist.dat")).unwrap_or_default()
@@ -20,16 +20,7 @@ fn record(cluster: &Cluster, i: usize) -> String {
 
 #[test]
 fn a_restart_after_a_crash_waits_for_the_recorded_importers() {
-    let mut cluster = Cluster::start(
-        spec(2)
-            .with_gpus(GpuSpec::default())
-            .config("IMEX_WAIT_FOR_QUORUM", "RECOVERY"),
-    )
-    .expect("start 2 nodes");
-    cluster.wait_up(0, FORM).expect("domain UP");
-    for i in 0..2 {
-        wait_session(&cluster, i);
-    }
+    let mut cluster = gpu_cluster_with(2, &[("IMEX_WAIT_FOR_QUORUM", "RECOVERY")]);
     let (d0, d1) = (
         cluster.node(0).dir().to_path_buf(),
         cluster.node(1).dir().to_path_buf(),
