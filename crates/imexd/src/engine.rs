@@ -590,7 +590,7 @@ impl Engine {
         };
         if let Err(e) = crate::persist::write(path, map, importers) {
             error!(
-                "cannot write the persistence file {}: {e}; after a crash, recovery cannot know which nodes held this node's memory",
+                "cannot write the persistence file {}: {e}; after a crash, recovery cannot know which nodes held this node's memory; make its directory writable or set OPENIMEX_PERSIST_FILE",
                 path.display()
             );
         }

@@ -48,10 +48,14 @@ pub enum DaemonError {
         why: String,
     },
     /// The threads that make driver calls could not start.
-    #[error("cannot start the GPU driver threads: {0}")]
+    #[error(
+        "cannot start the GPU driver threads: {0}; check the limits on threads and memory (ulimit -u, ulimit -v)"
+    )]
     DriverThread(io::Error),
     /// The engine stopped unexpectedly.
-    #[error("the daemon engine stopped unexpectedly")]
+    #[error(
+        "the daemon engine stopped unexpectedly; this is a bug: report it with the log, and restart the daemon"
+    )]
     EngineGone,
 }
 

@@ -218,7 +218,7 @@ fn recover_from(settings: &Settings, map: &NodeMap) -> Vec<openimex_core::NodeId
         }
         Err(e) => {
             tracing::error!(
-                "cannot read the persistence file {}: {e}; assuming no previous importers",
+                "cannot read the persistence file {}: {e}; assuming no previous importers (repair or remove it, or set OPENIMEX_PERSIST_FILE)",
                 path.display()
             );
             Vec::new()
