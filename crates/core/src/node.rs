@@ -51,6 +51,8 @@ mod importer;
 mod recovery;
 mod sessions;
 
+pub use sessions::PeerRequest;
+
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 

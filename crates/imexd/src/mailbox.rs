@@ -2,6 +2,7 @@
 //! and what it answers with. A leaf module: the engine, the peer and command services, the
 //! dialler and the driver threads all depend on it, and it on none of them.
 
+use openimex_core::node::PeerRequest;
 use openimex_core::{
     ConnId, DaemonState, Event, Hello, ImportAnswer, ImportError, ImportRequest, InstanceId,
     LinkView, Mismatch, NodeId, Pages, PeerId, Verdict,
@@ -28,7 +29,7 @@ pub(crate) enum Input {
     /// Does connection `conn` carry a session (for `what`)? A refusal is counted.
     Authenticate {
         conn: ConnId,
-        what: &'static str,
+        what: PeerRequest,
         reply: oneshot::Sender<bool>,
     },
     /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not.

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use openimex_core::node::PeerRequest;
 use openimex_core::{ConnId, Hello, NodeId, PeerId, Verdict};
 use openimex_proto::peer::{
     GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, Identity, ImportReply,
@@ -84,7 +85,7 @@ impl PeerService {
     }
 
     /// Asks the engine whether `conn` carries a session (counting a refusal if not).
-    async fn authenticated(&self, conn: ConnId, what: &'static str) -> Result<(), Status> {
+    async fn authenticated(&self, conn: ConnId, what: PeerRequest) -> Result<(), Status> {
         let ok = ask(&self.engine, |reply| Input::Authenticate {
             conn,
             what,
@@ -146,7 +147,7 @@ impl Peer for PeerService {
         request: Request<Streaming<SessionMsg>>,
     ) -> Result<Response<SessionStream>, Status> {
         let info = conn(&request)?;
-        self.authenticated(info.id, "session").await?;
+        self.authenticated(info.id, PeerRequest::Session).await?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(8);
         tokio::spawn(async move {
@@ -227,7 +228,8 @@ impl Peer for PeerService {
         &self,
         request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatus>, Status> {
-        self.authenticated(conn(&request)?.id, "status").await?;
+        self.authenticated(conn(&request)?.id, PeerRequest::Status)
+            .await?;
         let reasons = request.into_inner().reasons;
         let snap = snapshot(&self.engine).await?;
         Ok(Response::new(convert::node_status(

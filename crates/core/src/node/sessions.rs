@@ -15,6 +15,46 @@ use crate::ids::ConnId;
 use crate::mesh::{Hello, Verdict};
 use crate::state::Mismatch;
 
+/// A peer request that needs the session of the connection it arrives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerRequest {
+    /// An import.
+    Import,
+    /// An unimport.
+    Unimport,
+    /// A goodbye.
+    Goodbye,
+    /// A status row (for `ctl -N`).
+    Status,
+    /// The heartbeat session stream.
+    Session,
+}
+
+impl PeerRequest {
+    /// The keys its refusals are counted under: no session, identity mismatch.
+    fn refusals(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Import => ("import: no session", "import: identity mismatch"),
+            Self::Unimport => ("unimport: no session", "unimport: identity mismatch"),
+            Self::Goodbye => ("goodbye: no session", "goodbye: identity mismatch"),
+            Self::Status => ("status: no session", "status: identity mismatch"),
+            Self::Session => ("session: no session", "session: identity mismatch"),
+        }
+    }
+}
+
+impl std::fmt::Display for PeerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Import => "import",
+            Self::Unimport => "unimport",
+            Self::Goodbye => "goodbye",
+            Self::Status => "status",
+            Self::Session => "session",
+        })
+    }
+}
+
 /// Sessions by connection, and what was refused.
 #[derive(Debug, Default)]
 pub(super) struct Sessions {
@@ -111,15 +151,9 @@ impl Node {
         &mut self,
         conn: ConnId,
         claimed: Option<PeerId>,
-        what: &'static str,
+        what: PeerRequest,
     ) -> Option<PeerId> {
-        let (no_session, mismatch) = match what {
-            "import" => ("import: no session", "import: identity mismatch"),
-            "unimport" => ("unimport: no session", "unimport: identity mismatch"),
-            "goodbye" => ("goodbye: no session", "goodbye: identity mismatch"),
-            "status" => ("status: no session", "status: identity mismatch"),
-            _ => ("session: no session", "session: identity mismatch"),
-        };
+        let (no_session, mismatch) = what.refusals();
         let Some(peer) = self.session_peer(conn) else {
             self.refused(
                 no_session,
@@ -151,7 +185,7 @@ impl Node {
         claimed: Option<PeerId>,
         import: ImportRequest,
     ) {
-        match self.authenticate(conn, claimed, "import") {
+        match self.authenticate(conn, claimed, PeerRequest::Import) {
             Some(peer) => self.handle_peer_import(now, request, peer, import),
             None => self.actions.push_back(Action::AnswerImport {
                 request,
@@ -172,7 +206,7 @@ impl Node {
         claimed: Option<PeerId>,
         import_event_id: u64,
     ) {
-        match self.authenticate(conn, claimed, "unimport") {
+        match self.authenticate(conn, claimed, PeerRequest::Unimport) {
             Some(peer) => self.handle_peer_unimport(now, request, peer, import_event_id),
             None => self.actions.push_back(Action::AnswerUnimport {
                 request,
@@ -189,7 +223,7 @@ impl Node {
         claimed: Option<PeerId>,
         reason: &str,
     ) -> bool {
-        match self.authenticate(conn, claimed, "goodbye") {
+        match self.authenticate(conn, claimed, PeerRequest::Goodbye) {
             Some(peer) => {
                 self.handle_goodbye(now, peer, reason);
                 true
