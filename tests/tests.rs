@@ -51,6 +51,9 @@ mod scale;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+// names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
+#[path = "e2e/sigusr1.rs"]
+mod sigusr1;
 // issue 7: SIGHUP writes the verbose log buffer (messages below LOG_LEVEL); so does a clean stop
 #[path = "e2e/verbose_log.rs"]
 mod verbose_log;

@@ -11,6 +11,9 @@
 //! - [`cluster`]: [`Cluster`] and [`ClusterSpec`]: prepare/start/kill -9/SIGTERM/restart/
 //!   signal nodes, run `ctl` against them, wait for domain states, collect logs on failure.
 //! - [`node`]: a node's files (config.cfg, nodes_config.cfg, imex.log, stdout/stderr, socket).
+//! - [`names`]: names mode ([`ClusterSpec::with_names`]): the nodes file lists names and each
+//!   daemon gets a private `/etc/hosts` (its own mount namespace; needs root). The cluster's
+//!   hosts, spare-address, move and add operations live in `cluster/membership.rs`.
 //! - [`addr`]: allocation of free loopback address blocks.
 //! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]) and `ctl --links -j`
 //!   ([`LinksView`]), and NVIDIA's timestamp format.
@@ -45,6 +48,7 @@ pub mod cluster;
 pub mod domain;
 mod error;
 pub mod gpu;
+pub mod names;
 pub mod node;
 pub mod process;
 pub mod scratch;
