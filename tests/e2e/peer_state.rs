@@ -63,20 +63,11 @@ fn ctl_peers_shows_references_imports_and_clean_ups_with_reason_and_time() {
 
     // Node 0 exports; nodes 1 and 2 import and hold.
     let (exp, handle) = exporter(&dirs[0], &channel(&cluster, 0, 0), 61, "exporter on node 0");
-    let imp1 = held_importer(
-        &dirs[1],
-        &channel(&cluster, 1, 0),
-        &handle,
-        61,
-        "importer on 1",
-    );
-    let imp2 = held_importer(
-        &dirs[2],
-        &channel(&cluster, 2, 0),
-        &handle,
-        61,
-        "importer on 2",
-    );
+    let import_on = |i: usize| {
+        let what = format!("importer on node {i}");
+        held_importer(&dirs[i], &channel(&cluster, i, 0), &handle, 61, &what)
+    };
+    let (mut imp1, imp2) = (import_on(1), import_on(2));
     let v0 = cluster
         .wait_peers(
             0,
@@ -129,7 +120,6 @@ fn ctl_peers_shows_references_imports_and_clean_ups_with_reason_and_time() {
     // Node 0's daemon dies; with grace time 0, nodes 1 and 2 clean node 0 up at once.
     let before = unix_ms();
     cluster.kill9(0).expect("kill -9 node 0's daemon");
-    let mut imp1 = imp1;
     for i in [1u32, 2] {
         let v = cluster
             .wait_peers(i as usize, NOTICE, "node 0 cleaned up", |v| {
