@@ -42,6 +42,9 @@ mod hardening;
 // issue 7: a peer lost past the grace time is cleaned up on both sides
 #[path = "e2e/grace.rs"]
 mod grace;
+// issue 7: ctl --peers shows references, imports, pending unimports and clean-ups per peer
+#[path = "e2e/peer_state.rs"]
+mod peer_state;
 // issue 7: RECOVERY after a crash waits for the recorded importers
 #[path = "e2e/recovery.rs"]
 mod recovery;

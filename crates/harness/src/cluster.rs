@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 
 use crate::HarnessError;
 use crate::addr::AddrBlock;
-use crate::domain::{DomainView, LinksView};
+use crate::domain::{DomainView, LinksView, PeersView};
 use crate::gpu::{GpuSpec, start_driver};
 use crate::names;
 use crate::node::Node;
@@ -437,6 +437,11 @@ impl Cluster {
         LinksView::parse(&self.ctl_ok(i, &["--links", "-j"])?)
     }
 
+    /// `ctl --peers -j` on node `i`, parsed.
+    pub fn peers(&self, i: usize) -> Result<PeersView, HarnessError> {
+        PeersView::parse(&self.ctl_ok(i, &["--peers", "-j"])?)
+    }
+
     /// Asks node `i` for `domain()` every 50 ms until `pred` holds. On timeout the error holds
     /// the last view (or error) and the tail of every node's log; a daemon that exits on its
     /// own meanwhile ends the wait at once.
@@ -486,6 +491,25 @@ impl Cluster {
             || self.links(i),
             pred,
             LinksView::compact,
+        )
+    }
+
+    /// Like [`Cluster::wait_domain`] for `peers()`.
+    pub fn wait_peers(
+        &self,
+        i: usize,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&PeersView) -> bool,
+    ) -> Result<PeersView, HarnessError> {
+        self.poll(
+            i,
+            timeout,
+            WAIT_INTERVAL,
+            what,
+            || self.peers(i),
+            pred,
+            PeersView::compact,
         )
     }
 

@@ -15,8 +15,8 @@
 //!   daemon gets a private `/etc/hosts` (its own mount namespace; needs root). The cluster's
 //!   hosts, spare-address, move and add operations live in `cluster/membership.rs`.
 //! - [`addr`]: allocation of free loopback address blocks.
-//! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]) and `ctl --links -j`
-//!   ([`LinksView`]), and NVIDIA's timestamp format.
+//! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]), `ctl --links -j`
+//!   ([`LinksView`]) and `ctl --peers -j` ([`PeersView`]), and NVIDIA's timestamp format.
 //! - [`process`]: running a command with a time limit; finding a process by argument.
 //! - [`scratch`]: temporary directories kept for inspection when a test panics.
 //! - [`bench`](mod@bench): `formation`, the time to form a domain against a bare-listener baseline.
@@ -59,7 +59,10 @@ pub use nix::sys::signal::Signal;
 
 pub use addr::AddrBlock;
 pub use cluster::{Cluster, ClusterSpec, StopOutcome};
-pub use domain::{DomainView, LinkNodeView, LinkView, LinksView, NodeView, is_ctl_timestamp};
+pub use domain::{
+    CleanUpView, DomainView, LinkNodeView, LinkView, LinksView, NodeView, PeerView, PeersView,
+    is_ctl_timestamp,
+};
 pub use error::HarnessError;
 pub use gpu::GpuSpec;
 pub use node::Node;
