@@ -49,6 +49,7 @@
 mod exporter;
 mod importer;
 mod recovery;
+mod remap;
 mod sessions;
 
 pub use sessions::PeerRequest;
