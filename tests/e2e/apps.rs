@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use openimex_harness::{Cluster, GpuSpec};
+use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
 use serde_json::Value;
 
 use crate::common::{COMMAND, FORM, NOTICE, binary, run, spec, text};
@@ -49,6 +49,13 @@ pub(crate) fn gpu_cluster_with(nodes: usize, config: &[(&str, &str)]) -> Cluster
         .fold(spec(nodes).with_gpus(GpuSpec::default()), |s, (k, v)| {
             s.config(*k, *v)
         });
+    gpu_cluster_from(spec)
+}
+
+/// Starts `spec` (which has GPUs) and waits as [`gpu_cluster`] does.
+#[track_caller]
+pub(crate) fn gpu_cluster_from(spec: ClusterSpec) -> Cluster {
+    let nodes = spec.nodes;
     let cluster = Cluster::start(spec).expect("start the nodes");
     cluster.wait_up(0, FORM).expect("domain UP");
     for i in 0..nodes {
