@@ -131,6 +131,19 @@ pub(crate) fn held_importer(
     held
 }
 
+/// An export of `seed` on node 0 and its import held on node 1 (channel 0 on both), once node
+/// 0 holds node 1's reference: (exporter, importer).
+#[track_caller]
+pub(crate) fn held_import_0_to_1(cluster: &Cluster, seed: u64) -> (Held, Held) {
+    let (d0, d1) = (cluster.node(0).dir(), cluster.node(1).dir());
+    let (exp, handle) = exporter(d0, &channel(cluster, 0, 0), seed, "exporter on node 0");
+    let imp = held_importer(d1, &channel(cluster, 1, 0), &handle, seed, "importer on 1");
+    wait_stats(d0, NOTICE, "node 0 holds node 1's reference", |s| {
+        num(s, "daemon_export_refs") == 1
+    });
+    (exp, imp)
+}
+
 /// One field of the driver's stats as a number (a missing or non-numeric field fails).
 #[track_caller]
 pub(crate) fn num(stats: &Value, key: &str) -> u64 {

@@ -86,11 +86,7 @@ fn sigusr1_reaches_a_moved_node_at_its_new_address_and_leaves_live_imports_alone
         cluster.node(0).dir().to_path_buf(),
         cluster.node(1).dir().to_path_buf(),
     );
-    let (mut exp, handle) = exporter(&d0, &channel(&cluster, 0, 0), 41, "exporter on node 0");
-    let mut imp = held_importer(&d1, &channel(&cluster, 1, 0), &handle, 41, "importer on 1");
-    wait_stats(&d0, NOTICE, "node 0 holds node 1's reference", |s| {
-        num(s, "daemon_export_refs") == 1
-    });
+    let (mut exp, mut imp) = held_import_0_to_1(&cluster, 41);
     let before = (refs(&d0), refs(&d1));
     let pids = [cluster.node(0).pid(), cluster.node(1).pid()];
     let link01 = cluster.links(0).expect("links").link(0, 1).cloned();

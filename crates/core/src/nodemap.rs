@@ -249,38 +249,22 @@ mod tests {
             a.growth_to(&map(&["n0", "n1", "n2", "n3", "n4"])),
             Ok(vec![NodeId(3), NodeId(4)])
         );
-        let removed = a.growth_to(&map(&["n0", "n2"])).unwrap_err();
-        assert!(
-            matches!(
-                removed,
-                MapRefusal::Removed {
-                    node: NodeId(1),
-                    ..
-                }
-            ),
-            "{removed:?}"
-        );
-        let last = a.growth_to(&map(&["n0", "n1"])).unwrap_err();
-        assert!(
-            matches!(
-                last,
-                MapRefusal::Removed {
-                    node: NodeId(2),
-                    ..
-                }
-            ),
-            "{last:?}"
-        );
-        let swapped = a.growth_to(&map(&["n0", "n2", "n1", "n3"])).unwrap_err();
-        assert!(
-            matches!(
-                swapped,
-                MapRefusal::Changed {
-                    node: NodeId(1),
-                    ..
-                }
-            ),
-            "{swapped:?}"
+        let removed = |node: u16, was: &str, now: usize| MapRefusal::Removed {
+            had: 3,
+            now,
+            node: NodeId(node),
+            was: was.into(),
+        };
+        assert_eq!(a.growth_to(&map(&["n0", "n2"])), Err(removed(1, "n1", 2)));
+        assert_eq!(a.growth_to(&map(&["n0", "n1"])), Err(removed(2, "n2", 2)));
+        let swapped = MapRefusal::Changed {
+            node: NodeId(1),
+            was: "n1".into(),
+            now: "n2".into(),
+        };
+        assert_eq!(
+            a.growth_to(&map(&["n0", "n2", "n1", "n3"])),
+            Err(swapped.clone())
         );
         assert!(swapped.to_string().contains("reordered"), "{swapped}");
     }

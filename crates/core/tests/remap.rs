@@ -38,22 +38,34 @@ fn touches(act: &Action, peer: usize) -> bool {
     }
 }
 
-/// Re-reads node `i`'s map as `new` (no peer readdressed) and performs what follows.
-fn reload(net: &mut Net, i: usize, new: NodeMap) -> Result<Vec<NodeId>, MapRefusal> {
+/// Re-reads node `i`'s map as `new`, the peers in `readdressed` at new addresses, and
+/// performs what follows.
+fn reload(
+    net: &mut Net,
+    i: usize,
+    new: NodeMap,
+    readdressed: &[NodeId],
+) -> Result<Vec<NodeId>, MapRefusal> {
     let now = net.now;
     let added = net.nodes[i]
         .as_mut()
         .expect("running")
-        .handle_node_map(now, new, &[]);
+        .handle_node_map(now, new, readdressed);
     net.pump();
     added
 }
 
+/// `n` nodes started together, once every link is up.
+fn formed(n: usize) -> Net {
+    let mut net = Net::new(n, QuorumPolicy::None);
+    net.start_all();
+    net.run_until(10 * SEC, Net::all_up).expect("domain up");
+    net
+}
+
 #[test]
 fn a_grown_map_dials_the_new_node_and_leaves_other_links_untouched() {
-    let mut net = Net::new(3, QuorumPolicy::None);
-    net.start_all();
-    net.run_until(10 * SEC, Net::all_up).expect("3 nodes up");
+    let mut net = formed(3);
     let sessions_before = net.sessions.clone();
 
     // Node 3 appears with the 4-entry file; the others still run the 3-entry map.
@@ -68,7 +80,7 @@ fn a_grown_map_dials_the_new_node_and_leaves_other_links_untouched() {
     );
 
     let mark = net.log.len();
-    assert_eq!(reload(&mut net, 0, map(4)), Ok(vec![NodeId(3)]));
+    assert_eq!(reload(&mut net, 0, map(4), &[]), Ok(vec![NodeId(3)]));
     assert_eq!(
         net.cell(0, 3),
         ConnStatus::Connected,
@@ -97,7 +109,7 @@ fn a_grown_map_dials_the_new_node_and_leaves_other_links_untouched() {
 
     // The rest of the rolling reload: every link comes up, through the normal re-dial.
     for i in [1, 2] {
-        assert_eq!(reload(&mut net, i, map(4)), Ok(vec![NodeId(3)]));
+        assert_eq!(reload(&mut net, i, map(4), &[]), Ok(vec![NodeId(3)]));
     }
     net.run_until(30 * SEC, Net::all_up).expect("4 nodes up");
     for (a, b) in [(0, 1), (1, 2), (2, 0)] {
@@ -159,14 +171,17 @@ fn a_differing_common_entry_is_still_refused() {
 
 #[test]
 fn a_shrunk_or_reordered_map_is_refused_and_changes_nothing() {
-    let mut net = Net::new(3, QuorumPolicy::None);
-    net.start_all();
-    net.run_until(10 * SEC, Net::all_up).expect("up");
+    let mut net = formed(3);
     let hello = net.mesh(0).hello();
     let links = net.mesh(0).links();
     let mark = net.log.len();
 
-    let removed = reload(&mut net, 0, NodeMap::new(vec![sim::hosts(3)[0].clone()]));
+    let removed = reload(
+        &mut net,
+        0,
+        NodeMap::new(vec![sim::hosts(3)[0].clone()]),
+        &[],
+    );
     assert!(
         matches!(
             removed,
@@ -181,7 +196,7 @@ fn a_shrunk_or_reordered_map_is_refused_and_changes_nothing() {
     );
     let mut swapped = sim::hosts(3);
     swapped.swap(1, 2);
-    let changed = reload(&mut net, 0, NodeMap::new(swapped));
+    let changed = reload(&mut net, 0, NodeMap::new(swapped), &[]);
     assert!(
         matches!(
             changed,
@@ -199,18 +214,10 @@ fn a_shrunk_or_reordered_map_is_refused_and_changes_nothing() {
 
 #[test]
 fn a_readdressed_peer_is_redialled_and_the_others_are_not() {
-    let mut net = Net::new(3, QuorumPolicy::None);
-    net.start_all();
-    net.run_until(10 * SEC, Net::all_up).expect("up");
+    let mut net = formed(3);
     let before = net.sessions.clone();
     let mark = net.log.len();
-    let now = net.now;
-    let added = net.nodes[0]
-        .as_mut()
-        .expect("running")
-        .handle_node_map(now, map(3), &[NodeId(2)]);
-    assert_eq!(added, Ok(vec![]));
-    net.pump();
+    assert_eq!(reload(&mut net, 0, map(3), &[NodeId(2)]), Ok(vec![]));
     let after = actions_since(&net, 0, mark);
     assert!(
         after.iter().any(|a| matches!(
