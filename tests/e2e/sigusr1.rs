@@ -5,7 +5,10 @@
 //! nodes are untouched, and a removed or reordered line is refused while the daemon keeps its
 //! map.
 
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use openimex_harness::{Cluster, GpuSpec, Signal};
@@ -250,4 +253,121 @@ fn a_bad_nodes_file_edit_is_refused_and_the_daemon_keeps_its_map() {
         .expect("restore the nodes file");
     let d = cluster.wait_up(0, FORM).expect("still UP on the old map");
     assert_eq!(d.nodes.len(), 3, "{}", d.compact());
+}
+
+/// A TCP forwarder from `listen` to `target`: a second address at which a node can be reached.
+/// Counts the connections it accepted. Stops accepting when dropped (open ones run out).
+struct Forwarder {
+    listen: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Forwarder {
+    fn start(listen: SocketAddr, target: SocketAddr) -> Self {
+        let listener = TcpListener::bind(listen).expect("bind the forwarder");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (count, halt) = (Arc::clone(&accepted), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            for inbound in listener.incoming() {
+                if halt.load(Ordering::Acquire) {
+                    return;
+                }
+                let (Ok(inbound), Ok(outbound)) = (inbound, TcpStream::connect(target)) else {
+                    continue;
+                };
+                count.fetch_add(1, Ordering::AcqRel);
+                for (mut from, mut to) in [
+                    (
+                        inbound.try_clone().expect("clone"),
+                        outbound.try_clone().expect("clone"),
+                    ),
+                    (outbound, inbound),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Self {
+            listen,
+            accepted,
+            stop,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wakes the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.listen);
+    }
+}
+
+#[test]
+fn sigusr1_drops_a_live_session_to_an_address_the_name_no_longer_resolves_to() {
+    // Hellos through the forwarder come from its address, not the node file's.
+    let spec3 = spec(3).with_names().config("OPENIMEX_PEER_ANY_SOURCE", "1");
+    let mut cluster = Cluster::start(spec3).expect("start 3 nodes");
+    cluster.wait_up(0, FORM).expect("3 nodes UP");
+    let port = cluster.node(2).server_port();
+    let direct = cluster.node(2).ip();
+    let spare = cluster.spare_ip().expect("a spare address");
+    let forwarder = Forwarder::start(
+        SocketAddr::from((spare, port)),
+        SocketAddr::from((direct, port)),
+    );
+    let link01 = cluster.links(0).expect("links").link(0, 1).cloned();
+
+    // Only node 0 learns that oimx-n2 is now at the forwarder; its session to node 2's own
+    // address is alive, so only the re-read can move it.
+    let mark = log(&cluster, 0).len();
+    cluster
+        .set_host(0, "oimx-n2", spare)
+        .expect("rewrite node 0's hosts");
+    cluster.signal(0, Signal::SIGUSR1).expect("SIGUSR1");
+    let line = wait_log_line(&cluster, 0, mark, &["re-read (SIGUSR1)"]);
+    assert!(
+        line.contains(&format!(
+            "node 2 (oimx-n2) now resolves to {spare} (re-dialling)"
+        )),
+        "{line}"
+    );
+    wait_log_line(
+        &cluster,
+        0,
+        mark,
+        &["Connection established to node 2", "times connected: 2"],
+    );
+    assert!(
+        forwarder.accepted() >= 1,
+        "node 0 must dial node 2 at its new address"
+    );
+    cluster.wait_up(0, FORM).expect("UP through the forwarder");
+    assert_eq!(cluster.links(0).expect("links").link(0, 1).cloned(), link01);
+
+    // And back: the session through the forwarder is dropped for the direct address.
+    let mark = log(&cluster, 0).len();
+    cluster
+        .set_host(0, "oimx-n2", direct)
+        .expect("rewrite node 0's hosts");
+    drop(forwarder);
+    cluster.signal(0, Signal::SIGUSR1).expect("SIGUSR1");
+    wait_log_line(&cluster, 0, mark, &[&format!("now resolves to {direct}")]);
+    wait_log_line(
+        &cluster,
+        0,
+        mark,
+        &["Connection established to node 2", "times connected: 3"],
+    );
+    cluster.wait_up(0, FORM).expect("UP directly again");
+    assert_eq!(cluster.links(0).expect("links").link(0, 1).cloned(), link01);
 }
