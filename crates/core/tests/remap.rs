@@ -244,3 +244,44 @@ fn a_readdressed_peer_is_redialled_and_the_others_are_not() {
     assert_ne!(net.sessions.get(&(0, 2)), before.get(&(0, 2)));
     assert_eq!(net.cell(0, 2), ConnStatus::Connected);
 }
+
+#[test]
+fn a_node_rewrites_its_persist_record_under_the_grown_map_and_nothing_else() {
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut node = Node::new(
+        NodeConfig {
+            mesh: sim::config(0, map(2), 1, QuorumPolicy::None),
+            import_timeout: 10 * SEC,
+            max_describes_per_peer: 16,
+            grace: None,
+            recover_from: Vec::new(),
+            recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
+        },
+        now,
+    );
+    node.handle_start(now);
+    node.handle_driver_ready(now);
+    while node.poll_action().is_some() {}
+    assert_eq!(node.handle_node_map(now, map(3), &[]), Ok(vec![NodeId(2)]));
+    let actions: Vec<_> = std::iter::from_fn(|| node.poll_action()).collect();
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, node::Action::Persist { importers } if importers.is_empty())),
+        "the record is keyed to the map: written again: {actions:?}"
+    );
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            node::Action::Mesh(Action::Dial {
+                peer: NodeId(2),
+                ..
+            })
+        )),
+        "{actions:?}"
+    );
+    // A refused map changes nothing, the record included.
+    assert!(node.handle_node_map(now, map(1), &[]).is_err());
+    assert!(node.poll_action().is_none());
+}
