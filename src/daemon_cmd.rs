@@ -160,6 +160,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
             openimex_config::GraceTime::Seconds(s) => Some(Duration::from_secs(s)),
         },
         persist_path: Some(cfg.persist_file.clone()),
+        nodes_file: Some(cfg.imex_node_config_file.clone()),
     };
     let world = World::bind(
         std::net::SocketAddr::new(local.bind_ip, cfg.server_port),
@@ -218,7 +219,7 @@ fn start(args: Args) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let result = runtime.block_on(async move {
-        let shutdown = shutdown_signal()?;
+        let (shutdown, reloads) = shutdown_signal()?;
         ready.ready();
         openimex_imexd::run(
             settings,
@@ -226,6 +227,7 @@ fn start(args: Args) -> Result<()> {
             driver,
             openimex_imexd::Entropy::random(),
             shutdown,
+            reloads,
         )
         .await
         .map_err(anyhow::Error::from)
@@ -239,17 +241,24 @@ fn start(args: Args) -> Result<()> {
 }
 
 /// Resolves on SIGTERM, SIGINT or SIGQUIT. SIGHUP writes the verbose log buffer to the log
-/// (imex-guide §5; see [`logging`]). SIGUSR1 is taken (its default action would kill the
-/// daemon) and logged until its NVIDIA behaviour lands. Every other signal
-/// whose default action would end the daemon is blocked from the start and logged by
-/// [`signals`], which also says why the synchronous fault signals are left alone.
-fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
+/// (imex-guide §5; see [`logging`]). SIGUSR1 re-reads the nodes file and re-resolves its DNS
+/// names without a restart (NVIDIA's behaviour without TLS, which the Kubernetes DRA driver's
+/// DNS-name mode relies on): each one is a request on the returned channel, which the daemon
+/// serves one at a time (see `openimex_imexd::Reloads`). Credential reload does not apply: TLS is
+/// not built, and a daemon asked for it refuses to start. Every other signal whose default
+/// action would end the daemon is blocked from the start and logged by [`signals`], which also
+/// says why the synchronous fault signals are left alone.
+fn shutdown_signal() -> Result<(
+    impl std::future::Future<Output = ()>,
+    openimex_imexd::Reloads,
+)> {
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut quit = signal(SignalKind::quit()).context("cannot handle SIGQUIT")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let mut usr1 = signal(SignalKind::user_defined1()).context("cannot handle SIGUSR1")?;
-    Ok(async move {
+    let (reload, reloads) = tokio::sync::mpsc::channel(1);
+    let signals = async move {
         loop {
             tokio::select! {
                 _ = term.recv() => { info!("SIGTERM received, shutting down"); return; }
@@ -262,8 +271,13 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
                         logging::dump_verbose(logging::DumpReason::Sighup)
                     });
                 }
-                _ = usr1.recv() => warn!("SIGUSR1 received: credential reload and re-dial are not supported yet"),
+                _ = usr1.recv() => {
+                    info!("SIGUSR1 received: re-reading the nodes file and re-resolving its names");
+                    // Full: a re-read is already pending, and it will read the file as it is now.
+                    let _ = reload.try_send(());
+                }
             }
         }
-    })
+    };
+    Ok((signals, reloads))
 }

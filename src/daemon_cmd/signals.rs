@@ -10,8 +10,8 @@
 //!   turns a write past RLIMIT_FSIZE into an EFBIG error instead of a crash; a blocked SIGXCPU
 //!   leaves the hard CPU limit (SIGKILL) in force.
 //! - Handled by [`super::shutdown_signal`]: SIGTERM, SIGINT, SIGQUIT (a clean stop), SIGHUP
-//!   (the verbose log buffer is written to the log) and SIGUSR1 (NVIDIA's behaviour, logged
-//!   until it lands).
+//!   (the verbose log buffer is written to the log) and SIGUSR1 (the nodes file is read again
+//!   and its names re-resolved, without a restart).
 //! - SIGPIPE: the Rust runtime sets it to ignored before `main`; a write to a closed socket
 //!   returns EPIPE.
 //! - SIGKILL and SIGSTOP cannot be caught, blocked or ignored.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use openimex_harness::{Cluster, GpuSpec};
+use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
 use serde_json::Value;
 
 use crate::common::{COMMAND, FORM, NOTICE, binary, run, spec, text};
@@ -49,6 +49,13 @@ pub(crate) fn gpu_cluster_with(nodes: usize, config: &[(&str, &str)]) -> Cluster
         .fold(spec(nodes).with_gpus(GpuSpec::default()), |s, (k, v)| {
             s.config(*k, *v)
         });
+    gpu_cluster_from(spec)
+}
+
+/// Starts `spec` (which has GPUs) and waits as [`gpu_cluster`] does.
+#[track_caller]
+pub(crate) fn gpu_cluster_from(spec: ClusterSpec) -> Cluster {
+    let nodes = spec.nodes;
     let cluster = Cluster::start(spec).expect("start the nodes");
     cluster.wait_up(0, FORM).expect("domain UP");
     for i in 0..nodes {
@@ -122,6 +129,19 @@ pub(crate) fn held_importer(
     let held = Held::spawn(what, &mut cmd);
     held.expect_holding();
     held
+}
+
+/// An export of `seed` on node 0 and its import held on node 1 (channel 0 on both), once node
+/// 0 holds node 1's reference: (exporter, importer).
+#[track_caller]
+pub(crate) fn held_import_0_to_1(cluster: &Cluster, seed: u64) -> (Held, Held) {
+    let (d0, d1) = (cluster.node(0).dir(), cluster.node(1).dir());
+    let (exp, handle) = exporter(d0, &channel(cluster, 0, 0), seed, "exporter on node 0");
+    let imp = held_importer(d1, &channel(cluster, 1, 0), &handle, seed, "importer on 1");
+    wait_stats(d0, NOTICE, "node 0 holds node 1's reference", |s| {
+        num(s, "daemon_export_refs") == 1
+    });
+    (exp, imp)
 }
 
 /// One field of the driver's stats as a number (a missing or non-numeric field fails).

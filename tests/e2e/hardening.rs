@@ -370,8 +370,8 @@ fn app_import_reads_a_bounded_handle_file() {
     assert!(stderr.contains("128 hex digits"), "{stderr}");
 }
 
-/// SIGHUP and SIGUSR1 keep their logged "not supported yet" answers (the signal is the
-/// harness's enum, as other tests send it).
+/// SIGHUP (a verbose-buffer dump) and SIGUSR1 (a nodes-file re-read) are logged and do not
+/// stop the daemon (the signal is the harness's enum, as other tests send it).
 #[test]
 fn hup_and_usr1_do_not_stop_the_daemon() {
     let mut cluster = Cluster::start(spec(1)).expect("start");

@@ -36,5 +36,5 @@ pub use gpu::{Event, ImportAnswer, ImportError, Pages, Status};
 pub use ids::{ConnId, InstanceId, NodeId};
 pub use mesh::{Action, DialBudget, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict};
 pub use node::{CleanUp, Cleaned, ImportRequest, Node, NodeConfig, PeerId, PeerState, RequestId};
-pub use nodemap::NodeMap;
+pub use nodemap::{MapRefusal, NodeMap};
 pub use state::{ConnStatus, DaemonState, DomainStatus, Mismatch, UnknownWord};

@@ -23,6 +23,8 @@
 //! so formation and recovery do not wait for the budget. Timers are kept ordered, so an input
 //! costs O(log n), not O(n).
 
+mod remap;
+
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -166,9 +168,13 @@ pub struct Hello {
     pub instance: InstanceId,
     /// Sender's node-map digest.
     pub digest: String,
-    /// Sender's node map (to explain a mismatch). Shared: a daemon hands its hello to every
-    /// dial, and a node map may have thousands of entries.
+    /// Sender's node map (to explain a mismatch, and to accept a map grown by SIGUSR1).
+    /// Shared: a daemon hands its hello to every dial, and a node map may have thousands of
+    /// entries.
     pub node_map: Arc<[String]>,
+    /// How many entries the sender's node map had when it started (0: not said, take all);
+    /// the rest were appended by SIGUSR1. See [`NodeMap::accepts`].
+    pub map_base_len: usize,
     /// Sender's protocol version.
     pub protocol_version: u32,
 }
@@ -306,6 +312,25 @@ struct Link {
     hello_while_dialing: bool,
 }
 
+impl Link {
+    /// A peer not dialled yet.
+    fn new(now: Instant) -> Self {
+        Self {
+            status: ConnStatus::NeverConnected,
+            reason: "not connected yet".to_string(),
+            since: now,
+            changed: false,
+            dialer: Dialer::Idle,
+            attempt: 0,
+            failures: 0,
+            last_error: None,
+            instance: None,
+            times_connected: 0,
+            hello_while_dialing: false,
+        }
+    }
+}
+
 /// A read-only view of one link, for the command service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkView {
@@ -336,6 +361,8 @@ pub struct Mesh {
     started_at: Instant,
     /// The node map's entries, as sent in every hello.
     hosts: Arc<[String]>,
+    /// Entries of the node map at start-up (it may grow since: [`Mesh::handle_node_map`]).
+    base_len: usize,
     budget: DialBudget,
     tokens: Tokens,
     /// Every link's next deadline (retry, heartbeat or liveness), in time order.
@@ -352,25 +379,12 @@ impl Mesh {
         let links = cfg
             .map
             .ids()
-            .map(|id| {
-                (id != cfg.local).then(|| Link {
-                    status: ConnStatus::NeverConnected,
-                    reason: "not connected yet".to_string(),
-                    since: now,
-                    changed: false,
-                    dialer: Dialer::Idle,
-                    attempt: 0,
-                    failures: 0,
-                    last_error: None,
-                    instance: None,
-                    times_connected: 0,
-                    hello_while_dialing: false,
-                })
-            })
+            .map(|id| (id != cfg.local).then(|| Link::new(now)))
             .collect();
         let rng = Rng::new(cfg.seed);
         let budget = DialBudget::for_backoff(&cfg.backoff);
         let hosts = cfg.map.hosts().into();
+        let base_len = cfg.map.len();
         Self {
             cfg,
             state: DaemonState::Initializing,
@@ -379,6 +393,7 @@ impl Mesh {
             rng,
             started_at: now,
             hosts,
+            base_len,
             budget,
             tokens: Tokens {
                 tokens: budget.burst,
@@ -425,6 +440,7 @@ impl Mesh {
             instance: self.cfg.instance,
             digest: self.cfg.map.digest().to_string(),
             node_map: Arc::clone(&self.hosts),
+            map_base_len: self.base_len,
             protocol_version: self.cfg.protocol_version,
         }
     }
@@ -800,11 +816,14 @@ impl Mesh {
                 ),
             );
         }
-        if remote.digest != self.cfg.map.digest() {
-            return refuse(
-                Mismatch::NodeMap,
-                self.cfg.map.describe_difference(&remote.node_map),
-            );
+        let map = &self.cfg.map;
+        if let Err(detail) = map.accepts(
+            self.base_len,
+            &remote.node_map,
+            &remote.digest,
+            remote.map_base_len,
+        ) {
+            return refuse(Mismatch::NodeMap, detail);
         }
         if remote.domain_id != self.cfg.domain_id {
             return refuse(

@@ -50,6 +50,7 @@ mod exporter;
 mod importer;
 mod peers;
 mod recovery;
+mod remap;
 mod sessions;
 
 pub use peers::{CLEANUPS_KEPT_PER_PEER, CleanUp, Cleaned, PeerState};

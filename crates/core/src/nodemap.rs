@@ -1,4 +1,8 @@
-//! The node map: every node of the domain by ID, and the digest peers compare.
+//! The node map: every node of the domain by ID, the digest peers compare, and the rules for a
+//! map that grows while the daemon runs (SIGUSR1 re-reads the nodes file): which new maps may
+//! replace it, and which peer maps are compatible with it during a rolling reload.
+
+use std::fmt;
 
 use sha2::{Digest, Sha256};
 
@@ -49,28 +53,150 @@ impl NodeMap {
         &self.digest
     }
 
-    /// The domain ID used when none is configured: a prefix of the digest, so two domains with
-    /// different maps never take each other's traffic.
+    /// The domain ID used when none is configured: a digest of the *first entry* only.
+    ///
+    /// Why not of the whole map: the map may grow (entries appended, SIGUSR1), and a daemon
+    /// started before the growth and one started after must still agree on the domain ID, or
+    /// they would refuse each other for good. Why not the map at start-up: a node added later
+    /// starts with the longer map. Entry 0 never changes while a domain lives (a changed or
+    /// removed entry is refused), so every daemon of the domain derives the same ID whenever it
+    /// started. Keeping foreign domains apart does not rest on this ID alone: the node maps
+    /// themselves must agree on every entry both have (see [`NodeMap::accepts`]).
     pub fn derived_domain_id(&self) -> String {
-        format!("nm-{}", &self.digest[..16])
+        let first = self.hosts.first().map_or(&[][..], std::slice::from_ref);
+        format!("nm-{}", &digest_of(first)[..16])
     }
 
-    /// Says how `other` differs from this map, for a refusal message.
-    pub fn describe_difference(&self, other: &[String]) -> String {
-        if other.len() != self.hosts.len() {
-            return format!(
-                "node map has {} entries here and {} on the peer",
-                self.hosts.len(),
-                other.len()
-            );
+    /// Checks that `new` (the nodes file re-read) only appends entries to this map, and
+    /// returns the IDs of the appended ones (empty if nothing changed). A node's ID is its line,
+    /// so an entry removed, edited or moved would give running nodes other IDs: refused.
+    pub fn growth_to(&self, new: &NodeMap) -> Result<Vec<NodeId>, MapRefusal> {
+        let first_change = self
+            .hosts
+            .iter()
+            .zip(&new.hosts)
+            .position(|(a, b)| !same_entry(a, b));
+        if new.len() < self.len() {
+            let at = first_change.unwrap_or(new.len());
+            return Err(MapRefusal::Removed {
+                had: self.len(),
+                now: new.len(),
+                node: id_of(at),
+                was: self.hosts[at].clone(),
+            });
         }
-        for (i, (a, b)) in self.hosts.iter().zip(other).enumerate() {
-            if !a.eq_ignore_ascii_case(b) {
-                return format!("node map entry {i} is {a:?} here and {b:?} on the peer");
-            }
+        if let Some(at) = first_change {
+            return Err(MapRefusal::Changed {
+                node: id_of(at),
+                was: self.hosts[at].clone(),
+                now: new.hosts[at].clone(),
+            });
         }
-        "node maps differ".to_string()
+        Ok((self.len()..new.len()).map(id_of).collect())
     }
+
+    /// Whether a peer with map `peer` (digest `peer_digest`, `peer_base` entries at its
+    /// start-up; 0 when not sent) may share the domain with this map (`base` entries at our
+    /// start-up). Equal digests always may. Otherwise the maps must agree on every entry both
+    /// have, and the longer one may differ only by entries appended since its daemon started:
+    /// that is a rolling reload (not every daemon gets SIGUSR1 at the same instant), which
+    /// converges once all have reloaded. Two daemons *started* with different maps are refused,
+    /// as before. The error says what differs.
+    pub fn accepts(
+        &self,
+        base: usize,
+        peer: &[String],
+        peer_digest: &str,
+        peer_base: usize,
+    ) -> Result<(), String> {
+        if peer_digest == self.digest {
+            return Ok(());
+        }
+        if let Some(i) = self
+            .hosts
+            .iter()
+            .zip(peer)
+            .position(|(a, b)| !same_entry(a, b))
+        {
+            let (a, b) = (&self.hosts[i], &peer[i]);
+            return Err(format!(
+                "node map entry {i} is {a:?} here and {b:?} on the peer"
+            ));
+        }
+        if digest_of(peer) != peer_digest {
+            return Err("the peer's node-map digest does not match its entries".to_string());
+        }
+        let (mine, theirs) = (self.len(), peer.len());
+        let peer_base = if peer_base == 0 { theirs } else { peer_base };
+        let (longer_base, shorter, who) = match mine > theirs {
+            true => (base, theirs, "this daemon"),
+            false => (peer_base, mine, "the peer"),
+        };
+        if longer_base > shorter {
+            return Err(format!(
+                "node map has {mine} entries here and {theirs} on the peer ({who} started with \
+                 {longer_base} entries; only entries appended after start-up, by SIGUSR1, may \
+                 differ)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a re-read node map cannot replace the current one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapRefusal {
+    /// The new map has fewer entries: `node` (entry `was`) is the first one gone or moved.
+    Removed {
+        /// Entries before.
+        had: usize,
+        /// Entries in the new map.
+        now: usize,
+        /// The first node whose entry is gone or moved.
+        node: NodeId,
+        /// Its entry before.
+        was: String,
+    },
+    /// An existing entry changed (edited, or lines reordered).
+    Changed {
+        /// The first node whose entry changed.
+        node: NodeId,
+        /// Its entry before.
+        was: String,
+        /// Its entry in the new map.
+        now: String,
+    },
+}
+
+impl fmt::Display for MapRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Removed {
+                had,
+                now,
+                node,
+                was,
+            } => write!(
+                f,
+                "it has {now} entries where the running map has {had}: node {node} ({was:?}) was \
+                 removed or moved"
+            ),
+            Self::Changed { node, was, now } => write!(
+                f,
+                "node {node}'s entry changed from {was:?} to {now:?} (edited or lines reordered)"
+            ),
+        }
+    }
+}
+
+/// Entries name the same node (the digest's normalisation: trimmed, case-insensitive).
+fn same_entry(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
+/// Node IDs are 16-bit; a map never has more entries (the config parser refuses them).
+fn id_of(index: usize) -> NodeId {
+    NodeId(u16::try_from(index).unwrap_or(u16::MAX))
 }
 
 fn digest_of(hosts: &[String]) -> String {
@@ -94,10 +220,73 @@ mod tests {
         assert_eq!(a.digest(), b.digest());
         assert_ne!(a.digest(), c.digest());
         assert_eq!(a.digest().len(), 64);
-        assert!(a.describe_difference(c.hosts()).contains("entry 0"));
-        assert!(
-            a.describe_difference(&["x".into()])
-                .contains("2 entries here and 1")
+        let differs = a.accepts(2, c.hosts(), c.digest(), 2).unwrap_err();
+        assert!(differs.contains("entry 0"), "{differs}");
+    }
+
+    fn map(hosts: &[&str]) -> NodeMap {
+        NodeMap::new(hosts.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn derived_domain_id_survives_growth_but_not_a_new_first_entry() {
+        let a = map(&["n0", "n1"]);
+        assert_eq!(
+            a.derived_domain_id(),
+            map(&["N0", "n1", "n2"]).derived_domain_id()
         );
+        assert_ne!(
+            a.derived_domain_id(),
+            map(&["n9", "n1"]).derived_domain_id()
+        );
+    }
+
+    #[test]
+    fn growth_appends_only() {
+        let a = map(&["n0", "n1", "n2"]);
+        assert_eq!(a.growth_to(&map(&["n0", "N1", "n2"])), Ok(vec![]));
+        assert_eq!(
+            a.growth_to(&map(&["n0", "n1", "n2", "n3", "n4"])),
+            Ok(vec![NodeId(3), NodeId(4)])
+        );
+        let removed = |node: u16, was: &str, now: usize| MapRefusal::Removed {
+            had: 3,
+            now,
+            node: NodeId(node),
+            was: was.into(),
+        };
+        assert_eq!(a.growth_to(&map(&["n0", "n2"])), Err(removed(1, "n1", 2)));
+        assert_eq!(a.growth_to(&map(&["n0", "n1"])), Err(removed(2, "n2", 2)));
+        let swapped = MapRefusal::Changed {
+            node: NodeId(1),
+            was: "n1".into(),
+            now: "n2".into(),
+        };
+        assert_eq!(
+            a.growth_to(&map(&["n0", "n2", "n1", "n3"])),
+            Err(swapped.clone())
+        );
+        assert!(swapped.to_string().contains("reordered"), "{swapped}");
+    }
+
+    #[test]
+    fn a_map_grown_after_start_up_accepts_its_prefix_and_nothing_else() {
+        let old = map(&["n0", "n1", "n2"]);
+        let new = map(&["n0", "n1", "n2", "n3"]);
+        // Grown by SIGUSR1 from 3 entries: both sides accept each other.
+        assert_eq!(old.accepts(3, new.hosts(), new.digest(), 3), Ok(()));
+        assert_eq!(new.accepts(3, old.hosts(), old.digest(), 3), Ok(()));
+        // Started with 4 (a node added later): refused until the others reload.
+        let err = old.accepts(3, new.hosts(), new.digest(), 4).unwrap_err();
+        assert!(err.contains("3 entries here and 4"), "{err}");
+        assert!(new.accepts(4, old.hosts(), old.digest(), 3).is_err());
+        // A common entry differs: refused whatever the lengths.
+        let other = map(&["n0", "x1", "n2", "n3"]);
+        let err = old
+            .accepts(3, other.hosts(), other.digest(), 3)
+            .unwrap_err();
+        assert!(err.contains("entry 1"), "{err}");
+        // A digest that does not match the entries sent with it.
+        assert!(old.accepts(3, new.hosts(), "bogus", 3).is_err());
     }
 }

@@ -399,3 +399,44 @@ fn hosts_operations_need_names_mode() {
     assert_eq!(c.host_ip(0, "oimx-n0"), None);
     assert_eq!(c.node_name(1).expect("name"), c.node(1).ip().to_string());
 }
+
+/// Run by [`names_mode_without_cap_sys_admin_says_it_needs_root`] in a process without
+/// CAP_SYS_ADMIN.
+#[test]
+#[ignore = "needs a process without CAP_SYS_ADMIN; run through the test below"]
+fn names_mode_spawn_without_cap_sys_admin() {
+    let (_bin_dir, bin) = fake_binary();
+    let err = Cluster::start(ClusterSpec::new(1, &bin).with_names()).expect_err("must fail");
+    assert!(
+        matches!(err, HarnessError::NamesModeNeedsRoot { index: 0, .. }),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("names mode needs root (CAP_SYS_ADMIN)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn names_mode_without_cap_sys_admin_says_it_needs_root() {
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = crate::process::run_with_timeout(
+        std::process::Command::new("setpriv")
+            .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin"])
+            .arg(exe)
+            .args([
+                "--exact",
+                "tests::names_mode_spawn_without_cap_sys_admin",
+                "--ignored",
+            ]),
+        Duration::from_secs(60),
+    )
+    .expect("run the test binary under setpriv (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

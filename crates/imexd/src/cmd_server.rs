@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status};
 
 use crate::convert::{node_status, peers_reply, row_cells};
-use crate::mailbox::{Input, ask};
+use crate::mailbox::{Hosts, Input, ask};
 use crate::peer_server::snapshot;
 
 /// How long the command service waits for one peer's row.
@@ -36,7 +36,8 @@ const MAX_PEER_STATUS: usize = 16 << 20;
 pub(crate) struct CommandService {
     pub(crate) engine: mpsc::Sender<Input>,
     pub(crate) state: watch::Receiver<DaemonState>,
-    pub(crate) hosts: Vec<String>,
+    /// The node map's entries (they grow when SIGUSR1 appends nodes).
+    pub(crate) hosts: Hosts,
     pub(crate) host_name: String,
 }
 
@@ -72,7 +73,7 @@ impl Command for CommandService {
                 })
             })
             .collect();
-        let n = self.hosts.len();
+        let n = self.hosts.borrow().len();
         let mut rows: Vec<Option<NodeStatus>> = (0..n).map(|_| None).collect();
         if let Some(slot) = rows.get_mut(local.index()) {
             *slot = Some(mine);
@@ -91,18 +92,20 @@ impl Command for CommandService {
 
     async fn peers(&self, _request: Request<PeersRequest>) -> Result<Response<PeersReply>, Status> {
         let snap = ask(&self.engine, |reply| Input::Peers { reply }).await?;
-        Ok(Response::new(peers_reply(snap, &self.hosts)))
+        let hosts = std::sync::Arc::clone(&self.hosts.borrow());
+        Ok(Response::new(peers_reply(snap, &hosts)))
     }
 }
 
 impl CommandService {
     /// The reply, from every node's row (`None`: could not be asked). Rows are moved in.
     fn assemble(&self, local: NodeId, rows: Vec<Option<NodeStatus>>) -> DomainReply {
+        let hosts = std::sync::Arc::clone(&self.hosts.borrow());
         let nodes: Vec<NodeReport> = rows
             .into_iter()
             .enumerate()
             .map(|(i, row)| {
-                let host = self.hosts.get(i).cloned().unwrap_or_default();
+                let host = hosts.get(i).cloned().unwrap_or_default();
                 match row {
                     Some(st) => NodeReport {
                         node_id: st.node_id,

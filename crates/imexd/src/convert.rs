@@ -25,6 +25,7 @@ pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
         protocol_version: hello.protocol_version,
         node_map: hello.node_map.to_vec(),
         driver_version: driver_version.to_string(),
+        node_map_base_len: u32::try_from(hello.map_base_len).unwrap_or(u32::MAX),
     }
 }
 
@@ -59,6 +60,7 @@ pub(crate) fn hello(id: &Identity) -> Result<Hello, String> {
         instance: InstanceId(id.instance_id),
         digest: id.node_map_digest.clone(),
         node_map: id.node_map.as_slice().into(),
+        map_base_len: usize::try_from(id.node_map_base_len).unwrap_or(usize::MAX),
         protocol_version: id.protocol_version,
     })
 }

@@ -67,8 +67,12 @@ pub(crate) struct Engine {
     /// Where the persist record goes, and the map it is keyed to.
     persist: Option<(std::path::PathBuf, openimex_core::NodeMap)>,
     /// Our identity for dials, built once (it carries the whole node map) and rebuilt when
-    /// the driver version changes.
+    /// the driver version or the node map changes.
     me_cache: Option<Arc<Identity>>,
+    /// Where the node map's entries are published for the peer and command services.
+    hosts_tx: Option<watch::Sender<Arc<Vec<String>>>>,
+    /// What each entry resolved to when the nodes file was last read (start-up or SIGUSR1).
+    resolved: Vec<Vec<std::net::IpAddr>>,
 }
 
 fn now() -> std::time::Instant {
@@ -103,6 +107,8 @@ impl Engine {
             local_ip: None,
             persist: None,
             me_cache: None,
+            hosts_tx: None,
+            resolved: Vec::new(),
         })
     }
 
@@ -232,6 +238,12 @@ impl Engine {
         map: openimex_core::NodeMap,
     ) -> Self {
         self.persist = path.map(|p| (p, map));
+        self
+    }
+
+    /// Publish the node map's entries here whenever they change.
+    pub(crate) fn publish_hosts(mut self, tx: watch::Sender<Arc<Vec<String>>>) -> Self {
+        self.hosts_tx = Some(tx);
         self
     }
 
@@ -398,6 +410,7 @@ impl Engine {
                 .node
                 .handle_unimport_delivered(now, exporter, import_event_id, delivered),
             Input::Driver(d) => self.handle_driver(now, d)?,
+            Input::NodesFile(reread) => self.handle_reread(now, reread),
         }
         Ok(())
     }
@@ -707,5 +720,6 @@ impl Engine {
     }
 }
 
+mod reload;
 #[cfg(test)]
 mod tests;

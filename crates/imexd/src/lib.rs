@@ -11,6 +11,7 @@
 //!   its actions and posts their results back.
 //! - `driver_io`: the threads that make the blocking GPU driver calls and pump its events.
 //! - `peer_client` / `peer_server`: both sides of the daemon-to-daemon gRPC protocol.
+//! - `nodes_file`: SIGUSR1 — the nodes file read again and its names resolved, for the engine.
 //! - `cmd_server`: the command service `ctl` talks to.
 //! - [`settings`] — what the daemon needs, resolved from the config files.
 //! - [`world`] — the listeners.
@@ -26,6 +27,7 @@ mod error;
 pub mod limits;
 pub mod logging;
 mod mailbox;
+mod nodes_file;
 mod peer_client;
 mod peer_server;
 mod persist;
@@ -47,14 +49,20 @@ pub use error::DaemonError;
 pub use settings::{Entropy, Settings};
 pub use world::World;
 
+/// Requests to re-read the nodes file (SIGUSR1). A capacity of 1 is enough: a request sent
+/// while one is pending changes nothing (`try_send` may fail then; the pending one covers it).
+pub type Reloads = mpsc::Receiver<()>;
+
 /// Runs the daemon until `shutdown` resolves, then says goodbye to the peers and returns.
-/// Returns an error, without a goodbye, if the GPU driver is lost.
+/// Returns an error, without a goodbye, if the GPU driver is lost. Each message on `reloads`
+/// (SIGUSR1) re-reads the nodes file and re-resolves its names; see [`Reloads`].
 pub async fn run(
     settings: Settings,
     world: World,
     driver: Box<dyn Driver>,
     entropy: Entropy,
     shutdown: impl Future<Output = ()>,
+    reloads: Reloads,
 ) -> Result<(), DaemonError> {
     let now = tokio::time::Instant::now().into_std();
     let map = NodeMap::new(settings.hosts.clone());
@@ -95,6 +103,7 @@ pub async fn run(
     );
     let (tx, rx) = mpsc::channel(1024);
     let (state_tx, state_rx) = watch::channel(DaemonState::Initializing);
+    let (hosts_tx, hosts_rx) = watch::channel(std::sync::Arc::new(settings.hosts.clone()));
 
     let keepalive = settings
         .heartbeat_interval
@@ -102,7 +111,7 @@ pub async fn run(
     let peer_svc = peer_server::PeerService {
         engine: tx.clone(),
         host_name: settings.host_name.clone(),
-        hosts: std::sync::Arc::new(settings.hosts.clone()),
+        hosts: hosts_rx.clone(),
         any_source: settings.peer_any_source,
     };
     let local_ip = world.peer.local_addr().ok().map(|a| a.ip());
@@ -126,7 +135,7 @@ pub async fn run(
     let cmd = || cmd_server::CommandService {
         engine: tx.clone(),
         state: state_rx.clone(),
-        hosts: settings.hosts.clone(),
+        hosts: hosts_rx.clone(),
         host_name: settings.host_name.clone(),
     };
     if let Some(l) = world.cmd_tcp {
@@ -160,9 +169,21 @@ pub async fn run(
         "Creating gRPC channels to all peers (nPeers = {}).",
         nodes.saturating_sub(1)
     );
+    servers.push(tokio::spawn({
+        let (path, hosts, tx) = (
+            settings.nodes_file.clone(),
+            settings.hosts.clone(),
+            tx.clone(),
+        );
+        async move {
+            nodes_file::serve(path, hosts, reloads, tx).await;
+            Ok(())
+        }
+    }));
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
         .dial_from(local_ip)
-        .persist_to(settings.persist_path.clone(), map_for_record);
+        .persist_to(settings.persist_path.clone(), map_for_record)
+        .publish_hosts(hosts_tx);
     let result = engine.run(rx, shutdown).await;
     for s in &servers {
         s.abort();

@@ -109,7 +109,33 @@ pub(crate) enum Input {
     },
     /// Something from the GPU driver's threads.
     Driver(DriverInput),
+    /// The nodes file read again and resolved (SIGUSR1), or the start-up entries resolved.
+    NodesFile(Reread),
 }
+
+/// A re-read of the nodes file (see `nodes_file`).
+pub(crate) struct Reread {
+    /// The start-up entries resolved (no re-read): the baseline later re-reads compare with.
+    pub(crate) initial: bool,
+    /// The file, or why it could not be read or parsed (with file:line).
+    pub(crate) result: Result<NodesFile, String>,
+}
+
+/// The nodes file as read and resolved.
+pub(crate) struct NodesFile {
+    /// The file.
+    pub(crate) path: std::path::PathBuf,
+    /// Its entries, in node-ID order.
+    pub(crate) hosts: Vec<String>,
+    /// The line of each entry (empty for the start-up baseline).
+    pub(crate) lines: Vec<usize>,
+    /// What each entry resolves to now (sorted; empty: does not resolve).
+    pub(crate) addrs: Vec<Vec<std::net::IpAddr>>,
+}
+
+/// The node map's entries as they stand (they grow when SIGUSR1 appends nodes): the engine
+/// publishes, the peer service (hello source checks) and the command service (`ctl` rows) read.
+pub(crate) type Hosts = tokio::sync::watch::Receiver<std::sync::Arc<Vec<String>>>;
 
 /// What the driver threads report.
 pub(crate) enum DriverInput {
@@ -139,6 +165,8 @@ pub(crate) struct OutLink {
     pub(crate) tx: mpsc::Sender<SessionMsg>,
     /// The task reading heartbeat answers.
     pub(crate) reader: AbortHandle,
+    /// The address dialled (the node's entry as resolved then).
+    pub(crate) remote: std::net::SocketAddr,
 }
 
 /// What the command service needs from the engine at one instant.

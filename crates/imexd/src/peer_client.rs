@@ -54,7 +54,7 @@ pub(crate) async fn dial(
     let _ = engine.send(input).await;
 }
 
-async fn connect(target: &Target) -> Result<Channel, DialError> {
+async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), DialError> {
     // Resolve on every attempt: DNS names in the node file may change or appear later.
     let addr = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
@@ -77,10 +77,11 @@ async fn connect(target: &Target) -> Result<Channel, DialError> {
         .http2_keep_alive_interval(target.keepalive.max(Duration::from_secs(1)))
         .keep_alive_timeout(target.timeout)
         .keep_alive_while_idle(true);
-    endpoint.connect().await.map_err(|e| DialError::Connect {
+    let channel = endpoint.connect().await.map_err(|e| DialError::Connect {
         addr: addr.to_string(),
         cause: openimex_proto::root_cause(&e),
-    })
+    })?;
+    Ok((channel, addr))
 }
 
 async fn handshake(
@@ -89,7 +90,7 @@ async fn handshake(
     engine: mpsc::Sender<Input>,
 ) -> Result<Input, DialError> {
     let (peer, attempt) = (target.peer, target.attempt);
-    let channel = connect(target).await?;
+    let (channel, addr) = connect(target).await?;
     let mut client = PeerClient::new(channel.clone());
     let reply = client
         .hello(HelloRequest {
@@ -146,6 +147,7 @@ async fn handshake(
         channel,
         tx,
         reader: reader.abort_handle(),
+        remote: addr,
     };
     Ok(Input::DialOk {
         peer,

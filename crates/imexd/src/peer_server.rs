@@ -3,7 +3,6 @@
 
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use openimex_core::node::PeerRequest;
 use openimex_core::{ConnId, Hello, NodeId, PeerId, Verdict};
@@ -19,14 +18,14 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::conn::ConnInfo;
 use crate::convert;
-use crate::mailbox::{Input, Snapshot, ask};
+use crate::mailbox::{Hosts, Input, Snapshot, ask};
 
 /// The peer gRPC service.
 pub(crate) struct PeerService {
     pub(crate) engine: mpsc::Sender<Input>,
     pub(crate) host_name: String,
     /// The node file's entries: a hello naming node N must come from entry N's address.
-    pub(crate) hosts: Arc<Vec<String>>,
+    pub(crate) hosts: Hosts,
     /// `OPENIMEX_PEER_ANY_SOURCE`: accept hellos from any address (multi-homed hosts).
     pub(crate) any_source: bool,
 }
@@ -71,7 +70,8 @@ impl PeerService {
         if self.any_source {
             return true;
         }
-        let Some(host) = self.hosts.get(node.index()) else {
+        // Cloned out: the borrow must not be held across the look-up below.
+        let Some(host) = self.hosts.borrow().get(node.index()).cloned() else {
             return false;
         };
         let source = source.to_canonical();

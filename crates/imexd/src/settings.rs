@@ -38,6 +38,8 @@ pub struct Settings {
     pub grace: Option<Duration>,
     /// `OPENIMEX_PERSIST_FILE`: the persist record; `None` keeps none (no recovery wait).
     pub persist_path: Option<PathBuf>,
+    /// `IMEX_NODE_CONFIG_FILE`: read again on SIGUSR1 (`None`: nothing to re-read).
+    pub nodes_file: Option<PathBuf>,
 }
 
 /// The default of [`Settings::import_timeout`].

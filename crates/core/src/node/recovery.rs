@@ -147,6 +147,12 @@ impl Node {
         self.sync_persist();
     }
 
+    /// Writes the persist record again as it stands (its key, the node map, changed).
+    pub(super) fn rewrite_persist(&mut self) {
+        let importers = self.recovery.persisted.clone();
+        self.actions.push_back(Action::Persist { importers });
+    }
+
     /// Brings the persist record up to date: the nodes holding references now, and those the
     /// gate still waits for.
     pub(super) fn sync_persist(&mut self) {

@@ -1,0 +1,287 @@
+//! The node map re-read while daemons run (SIGUSR1): a grown map dials the new node and leaves
+//! every other link alone, daemons with the old and the new map accept each other during a
+//! rolling reload, a differing common entry is still refused, and a shrunk or reordered map is
+//! refused without changing anything. Deterministic, in virtual time.
+
+mod sim;
+
+use std::time::{Duration, Instant};
+
+use openimex_core::*;
+use sim::Net;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn map(n: usize) -> NodeMap {
+    NodeMap::new(sim::hosts(n))
+}
+
+/// Actions node `from` emitted since log index `since`.
+fn actions_since(net: &Net, from: usize, since: usize) -> Vec<Action> {
+    net.log[since..]
+        .iter()
+        .filter(|(a, _)| *a == from)
+        .map(|(_, act)| act.clone())
+        .collect()
+}
+
+/// Whether `act` concerns `peer` (a dial, a closed session, a link change).
+fn touches(act: &Action, peer: usize) -> bool {
+    let p = NodeId(peer as u16);
+    match act {
+        Action::Dial { peer, .. }
+        | Action::CloseSession { peer, .. }
+        | Action::LinkChanged { peer, .. }
+        | Action::PeerRestarted { peer, .. }
+        | Action::PeerLeft { peer, .. } => *peer == p,
+        _ => false,
+    }
+}
+
+/// Re-reads node `i`'s map as `new`, the peers in `readdressed` at new addresses, and
+/// performs what follows.
+fn reload(
+    net: &mut Net,
+    i: usize,
+    new: NodeMap,
+    readdressed: &[NodeId],
+) -> Result<Vec<NodeId>, MapRefusal> {
+    let now = net.now;
+    let added = net.nodes[i]
+        .as_mut()
+        .expect("running")
+        .handle_node_map(now, new, readdressed);
+    net.pump();
+    added
+}
+
+/// `n` nodes started together, once every link is up.
+fn formed(n: usize) -> Net {
+    let mut net = Net::new(n, QuorumPolicy::None);
+    net.start_all();
+    net.run_until(10 * SEC, Net::all_up).expect("domain up");
+    net
+}
+
+#[test]
+fn a_grown_map_dials_the_new_node_and_leaves_other_links_untouched() {
+    let mut net = formed(3);
+    let sessions_before = net.sessions.clone();
+
+    // Node 3 appears with the 4-entry file; the others still run the 3-entry map.
+    net.nodes.push(None);
+    net.maps.insert(3, map(4));
+    net.start(3);
+    net.run_for(SEC);
+    assert_eq!(
+        net.cell(3, 0),
+        ConnStatus::Mismatch(Mismatch::NodeMap),
+        "a node started with more entries waits for the others to reload"
+    );
+
+    let mark = net.log.len();
+    assert_eq!(reload(&mut net, 0, map(4), &[]), Ok(vec![NodeId(3)]));
+    assert_eq!(
+        net.cell(0, 3),
+        ConnStatus::Connected,
+        "node 3 dialled at once"
+    );
+    assert_eq!(net.mesh(0).links().len(), 4);
+    let after = actions_since(&net, 0, mark);
+    for peer in [1, 2] {
+        assert!(
+            !after.iter().any(|a| touches(a, peer)),
+            "node 0's link to {peer} must be left alone: {after:?}"
+        );
+        assert_eq!(
+            net.sessions.get(&(0, peer)),
+            sessions_before.get(&(0, peer))
+        );
+        assert_eq!(net.cell(0, peer), ConnStatus::Connected);
+    }
+    // The old-map peers keep their sessions with the reloaded node 0.
+    for peer in [1, 2] {
+        assert_eq!(
+            net.sessions.get(&(peer, 0)),
+            sessions_before.get(&(peer, 0))
+        );
+    }
+
+    // The rest of the rolling reload: every link comes up, through the normal re-dial.
+    for i in [1, 2] {
+        assert_eq!(reload(&mut net, i, map(4), &[]), Ok(vec![NodeId(3)]));
+    }
+    net.run_until(30 * SEC, Net::all_up).expect("4 nodes up");
+    for (a, b) in [(0, 1), (1, 2), (2, 0)] {
+        assert_eq!(
+            net.sessions.get(&(a, b)),
+            sessions_before.get(&(a, b)),
+            "{a}->{b}"
+        );
+    }
+}
+
+#[test]
+fn old_and_new_maps_accept_each_other_during_a_rolling_reload() {
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut reloaded = Mesh::new(sim::config(0, map(3), 1, QuorumPolicy::None), now);
+    let mut old = Mesh::new(sim::config(1, map(3), 2, QuorumPolicy::None), now);
+    reloaded.handle_start(now);
+    old.handle_start(now);
+    assert_eq!(
+        reloaded.handle_node_map(now, map(4), &[]),
+        Ok(vec![NodeId(3)])
+    );
+    assert_eq!(reloaded.hello().map_base_len, 3);
+    assert_eq!(reloaded.hello().node_map.len(), 4);
+    assert_eq!(old.handle_hello(now, &reloaded.hello()), Verdict::Accept);
+    assert_eq!(reloaded.handle_hello(now, &old.hello()), Verdict::Accept);
+    // The derived domain ID did not change with the map.
+    assert_eq!(reloaded.hello().domain_id, old.hello().domain_id);
+}
+
+#[test]
+fn a_differing_common_entry_is_still_refused() {
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut reloaded = Mesh::new(sim::config(0, map(3), 1, QuorumPolicy::None), now);
+    reloaded.handle_start(now);
+    assert!(reloaded.handle_node_map(now, map(4), &[]).is_ok());
+    let mut hosts = sim::hosts(3);
+    hosts[2] = "10.9.9.9".into();
+    let mut other = Mesh::new(
+        sim::config(1, NodeMap::new(hosts), 2, QuorumPolicy::None),
+        now,
+    );
+    other.handle_start(now);
+    for verdict in [
+        other.handle_hello(now, &reloaded.hello()),
+        reloaded.handle_hello(now, &other.hello()),
+    ] {
+        match verdict {
+            Verdict::Refuse {
+                mismatch: Mismatch::NodeMap,
+                detail,
+            } => assert!(detail.contains("entry 2"), "{detail}"),
+            v => panic!("must refuse a differing entry: {v:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_shrunk_or_reordered_map_is_refused_and_changes_nothing() {
+    let mut net = formed(3);
+    let hello = net.mesh(0).hello();
+    let links = net.mesh(0).links();
+    let mark = net.log.len();
+
+    let removed = reload(
+        &mut net,
+        0,
+        NodeMap::new(vec![sim::hosts(3)[0].clone()]),
+        &[],
+    );
+    assert!(
+        matches!(
+            removed,
+            Err(MapRefusal::Removed {
+                had: 3,
+                now: 1,
+                node: NodeId(1),
+                ..
+            })
+        ),
+        "{removed:?}"
+    );
+    let mut swapped = sim::hosts(3);
+    swapped.swap(1, 2);
+    let changed = reload(&mut net, 0, NodeMap::new(swapped), &[]);
+    assert!(
+        matches!(
+            changed,
+            Err(MapRefusal::Changed {
+                node: NodeId(1),
+                ..
+            })
+        ),
+        "{changed:?}"
+    );
+    assert_eq!(net.mesh(0).hello(), hello);
+    assert_eq!(net.mesh(0).links(), links);
+    assert!(actions_since(&net, 0, mark).is_empty());
+}
+
+#[test]
+fn a_readdressed_peer_is_redialled_and_the_others_are_not() {
+    let mut net = formed(3);
+    let before = net.sessions.clone();
+    let mark = net.log.len();
+    assert_eq!(reload(&mut net, 0, map(3), &[NodeId(2)]), Ok(vec![]));
+    let after = actions_since(&net, 0, mark);
+    assert!(
+        after.iter().any(|a| matches!(
+            a,
+            Action::CloseSession {
+                peer: NodeId(2),
+                ..
+            }
+        )),
+        "the session to the old address is closed: {after:?}"
+    );
+    assert!(
+        after.iter().any(|a| matches!(
+            a,
+            Action::Dial {
+                peer: NodeId(2),
+                ..
+            }
+        )),
+        "and the peer dialled again at once: {after:?}"
+    );
+    assert!(!after.iter().any(|a| touches(a, 1)), "{after:?}");
+    assert_eq!(net.sessions.get(&(0, 1)), before.get(&(0, 1)));
+    assert_ne!(net.sessions.get(&(0, 2)), before.get(&(0, 2)));
+    assert_eq!(net.cell(0, 2), ConnStatus::Connected);
+}
+
+#[test]
+fn a_node_rewrites_its_persist_record_under_the_grown_map_and_nothing_else() {
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut node = Node::new(
+        NodeConfig {
+            mesh: sim::config(0, map(2), 1, QuorumPolicy::None),
+            import_timeout: 10 * SEC,
+            max_describes_per_peer: 16,
+            grace: None,
+            recover_from: Vec::new(),
+            recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
+        },
+        now,
+    );
+    node.handle_start(now);
+    node.handle_driver_ready(now);
+    while node.poll_action().is_some() {}
+    assert_eq!(node.handle_node_map(now, map(3), &[]), Ok(vec![NodeId(2)]));
+    let actions: Vec<_> = std::iter::from_fn(|| node.poll_action()).collect();
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, node::Action::Persist { importers } if importers.is_empty())),
+        "the record is keyed to the map: written again: {actions:?}"
+    );
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            node::Action::Mesh(Action::Dial {
+                peer: NodeId(2),
+                ..
+            })
+        )),
+        "{actions:?}"
+    );
+    // A refused map changes nothing, the record included.
+    assert!(node.handle_node_map(now, map(1), &[]).is_err());
+    assert!(node.poll_action().is_none());
+}

@@ -1,0 +1,173 @@
+//! The engine's side of SIGUSR1: compare the nodes file, read again and resolved (by
+//! `nodes_file`), with the map and the addresses the daemon runs on; hand the new map and the
+//! peers whose address changed to the core node, which refuses anything but appended lines and
+//! decides what is dialled; then switch the engine's own copies of the map (dial targets, the
+//! services' view, the persist record's key, our identity) and log one line saying what changed.
+//!
+//! Which peers count as readdressed: one whose live session goes to an address its entry no
+//! longer resolves to (that connection is dropped and dialled again), and one not connected
+//! whose entry resolves elsewhere than at the last read (dialled at once rather than after its
+//! backoff). A peer whose entry does not resolve right now keeps what it has: a name missing
+//! for a moment must not cut a live session. Everyone else is left exactly as it was.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use openimex_core::{ConnStatus, MapRefusal, NodeId, NodeMap};
+use tracing::{error, info};
+
+use super::Engine;
+use crate::mailbox::{NodesFile, Reread};
+
+impl Engine {
+    /// An outcome of `nodes_file`: the start-up baseline, a re-read, or why none was possible.
+    pub(super) fn handle_reread(&mut self, now: std::time::Instant, reread: Reread) {
+        let nodes = self.settings.hosts.len();
+        let file = match reread.result {
+            Ok(file) => file,
+            Err(e) => {
+                error!(
+                    "SIGUSR1: cannot re-read the nodes file: {e}; fix the file and send SIGUSR1 again. The daemon keeps running with the node map it has ({nodes} nodes)"
+                );
+                return;
+            }
+        };
+        if reread.initial {
+            self.resolved = file.addrs;
+            return;
+        }
+        let (moved, readdressed) = self.readdressed(&file);
+        let map = NodeMap::new(file.hosts.clone());
+        let added = match self.node.handle_node_map(now, map, &readdressed) {
+            Ok(added) => added,
+            Err(refusal) => {
+                let line = match &refusal {
+                    MapRefusal::Changed { node, .. } => file.lines.get(node.index()).copied(),
+                    MapRefusal::Removed { .. } => None,
+                };
+                let at = line.map(|l| format!(":{l}")).unwrap_or_default();
+                error!(
+                    "nodes file {}{at} re-read (SIGUSR1) refused: {refusal}. A node's ID is its line among the entries, so this would renumber running nodes. Fix: put the existing lines back as they were and only append new nodes at the end; to remove or reorder nodes, change the file on every node and restart every daemon. The daemon keeps running with the node map it has ({nodes} nodes)",
+                    file.path.display()
+                );
+                return;
+            }
+        };
+        let summary = summary(&file, &added, &moved, &readdressed, &self.sessions_remote());
+        let hosts = Arc::new(file.hosts);
+        self.settings.hosts = hosts.to_vec();
+        if let Some((_, map)) = &mut self.persist {
+            *map = NodeMap::new(hosts.to_vec());
+        }
+        self.me_cache = None;
+        if let Some(tx) = &self.hosts_tx {
+            tx.send_replace(Arc::clone(&hosts));
+        }
+        self.resolved = file.addrs;
+        info!(
+            "nodes file {} re-read (SIGUSR1): {summary}",
+            file.path.display()
+        );
+    }
+
+    /// The peers of the running map whose entry now resolves elsewhere than at the last read
+    /// (`moved`, with the new addresses), and those to re-dial (see the module docs).
+    fn readdressed(&self, file: &NodesFile) -> (Vec<(NodeId, Vec<IpAddr>)>, Vec<NodeId>) {
+        let mut moved = Vec::new();
+        let mut redial = Vec::new();
+        let common = self.settings.hosts.len().min(file.hosts.len());
+        for (i, new) in file.addrs.iter().enumerate().take(common) {
+            let Ok(id) = u16::try_from(i).map(NodeId) else {
+                break;
+            };
+            if id == self.settings.local || new.is_empty() {
+                continue;
+            }
+            let changed = self.resolved.get(i).is_some_and(|old| old != new);
+            let connected = self
+                .node
+                .mesh()
+                .peer(id)
+                .is_some_and(|(status, _)| status == ConnStatus::Connected);
+            let stale = connected
+                && self
+                    .sessions
+                    .get(&id)
+                    .is_some_and(|(_, link)| !new.contains(&link.remote.ip().to_canonical()));
+            if changed {
+                moved.push((id, new.clone()));
+            }
+            if stale || (changed && !connected) {
+                redial.push(id);
+            }
+        }
+        (moved, redial)
+    }
+
+    /// The address each live outbound session went to.
+    fn sessions_remote(&self) -> Vec<(NodeId, IpAddr)> {
+        self.sessions
+            .iter()
+            .map(|(id, (_, link))| (*id, link.remote.ip().to_canonical()))
+            .collect()
+    }
+}
+
+/// One line: "1 node added (node 3 oimx-n3); node 1 (oimx-n1) now resolves to 127.0.0.9", or
+/// "nothing changed".
+fn summary(
+    file: &NodesFile,
+    added: &[NodeId],
+    moved: &[(NodeId, Vec<IpAddr>)],
+    redial: &[NodeId],
+    sessions: &[(NodeId, IpAddr)],
+) -> String {
+    let host = |id: &NodeId| file.hosts.get(id.index()).map_or("?", String::as_str);
+    let ips = |a: &[IpAddr]| {
+        a.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = Vec::new();
+    if !added.is_empty() {
+        let names: Vec<String> = added
+            .iter()
+            .map(|id| format!("node {id} {}", host(id)))
+            .collect();
+        let s = if added.len() == 1 { "" } else { "s" };
+        parts.push(format!(
+            "{} node{s} added ({})",
+            added.len(),
+            names.join(", ")
+        ));
+    }
+    for (id, addrs) in moved {
+        let what = match redial.contains(id) {
+            true => "re-dialling",
+            false => "its live session stays",
+        };
+        parts.push(format!(
+            "node {id} ({}) now resolves to {} ({what})",
+            host(id),
+            ips(addrs)
+        ));
+    }
+    for id in redial
+        .iter()
+        .filter(|id| !moved.iter().any(|(m, _)| m == *id))
+    {
+        let old = sessions
+            .iter()
+            .find(|(s, _)| s == id)
+            .map_or_else(|| "?".to_string(), |(_, ip)| ip.to_string());
+        parts.push(format!(
+            "node {id} ({}): its session went to {old}, which its entry no longer resolves to; re-dialling",
+            host(id)
+        ));
+    }
+    if parts.is_empty() {
+        return "nothing changed".to_string();
+    }
+    parts.join("; ")
+}
