@@ -46,6 +46,9 @@ mod hardening;
 // issue 7: a peer lost past the grace time is cleaned up on both sides
 #[path = "e2e/grace.rs"]
 mod grace;
+// issue 7: ctl --peers shows references, imports, pending unimports and clean-ups per peer
+#[path = "e2e/peer_state.rs"]
+mod peer_state;
 // issue 7: RECOVERY after a crash waits for the recorded importers
 #[path = "e2e/recovery.rs"]
 mod recovery;
@@ -55,6 +58,9 @@ mod scale;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+// names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
+#[path = "e2e/sigusr1.rs"]
+mod sigusr1;
 // issue 7: SIGHUP writes the verbose log buffer (messages below LOG_LEVEL); so does a clean stop
 #[path = "e2e/verbose_log.rs"]
 mod verbose_log;

@@ -56,6 +56,11 @@ impl ExportRefs {
         self.per_node.keys().copied().collect()
     }
 
+    /// References held for `importer` now.
+    pub fn held_for(&self, importer: NodeId) -> usize {
+        self.per_node.get(&importer).copied().unwrap_or(0)
+    }
+
     fn forget(&mut self, importer: NodeId) {
         if let Some(n) = self.per_node.get_mut(&importer) {
             *n -= 1;
@@ -313,6 +318,21 @@ impl Imports {
         drained.finish.sort_unstable();
         drained.held.sort_unstable();
         drained
+    }
+
+    /// Imports known (requested or held), counted by exporter: one pass, so a view of every
+    /// peer costs one walk of the table, not one per peer.
+    pub fn per_exporter(&self) -> HashMap<NodeId, usize> {
+        let mut counts = HashMap::new();
+        for i in self.imports.values() {
+            *counts.entry(i.exporter).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Unimports `exporter` has not been told of yet.
+    pub fn undelivered_to(&self, exporter: NodeId) -> usize {
+        self.undelivered.get(&exporter).map_or(0, Vec::len)
     }
 
     /// Imports known (requested or held).

@@ -48,9 +48,11 @@
 
 mod exporter;
 mod importer;
+mod peers;
 mod recovery;
 mod sessions;
 
+pub use peers::{CLEANUPS_KEPT_PER_PEER, CleanUp, Cleaned, PeerState};
 pub use sessions::PeerRequest;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -90,20 +92,6 @@ pub struct NodeConfig {
 
 /// The default of [`NodeConfig::recovery_wait`].
 pub const DEFAULT_RECOVERY_WAIT: Duration = Duration::from_secs(300);
-
-/// A clean-up of a peer's imports and exports here, for the record `ctl` shows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CleanUp {
-    /// The peer.
-    pub peer: NodeId,
-    /// When.
-    pub at: Instant,
-    /// Why: it restarted, it left, or it was lost longer than the grace time.
-    pub reason: &'static str,
-}
-
-/// How many clean-ups [`Node::cleanups`] keeps.
-const CLEANUPS_KEPT: usize = 64;
 
 /// The default of [`NodeConfig::max_describes_per_peer`].
 pub const DEFAULT_MAX_DESCRIBES_PER_PEER: usize = 4096;
@@ -288,7 +276,7 @@ pub struct Node {
     grace: Option<Duration>,
     /// Lost peers cleaned up after their grace time, until they are back.
     cleaned: HashMap<NodeId, Duration>,
-    cleanups: VecDeque<CleanUp>,
+    cleanups: peers::CleanupLog,
     recovery: recovery::Recovery,
     recovery_wait: Duration,
 }
@@ -311,7 +299,7 @@ impl Node {
             max_describes_per_peer: cfg.max_describes_per_peer,
             grace: cfg.grace,
             cleaned: HashMap::new(),
-            cleanups: VecDeque::new(),
+            cleanups: peers::CleanupLog::default(),
             recovery: recovery::Recovery::new(&cfg.recover_from),
             recovery_wait: cfg.recovery_wait,
         }
@@ -356,11 +344,6 @@ impl Node {
             }
         }
         links
-    }
-
-    /// The latest clean-ups of peers' imports and exports, oldest first.
-    pub fn cleanups(&self) -> impl Iterator<Item = &CleanUp> {
-        self.cleanups.iter()
     }
 
     /// References held on local exports for remote importers.
@@ -590,8 +573,8 @@ impl Node {
                     };
                     self.disarm(Timer::Grace(peer));
                     // Its references went with it (a restart) or it released them (a goodbye).
-                    let _ = self.peer_gone(peer, current);
-                    self.record_cleanup(now, peer, reason);
+                    let (_, cleaned) = self.peer_gone(peer, current);
+                    self.record_cleanup(now, peer, reason, cleaned);
                 }
                 None => {}
             }
@@ -615,22 +598,11 @@ impl Node {
         self.cleaned.insert(peer, self.grace.unwrap_or_default());
         // The peer may be alive behind a partition, still holding references for imports we
         // now drop: tell it when it is back (a restart forgets them first).
-        for import_event_id in self.peer_gone(peer, None) {
+        let (maybe_held, cleaned) = self.peer_gone(peer, None);
+        for import_event_id in maybe_held {
             self.imports.undelivered(peer, import_event_id);
         }
-        self.record_cleanup(now, peer, "lost for longer than the grace time");
-    }
-
-    fn record_cleanup(&mut self, now: Instant, peer: NodeId, reason: &'static str) {
-        if self.cleanups.len() == CLEANUPS_KEPT {
-            self.cleanups.pop_front();
-        }
-        self.cleanups.push_back(CleanUp {
-            peer,
-            at: now,
-            reason,
-        });
-        self.actions.push_back(Action::CleanedUp { peer, reason });
+        self.record_cleanup(now, peer, "lost for longer than the grace time", cleaned);
     }
 
     /// Shutting down: goodbyes are sent, so exporters release what they hold for us.
@@ -757,16 +729,21 @@ impl Node {
     /// A peer's old instance is gone (restart, or clean departure): release what we held for
     /// its importers, fail what we asked of it, finish the unimports that wait on it, and
     /// disable local clients still mapping its memory (it may be freed or reused).
-    /// Returns the imports that instance may still hold references for.
-    fn peer_gone(&mut self, peer: NodeId, current: Option<InstanceId>) -> Vec<u64> {
+    /// Returns the imports that instance may still hold references for, and what was cleaned.
+    fn peer_gone(&mut self, peer: NodeId, current: Option<InstanceId>) -> (Vec<u64>, Cleaned) {
         let refs = match current {
             Some(instance) => self.exports.drain_stale(peer, instance),
             None => self.exports.drain_node(peer),
+        };
+        let mut cleaned = Cleaned {
+            exports_released: refs.len(),
+            ..Cleaned::default()
         };
         if !refs.is_empty() {
             self.release(refs, None);
         }
         let drained = self.imports.drain_exporter(peer);
+        cleaned.imports_dropped = drained.unanswered.len() + drained.held.len();
         let mut maybe_held = drained.maybe_held();
         self.disarm(Timer::Redeliver(peer));
         for import_event_id in drained.unanswered {
@@ -791,6 +768,7 @@ impl Node {
             }
         }
         self.abandoned.retain(|_, (node, _)| *node != peer);
+        cleaned.unimports_finished = finish.len();
         if !finish.is_empty() {
             finish.sort_unstable();
             self.actions
@@ -800,6 +778,6 @@ impl Node {
             .push_back(Action::DisableImporters { node: peer });
         maybe_held.sort_unstable();
         maybe_held.dedup();
-        maybe_held
+        (maybe_held, cleaned)
     }
 }

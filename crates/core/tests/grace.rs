@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use openimex_core::node::Action;
 use openimex_core::*;
+use sim::node::{Setup, dial_attempt, drain, pages};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -27,33 +28,12 @@ struct One {
 /// Node 0 of a 2-node domain with `grace`, connected to node 1, holding one reference for
 /// node 1's import.
 fn connected(grace: Option<Duration>) -> One {
-    #[allow(clippy::disallowed_methods)]
-    let now = Instant::now();
-    let map = NodeMap::new(sim::hosts(2));
-    let hellos: Vec<Hello> = (0..2)
-        .map(|i| {
-            let cfg = sim::config(i, map.clone(), 100 + i as u64, QuorumPolicy::None);
-            Mesh::new(cfg, now).hello()
-        })
-        .collect();
-    let cfg = NodeConfig {
-        mesh: sim::config(0, map, 100, QuorumPolicy::None),
-        import_timeout: 10 * SEC,
-        max_describes_per_peer: 16,
+    let (mut n, now, hellos) = sim::node::node(Setup {
+        nodes: 2,
         grace,
-        recover_from: Vec::new(),
-        recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
-    };
-    let mut n = Node::new(cfg, now);
-    n.handle_start(now);
-    n.handle_driver_ready(now);
-    let attempt = drain(&mut n)
-        .iter()
-        .find_map(|a| match a {
-            Action::Mesh(mesh::Action::Dial { attempt, .. }) => Some(*attempt),
-            _ => None,
-        })
-        .expect("dials node 1");
+        ..Setup::default()
+    });
+    let attempt = dial_attempt(&sim::node::start(&mut n, now), 1).expect("dials node 1");
     n.handle_dial_ok(now, NodeId(1), attempt, &hellos[1]);
     n.handle_session_hello(now, 1, true, &hellos[1]);
     let import = ImportRequest {
@@ -63,19 +43,7 @@ fn connected(grace: Option<Duration>) -> One {
         channel: 0,
     };
     n.handle_session_import(now, 9, 1, None, import);
-    n.handle_described(
-        now,
-        9,
-        Ok((
-            77,
-            Pages {
-                size: 2 << 20,
-                page_size: 2 << 20,
-                pfns: vec![1],
-                clique_id: 0,
-            },
-        )),
-    );
+    n.handle_described(now, 9, Ok((77, pages(1))));
     drain(&mut n);
     assert_eq!(n.export_refs_held(), 1);
     One {
@@ -85,10 +53,6 @@ fn connected(grace: Option<Duration>) -> One {
         attempt,
         up: true,
     }
-}
-
-fn drain(n: &mut Node) -> Vec<Action> {
-    std::iter::from_fn(|| n.poll_action()).collect()
 }
 
 /// Performs the node's pending actions as node 1 would answer them; returns them.
@@ -216,13 +180,7 @@ fn after_a_clean_up_the_same_instance_back_is_told_to_drop_what_it_held_for_us()
         },
     );
     drain(&mut o.n);
-    let pages = Pages {
-        size: 2 << 20,
-        page_size: 2 << 20,
-        pfns: vec![9],
-        clique_id: 0,
-    };
-    o.n.handle_import_answer(o.now, NodeId(1), 40, Ok(pages));
+    o.n.handle_import_answer(o.now, NodeId(1), 40, Ok(pages(9)));
     drain(&mut o.n);
     lose(&mut o);
     let cleanup = run(&mut o, 6 * SEC);

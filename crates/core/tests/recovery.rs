@@ -8,42 +8,22 @@ use std::time::{Duration, Instant};
 
 use openimex_core::node::Action;
 use openimex_core::*;
+use sim::node::{Setup, drain};
 
 const SEC: Duration = Duration::from_secs(1);
 
 fn node(recover_from: Vec<NodeId>, grace: Option<Duration>) -> (Node, Instant, Vec<Hello>) {
-    #[allow(clippy::disallowed_methods)]
-    let now = Instant::now();
-    let map = NodeMap::new(sim::hosts(3));
-    let hellos = (0..3)
-        .map(|i| {
-            let cfg = sim::config(i, map.clone(), 100 + i as u64, QuorumPolicy::Recovery);
-            Mesh::new(cfg, now).hello()
-        })
-        .collect();
-    let cfg = NodeConfig {
-        mesh: sim::config(0, map, 100, QuorumPolicy::Recovery),
-        import_timeout: 10 * SEC,
-        max_describes_per_peer: 16,
+    sim::node::node(Setup {
+        quorum: QuorumPolicy::Recovery,
         grace,
         recover_from,
         recovery_wait: 60 * SEC,
-    };
-    (Node::new(cfg, now), now, hellos)
-}
-
-fn drain(n: &mut Node) -> Vec<Action> {
-    std::iter::from_fn(|| n.poll_action()).collect()
+        ..Setup::default()
+    })
 }
 
 fn dial_attempt(actions: &[Action], peer: u16) -> u64 {
-    actions
-        .iter()
-        .find_map(|a| match a {
-            Action::Mesh(mesh::Action::Dial { peer: p, attempt }) if p.0 == peer => Some(*attempt),
-            _ => None,
-        })
-        .expect("a dial")
+    sim::node::dial_attempt(actions, peer).expect("a dial")
 }
 
 fn opens_driver(actions: &[Action]) -> bool {

@@ -5,10 +5,11 @@
 
 mod sim;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use openimex_core::node::Action;
 use openimex_core::*;
+use sim::node::{Setup, drain, peer};
 
 const IMPORT: ImportRequest = ImportRequest {
     import_event_id: 7,
@@ -19,39 +20,12 @@ const IMPORT: ImportRequest = ImportRequest {
 
 /// Node 0 of a 3-node domain, started, and its peers' hellos as they would send them.
 fn node(max_describes: usize) -> (Node, Instant, Vec<Hello>) {
-    #[allow(clippy::disallowed_methods)]
-    let now = Instant::now();
-    let map = NodeMap::new(sim::hosts(3));
-    let hellos = (0..3)
-        .map(|i| {
-            let cfg = sim::config(i, map.clone(), 100 + i as u64, QuorumPolicy::None);
-            Mesh::new(cfg, now).hello()
-        })
-        .collect();
-    let cfg = NodeConfig {
-        mesh: sim::config(0, map, 100, QuorumPolicy::None),
-        import_timeout: Duration::from_secs(10),
-        max_describes_per_peer: max_describes,
-        grace: None,
-        recover_from: Vec::new(),
-        recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
-    };
-    let mut n = Node::new(cfg, now);
-    n.handle_start(now);
-    n.handle_driver_ready(now);
-    drain(&mut n);
+    let (mut n, now, hellos) = sim::node::node(Setup {
+        max_describes,
+        ..Setup::default()
+    });
+    sim::node::start(&mut n, now);
     (n, now, hellos)
-}
-
-fn drain(n: &mut Node) -> Vec<Action> {
-    std::iter::from_fn(|| n.poll_action()).collect()
-}
-
-fn peer(h: &Hello) -> PeerId {
-    PeerId {
-        node: h.node,
-        instance: h.instance,
-    }
 }
 
 fn refusals(n: &Node) -> Vec<(&'static str, u64)> {

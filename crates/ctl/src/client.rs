@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use openimex_proto::cmd::command_client::CommandClient;
-use openimex_proto::cmd::{DomainReply, DomainRequest, StateRequest};
+use openimex_proto::cmd::{DomainReply, DomainRequest, PeersReply, PeersRequest, StateRequest};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::error::CtlError;
@@ -116,6 +116,25 @@ impl Client {
                 secs: limit.as_secs(),
             })?;
         Ok(reply.map_err(|s| self.rpc(s))?.into_inner())
+    }
+
+    /// This node's view of each peer (`--peers`).
+    pub async fn peers(&mut self) -> Result<PeersReply, CtlError> {
+        let call = self.inner.peers(PeersRequest {});
+        let reply = tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| self.timed_out())?;
+        match reply {
+            Ok(r) => Ok(r.into_inner()),
+            // A daemon from before this view has no such call.
+            Err(s) if s.code() == tonic::Code::Unimplemented => Err(CtlError::Rejected {
+                target: self.target.to_string(),
+                cause: "the daemon does not know `--peers` (an older openimex release?); \
+                        `--links` and `-N` still work"
+                    .to_string(),
+            }),
+            Err(s) => Err(self.rpc(s)),
+        }
     }
 
     fn timed_out(&self) -> CtlError {

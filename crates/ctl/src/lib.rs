@@ -1,10 +1,12 @@
 //! `openimex ctl`: a client of the daemon's command service, compatible with NVIDIA's
 //! `nvidia-imex-ctl` (flags, output and exit codes as `imex-guide.md` §2 describes them), plus
-//! our own `--links` view (instances and the reason of each link's last change).
+//! our own views: `--links` (instances and the reason of each link's last change) and
+//! `--peers` (what the local daemon holds for, imports from and owes each peer, and its
+//! clean-ups of each with reason and time).
 //!
 //! # Layout
-//! - [`client`] — TCP / unix-socket connection and the two calls.
-//! - [`render`] — the `-N` table, `-N -j` JSON and `--links` views.
+//! - [`client`] — TCP / unix-socket connection and the calls.
+//! - [`render`] — the `-N` table, `-N -j` JSON, `--links` and `--peers` views.
 //! - [`error`] — [`CtlError`] and exit codes.
 
 pub mod client;
@@ -60,7 +62,7 @@ pub struct Args {
     /// With -s or -n: stop after this many milliseconds.
     #[arg(short = 't', value_name = "MS")]
     pub timeout_ms: Option<u64>,
-    /// JSON output (with -N/-n/--links).
+    /// JSON output (with -N/-n/--links/--peers).
     #[arg(short = 'j')]
     pub json: bool,
     /// Show host names (with -N/-n).
@@ -72,6 +74,10 @@ pub struct Args {
     /// openimex: every link with its state, the peer's instance and the reason of its last change.
     #[arg(long)]
     pub links: bool,
+    /// openimex: per peer of the local daemon, the references held for it, imports from it,
+    /// unimports owed to it, and its clean-ups here with reason and time.
+    #[arg(long, conflicts_with = "links")]
+    pub peers: bool,
     /// Print the version.
     #[arg(long)]
     pub version: bool,
@@ -82,6 +88,7 @@ enum Mode {
     Domain { repeat: bool },
     Subscribe,
     Links,
+    Peers,
 }
 
 /// Runs `ctl` with `args` (including the program name) and returns the exit code.
@@ -191,6 +198,8 @@ fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
 async fn run(args: Args) -> Result<(), CtlError> {
     let mode = if args.links {
         Mode::Links
+    } else if args.peers {
+        Mode::Peers
     } else if args.query {
         Mode::Query
     } else if args.subscribe {
@@ -219,6 +228,15 @@ async fn run(args: Args) -> Result<(), CtlError> {
                 render::links_json(&reply) + "\n"
             } else {
                 render::links_text(&reply)
+            };
+            out(&text)
+        }
+        Mode::Peers => {
+            let reply = client.peers().await?;
+            let text = if args.json {
+                render::peers_json(&reply) + "\n"
+            } else {
+                render::peers_text(&reply)
             };
             out(&text)
         }

@@ -1,11 +1,12 @@
 //! What `ctl` prints, from a [`DomainReply`]: NVIDIA's `-N` text table and `-N -j` JSON (byte
-//! for byte where `imex-guide.md` §2 shows them), and our own `--links` view with instances
-//! and reasons.
+//! for byte where `imex-guide.md` §2 shows them), our own `--links` view with instances
+//! and reasons, and our own `--peers` view (from a [`PeersReply`]).
 
 use std::io::{self, Write};
+use std::time::Duration;
 
 use openimex_core::ConnStatus;
-use openimex_proto::cmd::{DomainReply, NodeReport};
+use openimex_proto::cmd::{DomainReply, NodeReport, PeerCleanUp, PeersReply};
 use serde_json::{Value, json};
 
 /// The legend NVIDIA prints, typo ("triggreed") included, because people diff it.
@@ -244,6 +245,93 @@ pub fn links_text(reply: &DomainReply) -> String {
         for r in &n.refusals {
             out.push_str(&format!("  refused {:>8}  {}\n", r.count, r.reason));
         }
+    }
+    out
+}
+
+/// A clean-up's time in the format `-N` stamps its output with (UTC).
+fn cleanup_time(c: &PeerCleanUp) -> String {
+    openimex_core::timefmt::nv_timestamp(Duration::from_millis(c.at_unix_ms))
+}
+
+/// Our `--peers -j` view: per peer the references held for it, imports from it, unimports owed
+/// to it, and every clean-up kept (reason, time, counts).
+pub fn peers_json(reply: &PeersReply) -> String {
+    let peers: Vec<Value> = reply
+        .peers
+        .iter()
+        .map(|p| {
+            let cleanups: Vec<Value> = p
+                .cleanups
+                .iter()
+                .map(|c| {
+                    json!({
+                        "reason": c.reason,
+                        "time": cleanup_time(c),
+                        "time_unix_ms": c.at_unix_ms,
+                        "exports_released": c.exports_released,
+                        "imports_dropped": c.imports_dropped,
+                        "unimports_finished": c.unimports_finished,
+                    })
+                })
+                .collect();
+            let instance = (p.instance_id != 0).then(|| format!("{:016x}", p.instance_id));
+            json!({
+                "node": p.node_id,
+                "host": p.host,
+                "status": p.status,
+                "instance_id": instance,
+                "exports_held": p.exports_held,
+                "imports": p.imports,
+                "unimports_pending": p.unimports_pending,
+                "cleanups_total": p.cleanups_total,
+                "cleanups": cleanups,
+            })
+        })
+        .collect();
+    json!({"local_node": reply.local_node_id, "state": reply.state, "peers": peers}).to_string()
+}
+
+/// Our `--peers` text view: one row per peer, the last clean-up's reason and time at its end.
+pub fn peers_text(reply: &PeersReply) -> String {
+    let host_w = reply
+        .peers
+        .iter()
+        .map(|p| p.host.len())
+        .chain([4])
+        .max()
+        .unwrap_or(4);
+    let mut out = format!(
+        "Peers of node {} ({})\n\n",
+        reply.local_node_id, reply.state
+    );
+    out.push_str(&format!(
+        "{:<5} {:<host_w$} {:<17} {:>12} {:>7} {:>17} {:>9}  {}\n",
+        "Node",
+        "Host",
+        "Status",
+        "Exports held",
+        "Imports",
+        "Pending unimports",
+        "Clean-ups",
+        "Last clean-up"
+    ));
+    for p in &reply.peers {
+        let last = p.cleanups.last().map_or_else(
+            || "-".to_string(),
+            |c| format!("{} ({})", c.reason, cleanup_time(c)),
+        );
+        out.push_str(&format!(
+            "{:<5} {:<host_w$} {:<17} {:>12} {:>7} {:>17} {:>9}  {}\n",
+            p.node_id,
+            p.host,
+            p.status,
+            p.exports_held,
+            p.imports,
+            p.unimports_pending,
+            p.cleanups_total,
+            last
+        ));
     }
     out
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use openimex_ctl::{Client, CtlError, Target, client::classify};
 use openimex_proto::cmd::command_server::{Command, CommandServer};
-use openimex_proto::cmd::{DomainReply, DomainRequest, NodeReport, StateReply, StateRequest};
+use openimex_proto::cmd::{
+    DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
+};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 
@@ -39,6 +41,11 @@ impl Command for Fake {
             }],
             status: "UP".into(),
         }))
+    }
+
+    /// As a daemon from before `--peers` answers: tonic's default for an unknown method.
+    async fn peers(&self, _: Request<PeersRequest>) -> Result<Response<PeersReply>, Status> {
+        Err(Status::unimplemented(""))
     }
 }
 
@@ -109,6 +116,21 @@ async fn a_daemons_own_error_is_shown_as_its_answer() {
     assert!(msg.contains("answered with an error"), "{msg}");
     assert!(msg.contains("daemon is stopping"), "{msg}");
     assert!(!msg.contains("cannot reach"), "{msg}");
+}
+
+#[tokio::test]
+async fn peers_asked_of_a_daemon_without_it_says_so() {
+    let target = serve(Fake {
+        cells: 0,
+        error: None,
+    })
+    .await;
+    let mut client = Client::connect(target, TIMEOUT).await.expect("connect");
+    let err = client.peers().await.expect_err("not there");
+    let msg = err.to_string();
+    assert!(matches!(err, CtlError::Rejected { .. }), "{msg}");
+    assert!(msg.contains("does not know `--peers`"), "{msg}");
+    assert!(msg.contains("`--links`"), "names what still works: {msg}");
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use openimex_core::ConnStatus;
 use openimex_ctl::render;
-use openimex_proto::cmd::{DomainReply, NodeReport};
+use openimex_proto::cmd::{DomainReply, NodeReport, PeerCleanUp, PeerReport, PeersReply};
 use openimex_proto::peer::{ConnectionStatus, LinkCode, RefusalCount};
 use serde_json::Value;
 
@@ -361,4 +361,62 @@ fn a_thousand_node_domain_renders_every_cell() {
         .find(|l| l.trim_start().starts_with("500 "))
         .unwrap();
     assert_eq!(row_500.split_whitespace().filter(|c| *c == "I").count(), n);
+}
+
+/// Node 0 holds a reference for node 1's importer and imports from it; node 2 was lost and
+/// cleaned up twice, the last time after its grace time.
+fn peers_reply() -> PeersReply {
+    let cleanup = |reason: &str, at_unix_ms, released| PeerCleanUp {
+        reason: reason.into(),
+        at_unix_ms,
+        exports_released: released,
+        imports_dropped: 1,
+        unimports_finished: 0,
+    };
+    PeersReply {
+        local_node_id: 0,
+        state: "READY".into(),
+        peers: vec![
+            PeerReport {
+                node_id: 1,
+                host: "10.1.0.2".into(),
+                status: "CONNECTED".into(),
+                instance_id: 0xbeef,
+                exports_held: 1,
+                imports: 2,
+                unimports_pending: 0,
+                cleanups_total: 0,
+                cleanups: vec![],
+            },
+            PeerReport {
+                node_id: 2,
+                host: "10.1.0.3".into(),
+                status: "DISCONNECTED".into(),
+                instance_id: 0xcafe,
+                exports_held: 0,
+                imports: 0,
+                unimports_pending: 1,
+                cleanups_total: 2,
+                cleanups: vec![
+                    cleanup("restarted", 1_795_683_600_000, 0),
+                    cleanup("lost for longer than the grace time", 1_795_687_201_250, 3),
+                ],
+            },
+        ],
+    }
+}
+
+#[test]
+fn peers_view() {
+    let reply = peers_reply();
+    golden("golden-peers.txt", &render::peers_text(&reply));
+    golden("golden-peers.json", &(render::peers_json(&reply) + "\n"));
+    let v: Value = serde_json::from_str(&render::peers_json(&reply)).unwrap();
+    let last = &v["peers"][1]["cleanups"][1];
+    assert_eq!(
+        last["time"], "11/26/2026 10:00:01.250",
+        "the -N timestamp format"
+    );
+    assert_eq!(last["exports_released"], 3);
+    assert_eq!(v["peers"][0]["instance_id"], "000000000000beef");
 }

@@ -24,6 +24,11 @@ const ATTEMPTS: usize = 100;
 pub struct AddrBlock {
     ips: Vec<Ipv4Addr>,
     ports: Vec<u16>,
+    /// Second and third octet of the first address (`127.a.b.1`).
+    a: u8,
+    b: u8,
+    /// Spare addresses handed out by [`AddrBlock::spare`], in order.
+    spares: Vec<Ipv4Addr>,
 }
 
 impl AddrBlock {
@@ -47,7 +52,15 @@ impl AddrBlock {
             let b: u8 = rng.random_range(0..=(256 - blocks) as u8);
             let ips = block_ips(a, b, count);
             match probe(&ips, &ports) {
-                Ok(()) => return Ok(Self { ips, ports }),
+                Ok(()) => {
+                    return Ok(Self {
+                        ips,
+                        ports,
+                        a,
+                        b,
+                        spares: Vec::new(),
+                    });
+                }
                 Err(e) => last = e,
             }
         }
@@ -83,18 +96,48 @@ impl AddrBlock {
     pub fn is_empty(&self) -> bool {
         self.ips.is_empty()
     }
+
+    /// One more address of the same block, after the nodes' and the earlier spares', probed
+    /// free on the block's ports (for a node that "moves" to a new address, or a node added
+    /// later). Addresses that fail the probe are skipped.
+    pub fn spare(&mut self) -> Result<Ipv4Addr, HarnessError> {
+        let mut last = String::from("the block is exhausted");
+        let first = self.ips.len() + self.spares.len();
+        // The block may continue into later third octets, up to 127.a.255.250.
+        let room = (256 - usize::from(self.b)) * ADDRS_PER_BLOCK;
+        for i in first..room.min(first + ATTEMPTS) {
+            let ip = block_ip(self.a, self.b, i);
+            self.spares.push(ip);
+            match probe(&[ip], &self.ports) {
+                Ok(()) => return Ok(ip),
+                Err(e) => last = e,
+            }
+        }
+        Err(HarnessError::NoAddresses {
+            nodes: 1,
+            ports: self.ports.clone(),
+            attempts: ATTEMPTS,
+            last,
+        })
+    }
+
+    /// The spare addresses handed out (or skipped) so far.
+    pub fn spares(&self) -> &[Ipv4Addr] {
+        &self.spares
+    }
 }
 
 /// `count` addresses starting at `127.a.b.1`, 250 per third octet.
 fn block_ips(a: u8, b: u8, count: usize) -> Vec<Ipv4Addr> {
-    (0..count)
-        .map(|i| {
-            // allocate() keeps b + i / 250 <= 255 and i % 250 + 1 <= 250.
-            let third = b as usize + i / ADDRS_PER_BLOCK;
-            let fourth = i % ADDRS_PER_BLOCK + 1;
-            Ipv4Addr::new(127, a, third as u8, fourth as u8)
-        })
-        .collect()
+    (0..count).map(|i| block_ip(a, b, i)).collect()
+}
+
+/// The `i`-th address of the block starting at `127.a.b.1`.
+fn block_ip(a: u8, b: u8, i: usize) -> Ipv4Addr {
+    // Callers keep b + i / 250 <= 255 and i % 250 + 1 <= 250.
+    let third = b as usize + i / ADDRS_PER_BLOCK;
+    let fourth = i % ADDRS_PER_BLOCK + 1;
+    Ipv4Addr::new(127, a, third as u8, fourth as u8)
 }
 
 /// Binds every (ip, port) at once, then releases them all. Returns the first failure.
@@ -163,6 +206,18 @@ mod tests {
                 assert!(!first.ips().contains(ip), "{ip} handed out twice");
             }
         }
+    }
+
+    #[test]
+    fn spares_follow_the_nodes_in_the_same_block() {
+        let mut block = AddrBlock::allocate(3, &[50000]).expect("allocate");
+        let first = block.spare().expect("spare");
+        let second = block.spare().expect("spare");
+        let o = block.ip(0).octets();
+        assert_eq!(first, Ipv4Addr::new(127, o[1], o[2], 4));
+        assert_eq!(second, Ipv4Addr::new(127, o[1], o[2], 5));
+        assert_eq!(block.len(), 3, "spares are not nodes");
+        assert_eq!(block.spares(), &[first, second]);
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! address, with the operations tests need (start, kill -9, SIGTERM, restart, signal, ctl,
 //! wait for a domain state) and clean-up that never leaves a daemon behind.
 
+mod membership;
+
 use std::fmt::Write as _;
+use std::net::Ipv4Addr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -14,8 +17,9 @@ use nix::unistd::Pid;
 
 use crate::HarnessError;
 use crate::addr::AddrBlock;
-use crate::domain::{DomainView, LinksView};
+use crate::domain::{DomainView, LinksView, PeersView};
 use crate::gpu::{GpuSpec, start_driver};
+use crate::names;
 use crate::node::Node;
 use crate::process::{describe, describe_status, run_with_timeout, wait_timeout};
 use crate::scratch::ScratchDir;
@@ -56,6 +60,9 @@ pub struct ClusterSpec {
     /// Simulated GPUs: each node then runs `openimex gpu` beside its daemon, which uses the
     /// `sim` driver. `None` (default): control plane only (`nogpu`).
     pub gpus: Option<GpuSpec>,
+    /// Names mode: the nodes file lists names ([`crate::names::node_name`]) and each daemon
+    /// resolves them through a private `/etc/hosts` (`<node dir>/hosts`). Needs root.
+    pub names: bool,
 }
 
 impl ClusterSpec {
@@ -71,7 +78,14 @@ impl ClusterSpec {
             server_port: DEFAULT_SERVER_PORT,
             cmd_port: DEFAULT_CMD_PORT,
             gpus: None,
+            names: false,
         }
+    }
+
+    /// Names mode (see [`ClusterSpec::names`]).
+    pub fn with_names(mut self) -> Self {
+        self.names = true;
+        self
     }
 
     /// Gives every node simulated GPUs.
@@ -108,6 +122,10 @@ pub struct Cluster {
     nodes: Vec<Node>,
     /// Config keys set on one node only ([`Cluster::set_node_config`]).
     node_extra: Vec<Vec<(String, String)>>,
+    /// The lines of the nodes file the harness writes (addresses, or names in names mode).
+    lines: Vec<String>,
+    /// Names mode: each node's hosts file entries (empty otherwise).
+    hosts: Vec<Vec<(String, Ipv4Addr)>>,
     /// Dropped after the processes (fields drop after `Drop::drop`).
     dir: ScratchDir,
 }
@@ -131,15 +149,32 @@ impl Cluster {
         if spec.keep_dir {
             dir.keep();
         }
-        let hosts: Vec<String> = block.ips().iter().map(ToString::to_string).collect();
+        let lines: Vec<String> = match spec.names {
+            true => (0..spec.nodes).map(names::node_name).collect(),
+            false => block.ips().iter().map(ToString::to_string).collect(),
+        };
+        // Name i -> node i's address, the same on every node to begin with.
+        let map: Vec<(String, Ipv4Addr)> = match spec.names {
+            true => lines
+                .iter()
+                .cloned()
+                .zip(block.ips().iter().copied())
+                .collect(),
+            false => Vec::new(),
+        };
         let mut nodes = Vec::with_capacity(spec.nodes);
         for (i, ip) in block.ips().iter().enumerate() {
             let node = Node::create(dir.path(), i, *ip, spec.server_port, spec.cmd_port)?;
-            node.write_nodes(&hosts)?;
+            node.write_nodes(&lines)?;
+            if spec.names {
+                names::write_hosts(&node.hosts_path(), &map)?;
+            }
             nodes.push(node);
         }
         let cluster = Self {
             node_extra: vec![Vec::new(); nodes.len()],
+            hosts: vec![map; nodes.len()],
+            lines,
             spec,
             block,
             nodes,
@@ -270,7 +305,7 @@ impl Cluster {
         if let Some(pid) = proc.pid() {
             return Err(HarnessError::AlreadyRunning { index: i, pid });
         }
-        node.spawn(&mut proc, &self.spec.binary)
+        node.spawn(&mut proc, &self.spec.binary, self.spec.names)
     }
 
     /// SIGKILLs node `i`'s daemon and reaps it.
@@ -402,6 +437,11 @@ impl Cluster {
         LinksView::parse(&self.ctl_ok(i, &["--links", "-j"])?)
     }
 
+    /// `ctl --peers -j` on node `i`, parsed.
+    pub fn peers(&self, i: usize) -> Result<PeersView, HarnessError> {
+        PeersView::parse(&self.ctl_ok(i, &["--peers", "-j"])?)
+    }
+
     /// Asks node `i` for `domain()` every 50 ms until `pred` holds. On timeout the error holds
     /// the last view (or error) and the tail of every node's log; a daemon that exits on its
     /// own meanwhile ends the wait at once.
@@ -451,6 +491,25 @@ impl Cluster {
             || self.links(i),
             pred,
             LinksView::compact,
+        )
+    }
+
+    /// Like [`Cluster::wait_domain`] for `peers()`.
+    pub fn wait_peers(
+        &self,
+        i: usize,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&PeersView) -> bool,
+    ) -> Result<PeersView, HarnessError> {
+        self.poll(
+            i,
+            timeout,
+            WAIT_INTERVAL,
+            what,
+            || self.peers(i),
+            pred,
+            PeersView::compact,
         )
     }
 

@@ -1,5 +1,5 @@
-//! Parsed views of `ctl` JSON: [`DomainView`] for NVIDIA's `-N -j` shape and [`LinksView`]
-//! for our own `--links -j`. Parsing never panics: a missing key or a wrong type is a
+//! Parsed views of `ctl` JSON: [`DomainView`] for NVIDIA's `-N -j` shape, [`LinksView`] for
+//! our own `--links -j` and [`PeersView`] for our own `--peers -j`. Parsing never panics: a missing key or a wrong type is a
 //! [`HarnessError::Parse`] that quotes the text.
 
 use std::collections::BTreeMap;
@@ -206,6 +206,104 @@ impl LinksView {
     }
 }
 
+/// `ctl --peers -j`: one daemon's view of each of its peers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeersView {
+    /// The node that answered.
+    pub local_node: u32,
+    /// Its daemon state word.
+    pub state: String,
+    /// Every peer (not the answering node), in node order.
+    pub peers: Vec<PeerView>,
+    /// The parsed JSON as printed.
+    pub raw: Value,
+}
+
+/// One peer of [`PeersView`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerView {
+    /// The peer's index.
+    pub node: u32,
+    /// The nodes-file entry.
+    pub host: String,
+    /// Connection status word of the link to it.
+    pub status: String,
+    /// References the answering node holds on its exports for the peer's importers.
+    pub exports_held: u64,
+    /// The answering node's imports from the peer.
+    pub imports: u64,
+    /// Unimports the peer has yet to confirm or be told of.
+    pub unimports_pending: u64,
+    /// Clean-ups of the peer since the daemon started.
+    pub cleanups_total: u64,
+    /// The latest clean-ups kept, oldest first.
+    pub cleanups: Vec<CleanUpView>,
+}
+
+/// One clean-up of a [`PeerView`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanUpView {
+    /// Why, in words.
+    pub reason: String,
+    /// When, as ctl prints timestamps ([`is_ctl_timestamp`]).
+    pub time: String,
+    /// References released for the peer's importers.
+    pub exports_released: u64,
+    /// Imports from the peer dropped.
+    pub imports_dropped: u64,
+}
+
+impl PeersView {
+    /// Parses the stdout of `ctl --peers -j`.
+    pub fn parse(text: &str) -> Result<Self, HarnessError> {
+        const WHAT: &str = "ctl --peers -j output";
+        let raw: Value = serde_json::from_str(text.trim())
+            .map_err(|e| HarnessError::parse(WHAT, e.to_string(), text))?;
+        let top = as_object(&raw, "top level", WHAT, text)?;
+        let mut peers = Vec::new();
+        for peer in as_array(field(top, "peers", WHAT, text)?, "peers", WHAT, text)? {
+            let obj = as_object(peer, "a peer", WHAT, text)?;
+            let mut cleanups = Vec::new();
+            let list = field(obj, "cleanups", WHAT, text)?;
+            for c in as_array(list, "cleanups", WHAT, text)? {
+                let c = as_object(c, "a clean-up", WHAT, text)?;
+                cleanups.push(CleanUpView {
+                    reason: string(c, "reason", WHAT, text)?,
+                    time: string(c, "time", WHAT, text)?,
+                    exports_released: count(c, "exports_released", WHAT, text)?,
+                    imports_dropped: count(c, "imports_dropped", WHAT, text)?,
+                });
+            }
+            peers.push(PeerView {
+                node: number(obj, "node", WHAT, text)?,
+                host: string(obj, "host", WHAT, text)?,
+                status: string(obj, "status", WHAT, text)?,
+                exports_held: count(obj, "exports_held", WHAT, text)?,
+                imports: count(obj, "imports", WHAT, text)?,
+                unimports_pending: count(obj, "unimports_pending", WHAT, text)?,
+                cleanups_total: count(obj, "cleanups_total", WHAT, text)?,
+                cleanups,
+            });
+        }
+        Ok(Self {
+            local_node: number(top, "local_node", WHAT, text)?,
+            state: string(top, "state", WHAT, text)?,
+            peers,
+            raw,
+        })
+    }
+
+    /// The entry of peer `i`.
+    pub fn peer(&self, i: u32) -> Option<&PeerView> {
+        self.peers.iter().find(|p| p.node == i)
+    }
+
+    /// The JSON on one line, for messages.
+    pub fn compact(&self) -> String {
+        self.raw.to_string()
+    }
+}
+
 /// True if `s` is NVIDIA's ctl timestamp `M/D/YYYY HH:MM:SS.mmm`: month and day without zero
 /// padding, everything else fixed width.
 pub fn is_ctl_timestamp(s: &str) -> bool {
@@ -294,6 +392,17 @@ fn number(
         .ok_or_else(|| {
             HarnessError::parse(what, format!("\"{key}\" is not a node index: {v}"), text)
         })
+}
+
+fn count(
+    obj: &Map<String, Value>,
+    key: &str,
+    what: &'static str,
+    text: &str,
+) -> Result<u64, HarnessError> {
+    let v = field(obj, key, what, text)?;
+    v.as_u64()
+        .ok_or_else(|| HarnessError::parse(what, format!("\"{key}\" is not a count: {v}"), text))
 }
 
 fn boolean(
@@ -412,6 +521,43 @@ mod tests {
             r#"{"local_node":0,"status":"UP","nodes":[{"node":0}]}"#,
         ] {
             assert!(LinksView::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    const PEERS: &str = r#"{"local_node":1,"state":"READY","peers":[
+        {"node":0,"host":"127.20.1.1","status":"DISCONNECTED","instance_id":"9f3c0011aabbccdd",
+         "exports_held":0,"imports":0,"unimports_pending":1,"cleanups_total":1,
+         "cleanups":[{"reason":"lost for longer than the grace time","time":"12/3/2026 16:30:00.125",
+                      "time_unix_ms":1796315400125,"exports_released":0,"imports_dropped":1,
+                      "unimports_finished":0}]},
+        {"node":2,"host":"127.20.1.3","status":"CONNECTED","instance_id":null,
+         "exports_held":2,"imports":0,"unimports_pending":0,"cleanups_total":0,"cleanups":[]}]}"#;
+
+    #[test]
+    fn peers_view() {
+        let v = PeersView::parse(PEERS).expect("parse");
+        assert_eq!((v.local_node, v.state.as_str()), (1, "READY"));
+        let p0 = v.peer(0).expect("peer 0");
+        assert_eq!(p0.status, "DISCONNECTED");
+        assert_eq!(
+            (p0.imports, p0.unimports_pending, p0.cleanups_total),
+            (0, 1, 1)
+        );
+        assert!(p0.cleanups[0].reason.contains("grace"));
+        assert!(is_ctl_timestamp(&p0.cleanups[0].time));
+        assert_eq!(p0.cleanups[0].imports_dropped, 1);
+        assert_eq!(v.peer(2).map(|p| p.exports_held), Some(2));
+        assert!(v.peer(1).is_none(), "not itself");
+    }
+
+    #[test]
+    fn malformed_peers_json_is_an_error() {
+        for bad in [
+            r#"{"local_node":0,"state":"READY"}"#,
+            r#"{"local_node":0,"state":"READY","peers":[{"node":1}]}"#,
+            r#"{"local_node":0,"state":"READY","peers":[{"node":1,"host":"h","status":"CONNECTED","exports_held":-1,"imports":0,"unimports_pending":0,"cleanups_total":0,"cleanups":[]}]}"#,
+        ] {
+            assert!(PeersView::parse(bad).is_err(), "{bad}");
         }
     }
 

@@ -154,6 +154,28 @@ pub enum HarnessError {
         /// Tails of every node's logs.
         logs: String,
     },
+    /// Names mode could not give a daemon its private `/etc/hosts`.
+    #[error(
+        "cannot start node {index}'s daemon with a private /etc/hosts ({source}): names mode \
+         needs root (CAP_SYS_ADMIN) to unshare a mount namespace and bind-mount {} over \
+         /etc/hosts\n  hint: run the tests as root (or with CAP_SYS_ADMIN), or use a cluster \
+         without with_names()",
+        hosts.display()
+    )]
+    NamesModeNeedsRoot {
+        /// Node index.
+        index: usize,
+        /// The node's hosts file.
+        hosts: PathBuf,
+        /// The error of unshare or mount.
+        source: io::Error,
+    },
+    /// An operation only meaningful in names mode on a cluster without it.
+    #[error("{what} needs names mode\n  hint: build the cluster with ClusterSpec::with_names()")]
+    NotNamesMode {
+        /// The operation.
+        what: &'static str,
+    },
     /// Daemons that ignored SIGTERM for the whole grace period and had to be SIGKILLed.
     #[error(
         "nodes {nodes:?} did not exit within {timeout:?} of SIGTERM and were killed\n  hint: the \

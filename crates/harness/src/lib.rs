@@ -11,9 +11,12 @@
 //! - [`cluster`]: [`Cluster`] and [`ClusterSpec`]: prepare/start/kill -9/SIGTERM/restart/
 //!   signal nodes, run `ctl` against them, wait for domain states, collect logs on failure.
 //! - [`node`]: a node's files (config.cfg, nodes_config.cfg, imex.log, stdout/stderr, socket).
+//! - [`names`]: names mode ([`ClusterSpec::with_names`]): the nodes file lists names and each
+//!   daemon gets a private `/etc/hosts` (its own mount namespace; needs root). The cluster's
+//!   hosts, spare-address, move and add operations live in `cluster/membership.rs`.
 //! - [`addr`]: allocation of free loopback address blocks.
-//! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]) and `ctl --links -j`
-//!   ([`LinksView`]), and NVIDIA's timestamp format.
+//! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]), `ctl --links -j`
+//!   ([`LinksView`]) and `ctl --peers -j` ([`PeersView`]), and NVIDIA's timestamp format.
 //! - [`process`]: running a command with a time limit; finding a process by argument.
 //! - [`scratch`]: temporary directories kept for inspection when a test panics.
 //! - [`chaos`]: a workload of application processes under seeded random faults (kill -9 of
@@ -49,6 +52,7 @@ pub mod cluster;
 pub mod domain;
 mod error;
 pub mod gpu;
+pub mod names;
 pub mod node;
 pub mod process;
 pub mod scratch;
@@ -59,7 +63,10 @@ pub use nix::sys::signal::Signal;
 
 pub use addr::AddrBlock;
 pub use cluster::{Cluster, ClusterSpec, StopOutcome};
-pub use domain::{DomainView, LinkNodeView, LinkView, LinksView, NodeView, is_ctl_timestamp};
+pub use domain::{
+    CleanUpView, DomainView, LinkNodeView, LinkView, LinksView, NodeView, PeerView, PeersView,
+    is_ctl_timestamp,
+};
 pub use error::HarnessError;
 pub use gpu::GpuSpec;
 pub use node::Node;

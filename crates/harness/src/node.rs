@@ -10,6 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::HarnessError;
+use crate::names;
 use crate::process::{describe_status, die_with_parent};
 
 /// The longest unix socket path Linux accepts (`sun_path` is 108 bytes with the NUL).
@@ -126,6 +127,10 @@ impl Node {
     pub fn nodes_path(&self) -> PathBuf {
         self.dir.join("nodes_config.cfg")
     }
+    /// `<dir>/hosts`: the daemon's `/etc/hosts` in names mode.
+    pub fn hosts_path(&self) -> PathBuf {
+        self.dir.join("hosts")
+    }
     /// `<dir>/imex.log` (`LOG_FILE_NAME`).
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("imex.log")
@@ -141,6 +146,10 @@ impl Node {
     /// `<dir>/stderr.log`: the daemon's stderr, appended across restarts.
     pub fn stderr_path(&self) -> PathBuf {
         self.dir.join("stderr.log")
+    }
+    /// Gives the node a new address (its config must be rewritten and the daemon restarted).
+    pub(crate) fn set_ip(&mut self, ip: Ipv4Addr) {
+        self.ip = ip;
     }
     /// Pid of the daemon the harness believes running (not yet reaped), if any.
     pub fn pid(&self) -> Option<u32> {
@@ -213,9 +222,18 @@ impl Node {
         ))
     }
 
-    /// Spawns `binary daemon -c <config>` with stdout/stderr appended to the node's files.
+    /// Spawns `binary daemon -c <config>` with stdout/stderr appended to the node's files;
+    /// with `names`, in a mount namespace of its own where `<dir>/hosts` is `/etc/hosts`.
     /// The caller holds the process lock and has checked that no daemon is running.
-    pub(crate) fn spawn(&self, proc: &mut Proc, binary: &Path) -> Result<(), HarnessError> {
+    pub(crate) fn spawn(
+        &self,
+        proc: &mut Proc,
+        binary: &Path,
+        names: bool,
+    ) -> Result<(), HarnessError> {
+        if names {
+            names::check_executable(binary)?;
+        }
         let stdout = self.open_append(&self.stdout_path())?;
         let stderr = self.open_append(&self.stderr_path())?;
         let now = SystemTime::now()
@@ -240,10 +258,21 @@ impl Node {
             .stdout(stdout)
             .stderr(stderr);
         die_with_parent(&mut cmd);
-        let child = cmd.spawn().map_err(|source| HarnessError::Spawn {
-            program: binary.to_owned(),
-            source,
-            hint: "build the openimex binary first (cargo build) and pass its path",
+        if names {
+            names::private_hosts(&mut cmd, &self.hosts_path())?;
+        }
+        let child = cmd.spawn().map_err(|source| match names {
+            // The binary was checked above: the failure is the namespace hook's.
+            true => HarnessError::NamesModeNeedsRoot {
+                index: self.index,
+                hosts: self.hosts_path(),
+                source,
+            },
+            false => HarnessError::Spawn {
+                program: binary.to_owned(),
+                source,
+                hint: "build the openimex binary first (cargo build) and pass its path",
+            },
         })?;
         proc.child = Some(child);
         proc.exit_expected = false;

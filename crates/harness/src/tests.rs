@@ -14,6 +14,7 @@ case "$1" in
 daemon)
   if [ -f "$(dirname "$3")/crash" ]; then echo "boom" >&2; exit 7; fi
   trap 'echo "got TERM"; exit 0' TERM
+  trap 'echo "resolve: $(getent hosts oimx-n0 oimx-n1 oimx-n2 | tr -s " " | tr "\n" ";")"' USR1
   echo "fake daemon up"
   while true; do sleep 0.05; done ;;
 ctl)
@@ -311,4 +312,90 @@ fn a_daemon_exiting_on_its_own_ends_a_wait_at_once() {
     fs::write(c.node(1).dir().join("ctl.out"), "READY\n").expect("w");
     c.wait_state(1, "READY", Duration::from_secs(5))
         .expect("no false crash report");
+}
+
+/// The last `resolve:` line of node `i`'s stdout after a SIGUSR1 (the fake runs `getent`).
+fn resolve_via(c: &Cluster, i: usize) -> String {
+    let before = read(c.node(i).stdout_path()).matches("resolve:").count();
+    c.signal(i, Signal::SIGUSR1).expect("usr1");
+    wait_stdout(c, i, "resolve:", before + 1);
+    let out = read(c.node(i).stdout_path());
+    let line = out.lines().rfind(|l| l.starts_with("resolve:"));
+    line.expect("a resolve line").to_owned()
+}
+
+#[test]
+fn names_mode_daemons_resolve_through_their_own_hosts_file() {
+    let (_bin_dir, bin) = fake_binary();
+    let mut c = Cluster::start(ClusterSpec::new(2, &bin).with_names()).expect("start");
+    let (ip0, ip1) = (c.node(0).ip(), c.node(1).ip());
+    assert_eq!(read(c.node(0).nodes_path()), "oimx-n0\noimx-n1\n");
+    for i in 0..2 {
+        wait_stdout(&c, i, "fake daemon up", 1);
+        let cfg = read(c.node(i).config_path());
+        let own = c.node(i).ip();
+        assert!(cfg.contains(&format!("BIND_INTERFACE_IP={own}\n")), "{cfg}");
+        let seen = resolve_via(&c, i);
+        assert!(
+            seen.contains(&format!("{ip0} oimx-n0;")),
+            "node {i}: {seen}"
+        );
+        assert!(
+            seen.contains(&format!("{ip1} oimx-n1;")),
+            "node {i}: {seen}"
+        );
+    }
+    // The host's own /etc/hosts never learns the names.
+    let host = fs::read_to_string("/etc/hosts").unwrap_or_default();
+    assert!(!host.contains("oimx-n"), "{host}");
+
+    // Node 1's file changes (in place: the bind mount pins the inode); node 0's does not.
+    let spare = c.spare_ip().expect("spare");
+    c.set_host(1, "oimx-n1", spare).expect("set_host");
+    assert_eq!(c.host_ip(1, "oimx-n1"), Some(spare));
+    assert_eq!(c.host_ip(0, "oimx-n1"), Some(ip1));
+    let seen1 = resolve_via(&c, 1);
+    assert!(seen1.contains(&format!("{spare} oimx-n1;")), "{seen1}");
+    let seen0 = resolve_via(&c, 0);
+    assert!(seen0.contains(&format!("{ip1} oimx-n1;")), "{seen0}");
+
+    // A node moves: restarted on its new address, everyone's entry rewritten.
+    let pid0 = c.node(0).pid();
+    let new0 = c.spare_ip().expect("spare");
+    c.move_node(0, new0).expect("move");
+    assert_eq!(c.node(0).ip(), new0);
+    assert_eq!(c.node(0).starts(), 2);
+    assert_ne!(c.node(0).pid(), pid0);
+    assert!(read(c.node(0).config_path()).contains(&format!("BIND_INTERFACE_IP={new0}\n")));
+    wait_stdout(&c, 0, "fake daemon up", 2);
+    let seen1 = resolve_via(&c, 1);
+    assert!(seen1.contains(&format!("{new0} oimx-n0;")), "{seen1}");
+
+    // A node added at the end: every nodes file and hosts file grows.
+    let n = c.add_node().expect("add");
+    assert_eq!(n, 2);
+    c.start_node(n).expect("start new");
+    wait_stdout(&c, n, "fake daemon up", 1);
+    let ip2 = c.node(n).ip();
+    for i in 0..3 {
+        assert_eq!(read(c.node(i).nodes_path()), "oimx-n0\noimx-n1\noimx-n2\n");
+        let seen = resolve_via(&c, i);
+        assert!(
+            seen.contains(&format!("{ip2} oimx-n2;")),
+            "node {i}: {seen}"
+        );
+    }
+    c.shutdown().expect("shutdown");
+}
+
+#[test]
+fn hosts_operations_need_names_mode() {
+    let mut c = Cluster::prepare(ClusterSpec::new(2, "/bin/true")).expect("prepare");
+    let ip = c.node(0).ip();
+    assert!(matches!(
+        c.set_host(0, "oimx-n0", ip),
+        Err(HarnessError::NotNamesMode { what: "set_host" })
+    ));
+    assert_eq!(c.host_ip(0, "oimx-n0"), None);
+    assert_eq!(c.node_name(1).expect("name"), c.node(1).ip().to_string());
 }

@@ -6,19 +6,23 @@
 //! The matrix is N² cells, so it travels compact: one byte per cell, reasons only when asked
 //! (`ctl --links`). Each peer's row is moved into the reply as it arrives, never copied, so a
 //! `ctl -N` of 3,000 nodes holds about one 9 MB matrix at most, not several.
+//!
+//! `ctl --peers` is answered by this daemon alone: what it holds for, imports from and owes each
+//! peer, and its clean-ups of each, straight from the engine's node.
 
 use std::time::Duration;
 
 use openimex_core::{ConnStatus, DaemonState, NodeId, domain_status_of};
 use openimex_proto::cmd::{
-    DomainReply, DomainRequest, NodeReport, StateReply, StateRequest, command_server::Command,
+    DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
+    command_server::Command,
 };
 use openimex_proto::peer::{NodeStatus, NodeStatusRequest, peer_client::PeerClient};
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status};
 
-use crate::convert::{node_status, row_cells};
-use crate::mailbox::Input;
+use crate::convert::{node_status, peers_reply, row_cells};
+use crate::mailbox::{Input, ask};
 use crate::peer_server::snapshot;
 
 /// How long the command service waits for one peer's row.
@@ -83,6 +87,11 @@ impl Command for CommandService {
             }
         }
         Ok(Response::new(self.assemble(local, rows)))
+    }
+
+    async fn peers(&self, _request: Request<PeersRequest>) -> Result<Response<PeersReply>, Status> {
+        let snap = ask(&self.engine, |reply| Input::Peers { reply }).await?;
+        Ok(Response::new(peers_reply(snap, &self.hosts)))
     }
 }
 

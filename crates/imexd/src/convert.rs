@@ -4,12 +4,15 @@ use openimex_core::{
     ConnStatus, Hello, ImportAnswer, ImportError, ImportRequest, InstanceId, LinkView, Mismatch,
     NodeId, Pages, Status,
 };
+use std::time::UNIX_EPOCH;
+
+use openimex_proto::cmd::{PeerCleanUp, PeerReport, PeersReply};
 use openimex_proto::peer::{
     ConnectionStatus, Identity, ImportReply, ImportRequest as WireImportRequest, NodeStatus,
     Refusal, RefusalCount,
 };
 
-use crate::mailbox::Snapshot;
+use crate::mailbox::{PeersSnapshot, Snapshot};
 
 /// Our identity as sent on the wire.
 pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
@@ -181,6 +184,54 @@ pub(crate) fn node_status(snap: &Snapshot, host_name: &str, reasons: bool) -> No
     }
 }
 
+/// The `ctl --peers` reply. Each clean-up's time is the snapshot's wall clock less the
+/// clean-up's age on the engine's clock, which is monotonic (a wall-clock step between a
+/// clean-up and the query shifts the times shown, never their order).
+pub(crate) fn peers_reply(snap: PeersSnapshot, hosts: &[String]) -> PeersReply {
+    let wall = snap.wall;
+    let unix_ms = |at: std::time::Instant| {
+        let when = wall
+            .checked_sub(snap.now.saturating_duration_since(at))
+            .unwrap_or(UNIX_EPOCH);
+        let ms = when
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        u64::try_from(ms).unwrap_or(u64::MAX)
+    };
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let peers = snap
+        .peers
+        .into_iter()
+        .map(|p| PeerReport {
+            node_id: u32::from(p.node.0),
+            host: hosts.get(p.node.index()).cloned().unwrap_or_default(),
+            status: p.status.as_str().to_string(),
+            instance_id: p.instance.map_or(0, |i| i.0),
+            exports_held: count(p.exports_held),
+            imports: count(p.imports),
+            unimports_pending: count(p.unimports_pending),
+            cleanups_total: p.cleanups_total,
+            cleanups: p
+                .cleanups
+                .iter()
+                .map(|c| PeerCleanUp {
+                    reason: c.reason.to_string(),
+                    at_unix_ms: unix_ms(c.at),
+                    exports_released: count(c.cleaned.exports_released),
+                    imports_dropped: count(c.cleaned.imports_dropped),
+                    unimports_finished: count(c.cleaned.unimports_finished),
+                })
+                .collect(),
+        })
+        .collect();
+    PeersReply {
+        local_node_id: u32::from(snap.local.0),
+        state: snap.state.as_str().to_string(),
+        peers,
+    }
+}
+
 /// A peer's row made `nodes` cells wide. A daemon from before compact rows sends only
 /// `connections` (status words), which are turned into cells; cells missing or beyond the map
 /// read as INVALID / are dropped.
@@ -218,4 +269,57 @@ pub(crate) fn bounded(s: &str) -> String {
         out.push_str(&format!("… ({} bytes)", s.len()));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use openimex_core::{CleanUp, Cleaned, DaemonState, PeerState};
+
+    use super::*;
+
+    #[test]
+    fn a_clean_up_is_dated_by_its_age_on_the_engine_clock() {
+        #[allow(clippy::disallowed_methods)]
+        let now = Instant::now();
+        let at = now.checked_sub(Duration::from_secs(5)).unwrap_or(now);
+        let age = now.duration_since(at);
+        let snap = PeersSnapshot {
+            local: NodeId(0),
+            state: DaemonState::Ready,
+            peers: vec![PeerState {
+                node: NodeId(1),
+                status: ConnStatus::Disconnected,
+                instance: None,
+                exports_held: 0,
+                imports: 0,
+                unimports_pending: 2,
+                cleanups_total: 1,
+                cleanups: vec![CleanUp {
+                    peer: NodeId(1),
+                    at,
+                    reason: "left",
+                    cleaned: Cleaned {
+                        exports_released: 3,
+                        ..Cleaned::default()
+                    },
+                }],
+            }],
+            now,
+            wall: UNIX_EPOCH + Duration::from_secs(100),
+        };
+        let hosts = ["10.0.0.1".to_string(), "10.0.0.2".to_string()];
+        let reply = peers_reply(snap, &hosts);
+        let p = &reply.peers[0];
+        assert_eq!(
+            (p.host.as_str(), p.status.as_str()),
+            ("10.0.0.2", "DISCONNECTED")
+        );
+        assert_eq!((p.instance_id, p.unimports_pending), (0, 2));
+        let c = &p.cleanups[0];
+        let want = (Duration::from_secs(100) - age).as_millis();
+        assert_eq!(u128::from(c.at_unix_ms), want);
+        assert_eq!((c.reason.as_str(), c.exports_released), ("left", 3));
+    }
 }

@@ -24,7 +24,7 @@ use tracing::{debug, error, info, warn};
 use crate::convert;
 use crate::driver_io::{Call, DriverThreads};
 use crate::error::DaemonError;
-use crate::mailbox::{DriverInput, Input, OutLink, Snapshot};
+use crate::mailbox::{DriverInput, Input, OutLink, PeersSnapshot, Snapshot};
 use crate::peer_client;
 use crate::settings::Settings;
 
@@ -343,6 +343,15 @@ impl Engine {
             }
             Input::Snapshot { reply } => {
                 let _ = reply.send(self.snapshot());
+            }
+            Input::Peers { reply } => {
+                let _ = reply.send(PeersSnapshot {
+                    local: self.settings.local,
+                    state: self.node.state(),
+                    peers: self.node.peer_state(),
+                    now,
+                    wall: std::time::SystemTime::now(),
+                });
             }
             Input::PeerImport {
                 conn,

@@ -5,7 +5,7 @@
 use openimex_core::node::PeerRequest;
 use openimex_core::{
     ConnId, DaemonState, Event, Hello, ImportAnswer, ImportError, ImportRequest, InstanceId,
-    LinkView, Mismatch, NodeId, Pages, PeerId, Verdict,
+    LinkView, Mismatch, NodeId, Pages, PeerId, PeerState, Verdict,
 };
 use openimex_driver::DriverError;
 use openimex_proto::peer::{Identity, SessionMsg};
@@ -77,6 +77,10 @@ pub(crate) enum Input {
     },
     /// A snapshot for the command service or a peer's status query.
     Snapshot { reply: oneshot::Sender<Snapshot> },
+    /// Every peer as this node sees it, for `ctl --peers`.
+    Peers {
+        reply: oneshot::Sender<PeersSnapshot>,
+    },
     /// A peer asks us (the exporter) for an import.
     PeerImport {
         conn: ConnId,
@@ -148,6 +152,17 @@ pub(crate) struct Snapshot {
     pub(crate) refusals: Vec<(&'static str, u64)>,
     /// Channels of the peers connected right now, to ask for their rows.
     pub(crate) peers: Vec<(NodeId, Channel)>,
+}
+
+/// What `ctl --peers` needs from the engine at one instant.
+pub(crate) struct PeersSnapshot {
+    pub(crate) local: NodeId,
+    pub(crate) state: DaemonState,
+    pub(crate) peers: Vec<PeerState>,
+    /// The engine's clock when taken, and the wall clock at the same moment: clean-up times
+    /// are converted to wall-clock time against them (the node keeps engine-clock instants).
+    pub(crate) now: std::time::Instant,
+    pub(crate) wall: std::time::SystemTime,
 }
 
 /// Sends the engine a request built around a reply channel and awaits the answer. The engine

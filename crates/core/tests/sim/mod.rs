@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use openimex_core::*;
 
+pub mod node;
+
 pub struct Net {
     pub now: Instant,
     pub start: Instant,

@@ -1,0 +1,92 @@
+//! One [`Node`] fed by hand: node 0 of a small domain and the hellos its peers would send, as
+//! the node-level tests (grace, sessions, recovery, peer state) build it.
+
+use std::time::{Duration, Instant};
+
+use openimex_core::node::{Action, DEFAULT_RECOVERY_WAIT};
+use openimex_core::*;
+
+/// What differs between the node-level tests; [`Default`] is the common case.
+pub struct Setup {
+    /// Nodes in the map.
+    pub nodes: usize,
+    pub quorum: QuorumPolicy,
+    pub grace: Option<Duration>,
+    pub max_describes: usize,
+    pub recover_from: Vec<NodeId>,
+    pub recovery_wait: Duration,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            nodes: 3,
+            quorum: QuorumPolicy::None,
+            grace: None,
+            max_describes: 16,
+            recover_from: Vec::new(),
+            recovery_wait: DEFAULT_RECOVERY_WAIT,
+        }
+    }
+}
+
+/// Node 0 (instance 100), not started, and every node's hello (node `i` is instance 100 + i).
+pub fn node(setup: Setup) -> (Node, Instant, Vec<Hello>) {
+    // The virtual clock needs an origin; only offsets from it matter.
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let map = NodeMap::new(super::hosts(setup.nodes));
+    let hellos = (0..setup.nodes)
+        .map(|i| {
+            let cfg = super::config(i, map.clone(), 100 + i as u64, setup.quorum);
+            Mesh::new(cfg, now).hello()
+        })
+        .collect();
+    let cfg = NodeConfig {
+        mesh: super::config(0, map, 100, setup.quorum),
+        import_timeout: Duration::from_secs(10),
+        max_describes_per_peer: setup.max_describes,
+        grace: setup.grace,
+        recover_from: setup.recover_from,
+        recovery_wait: setup.recovery_wait,
+    };
+    (Node::new(cfg, now), now, hellos)
+}
+
+/// Starts `n` with its driver open; returns what it asked for (its dials among them).
+pub fn start(n: &mut Node, now: Instant) -> Vec<Action> {
+    n.handle_start(now);
+    n.handle_driver_ready(now);
+    drain(n)
+}
+
+/// Every pending action.
+pub fn drain(n: &mut Node) -> Vec<Action> {
+    std::iter::from_fn(|| n.poll_action()).collect()
+}
+
+/// The attempt of the dial to `peer` among `actions`.
+pub fn dial_attempt(actions: &[Action], peer: u16) -> Option<u64> {
+    actions.iter().find_map(|a| match a {
+        Action::Mesh(mesh::Action::Dial { peer: p, attempt }) if p.0 == peer => Some(*attempt),
+        _ => None,
+    })
+}
+
+/// Who `h` says it is.
+pub fn peer(h: &Hello) -> PeerId {
+    PeerId {
+        node: h.node,
+        instance: h.instance,
+    }
+}
+
+/// A one-page export's description.
+pub fn pages(pfn: u64) -> Pages {
+    Pages {
+        size: 2 << 20,
+        page_size: 2 << 20,
+        pfns: vec![pfn],
+        clique_id: 0,
+    }
+}
