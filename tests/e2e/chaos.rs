@@ -189,3 +189,30 @@ fn demo_chaos_json_reports_no_stale_read_no_error_no_leak_and_recovery() {
     assert!(v["imports"].as_u64().is_some_and(|n| n > 0), "{v}");
     assert!(v["faults"].is_array() && v["table"].is_array(), "{v}");
 }
+
+/// Every node imports from every other; one node is cut off from all its peers (TCP proxies on
+/// every link stop forwarding and leave the connections open) and healed before the peer
+/// timeout plus the grace time.
+#[test]
+fn chaos_partition_healed_before_the_grace_time() {
+    let mut s = ChaosSpec::all_to_all(binary(), 3, 1);
+    s.partitions = true;
+    s.kinds = vec![FaultKind::PartitionBelowGrace];
+    s.max_faults = Some(2);
+    s.seed = 20;
+    let r = run_and_check(&s);
+    assert_each_recovered(&r);
+}
+
+/// The same, healed after the grace time: both sides clean up, the importers of the cut-off
+/// node's memory are disabled, and the domain forms again when the links come back.
+#[test]
+fn chaos_partition_healed_after_the_grace_time() {
+    let mut s = ChaosSpec::all_to_all(binary(), 3, 1);
+    s.partitions = true;
+    s.kinds = vec![FaultKind::PartitionPastGrace];
+    s.max_faults = Some(1);
+    s.seed = 21;
+    let r = run_and_check(&s);
+    assert_each_recovered(&r);
+}

@@ -55,6 +55,7 @@ pub mod gpu;
 pub mod names;
 pub mod node;
 pub mod process;
+pub mod proxy;
 pub mod scratch;
 
 /// The `nix` the harness uses, so callers can name signals without depending on it.

@@ -33,11 +33,17 @@ pub enum FaultKind {
     Flap,
     /// kill -9 a node's daemon and restart it at once (for long kill/restart series).
     RestartNode,
+    /// Cut a node off from every peer (TCP proxies stop forwarding, connections stay open)
+    /// for less than the peer timeout plus the grace time, then heal. Needs
+    /// [`crate::chaos::ChaosSpec::partitions`].
+    PartitionBelowGrace,
+    /// The same, healed after the peer timeout plus the grace time (both sides clean up).
+    PartitionPastGrace,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the issue's list.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::KillExporterApp,
         FaultKind::KillImporterApp,
         FaultKind::KillExporterDaemon,
@@ -47,7 +53,17 @@ impl FaultKind {
         FaultKind::HangPastGrace,
         FaultKind::Flap,
         FaultKind::RestartNode,
+        FaultKind::PartitionBelowGrace,
+        FaultKind::PartitionPastGrace,
     ];
+
+    /// Whether the kind needs the partition proxies ([`crate::chaos::ChaosSpec::partitions`]).
+    pub fn needs_proxies(self) -> bool {
+        matches!(
+            self,
+            FaultKind::PartitionBelowGrace | FaultKind::PartitionPastGrace
+        )
+    }
 
     /// The kinds `openimex demo --chaos` draws by default: the kills and restarts of apps,
     /// daemons and drivers (issue 7 item 8). The hangs are left to `--faults`: a hang past the
@@ -79,6 +95,8 @@ impl FaultKind {
             FaultKind::HangPastGrace => "hang-past-grace",
             FaultKind::Flap => "flap",
             FaultKind::RestartNode => "restart-node",
+            FaultKind::PartitionBelowGrace => "partition-below-grace",
+            FaultKind::PartitionPastGrace => "partition-past-grace",
         }
     }
 }
@@ -98,6 +116,10 @@ pub(crate) enum Action {
     Stop(usize),
     /// SIGCONT node `n`'s daemon.
     Cont(usize),
+    /// Cut node `n` off from every peer.
+    Cut(usize),
+    /// Heal node `n`'s links.
+    Heal(usize),
 }
 
 /// A fault to inject: its steps, at offsets from the injection.
@@ -165,19 +187,28 @@ pub(crate) fn plan(kind: FaultKind, rng: &mut StdRng, t: &Targets<'_>) -> Option
                 vec![(zero, Action::KillDriver(n)), (down, Action::Start(n))],
             )
         }
-        FaultKind::HangBelowGrace | FaultKind::HangPastGrace => {
+        FaultKind::HangBelowGrace
+        | FaultKind::HangPastGrace
+        | FaultKind::PartitionBelowGrace
+        | FaultKind::PartitionPastGrace => {
             let n = node(rng, &all)?;
             let base = t.cleanup_after.as_millis() as u64;
-            let hang = if kind == FaultKind::HangBelowGrace {
+            let below = matches!(
+                kind,
+                FaultKind::HangBelowGrace | FaultKind::PartitionBelowGrace
+            );
+            let lasts = if below {
                 ms(rng, base / 3, base * 2 / 3)
             } else {
                 ms(rng, base + 1500, base + 3000)
             };
-            (
-                n,
-                "daemon",
-                vec![(zero, Action::Stop(n)), (hang, Action::Cont(n))],
-            )
+            let (what, start, end) = match kind {
+                FaultKind::HangBelowGrace | FaultKind::HangPastGrace => {
+                    ("daemon", Action::Stop(n), Action::Cont(n))
+                }
+                _ => ("links", Action::Cut(n), Action::Heal(n)),
+            };
+            (n, what, vec![(zero, start), (lasts, end)])
         }
         FaultKind::Flap => {
             let n = node(rng, &all)?;

@@ -52,6 +52,7 @@ impl Engine<'_> {
         tick: &mut dyn FnMut(&mut Self),
     ) -> Result<ChaosReport, HarnessError> {
         for n in 0..self.nodes.len() {
+            super::partition::cut(&self.links, n, false);
             if self.nodes[n].stopped {
                 self.nodes[n].stopped = false;
                 let _ = self.cluster.signal(n, Signal::SIGCONT);

@@ -23,6 +23,7 @@
 
 pub mod faults;
 mod invariants;
+mod partition;
 mod report;
 pub mod workload;
 
@@ -83,6 +84,9 @@ pub struct ChaosSpec {
     pub grace_secs: u64,
     /// Keep the cluster directory afterwards.
     pub keep_dir: bool,
+    /// Run the cluster in names mode with a TCP proxy on every link, so that partitions can be
+    /// injected (needs root, for the daemons' private `/etc/hosts`).
+    pub partitions: bool,
 }
 
 impl ChaosSpec {
@@ -104,6 +108,7 @@ impl ChaosSpec {
             recover_timeout: Duration::from_secs(60),
             grace_secs: 4,
             keep_dir: false,
+            partitions: false,
         }
     }
 
@@ -185,6 +190,8 @@ struct Engine<'s> {
     events: Receiver<Event>,
     sender: Sender<Event>,
     cluster: Cluster,
+    /// The partition proxies (empty unless [`ChaosSpec::partitions`]).
+    links: Vec<partition::Link>,
     rng: StdRng,
     nodes: Vec<NodeState>,
     pairs: HashMap<(usize, String), Pair>,
@@ -215,7 +222,16 @@ impl<'s> Engine<'s> {
         cspec.heartbeat_ms = HEARTBEAT_MS;
         cspec.peer_timeout_ms = PEER_TIMEOUT_MS;
         cspec.keep_dir = spec.keep_dir;
-        let cluster = Cluster::start(cspec)?;
+        let (cluster, links) = if spec.partitions {
+            let mut cluster = Cluster::prepare(cspec.with_names())?;
+            let links = partition::links(&mut cluster)?;
+            for i in 0..spec.nodes {
+                cluster.start_node(i)?;
+            }
+            (cluster, links)
+        } else {
+            (Cluster::start(cspec)?, Vec::new())
+        };
         cluster.wait_up(0, Duration::from_secs(120))?;
         let handles = cluster.base_dir().join("handles");
         std::fs::create_dir_all(&handles).map_err(HarnessError::io(
@@ -264,6 +280,7 @@ impl<'s> Engine<'s> {
             events,
             sender,
             cluster,
+            links,
             rng: StdRng::seed_from_u64(spec.seed),
             nodes: vec![NodeState::default(); spec.nodes],
             pairs,
@@ -549,6 +566,13 @@ impl<'s> Engine<'s> {
         let Some(&kind) = self.spec.kinds.get(pick) else {
             return;
         };
+        if kind.needs_proxies() && self.links.is_empty() {
+            self.note(format!(
+                "{} needs ChaosSpec::partitions: skipped",
+                kind.name()
+            ));
+            return;
+        }
         let Some(plan) = faults::plan(kind, &mut self.rng, &targets) else {
             self.note(format!("no target for {}", kind.name()));
             return;
@@ -660,6 +684,10 @@ impl<'s> Engine<'s> {
                 self.cluster.signal(n, Signal::SIGCONT)
             }
             Action::Start(n) => self.start_node(n),
+            Action::Cut(n) | Action::Heal(n) => {
+                partition::cut(&self.links, n, matches!(action, Action::Cut(_)));
+                Ok(())
+            }
         };
         if let Err(e) = result {
             self.note(format!("fault step {action:?} failed: {e}"));
