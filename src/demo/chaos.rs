@@ -34,6 +34,8 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
     } else {
         args.faults.clone()
     };
+    // Partitions need a proxy on every link (names mode: root only).
+    spec.partitions = spec.kinds.iter().any(|k| k.needs_proxies());
     eprintln!(
         "chaos: {nodes} nodes x {gpus} GPUs, faults for {} s, seed {seed} (replay with --seed {seed})",
         args.seconds

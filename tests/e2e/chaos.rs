@@ -13,9 +13,11 @@ use openimex_harness::chaos::{self, ChaosReport, ChaosSpec, FaultKind, Outcome, 
 
 use crate::common::{binary, run_long, text};
 
-/// Node 0 exports, nodes 1 and 2 import; `faults` faults of `kinds`, taken in order.
+/// Node 0 exports from 2 GPUs, nodes 1 and 2 import on 2 GPUs each (8 importer/exporter
+/// pairs re-importing a new generation about twice a second); `faults` faults of `kinds`,
+/// taken in order.
 fn spec(kinds: &[FaultKind], faults: usize, seed: u64) -> ChaosSpec {
-    let mut s = ChaosSpec::one_exporter(binary(), 3, 1);
+    let mut s = ChaosSpec::one_exporter(binary(), 3, 2);
     s.kinds = kinds.to_vec();
     s.cycle_kinds = true;
     s.max_faults = Some(faults);
