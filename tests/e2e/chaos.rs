@@ -67,28 +67,32 @@ fn assert_each_recovered(report: &ChaosReport) {
     }
 }
 
+/// Runs `spec` and requires the invariants and every fault recovered.
+#[track_caller]
+fn recovers(spec: &ChaosSpec) -> ChaosReport {
+    let r = run_and_check(spec);
+    assert_each_recovered(&r);
+    r
+}
+
 #[test]
 fn chaos_kill_exporter_app_during_an_import_storm() {
-    let r = run_and_check(&spec(&[FaultKind::KillExporterApp], 2, 11));
-    assert_each_recovered(&r);
+    recovers(&spec(&[FaultKind::KillExporterApp], 2, 11));
 }
 
 #[test]
 fn chaos_kill_importer_app_during_an_import_storm() {
-    let r = run_and_check(&spec(&[FaultKind::KillImporterApp], 2, 12));
-    assert_each_recovered(&r);
+    recovers(&spec(&[FaultKind::KillImporterApp], 2, 12));
 }
 
 #[test]
 fn chaos_kill_exporter_daemon_during_an_import_storm() {
-    let r = run_and_check(&spec(&[FaultKind::KillExporterDaemon], 2, 13));
-    assert_each_recovered(&r);
+    recovers(&spec(&[FaultKind::KillExporterDaemon], 2, 13));
 }
 
 #[test]
 fn chaos_kill_importer_daemon_during_an_import_storm() {
-    let r = run_and_check(&spec(&[FaultKind::KillImporterDaemon], 2, 14));
-    assert_each_recovered(&r);
+    let r = recovers(&spec(&[FaultKind::KillImporterDaemon], 2, 14));
     assert!(
         r.revoked_apps > 0,
         "the importer's driver revokes (kills) its importing apps\n{}",
@@ -98,16 +102,14 @@ fn chaos_kill_importer_daemon_during_an_import_storm() {
 
 #[test]
 fn chaos_kill_exporter_driver_during_an_import_storm() {
-    let r = run_and_check(&spec(&[FaultKind::KillExporterDriver], 2, 15));
-    assert_each_recovered(&r);
+    recovers(&spec(&[FaultKind::KillExporterDriver], 2, 15));
 }
 
 /// A daemon that accepts connections and stops answering (SIGSTOP), for less than the peer
 /// timeout plus the grace time, then answers again (SIGCONT).
 #[test]
 fn chaos_hung_peer_below_the_grace_time() {
-    let r = run_and_check(&spec(&[FaultKind::HangBelowGrace], 2, 16));
-    assert_each_recovered(&r);
+    recovers(&spec(&[FaultKind::HangBelowGrace], 2, 16));
 }
 
 /// The same past the grace time: the hung node's peers clean up its imports while its
@@ -125,14 +127,12 @@ fn chaos_hung_peer_past_the_grace_time() {
     s.kinds = vec![FaultKind::HangPastGrace];
     s.max_faults = Some(1);
     s.seed = 19;
-    let r = run_and_check(&s);
-    assert_each_recovered(&r);
+    recovers(&s);
 }
 
 #[test]
 fn chaos_flapping_peer() {
-    let r = run_and_check(&spec(&[FaultKind::Flap], 2, 17));
-    assert_each_recovered(&r);
+    recovers(&spec(&[FaultKind::Flap], 2, 17));
 }
 
 /// 100 kill -9/restart cycles of random nodes, one a second, while every node exports and
@@ -202,8 +202,7 @@ fn chaos_partition_healed_before_the_grace_time() {
     s.kinds = vec![FaultKind::PartitionBelowGrace];
     s.max_faults = Some(2);
     s.seed = 20;
-    let r = run_and_check(&s);
-    assert_each_recovered(&r);
+    recovers(&s);
 }
 
 /// The same, healed after the grace time: both sides clean up, the importers of the cut-off
@@ -215,6 +214,5 @@ fn chaos_partition_healed_after_the_grace_time() {
     s.kinds = vec![FaultKind::PartitionPastGrace];
     s.max_faults = Some(1);
     s.seed = 21;
-    let r = run_and_check(&s);
-    assert_each_recovered(&r);
+    recovers(&s);
 }
