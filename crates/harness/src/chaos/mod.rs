@@ -129,6 +129,8 @@ const PEER_TIMEOUT_MS: u64 = 2000;
 const RESPAWN: Duration = Duration::from_millis(300);
 /// How often the domain and READY states are asked for (each is a `ctl` process).
 const CTL_EVERY: Duration = Duration::from_millis(300);
+/// A recovery slower than this gets a note saying which pair was last.
+const SLOW_RECOVERY: Duration = Duration::from_secs(5);
 /// Engine loop period.
 const TICK: Duration = Duration::from_millis(20);
 
@@ -629,6 +631,10 @@ impl<'s> Engine<'s> {
             if self.progressed_since(since) && self.domain_up() {
                 self.records[record].outcome = Some(Outcome::Recovered);
                 self.records[record].recover = Some(since.elapsed());
+                if since.elapsed() > SLOW_RECOVERY {
+                    let text = self.slow_recovery(record, since);
+                    self.note(text);
+                }
             } else if since.elapsed() > self.spec.recover_timeout {
                 self.records[record].outcome = Some(Outcome::NotRecovered);
                 let r = &self.records[record];
@@ -645,6 +651,30 @@ impl<'s> Engine<'s> {
             }
         }
         self.awaiting = still;
+    }
+
+    /// Why a recovery took long: the pair that imported last (the domain was UP by then, or
+    /// the recovery would not have been recorded).
+    fn slow_recovery(&self, record: usize, since: Instant) -> String {
+        let r = &self.records[record];
+        let last = self
+            .pairs
+            .iter()
+            .filter_map(|((reader, tag), p)| Some((p.imported?, reader, tag)))
+            .max();
+        let pair = last.map_or("no pair".to_owned(), |(at, reader, tag)| {
+            format!(
+                "reader {} <- exporter {tag} imported again {} ms after the repair",
+                self.apps[*reader].spec.name,
+                at.saturating_duration_since(since).as_millis()
+            )
+        });
+        format!(
+            "slow recovery of {} on node {} ({} ms): last to recover was {pair}",
+            r.kind.name(),
+            r.node,
+            since.elapsed().as_millis()
+        )
     }
 
     /// Performs one fault step.

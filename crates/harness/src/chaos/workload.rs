@@ -336,6 +336,10 @@ pub(crate) fn layout(
                 node_dirs[n].display().to_string(),
                 "--interval-ms".into(),
                 t.interval_ms.to_string(),
+                // A reader imports its sources one after another: a short bound keeps one
+                // unreachable exporter from holding up the others for long.
+                "--import-timeout".into(),
+                "2".into(),
             ];
             for &e in exporters.iter().filter(|&&e| e != n) {
                 for eg in 0..gpus {
