@@ -6,6 +6,10 @@
 //!
 //! One thread per GPU plays that GPU's application, each with its own driver client (as each
 //! process has its own CUDA context), so imports run concurrently as they would in a job.
+//!
+//! `--chaos` runs the fault-injection workload instead ([`chaos`]).
+
+mod chaos;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,12 +25,31 @@ use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
 /// `openimex demo` flags.
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
-    /// Compute trays (nodes) in the domain; 18 is one GB200 NVL72 rack.
-    #[arg(long, default_value_t = 18)]
-    nodes: usize,
-    /// GPUs per tray.
-    #[arg(long, default_value_t = 4)]
-    gpus_per_node: u32,
+    /// Compute trays (nodes) in the domain [default: 18, one GB200 NVL72 rack; 4 with --chaos].
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// GPUs per tray [default: 4; 2 with --chaos].
+    #[arg(long)]
+    gpus_per_node: Option<u32>,
+    /// Run the all-to-all workload as application processes while seeded random faults hit
+    /// it (kill -9 of apps, daemons and GPU drivers, hung and flapping daemons), then check
+    /// that nothing read freed memory, every byte read was the one written, no reference
+    /// leaked and the domain recovered. Default cluster: 4 nodes x 2 GPUs. Exits non-zero
+    /// when an invariant fails.
+    #[arg(long)]
+    chaos: bool,
+    /// With --chaos: how long faults are injected, seconds.
+    #[arg(long, default_value_t = 60, requires = "chaos")]
+    seconds: u64,
+    /// With --chaos: seed of every random choice (printed; default: random).
+    #[arg(long, requires = "chaos")]
+    seed: Option<u64>,
+    /// With --chaos: the fault kinds to draw from, comma-separated [default: the kills and
+    /// restarts: kill-exporter-app, kill-importer-app, kill-exporter-daemon,
+    /// kill-importer-daemon, kill-exporter-driver, flap, restart-node; also hang-below-grace,
+    /// hang-past-grace, partition-below-grace, partition-past-grace (partitions need root)].
+    #[arg(long, value_delimiter = ',', requires = "chaos", value_parser = parse_fault)]
+    faults: Vec<openimex_harness::chaos::FaultKind>,
     /// Bytes each GPU exports (K/M/G suffixes; rounded up to 2 MiB by the driver).
     #[arg(long, default_value = "2M", value_parser = parse_size)]
     buffer_size: u64,
@@ -36,6 +59,14 @@ pub(crate) struct DemoArgs {
     /// Keep the nodes' directories (configs, logs) after the demo.
     #[arg(long)]
     keep: bool,
+}
+
+fn parse_fault(s: &str) -> Result<openimex_harness::chaos::FaultKind, String> {
+    use openimex_harness::chaos::FaultKind;
+    FaultKind::from_name(s.trim()).ok_or_else(|| {
+        let names: Vec<&str> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown fault kind {s:?} (one of {})", names.join(", "))
+    })
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -68,10 +99,14 @@ fn seed(exporter: usize, importer: usize, phase: u64) -> u64 {
 
 /// Runs the demo; prints the summary; fails when any byte or count is wrong.
 pub(crate) fn run(args: &DemoArgs) -> Result<()> {
-    if args.nodes == 0 || args.gpus_per_node == 0 {
+    if args.chaos {
+        return chaos::run(args);
+    }
+    let (nodes, gpus_per_node) = (args.nodes.unwrap_or(18), args.gpus_per_node.unwrap_or(4));
+    if nodes == 0 || gpus_per_node == 0 {
         bail!("--nodes and --gpus-per-node must be at least 1");
     }
-    let gpus_total = args.nodes * args.gpus_per_node as usize;
+    let gpus_total = nodes * gpus_per_node as usize;
     let buffer = args.buffer_size.max(1).div_ceil(2 << 20) * (2 << 20);
     let slot = (buffer / gpus_total as u64) / 8 * 8;
     if slot == 0 {
@@ -79,11 +114,11 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     }
     let binary = std::env::current_exe().context("cannot find this binary's path")?;
     let gpu_spec = GpuSpec {
-        gpus_per_node: args.gpus_per_node,
+        gpus_per_node,
         hbm_mib: (buffer >> 20).max(2) * 2 + 64,
         ..GpuSpec::default()
     };
-    let mut spec = ClusterSpec::new(args.nodes, binary).with_gpus(gpu_spec);
+    let mut spec = ClusterSpec::new(nodes, binary).with_gpus(gpu_spec);
     spec.keep_dir = args.keep;
     let say = |s: &str| {
         if !args.json {
@@ -92,7 +127,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     };
     say(&format!(
         "Starting a simulated NVLink domain: {} compute trays x {} GPUs, one GPU driver and one IMEX daemon per tray...",
-        args.nodes, args.gpus_per_node
+        nodes, gpus_per_node
     ));
     let start = Instant::now();
     let mut cluster = Cluster::start(spec).context("cannot start the nodes")?;
@@ -107,7 +142,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         gpus_total * (gpus_total - 1)
     ));
 
-    let node_dirs: Vec<PathBuf> = (0..args.nodes)
+    let node_dirs: Vec<PathBuf> = (0..nodes)
         .map(|i| cluster.node(i).dir().to_path_buf())
         .collect();
     let shared = Arc::new(Shared {
@@ -121,8 +156,8 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     });
     let mut threads = Vec::new();
     for g in 0..gpus_total {
-        let dir = node_dirs[g / args.gpus_per_node as usize].clone();
-        let local_gpu = (g % args.gpus_per_node as usize) as u32;
+        let dir = node_dirs[g / gpus_per_node as usize].clone();
+        let local_gpu = (g % gpus_per_node as usize) as u32;
         let shared = shared.clone();
         threads.push(std::thread::spawn(move || {
             gpu_app(g, local_gpu, &dir, gpus_total, buffer, slot, &shared)
@@ -210,7 +245,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     let shutdown = cluster.shutdown();
     let stopped = stop.elapsed();
     let summary = serde_json::json!({
-        "nodes": args.nodes,
+        "nodes": nodes,
         "gpus": gpus_total,
         "imports": imports,
         "bytes_verified": bytes_verified,

@@ -9,6 +9,10 @@ mod apps;
 // issue 7: SIGTERM under live imports: references released after peers acknowledge
 #[path = "e2e/clean_stop.rs"]
 mod clean_stop;
+// issue 7: kill -9 of apps, daemons and drivers, hung and flapping peers, 100 restarts, under
+// an import storm of real app processes; `demo --chaos --json`
+#[path = "e2e/chaos.rs"]
+mod chaos;
 // ctl without a daemon, nvidia-imex / nvidia-imex-ctl links, DAEMONIZE=1
 #[path = "e2e/cli.rs"]
 mod cli;

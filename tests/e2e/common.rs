@@ -31,7 +31,12 @@ pub(crate) fn text(bytes: &[u8]) -> String {
 
 /// Runs `cmd` with the 10 s limit; a timeout fails the test.
 pub(crate) fn run(cmd: &mut Command) -> Output {
-    run_with_timeout(cmd, COMMAND).unwrap_or_else(|e| panic!("{e}"))
+    run_long(cmd, COMMAND)
+}
+
+/// Runs `cmd` with the limit `timeout`; a timeout fails the test.
+pub(crate) fn run_long(cmd: &mut Command, timeout: Duration) -> Output {
+    run_with_timeout(cmd, timeout).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Asserts a command failed the way an operator wants: non-zero exit, a message on stderr,

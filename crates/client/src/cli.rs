@@ -6,6 +6,8 @@
 //!                     [--hold] [--no-release] [--timeout SECS] [--import-id ID]
 //! openimex app stats  --node-dir DIR
 //! openimex app gpus   --node-dir DIR
+//! openimex app churn  --node-dir DIR --handle-file FILE [--gpu N] [--size SIZE] …
+//! openimex app reader --node-dir DIR --source FILE… [--interval-ms MS] …
 //! ```
 //! Every subcommand also takes `--channel FILE` (subscribe with that channel file instead of
 //! the first accessible one) or `--no-channel`.
@@ -21,6 +23,8 @@
 //!   process exit). `--import-id` sets the import ID (default 0): imports of one handle on a
 //!   node with the same ID share one import descriptor, with different IDs they do not.
 //! - `stats` prints the driver's counters as one JSON line.
+//! - `churn` and `reader` are the fault-injection workload, with a line protocol of their own
+//!   (the `workload` module's docs describe it).
 //! - `gpus` prints each GPU (UUID, HBM, fabric probe state, clusterUuid, cliqueId, health,
 //!   fabric base address) as one JSON line, what NVML's fabric info gives NCCL and NVSHMEM.
 //!
@@ -50,6 +54,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{Context, CuError, FabricHandleBytes, Mappable, Mapping, pattern};
 
+mod workload;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "openimex app",
@@ -68,6 +74,11 @@ enum Command {
     Import(ImportArgs),
     /// Print the driver's counters as one JSON line.
     Stats(NodeArgs),
+    /// Export a new generation of memory again and again, writing a canary into each new
+    /// allocation first (fault-injection workload; see `app churn --help`).
+    Churn(workload::ChurnArgs),
+    /// Import what `app churn` publishes and check it continuously (fault-injection workload).
+    Reader(workload::ReaderArgs),
     /// Print the node's GPUs and their fabric probe (UUID, HBM, state, clusterUuid, cliqueId,
     /// health, fabric base address), one JSON object per line, as NVML reports them.
     Gpus(NodeArgs),
@@ -163,6 +174,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Export(a) => export(&a),
         Command::Import(a) => import(&a),
         Command::Stats(node) => stats(&node),
+        Command::Churn(a) => return workload::churn(&a),
+        Command::Reader(a) => return workload::reader(&a),
         Command::Gpus(node) => gpus(&node),
     };
     match result {

@@ -19,6 +19,12 @@ fn word(seed: u64, k: u64) -> [u8; 8] {
     mix(seed.wrapping_add(k.wrapping_add(1).wrapping_mul(GOLDEN))).to_le_bytes()
 }
 
+/// Word `k` (bytes `8k..8k+8`, little-endian) of the pattern of `seed`: lets a checker sample
+/// a buffer instead of reading all of it.
+pub fn word_at(seed: u64, k: u64) -> u64 {
+    u64::from_le_bytes(word(seed, k))
+}
+
 /// The pattern byte of `seed` at `offset`.
 pub fn byte_at(seed: u64, offset: u64) -> u8 {
     word(seed, offset / 8)[(offset % 8) as usize]

@@ -19,6 +19,9 @@
 //!   ([`LinksView`]) and `ctl --peers -j` ([`PeersView`]), and NVIDIA's timestamp format.
 //! - [`process`]: running a command with a time limit; finding a process by argument.
 //! - [`scratch`]: temporary directories kept for inspection when a test panics.
+//! - [`chaos`]: a workload of application processes under seeded random faults (kill -9 of
+//!   apps, daemons and drivers, hangs, flaps), each fault's time to recover, and the end
+//!   invariants (no stale read, no data error, no leaked reference, domain UP).
 //! - [`bench`](mod@bench): `formation`, the time to form a domain against a bare-listener baseline.
 //!
 //! # Clean-up
@@ -44,6 +47,7 @@
 
 pub mod addr;
 pub mod bench;
+pub mod chaos;
 pub mod cluster;
 pub mod domain;
 mod error;
@@ -51,6 +55,7 @@ pub mod gpu;
 pub mod names;
 pub mod node;
 pub mod process;
+pub mod proxy;
 pub mod scratch;
 
 /// The `nix` the harness uses, so callers can name signals without depending on it.

@@ -37,7 +37,7 @@ pub(crate) struct Hbm {
 impl Hbm {
     /// Creates (or resets to zero) the HBM files of `gpus` GPUs of node slot `slot`.
     ///
-    /// A file left by an earlier run of this slot is truncated: a restarted driver starts with
+    /// A file left by an earlier run of this slot is zeroed: a restarted driver starts with
     /// empty HBM, as a GPU does after a driver reload.
     pub(crate) fn create(
         fabric_dir: &Path,
@@ -69,8 +69,11 @@ impl Hbm {
                     format!("{} is locked by another simulated driver (slot {slot} already running?): {e}", path.display()),
                 )
             })?;
-            file.set_len(0)?;
+            // Zeroed in place, never shrunk to nothing first: importers on other nodes may
+            // still map this file (until their daemons revoke them), and a mapped page beyond
+            // the end of a file is SIGBUS, not the zeros of freed memory.
             file.set_len(pages * PAGE_SIZE)?;
+            zero(&file, 0, pages * PAGE_SIZE)?;
             out.push(GpuMem {
                 file,
                 path,
