@@ -37,8 +37,11 @@
 //!   release what it holds for it, so a success that arrives after the goodbye is failed (and
 //!   handed back), and new imports fail at once.
 //! - A peer lost (RECOVERING) for longer than [`NodeConfig::grace`] is cleaned up as if it had
-//!   left; the matrix then shows it DISCONNECTED until it is back. The same instance back within
-//!   the grace time loses nothing; a new instance is cleaned at once (below).
+//!   left, in two steps: its memory is fenced here at once (local importers disabled), and what
+//!   it held here is released a fence margin later, so a peer behind a partition has fenced
+//!   before its memory can be freed and reused ([`grace`] says why). The matrix then shows it
+//!   DISCONNECTED until it is back. The same instance back within the grace time loses nothing;
+//!   a new instance is cleaned at once (below).
 //! - A peer that restarted (new instance) or left (goodbye): the references held for its
 //!   importers are released, imports from it that were still in flight fail, unimports waiting
 //!   on it finish, and the local importers of its memory are disabled.
@@ -47,6 +50,7 @@
 //!   released at once.
 
 mod exporter;
+mod grace;
 mod importer;
 mod peers;
 mod recovery;
@@ -238,8 +242,10 @@ enum Timer {
     Unimport(NodeId, u64),
     /// Retry the unimports this exporter was not told of, though its link stayed up.
     Redeliver(NodeId),
-    /// The lost peer's grace time is over.
+    /// The lost peer's grace time is over: fence its memory here.
     Grace(NodeId),
+    /// The fence margin after that is over too: release what the peer held here.
+    GraceRelease(NodeId),
     /// The recovery gate stops waiting.
     RecoveryOver,
     /// Name the nodes the recovery gate still waits for.
@@ -511,6 +517,7 @@ impl Node {
                     }
                 }
                 Timer::Grace(peer) => self.grace_over(now, peer),
+                Timer::GraceRelease(peer) => self.grace_release(now, peer),
                 Timer::RecoveryOver => self.recovery_over(now),
                 Timer::RecoveryLog => self.recovery_log(now),
             }
@@ -562,7 +569,10 @@ impl Node {
                 Some((peer, _, true)) => {
                     self.recovery_link_up(now, peer);
                     // Back (the same instance, or a restart already cleaned): no grace running.
+                    // References not yet released after a fence stay: the peer's own unimports
+                    // release them (it fenced too), or its importers are still live.
                     self.disarm(Timer::Grace(peer));
+                    self.disarm(Timer::GraceRelease(peer));
                     self.cleaned.remove(&peer);
                     self.flush_undelivered(now, peer);
                 }
@@ -573,6 +583,7 @@ impl Node {
                         "left"
                     };
                     self.disarm(Timer::Grace(peer));
+                    self.disarm(Timer::GraceRelease(peer));
                     // Its references went with it (a restart) or it released them (a goodbye).
                     let (_, cleaned) = self.peer_gone(peer, current);
                     self.record_cleanup(now, peer, reason, cleaned);
@@ -587,23 +598,6 @@ impl Node {
                 }
             }
         }
-    }
-
-    /// A lost peer stayed away for its whole grace time: clean up what it imported from us and
-    /// what we imported from it, as for a departure (IMEX guide "Connections, Quorum, and Clean
-    /// up"; driver-interface.md §4 "Peer node dies or disconnects").
-    fn grace_over(&mut self, now: Instant, peer: NodeId) {
-        if self.connected(peer).is_some() || self.cleaned.contains_key(&peer) {
-            return;
-        }
-        self.cleaned.insert(peer, self.grace.unwrap_or_default());
-        // The peer may be alive behind a partition, still holding references for imports we
-        // now drop: tell it when it is back (a restart forgets them first).
-        let (maybe_held, cleaned) = self.peer_gone(peer, None);
-        for import_event_id in maybe_held {
-            self.imports.undelivered(peer, import_event_id);
-        }
-        self.record_cleanup(now, peer, "lost for longer than the grace time", cleaned);
     }
 
     /// Shutting down: goodbyes are sent, so exporters release what they hold for us.
@@ -725,60 +719,5 @@ impl Node {
         for import_event_id in self.imports.take_undelivered(peer) {
             self.send_unimport(now, peer, import_event_id, None);
         }
-    }
-
-    /// A peer's old instance is gone (restart, or clean departure): release what we held for
-    /// its importers, fail what we asked of it, finish the unimports that wait on it, and
-    /// disable local clients still mapping its memory (it may be freed or reused).
-    /// Returns the imports that instance may still hold references for, and what was cleaned.
-    fn peer_gone(&mut self, peer: NodeId, current: Option<InstanceId>) -> (Vec<u64>, Cleaned) {
-        let refs = match current {
-            Some(instance) => self.exports.drain_stale(peer, instance),
-            None => self.exports.drain_node(peer),
-        };
-        let mut cleaned = Cleaned {
-            exports_released: refs.len(),
-            ..Cleaned::default()
-        };
-        if !refs.is_empty() {
-            self.release(refs, None);
-        }
-        let drained = self.imports.drain_exporter(peer);
-        cleaned.imports_dropped = drained.unanswered.len() + drained.held.len();
-        let mut maybe_held = drained.maybe_held();
-        self.disarm(Timer::Redeliver(peer));
-        for import_event_id in drained.unanswered {
-            self.disarm(Timer::Import(import_event_id));
-            self.actions.push_back(Action::ValidateImport {
-                import_event_id,
-                result: Err(Status::InvalidState),
-            });
-        }
-        let mut finish = drained.finish;
-        let waiting: Vec<(NodeId, u64)> = self
-            .unimports
-            .keys()
-            .filter(|(node, _)| *node == peer)
-            .copied()
-            .collect();
-        for key in waiting {
-            self.disarm(Timer::Unimport(key.0, key.1));
-            maybe_held.push(key.1);
-            if let Some(Some(token)) = self.unimports.remove(&key) {
-                finish.push(token);
-            }
-        }
-        self.abandoned.retain(|_, (node, _)| *node != peer);
-        cleaned.unimports_finished = finish.len();
-        if !finish.is_empty() {
-            finish.sort_unstable();
-            self.actions
-                .push_back(Action::FinishUnimports { ids: finish });
-        }
-        self.actions
-            .push_back(Action::DisableImporters { node: peer });
-        maybe_held.sort_unstable();
-        maybe_held.dedup();
-        (maybe_held, cleaned)
     }
 }

@@ -3,7 +3,10 @@
 //! disconnects"): -1 waits forever, 0 cleans up at once, N seconds cleans up after N. Clean-up
 //! disables the local importers of the peer's memory and drops the references held for it; the
 //! matrix shows R before and D after. The same instance back within the grace time loses
-//! nothing.
+//! nothing. The fence (disabling the local importers) comes at the grace time, the release of
+//! the references a fence margin (peer timeout + two heartbeat intervals) later, so a peer behind a
+//! partition, whose own grace timer runs at most that much behind ours, has fenced its
+//! importers before the memory they map can be freed here.
 
 mod sim;
 
@@ -14,6 +17,9 @@ use openimex_core::*;
 use sim::node::{Setup, dial_attempt, drain, pages};
 
 const SEC: Duration = Duration::from_secs(1);
+/// The fence margin of the sim config: its peer timeout (3 s) plus two heartbeat intervals
+/// (0.5 s each).
+const MARGIN: Duration = Duration::from_millis(4000);
 
 struct One {
     n: Node,
@@ -104,11 +110,18 @@ fn lose(o: &mut One) {
     assert_eq!(o.n.links()[1].status, ConnStatus::Recovering);
 }
 
-fn cleaned(actions: &[Action]) -> bool {
+fn fenced(actions: &[Action]) -> bool {
     actions.contains(&Action::DisableImporters { node: NodeId(1) })
-        && actions.iter().any(
-            |a| matches!(a, Action::ReleaseExportRefs { refs, ack: None } if refs == &vec![77]),
-        )
+}
+
+fn released(actions: &[Action]) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a, Action::ReleaseExportRefs { refs, ack: None } if refs == &vec![77]))
+}
+
+fn cleaned(actions: &[Action]) -> bool {
+    fenced(actions) && released(actions)
 }
 
 #[test]
@@ -122,21 +135,78 @@ fn grace_n_cleans_up_after_n_seconds_and_shows_disconnected() {
     );
     assert_eq!(o.n.export_refs_held(), 1);
     assert_eq!(o.n.links()[1].status, ConnStatus::Recovering, "R before");
-    let after = run(&mut o, 2 * SEC);
-    assert!(cleaned(&after), "{after:?}");
-    assert_eq!(o.n.export_refs_held(), 0);
+    let fence = run(&mut o, 2 * SEC);
+    assert!(fenced(&fence), "fenced at the grace time: {fence:?}");
+    assert!(
+        !released(&fence),
+        "released only after the margin: {fence:?}"
+    );
+    assert_eq!(o.n.export_refs_held(), 1);
     assert_eq!(o.n.links()[1].status, ConnStatus::Disconnected, "D after");
+    let release = run(&mut o, MARGIN);
+    assert!(released(&release), "{release:?}");
+    assert_eq!(o.n.export_refs_held(), 0);
     let c: Vec<_> = o.n.cleanups().collect();
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].peer, NodeId(1));
     assert!(c[0].reason.contains("grace"));
+    assert_eq!(
+        c[0].cleaned.exports_released, 1,
+        "the release is on the record"
+    );
+}
+
+/// Two daemons that lose each other in a partition detect it up to a peer timeout apart. The
+/// importer side fences at its grace time; the exporter side must not release (letting the
+/// memory be freed and reused) before that, whichever detected first.
+#[test]
+fn a_partitioned_importer_fences_before_the_exporter_releases() {
+    let grace = 10 * SEC;
+    let peer_timeout = 3 * SEC;
+    // Worst case: the exporter (node 0 here) noticed the loss at once (a reset), the importer
+    // a whole peer timeout and heartbeat later.
+    let mut exporter = connected(Some(grace));
+    let lost_at = exporter.now;
+    lose(&mut exporter);
+    let importer_fences_at = lost_at + peer_timeout + Duration::from_millis(500) + grace;
+    let before = run(&mut exporter, importer_fences_at - lost_at);
+    assert!(
+        !released(&before),
+        "released before the importer fenced: {before:?}"
+    );
+    assert_eq!(exporter.n.export_refs_held(), 1);
+    let after = run(&mut exporter, Duration::from_millis(500));
+    assert!(released(&after), "released a heartbeat after: {after:?}");
+}
+
+#[test]
+fn the_same_instance_back_between_fence_and_release_keeps_its_references() {
+    let mut o = connected(Some(5 * SEC));
+    lose(&mut o);
+    let fence = run(&mut o, 5 * SEC);
+    assert!(fenced(&fence) && !released(&fence), "{fence:?}");
+    // Node 1 dials in again before the margin is over: its importers may be live (it never
+    // lost us) or it fenced and its unimports will release the reference; either way node 0
+    // must not release it on its own.
+    o.up = true;
+    o.n.handle_session_hello(o.now, 2, true, &o.hellos[1].clone());
+    let mut later = run(&mut o, Duration::ZERO);
+    assert_eq!(o.n.links()[1].status, ConnStatus::Connected);
+    later.extend(run(&mut o, 60 * SEC));
+    assert!(!released(&later), "{later:?}");
+    assert_eq!(o.n.export_refs_held(), 1);
 }
 
 #[test]
 fn grace_zero_cleans_up_at_once() {
     let mut o = connected(Some(Duration::ZERO));
     o.n.handle_session_lost(o.now, NodeId(1), o.attempt, "reset".into());
-    assert!(cleaned(&drain(&mut o.n)));
+    let at_once = drain(&mut o.n);
+    assert!(fenced(&at_once), "fenced at once: {at_once:?}");
+    assert_eq!(o.n.export_refs_held(), 1, "released after the margin only");
+    o.up = false;
+    let release = run(&mut o, MARGIN);
+    assert!(released(&release), "{release:?}");
     assert_eq!(o.n.export_refs_held(), 0);
 }
 
@@ -183,7 +253,7 @@ fn after_a_clean_up_the_same_instance_back_is_told_to_drop_what_it_held_for_us()
     o.n.handle_import_answer(o.now, NodeId(1), 40, Ok(pages(9)));
     drain(&mut o.n);
     lose(&mut o);
-    let cleanup = run(&mut o, 6 * SEC);
+    let cleanup = run(&mut o, 6 * SEC + MARGIN);
     assert!(cleaned(&cleanup), "{cleanup:?}");
     // Node 1 was only partitioned: back as the same instance, it still holds a reference for
     // node 0's import 40, which node 0 has dropped. Node 0 tells it.

@@ -75,6 +75,13 @@ pub(super) struct CleanupLog {
 }
 
 impl CleanupLog {
+    /// Adds references released after the fence margin to `peer`'s latest clean-up.
+    pub(super) fn add_released(&mut self, peer: NodeId, released: usize) {
+        if let Some(last) = self.peers.get_mut(&peer).and_then(|p| p.latest.back_mut()) {
+            last.cleaned.exports_released += released;
+        }
+    }
+
     fn push(&mut self, c: CleanUp) {
         let p = self.peers.entry(c.peer).or_default();
         p.total += 1;

@@ -27,6 +27,7 @@ fn world(n: usize) -> World {
         fault_weights: [0; FAULT_KINDS],
         fault_gap: (1000, 1000),
         app_gap: (1000, 1000),
+        grace: None,
     };
     let trace = std::env::var_os("OPENIMEX_SIM_TRACE").is_some();
     let mut w = World::new(p, 1, trace);

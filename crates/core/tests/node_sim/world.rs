@@ -33,6 +33,8 @@ pub struct Params {
     pub fault_gap: (u64, u64),
     /// Milliseconds between application operations, `[lo, hi]`.
     pub app_gap: (u64, u64),
+    /// `IMEX_NODE_DISCONNECTED_GRACE_TIME` of every node (`None`: forever).
+    pub grace: Option<Duration>,
 }
 
 /// How many kinds of fault the chaos script knows.
@@ -445,7 +447,7 @@ impl World {
             mesh: sim::config(i, map, instance.0, self.p.quorum),
             import_timeout: self.p.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
-            grace: None,
+            grace: self.p.grace,
             // The previous daemon's record: with RECOVERY the new one waits for those nodes.
             recover_from: if self.p.quorum == QuorumPolicy::Recovery {
                 self.slots[i].persist.clone()

@@ -27,7 +27,9 @@ pub enum FaultKind {
     /// timeout plus the grace time, then SIGCONT.
     HangBelowGrace,
     /// SIGSTOP a daemon past the peer timeout plus the grace time (its peers clean up), then
-    /// SIGCONT (the same instance comes back).
+    /// SIGCONT (the same instance comes back). Its applications keep running meanwhile and
+    /// nothing can disable them while their daemon is frozen, so stale reads are expected: a
+    /// grace time declares a peer silent that long dead (see the README's "Peer loss").
     HangPastGrace,
     /// A flapping node: its daemon killed and restarted 3 to 5 times in quick succession.
     Flap,
@@ -66,8 +68,8 @@ impl FaultKind {
     }
 
     /// The kinds `openimex demo --chaos` draws by default: the kills and restarts of apps,
-    /// daemons and drivers (issue 7 item 8). The hangs are left to `--faults`: a hang past the
-    /// grace time exposes a known bug (see [`FaultKind::HangPastGrace`]'s tests).
+    /// daemons and drivers (issue 7 item 8). The hangs and partitions are left to `--faults`;
+    /// a hang past the grace time breaks the grace time's premise ([`FaultKind::HangPastGrace`]).
     pub const KILLS: [FaultKind; 7] = [
         FaultKind::KillExporterApp,
         FaultKind::KillImporterApp,
