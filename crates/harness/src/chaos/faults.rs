@@ -290,7 +290,10 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
-    fn targets() -> (Vec<(usize, usize, String)>, Vec<(usize, usize, String)>) {
+    /// (node, GPU, name) of each app.
+    type Apps = Vec<(usize, usize, String)>;
+
+    fn targets() -> (Apps, Apps) {
         (
             vec![(0, 0, "n0g0".into())],
             vec![(1, 1, "n1g0".into()), (2, 2, "n2g0".into())],
