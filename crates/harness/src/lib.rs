@@ -19,7 +19,8 @@
 //!   ([`LinksView`]) and `ctl --peers -j` ([`PeersView`]), and NVIDIA's timestamp format.
 //! - [`process`]: running a command with a time limit; finding a process by argument.
 //! - [`scratch`]: temporary directories kept for inspection when a test panics.
-//! - [`bench`](mod@bench): `formation`, the time to form a domain against a bare-listener baseline.
+//! - [`bench`](mod@bench): the scenarios of `openimex bench` over real processes (formation,
+//!   recovery, footprint) and the [`bench::BenchEntry`] every figure is reported as.
 //!
 //! # Clean-up
 //! Dropping a [`Cluster`] SIGTERMs every daemon it started, SIGKILLs those still alive after
