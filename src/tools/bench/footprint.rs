@@ -41,6 +41,7 @@ pub(crate) fn footprint(binary: &Path, window: Duration) -> Vec<BenchEntry> {
     match gpu_cluster(binary, STORM_NODES, GPUS, HBM_MIB) {
         Ok(cluster) => {
             let pids = daemon_pids(&cluster);
+            eprintln!("bench: footprint: idle_18, storm_18, exports_18 ...");
             out.extend(match watch_idle(binary, &pids, window) {
                 Ok(f) => f.entries("idle_18", "18 nodes x 4 GPUs, domain UP, idle"),
                 Err(e) => failed_entries("idle_18", &short_error(&e)),
@@ -60,6 +61,7 @@ pub(crate) fn footprint(binary: &Path, window: Duration) -> Vec<BenchEntry> {
             }
         }
     }
+    eprintln!("bench: footprint: idle_144 ...");
     out.extend(match idle_144(binary, window) {
         Ok(e) => e,
         Err(e) => failed_entries("idle_144", &format!("{e:#}")),

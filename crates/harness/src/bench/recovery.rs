@@ -1,9 +1,12 @@
 //! `recovery`: one node of a formed domain is killed with SIGKILL; `recovery_detect` is the
 //! time until every surviving node's row of `ctl -N -j` (asked of node 0) shows the victim's
 //! column as not CONNECTED. The victim is then started again; `recovery_restart` is the time
-//! from its spawn to the domain UP again.
+//! from its spawn to the domain UP again. A kill -9 closes the victim's sockets, so peers
+//! may learn of it from the connection reset; `recovery_hang_detect` stops the victim with
+//! SIGSTOP instead (a hung node, or one whose power went: no reset ever arrives), which only
+//! the heartbeat and peer timeout can detect, and then resumes it.
 //!
-//! Baselines: detection is compared with two heartbeat intervals of the cluster's config (the
+//! Baselines: both detections are compared with two heartbeat intervals of the cluster's config (the
 //! goal: peers see a killed node within 2 heartbeats), so a ratio ≤ 1 meets it. Restart is
 //! compared with a bare process started and accepting on one address in the same round
 //! (formation's baseline for one node): what starting a process costs on this machine now.
@@ -11,8 +14,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::HarnessError;
 use crate::cluster::{Cluster, ClusterSpec, is_up};
+use crate::domain::DomainView;
+use crate::{HarnessError, Signal};
 
 use super::formation::{DAEMON_POLL, ROUND_TIMEOUT, baseline_round};
 use super::{BenchEntry, Unit, median, ms, short_error};
@@ -25,9 +29,14 @@ const RECOVERY_TIMEOUT: Duration = Duration::from_secs(60);
 /// domain never formed or a round timed out).
 pub fn recovery(binary: &Path, nodes: usize, rounds: usize) -> Vec<BenchEntry> {
     let spec = ClusterSpec::new(nodes.max(2), binary);
-    let heartbeat_ms = spec.heartbeat_ms;
+    let (heartbeat_ms, peer_timeout_ms) = (spec.heartbeat_ms, spec.peer_timeout_ms);
     match measure(spec, rounds.max(1)) {
-        Ok((detect, restart, bare)) => {
+        Ok(Samples {
+            detect,
+            restart,
+            bare,
+            hang,
+        }) => {
             let n = detect.len();
             vec![
                 BenchEntry::measured(
@@ -52,19 +61,40 @@ pub fn recovery(binary: &Path, nodes: usize, rounds: usize) -> Vec<BenchEntry> {
                          to port open; median of {n} rounds"
                     ),
                 ),
+                BenchEntry::measured(
+                    "recovery_hang_detect",
+                    ms(median(&hang)),
+                    Unit::Ms,
+                    Some(2.0 * heartbeat_ms as f64),
+                    format!(
+                        "SIGSTOP of 1 node of {nodes} until every survivor reports it not \
+                         CONNECTED (no connection reset: heartbeats and the peer timeout of \
+                         {peer_timeout_ms} ms), against 2 heartbeats; median of {n} rounds"
+                    ),
+                ),
             ]
         }
         Err(e) => {
             let why = short_error(&e);
-            vec![
-                BenchEntry::failed("recovery_detect", Unit::Ms, why.clone()),
-                BenchEntry::failed("recovery_restart", Unit::Ms, why),
+            [
+                "recovery_detect",
+                "recovery_restart",
+                "recovery_hang_detect",
             ]
+            .into_iter()
+            .map(|name| BenchEntry::failed(name, Unit::Ms, why.clone()))
+            .collect()
         }
     }
 }
 
-type Samples = (Vec<Duration>, Vec<Duration>, Vec<Duration>);
+/// Every round's times.
+struct Samples {
+    detect: Vec<Duration>,
+    restart: Vec<Duration>,
+    bare: Vec<Duration>,
+    hang: Vec<Duration>,
+}
 
 fn measure(spec: ClusterSpec, rounds: usize) -> Result<Samples, HarnessError> {
     let nodes = spec.nodes;
@@ -76,37 +106,46 @@ fn measure(spec: ClusterSpec, rounds: usize) -> Result<Samples, HarnessError> {
     let victim = nodes - 1;
     let survivors: Vec<u32> = (0..victim).filter_map(|i| u32::try_from(i).ok()).collect();
     let victim_id = u32::try_from(victim).unwrap_or(u32::MAX);
-    let (mut detect, mut restart, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    // A survivor's row must be there and say so: a missing row is no report.
+    let reported = |d: &DomainView| {
+        survivors.iter().all(|s| {
+            d.connection(*s, victim_id)
+                .is_some_and(|c| c != "CONNECTED")
+        })
+    };
+    let up = |d: &DomainView| is_up(d, nodes);
+    let mut s = Samples {
+        detect: Vec::new(),
+        restart: Vec::new(),
+        bare: Vec::new(),
+        hang: Vec::new(),
+    };
     for _ in 0..rounds {
         let start = Instant::now();
         cluster.kill9(victim)?;
-        cluster.wait_domain_every(
-            0,
-            RECOVERY_TIMEOUT,
-            DAEMON_POLL,
-            "every survivor to report the killed node",
-            |d| {
-                // A survivor's row must be there and say so: a missing row is no report.
-                survivors.iter().all(|s| {
-                    d.connection(*s, victim_id)
-                        .is_some_and(|c| c != "CONNECTED")
-                })
-            },
-        )?;
-        detect.push(start.elapsed());
+        let what = "every survivor to report the killed node";
+        cluster.wait_domain_every(0, RECOVERY_TIMEOUT, DAEMON_POLL, what, reported)?;
+        s.detect.push(start.elapsed());
 
         let start = Instant::now();
         cluster.start_node(victim)?;
-        cluster.wait_domain_every(
-            0,
-            RECOVERY_TIMEOUT,
-            DAEMON_POLL,
-            "domain UP after the restart",
-            |d| is_up(d, nodes),
-        )?;
-        restart.push(start.elapsed());
-        bare.push(baseline_round(&binary, 1)?);
+        let what = "domain UP after the restart";
+        cluster.wait_domain_every(0, RECOVERY_TIMEOUT, DAEMON_POLL, what, up)?;
+        s.restart.push(start.elapsed());
+        s.bare.push(baseline_round(&binary, 1)?);
+
+        let start = Instant::now();
+        cluster.signal(victim, Signal::SIGSTOP)?;
+        let what = "every survivor to report the stopped node";
+        let seen = cluster.wait_domain_every(0, RECOVERY_TIMEOUT, DAEMON_POLL, what, reported);
+        let elapsed = start.elapsed();
+        // Resumed whatever the wait found, so the domain can come back for the next round.
+        cluster.signal(victim, Signal::SIGCONT)?;
+        seen?;
+        s.hang.push(elapsed);
+        let what = "domain UP after the stopped node resumed";
+        cluster.wait_domain_every(0, RECOVERY_TIMEOUT, DAEMON_POLL, what, up)?;
     }
     cluster.shutdown()?;
-    Ok((detect, restart, bare))
+    Ok(s)
 }
