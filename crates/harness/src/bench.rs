@@ -69,13 +69,50 @@ pub fn short_error(e: &HarnessError) -> String {
         } => format!(
             "did not reach {what} within {} s (last seen: {})",
             waited.as_secs(),
-            truncate(last, 200)
+            summarize_view(last)
         ),
         other => {
             let text = other.to_string();
             truncate(text.lines().next().unwrap_or_default(), 300)
         }
     }
+}
+
+/// The last view of a wait in a few words: a `ctl -N -j` document of 144 nodes is over a
+/// megabyte, so it becomes its status and how many nodes are READY and links CONNECTED.
+/// Anything else is cut short.
+fn summarize_view(last: &str) -> String {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(last) else {
+        return truncate(last, 200);
+    };
+    let Some(nodes) = v["nodes"].as_object() else {
+        return truncate(last, 200);
+    };
+    let status = |x: &serde_json::Value| {
+        x.get("status")
+            .and_then(|s| s.as_str())
+            .or(x.as_str())
+            .map(str::to_owned)
+    };
+    let ready = nodes
+        .values()
+        .filter(|n| status(n).as_deref() == Some("READY"))
+        .count();
+    let cells: Vec<Option<String>> = nodes
+        .values()
+        .filter_map(|n| n["connections"].as_object())
+        .flat_map(|c| c.values().map(status))
+        .collect();
+    let connected = cells
+        .iter()
+        .filter(|c| c.as_deref() == Some("CONNECTED"))
+        .count();
+    format!(
+        "domain {}, {ready} of {} nodes READY, {connected} of {} links CONNECTED",
+        status(&v).unwrap_or_else(|| "status unknown".into()),
+        nodes.len(),
+        cells.len()
+    )
 }
 
 #[cfg(test)]
@@ -108,6 +145,13 @@ mod tests {
         assert_eq!(
             short_error(&e),
             "did not reach domain UP within 120 s (last seen: DEGRADED)"
+        );
+        let view = r#"{"status":"DEGRADED","nodes":{"0":{"status":"READY","connections":
+            {"0":{"status":"CONNECTED"},"1":{"status":"RECOVERING"}}},"1":{"status":
+            "WAITING_FOR_PEERS","connections":{"0":"CONNECTED","1":"CONNECTED"}}}}"#;
+        assert_eq!(
+            summarize_view(view),
+            "domain DEGRADED, 1 of 2 nodes READY, 3 of 4 links CONNECTED"
         );
     }
 }

@@ -126,6 +126,17 @@ fn cell(x: Option<f64>) -> String {
     }
 }
 
+/// An entry's cells: name, value, unit, baseline, ratio.
+fn cells(e: &BenchEntry) -> [String; 5] {
+    [
+        e.name.clone(),
+        cell(e.value),
+        e.unit.as_str().to_owned(),
+        cell(e.baseline),
+        cell(e.ratio()),
+    ]
+}
+
 /// The entries as an aligned text table, one line each, errors after the numbers.
 pub fn render_table(entries: &[BenchEntry]) -> String {
     let width = entries
@@ -134,20 +145,14 @@ pub fn render_table(entries: &[BenchEntry]) -> String {
         .max()
         .unwrap_or(0)
         .max(8);
-    let mut out = format!(
-        "{:<width$}  {:>10}  {:<5}  {:>10}  {:>8}\n",
-        "scenario", "value", "unit", "baseline", "ratio"
-    );
+    let line = |[name, value, unit, baseline, ratio]: [String; 5]| {
+        format!("{name:<width$}  {value:>10}  {unit:<5}  {baseline:>10}  {ratio:>8}")
+    };
+    let head = ["scenario", "value", "unit", "baseline", "ratio"].map(str::to_owned);
+    let mut out = line(head);
+    out.push('\n');
     for e in entries {
-        let _ = write!(
-            out,
-            "{:<width$}  {:>10}  {:<5}  {:>10}  {:>8}",
-            e.name,
-            cell(e.value),
-            e.unit.as_str(),
-            cell(e.baseline),
-            cell(e.ratio()),
-        );
+        out.push_str(&line(cells(e)));
         if let Some(err) = &e.error {
             let _ = write!(out, "  error: {err}");
         }
@@ -163,16 +168,11 @@ pub fn render_markdown(entries: &[BenchEntry]) -> String {
         "| scenario | value | unit | baseline | ratio | notes |\n|---|---:|---|---:|---:|---|\n",
     );
     for e in entries {
+        let [name, value, unit, baseline, ratio] = cells(e);
         let note = e.error.as_deref().unwrap_or(&e.detail).replace('|', "/");
         let _ = writeln!(
             out,
-            "| `{}` | {} | {} | {} | {} | {} |",
-            e.name,
-            cell(e.value),
-            e.unit.as_str(),
-            cell(e.baseline),
-            cell(e.ratio()),
-            note
+            "| `{name}` | {value} | {unit} | {baseline} | {ratio} | {note} |"
         );
     }
     out
