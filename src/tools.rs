@@ -1,4 +1,4 @@
-//! The binary's own tools: `install-links`, `bench` (in [`bench`]), and the hidden
+//! The binary's own tools: `install-links`, `bench` (in [`bench`](mod@bench)), and the hidden
 //! `listen-probe`.
 
 mod bench;
