@@ -1,170 +1,36 @@
 //! Benchmarks over real processes. Figures are reported next to a baseline measured in the
-//! same run on the same machine (DESIGN.md §6), never as absolute limits.
+//! same run on the same machine (DESIGN.md §6), never as absolute limits; a scenario that
+//! fails or runs out of time is a [`BenchEntry`] with an error, never a crash of the run.
 //!
-//! [`formation`]: how long N daemons take from spawn to a domain that `ctl -N -j` reports UP,
-//! against how long N trivial processes (`openimex listen-probe`) take from spawn to accepting
-//! a TCP connection on the same kind of addresses. The ratio is the cost of forming the
-//! domain (handshakes, heartbeats, state propagation, the ctl round trip) over the cost of
-//! starting processes and binding sockets.
+//! - [`entry`](BenchEntry): the figure type and its table / Markdown / JSON forms.
+//! - `formation`: spawn → domain UP against bare processes opening their ports ([`formation`]).
+//! - `recovery`: kill -9 of a node until every peer reports it, and its restart ([`recovery`]).
+//! - [`procfs`] and `footprint`: RSS, CPU% and descriptors of daemons against a bare process.
+//! - `probe`: helper processes that say `ready` ([`ReadyChild`]).
+//!
+//! Scenarios that need applications (imports, storm, data path) live in the `openimex` binary,
+//! which links the client library; they use these pieces.
 
-use std::io::Read;
-use std::net::{SocketAddr, SocketAddrV4, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+mod entry;
+mod footprint;
+mod formation;
+mod probe;
+pub mod procfs;
+mod recovery;
+
+use std::time::Duration;
+
+pub use entry::{BenchEntry, Unit, render_markdown, render_table};
+pub use footprint::{Footprint, daemon_pids, failed_entries, watch_during, watch_idle};
+pub use formation::{FormationReport, formation, formation_entry};
+pub use probe::ReadyChild;
+pub use recovery::recovery;
 
 use crate::HarnessError;
-use crate::addr::AddrBlock;
-use crate::cluster::{Cluster, ClusterSpec, DEFAULT_SERVER_PORT, is_up};
-use crate::process::{describe_status, die_with_parent};
-
-/// Limit for one round of either measurement.
-const ROUND_TIMEOUT: Duration = Duration::from_secs(120);
-/// How often the daemon side asks `ctl -N -j` during the bench (tests use 50 ms).
-const DAEMON_POLL: Duration = Duration::from_millis(10);
-/// Pause between connection sweeps of the baseline.
-const PROBE_POLL: Duration = Duration::from_millis(2);
-
-/// Result of [`formation`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FormationReport {
-    /// Nodes per cluster.
-    pub nodes: usize,
-    /// Rounds measured.
-    pub rounds: usize,
-    /// Median time from spawning the daemons to node 0 seeing the domain UP.
-    pub daemon_up: Duration,
-    /// Median time from spawning `nodes` listen-probes to all of them accepting.
-    pub bare_listen: Duration,
-    /// Every daemon round, in order.
-    pub daemon_samples: Vec<Duration>,
-    /// Every baseline round, in order.
-    pub baseline_samples: Vec<Duration>,
-}
-
-impl FormationReport {
-    /// `daemon_up / bare_listen` (how many times slower than the baseline).
-    pub fn ratio(&self) -> f64 {
-        self.daemon_up.as_secs_f64() / self.bare_listen.as_secs_f64().max(1e-9)
-    }
-}
-
-/// Starts `nodes` daemons and times spawn → UP (seen by node 0), then shuts them down; then
-/// times the listen-probe baseline. Each `rounds` times (at least once); reports medians.
-pub fn formation(
-    binary: &Path,
-    nodes: usize,
-    rounds: usize,
-) -> Result<FormationReport, HarnessError> {
-    let rounds = rounds.max(1);
-    let mut daemon_samples = Vec::with_capacity(rounds);
-    let mut baseline_samples = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        daemon_samples.push(daemon_round(binary, nodes)?);
-        baseline_samples.push(baseline_round(binary, nodes)?);
-    }
-    Ok(FormationReport {
-        nodes,
-        rounds,
-        daemon_up: median(&daemon_samples),
-        bare_listen: median(&baseline_samples),
-        daemon_samples,
-        baseline_samples,
-    })
-}
-
-/// One daemon measurement: files and addresses are prepared before the clock starts.
-fn daemon_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
-    let mut cluster = Cluster::prepare(ClusterSpec::new(nodes, binary))?;
-    let start = Instant::now();
-    for i in 0..nodes {
-        cluster.start_node(i)?;
-    }
-    cluster.wait_domain_every(0, ROUND_TIMEOUT, DAEMON_POLL, "domain UP", |d| {
-        is_up(d, nodes)
-    })?;
-    let elapsed = start.elapsed();
-    cluster.shutdown()?;
-    Ok(elapsed)
-}
-
-/// Listen-probe processes, killed and reaped on drop.
-struct Probes(Vec<Child>);
-
-impl Drop for Probes {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// One baseline measurement: spawn `nodes` listen-probes, wait until each accepts.
-fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
-    let block = AddrBlock::allocate(nodes, &[DEFAULT_SERVER_PORT])?;
-    let addrs: Vec<SocketAddr> = block
-        .ips()
-        .iter()
-        .map(|ip| SocketAddr::V4(SocketAddrV4::new(*ip, DEFAULT_SERVER_PORT)))
-        .collect();
-    let start = Instant::now();
-    let mut probes = Probes(Vec::with_capacity(nodes));
-    for addr in &addrs {
-        let mut cmd = Command::new(binary);
-        cmd.arg("listen-probe")
-            .arg(addr.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        die_with_parent(&mut cmd);
-        probes
-            .0
-            .push(cmd.spawn().map_err(|source| HarnessError::Spawn {
-                program: binary.to_owned(),
-                source,
-                hint: "build the openimex binary first (cargo build) and pass its path",
-            })?);
-    }
-    let mut pending: Vec<usize> = (0..nodes).collect();
-    while !pending.is_empty() {
-        pending.retain(|&i| {
-            TcpStream::connect_timeout(&addrs[i], Duration::from_millis(200)).is_err()
-        });
-        for &i in &pending {
-            if let Ok(Some(status)) = probes.0[i].try_wait() {
-                let mut stderr = String::new();
-                if let Some(mut e) = probes.0[i].stderr.take() {
-                    let _ = e.read_to_string(&mut stderr);
-                }
-                return Err(HarnessError::CommandFailed {
-                    command: format!("{} listen-probe {}", binary.display(), addrs[i]),
-                    status: describe_status(&status),
-                    stdout: String::new(),
-                    stderr,
-                });
-            }
-        }
-        if start.elapsed() >= ROUND_TIMEOUT {
-            return Err(HarnessError::CommandTimeout {
-                command: format!("{} listen-probe (×{nodes})", binary.display()),
-                waited: ROUND_TIMEOUT,
-                stdout: String::new(),
-                stderr: format!("{} of {nodes} probes never accepted", pending.len()),
-            });
-        }
-        if !pending.is_empty() {
-            thread::sleep(PROBE_POLL);
-        }
-    }
-    let elapsed = start.elapsed();
-    drop(probes);
-    Ok(elapsed)
-}
+use crate::error::truncate;
 
 /// Median of `samples` (mean of the middle two for an even count; zero for none).
-fn median(samples: &[Duration]) -> Duration {
+pub fn median(samples: &[Duration]) -> Duration {
     let mut s = samples.to_vec();
     s.sort_unstable();
     match s.len() {
@@ -174,29 +40,118 @@ fn median(samples: &[Duration]) -> Duration {
     }
 }
 
+/// Median of `values` (the upper middle one for an even count; zero for none).
+pub fn median_f64(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The `p` quantile (0.0 ..= 1.0) of `samples` by nearest rank; zero for none.
+pub fn percentile(samples: &[Duration], p: f64) -> Duration {
+    let mut s = samples.to_vec();
+    s.sort_unstable();
+    let last = s.len().saturating_sub(1);
+    let rank = ((last as f64) * p.clamp(0.0, 1.0)).round() as usize;
+    s.get(rank.min(last)).copied().unwrap_or_default()
+}
+
+/// Milliseconds as a float, the unit of most entries.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One line for an entry's `error`: a wait that ran out says what it waited for and for how
+/// long (the node logs the full error carries would drown the table).
+pub fn short_error(e: &HarnessError) -> String {
+    match e {
+        HarnessError::WaitTimeout {
+            what, waited, last, ..
+        } => format!(
+            "did not reach {what} within {} s (last seen: {})",
+            waited.as_secs(),
+            summarize_view(last)
+        ),
+        other => {
+            let text = other.to_string();
+            truncate(text.lines().next().unwrap_or_default(), 300)
+        }
+    }
+}
+
+/// The last view of a wait in a few words: a `ctl -N -j` document of 144 nodes is over a
+/// megabyte, so it becomes its status and how many nodes are READY and links CONNECTED.
+/// Anything else is cut short.
+fn summarize_view(last: &str) -> String {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(last) else {
+        return truncate(last, 200);
+    };
+    let Some(nodes) = v["nodes"].as_object() else {
+        return truncate(last, 200);
+    };
+    let status = |x: &serde_json::Value| {
+        x.get("status")
+            .and_then(|s| s.as_str())
+            .or(x.as_str())
+            .map(str::to_owned)
+    };
+    let ready = nodes
+        .values()
+        .filter(|n| status(n).as_deref() == Some("READY"))
+        .count();
+    let cells: Vec<Option<String>> = nodes
+        .values()
+        .filter_map(|n| n["connections"].as_object())
+        .flat_map(|c| c.values().map(status))
+        .collect();
+    let connected = cells
+        .iter()
+        .filter(|c| c.as_deref() == Some("CONNECTED"))
+        .count();
+    format!(
+        "domain {}, {ready} of {} nodes READY, {connected} of {} links CONNECTED",
+        status(&v).unwrap_or_else(|| "status unknown".into()),
+        nodes.len(),
+        cells.len()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn medians() {
+    fn medians_and_percentiles() {
         let ms = Duration::from_millis;
         assert_eq!(median(&[]), Duration::ZERO);
         assert_eq!(median(&[ms(5)]), ms(5));
         assert_eq!(median(&[ms(9), ms(1), ms(5)]), ms(5));
         assert_eq!(median(&[ms(4), ms(1), ms(2), ms(100)]), ms(3));
+        let hundred: Vec<Duration> = (1..=100).rev().map(ms).collect();
+        assert_eq!(percentile(&hundred, 0.5), ms(51));
+        assert_eq!(percentile(&hundred, 0.99), ms(99));
+        assert_eq!(percentile(&hundred, 1.0), ms(100));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
     }
 
     #[test]
-    fn ratio() {
-        let r = FormationReport {
-            nodes: 2,
-            rounds: 1,
-            daemon_up: Duration::from_millis(300),
-            bare_listen: Duration::from_millis(100),
-            daemon_samples: vec![],
-            baseline_samples: vec![],
+    fn wait_timeouts_become_one_line() {
+        let e = HarnessError::WaitTimeout {
+            node: 0,
+            what: "domain UP".into(),
+            waited: Duration::from_secs(120),
+            last: "DEGRADED".into(),
+            logs: "a\nlot\nof\nlogs".into(),
         };
-        assert!((r.ratio() - 3.0).abs() < 1e-9);
+        assert_eq!(
+            short_error(&e),
+            "did not reach domain UP within 120 s (last seen: DEGRADED)"
+        );
+        let view = r#"{"status":"DEGRADED","nodes":{"0":{"status":"READY","connections":
+            {"0":{"status":"CONNECTED"},"1":{"status":"RECOVERING"}}},"1":{"status":
+            "WAITING_FOR_PEERS","connections":{"0":"CONNECTED","1":"CONNECTED"}}}}"#;
+        assert_eq!(
+            summarize_view(view),
+            "domain DEGRADED, 1 of 2 nodes READY, 3 of 4 links CONNECTED"
+        );
     }
 }

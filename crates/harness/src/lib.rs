@@ -22,7 +22,8 @@
 //! - [`chaos`]: a workload of application processes under seeded random faults (kill -9 of
 //!   apps, daemons and drivers, hangs, flaps), each fault's time to recover, and the end
 //!   invariants (no stale read, no data error, no leaked reference, domain UP).
-//! - [`bench`](mod@bench): `formation`, the time to form a domain against a bare-listener baseline.
+//! - [`bench`](mod@bench): the scenarios of `openimex bench` over real processes (formation,
+//!   recovery, footprint) and the [`bench::BenchEntry`] every figure is reported as.
 //!
 //! # Clean-up
 //! Dropping a [`Cluster`] SIGTERMs every daemon it started, SIGKILLs those still alive after

@@ -1,0 +1,201 @@
+//! `formation`: how long N daemons take from spawn to a domain that `ctl -N -j` reports UP,
+//! against how long N trivial processes (`openimex listen-probe`) take from spawn to accepting
+//! a TCP connection on the same kind of addresses. The ratio is the cost of forming the
+//! domain (handshakes, heartbeats, state propagation, the ctl round trip) over the cost of
+//! starting processes and binding sockets.
+
+use std::io::Read;
+use std::net::{SocketAddr, SocketAddrV4, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::HarnessError;
+use crate::addr::AddrBlock;
+use crate::cluster::{Cluster, ClusterSpec, DEFAULT_SERVER_PORT, is_up};
+use crate::process::{describe_status, die_with_parent};
+
+use super::{BenchEntry, Unit, median, ms, short_error};
+
+/// Limit for one round of either measurement.
+pub(crate) const ROUND_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often the daemon side asks `ctl -N -j` during the bench (tests use 50 ms).
+pub(crate) const DAEMON_POLL: Duration = Duration::from_millis(10);
+/// Pause between connection sweeps of the baseline.
+const PROBE_POLL: Duration = Duration::from_millis(2);
+
+/// Result of [`formation`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormationReport {
+    /// Nodes per cluster.
+    pub nodes: usize,
+    /// Rounds measured.
+    pub rounds: usize,
+    /// Median time from spawning the daemons to node 0 seeing the domain UP.
+    pub daemon_up: Duration,
+    /// Median time from spawning `nodes` listen-probes to all of them accepting.
+    pub bare_listen: Duration,
+    /// Every daemon round, in order.
+    pub daemon_samples: Vec<Duration>,
+    /// Every baseline round, in order.
+    pub baseline_samples: Vec<Duration>,
+}
+
+impl FormationReport {
+    /// `daemon_up / bare_listen` (how many times slower than the baseline).
+    pub fn ratio(&self) -> f64 {
+        self.daemon_up.as_secs_f64() / self.bare_listen.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Starts `nodes` daemons and times spawn → UP (seen by node 0), then shuts them down; then
+/// times the listen-probe baseline. Each `rounds` times (at least once); reports medians.
+pub fn formation(
+    binary: &Path,
+    nodes: usize,
+    rounds: usize,
+) -> Result<FormationReport, HarnessError> {
+    let rounds = rounds.max(1);
+    let mut daemon_samples = Vec::with_capacity(rounds);
+    let mut baseline_samples = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        daemon_samples.push(daemon_round(binary, nodes)?);
+        baseline_samples.push(baseline_round(binary, nodes)?);
+    }
+    Ok(FormationReport {
+        nodes,
+        rounds,
+        daemon_up: median(&daemon_samples),
+        bare_listen: median(&baseline_samples),
+        daemon_samples,
+        baseline_samples,
+    })
+}
+
+/// [`formation`] as the `formation_N` entry of `bench all`. A round that fails (144 nodes may
+/// not come UP within the limit) ends the scenario: further rounds would only fail slower.
+pub fn formation_entry(binary: &Path, nodes: usize, rounds: usize) -> BenchEntry {
+    let name = format!("formation_{nodes}");
+    match formation(binary, nodes, rounds) {
+        Ok(r) => BenchEntry::measured(
+            name,
+            ms(r.daemon_up),
+            Unit::Ms,
+            Some(ms(r.bare_listen)),
+            format!(
+                "spawn of {nodes} daemons to domain UP seen by node 0, against {nodes} bare \
+                 processes to ports open; median of {} rounds",
+                r.rounds
+            ),
+        ),
+        Err(e) => BenchEntry::failed(name, Unit::Ms, short_error(&e)),
+    }
+}
+
+/// One daemon measurement: files and addresses are prepared before the clock starts.
+fn daemon_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
+    let mut cluster = Cluster::prepare(ClusterSpec::new(nodes, binary))?;
+    let start = Instant::now();
+    for i in 0..nodes {
+        cluster.start_node(i)?;
+    }
+    cluster.wait_domain_every(0, ROUND_TIMEOUT, DAEMON_POLL, "domain UP", |d| {
+        is_up(d, nodes)
+    })?;
+    let elapsed = start.elapsed();
+    cluster.shutdown()?;
+    Ok(elapsed)
+}
+
+/// Listen-probe processes, killed and reaped on drop.
+struct Probes(Vec<Child>);
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One baseline measurement: spawn `nodes` listen-probes, wait until each accepts.
+pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
+    let block = AddrBlock::allocate(nodes, &[DEFAULT_SERVER_PORT])?;
+    let addrs: Vec<SocketAddr> = block
+        .ips()
+        .iter()
+        .map(|ip| SocketAddr::V4(SocketAddrV4::new(*ip, DEFAULT_SERVER_PORT)))
+        .collect();
+    let start = Instant::now();
+    let mut probes = Probes(Vec::with_capacity(nodes));
+    for addr in &addrs {
+        let mut cmd = Command::new(binary);
+        cmd.arg("listen-probe")
+            .arg(addr.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        die_with_parent(&mut cmd);
+        probes
+            .0
+            .push(cmd.spawn().map_err(|source| HarnessError::Spawn {
+                program: binary.to_owned(),
+                source,
+                hint: "build the openimex binary first (cargo build) and pass its path",
+            })?);
+    }
+    let mut pending: Vec<usize> = (0..nodes).collect();
+    while !pending.is_empty() {
+        pending.retain(|&i| {
+            TcpStream::connect_timeout(&addrs[i], Duration::from_millis(200)).is_err()
+        });
+        for &i in &pending {
+            if let Ok(Some(status)) = probes.0[i].try_wait() {
+                let mut stderr = String::new();
+                if let Some(mut e) = probes.0[i].stderr.take() {
+                    let _ = e.read_to_string(&mut stderr);
+                }
+                return Err(HarnessError::CommandFailed {
+                    command: format!("{} listen-probe {}", binary.display(), addrs[i]),
+                    status: describe_status(&status),
+                    stdout: String::new(),
+                    stderr,
+                });
+            }
+        }
+        if start.elapsed() >= ROUND_TIMEOUT {
+            return Err(HarnessError::CommandTimeout {
+                command: format!("{} listen-probe (×{nodes})", binary.display()),
+                waited: ROUND_TIMEOUT,
+                stdout: String::new(),
+                stderr: format!("{} of {nodes} probes never accepted", pending.len()),
+            });
+        }
+        if !pending.is_empty() {
+            thread::sleep(PROBE_POLL);
+        }
+    }
+    let elapsed = start.elapsed();
+    drop(probes);
+    Ok(elapsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio() {
+        let r = FormationReport {
+            nodes: 2,
+            rounds: 1,
+            daemon_up: Duration::from_millis(300),
+            bare_listen: Duration::from_millis(100),
+            daemon_samples: vec![],
+            baseline_samples: vec![],
+        };
+        assert!((r.ratio() - 3.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,396 @@
+//! `openimex bench …`: figures as ratios to a baseline measured in the same run (DESIGN.md §6).
+//!
+//! `bench all` runs every scenario, or those `--only` names, each bounded in time, and prints
+//! one table (or one JSON object with `--json`, a Markdown table with `--markdown`). A scenario
+//! that fails is reported as entries with an `error` and the run goes on. The scenarios:
+//! `formation_N` and `recovery` (in the harness, daemons only), `import`, `storm` and
+//! `datapath` ([`apps`], with applications on simulated GPUs), `footprint` ([`footprint`]).
+//! `bench formation` and `bench imports` are the older single-scenario reports.
+
+mod apps;
+mod footprint;
+mod imports;
+mod rpc;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Subcommand};
+use openimex_harness::bench::{self as hb, BenchEntry, Unit};
+use serde_json::{Value, json};
+
+/// `openimex bench …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum BenchCommand {
+    /// Time from starting N daemons to domain UP, against N bare processes opening their ports.
+    Formation {
+        /// Nodes in the domain.
+        #[arg(long, default_value_t = 18)]
+        nodes: usize,
+        /// Rounds; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// All-to-all export/import (the demo's workload): import latency against a raw unary gRPC
+    /// round trip, and fabric copy bandwidth against local memcpy, each baseline measured in
+    /// the same run.
+    Imports {
+        /// Nodes in the domain.
+        #[arg(long, default_value_t = 18)]
+        nodes: usize,
+        /// GPUs per node.
+        #[arg(long, default_value_t = 4)]
+        gpus_per_node: u32,
+        /// Rounds; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Every scenario (formation_18/72/144, import, storm, datapath, recovery, footprint), each
+    /// as value, unit, same-run baseline and ratio.
+    All(AllArgs),
+    /// (internal) Serve a constant unary gRPC call on ADDR: the raw RPC baseline.
+    #[command(hide = true)]
+    RpcServer {
+        /// Address to bind (port 0: any free port; the bound address is printed).
+        addr: SocketAddr,
+    },
+}
+
+/// `openimex bench all` flags.
+#[derive(Debug, Args)]
+pub(crate) struct AllArgs {
+    /// Comma-separated scenarios to run, e.g. `storm,import`: formation (= formation_18,
+    /// formation_72, formation_144), formation_N for any N of at least 2, import, storm,
+    /// datapath, recovery, footprint. Default: all.
+    #[arg(long, value_name = "LIST", value_parser = parse_only)]
+    only: Option<Selection>,
+    /// Rounds of each repeated measurement (medians are reported); import takes 200 samples
+    /// per round, datapath 8 passes per round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+    /// Seconds of each idle footprint window.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    window: u64,
+    /// Print one JSON object: `started`, `machine`, `entries` (name, value, unit, baseline,
+    /// ratio, detail, error).
+    #[arg(long, conflicts_with = "markdown")]
+    json: bool,
+    /// Print a Markdown table (the README's performance section).
+    #[arg(long)]
+    markdown: bool,
+}
+
+/// A scenario of `bench all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Formation(usize),
+    Import,
+    Storm,
+    Datapath,
+    Recovery,
+    Footprint,
+}
+
+/// Every scenario, in the order `bench all` runs them.
+const ALL: [Scenario; 8] = [
+    Scenario::Formation(18),
+    Scenario::Formation(72),
+    Scenario::Formation(144),
+    Scenario::Import,
+    Scenario::Storm,
+    Scenario::Datapath,
+    Scenario::Recovery,
+    Scenario::Footprint,
+];
+
+/// The scenarios `--only` picked, in the order given, without repeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Selection(Vec<Scenario>);
+
+fn parse_only(s: &str) -> Result<Selection, String> {
+    let mut picked = Vec::new();
+    for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        let more: Vec<Scenario> = match word {
+            "formation" => ALL[..3].to_vec(),
+            "import" => vec![Scenario::Import],
+            "storm" => vec![Scenario::Storm],
+            "datapath" => vec![Scenario::Datapath],
+            "recovery" => vec![Scenario::Recovery],
+            "footprint" => vec![Scenario::Footprint],
+            _ => match word.strip_prefix("formation_").map(str::parse::<usize>) {
+                Some(Ok(n)) if n >= 2 => vec![Scenario::Formation(n)],
+                _ => {
+                    return Err(format!(
+                        "unknown scenario {word:?}: expected formation, formation_N (N >= 2), \
+                         import, storm, datapath, recovery or footprint"
+                    ));
+                }
+            },
+        };
+        for sc in more {
+            if !picked.contains(&sc) {
+                picked.push(sc);
+            }
+        }
+    }
+    if picked.is_empty() {
+        return Err("no scenario named".into());
+    }
+    Ok(Selection(picked))
+}
+
+impl Scenario {
+    fn label(self) -> String {
+        match self {
+            Scenario::Formation(n) => format!("formation_{n}"),
+            Scenario::Import => "import".into(),
+            Scenario::Storm => "storm".into(),
+            Scenario::Datapath => "datapath".into(),
+            Scenario::Recovery => "recovery".into(),
+            Scenario::Footprint => "footprint".into(),
+        }
+    }
+
+    /// Runs it; every failure comes back as entries with an error.
+    fn run(self, binary: &Path, rounds: usize, window: Duration) -> Vec<BenchEntry> {
+        let or_failed = |r: Result<Vec<BenchEntry>>, names: &[&str], unit: Unit| {
+            r.unwrap_or_else(|e| {
+                let why = format!("{e:#}");
+                names
+                    .iter()
+                    .map(|n| BenchEntry::failed(*n, unit, why.clone()))
+                    .collect()
+            })
+        };
+        match self {
+            Scenario::Formation(n) => vec![hb::formation_entry(binary, n, rounds)],
+            Scenario::Import => or_failed(
+                apps::import(binary, rounds),
+                &["import_p50", "import_p99"],
+                Unit::Us,
+            ),
+            Scenario::Storm => or_failed(
+                apps::storm(binary, rounds).map(|e| vec![e]),
+                &["storm"],
+                Unit::Ms,
+            ),
+            Scenario::Datapath => or_failed(
+                apps::datapath(binary, rounds),
+                &["datapath_read", "datapath_write"],
+                Unit::GBps,
+            ),
+            Scenario::Recovery => hb::recovery(binary, 18, rounds),
+            Scenario::Footprint => footprint::footprint(binary, window),
+        }
+    }
+}
+
+pub(super) fn this_binary() -> Result<PathBuf> {
+    std::env::current_exe().context("cannot find this binary's path")
+}
+
+/// Runs a benchmark and prints figures with their same-run baseline.
+pub(crate) fn bench(cmd: &BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Formation { nodes, rounds } => {
+            let binary = this_binary()?;
+            let r =
+                hb::formation(&binary, *nodes, *rounds).context("formation benchmark failed")?;
+            println!(
+                "formation, {} nodes, {} rounds (medians):",
+                r.nodes, r.rounds
+            );
+            let ms = |d: Duration| hb::ms(d);
+            println!(
+                "  openimex daemons, spawn -> domain UP : {:>8.1} ms",
+                ms(r.daemon_up)
+            );
+            println!(
+                "  bare processes, spawn -> ports open  : {:>8.1} ms",
+                ms(r.bare_listen)
+            );
+            println!(
+                "  ratio (daemons / bare processes)     : {:>8.2}",
+                r.ratio()
+            );
+            let samples = |v: &[Duration]| {
+                v.iter()
+                    .map(|d| format!("{:.1}", ms(*d)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            println!("  samples daemons ms: [{}]", samples(&r.daemon_samples));
+            println!("  samples bare ms   : [{}]", samples(&r.baseline_samples));
+            Ok(())
+        }
+        BenchCommand::Imports {
+            nodes,
+            gpus_per_node,
+            rounds,
+        } => imports::bench_imports(*nodes, *gpus_per_node, *rounds),
+        BenchCommand::All(args) => all(args),
+        BenchCommand::RpcServer { addr } => rpc::serve(*addr),
+    }
+}
+
+fn all(args: &AllArgs) -> Result<()> {
+    let binary = this_binary()?;
+    let scenarios = args.only.as_ref().map_or(ALL.to_vec(), |s| s.0.clone());
+    let rounds = args.rounds as usize;
+    let window = Duration::from_secs(args.window);
+    let started = SystemTime::now();
+    let machine_before = machine();
+    let clock = Instant::now();
+    let mut entries = Vec::new();
+    for sc in scenarios {
+        eprintln!("bench: {} ...", sc.label());
+        let t = Instant::now();
+        let got = sc.run(&binary, rounds, window);
+        eprintln!(
+            "bench: {} done in {:.1} s",
+            sc.label(),
+            t.elapsed().as_secs_f64()
+        );
+        entries.extend(got);
+    }
+    if args.json {
+        let doc = report_json(&entries, started, clock.elapsed(), rounds, machine_before);
+        println!("{doc}");
+    } else if args.markdown {
+        print!("{}", hb::render_markdown(&entries));
+    } else {
+        print!("{}", hb::render_table(&entries));
+    }
+    Ok(())
+}
+
+/// The `--json` document.
+fn report_json(
+    entries: &[BenchEntry],
+    started: SystemTime,
+    elapsed: Duration,
+    rounds: usize,
+    mut machine: Value,
+) -> Value {
+    // The load before and after: on a shared machine it says how much to trust the figures.
+    machine["loadavg_end"] = json!(first_line("/proc/loadavg"));
+    json!({
+        "started": rfc3339(started),
+        "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        "rounds": rounds,
+        "machine": machine,
+        "entries": entries.iter().map(BenchEntry::to_json).collect::<Vec<_>>(),
+    })
+}
+
+/// What the figures were measured on.
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_owned());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_mib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kib| kib / 1024);
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
+        "cpu_model": model,
+        "mem_total_mib": mem_mib,
+        "kernel": first_line("/proc/sys/kernel/osrelease"),
+        "loadavg_start": first_line("/proc/loadavg"),
+    })
+}
+
+fn first_line(path: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().next().map(|l| l.trim().to_owned())
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ`.
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let (y, m, d) = openimex_core::timefmt::civil(days);
+    let s = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_expands_dedupes_and_keeps_order() {
+        assert_eq!(
+            parse_only("storm,import"),
+            Ok(Selection(vec![Scenario::Storm, Scenario::Import]))
+        );
+        assert_eq!(
+            parse_only("formation_72, formation ,storm,storm"),
+            Ok(Selection(vec![
+                Scenario::Formation(72),
+                Scenario::Formation(18),
+                Scenario::Formation(144),
+                Scenario::Storm
+            ]))
+        );
+        assert_eq!(
+            parse_only("formation_3"),
+            Ok(Selection(vec![Scenario::Formation(3)]))
+        );
+        for bad in ["", ",", "formation_1", "formation_x", "storms"] {
+            assert!(parse_only(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn labels_parse_back() {
+        for sc in ALL {
+            assert_eq!(parse_only(&sc.label()), Ok(Selection(vec![sc])));
+        }
+    }
+
+    #[test]
+    fn json_report_shape() {
+        let entries = [
+            BenchEntry::measured("storm", 2000.0, Unit::Ms, Some(1000.0), "d"),
+            BenchEntry::failed("formation_144", Unit::Ms, "did not reach UP within 120 s"),
+        ];
+        let v = report_json(
+            &entries,
+            UNIX_EPOCH + Duration::from_secs(1_796_300_000),
+            Duration::from_secs(75),
+            3,
+            machine(),
+        );
+        assert_eq!(v["started"], "2026-12-03T12:13:20Z");
+        assert_eq!(v["rounds"], 3);
+        assert!(v["machine"]["cpus"].as_u64().is_some_and(|n| n >= 1));
+        assert!(v["machine"].get("loadavg_end").is_some());
+        let e = &v["entries"];
+        assert_eq!(e[0]["ratio"], 2.0);
+        assert!(e[1]["value"].is_null());
+        assert_eq!(e[1]["error"], "did not reach UP within 120 s");
+    }
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400 + 3661)),
+            "2000-02-29T01:01:01Z"
+        );
+    }
+}

@@ -1,0 +1,345 @@
+//! Scenarios with applications on simulated GPUs (the client library, in this process, one
+//! driver client per simulated application as each process has its own CUDA context):
+//!
+//! - `import`: single unloaded imports between 2 nodes (import then release, one at a time),
+//!   p50 and p99, against unary round trips to the raw RPC server.
+//! - `storm`: every GPU of 18 nodes x 4 imports every other GPU's export at once (5112
+//!   imports), wall time, against as many raw unary RPCs from as many concurrent clients.
+//! - `datapath`: reading and writing a remote export through its fabric mapping, against a
+//!   local memcpy of the same size.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use openimex_client::{Context, FabricHandleBytes};
+use openimex_harness::bench::{BenchEntry, Footprint, Unit, median, ms, percentile, watch_during};
+use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
+
+use super::rpc::RawServer;
+
+/// Limit for a domain to come UP before a scenario starts.
+const UP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Limit for one import, and for one storm round as a whole.
+const IMPORT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes of each export of `import` and `storm` (the driver's granularity).
+const SMALL: u64 = 2 << 20;
+/// Imports (and raw round trips) per round of `import`.
+const IMPORTS_PER_ROUND: usize = 200;
+/// Nodes and GPUs per node of the storm (a GB200 NVL72 rack).
+pub(crate) const STORM_NODES: usize = 18;
+const STORM_GPUS: u32 = 4;
+/// Bytes read and written per pass of `datapath`: larger than the caches, so the figure is
+/// memory bandwidth, as on a GPU.
+const DATAPATH_BYTES: u64 = 64 << 20;
+
+/// Starts `nodes` nodes with `gpus` simulated GPUs of `hbm_mib` each and waits for UP.
+pub(crate) fn gpu_cluster(binary: &Path, nodes: usize, gpus: u32, hbm_mib: u64) -> Result<Cluster> {
+    let spec = ClusterSpec::new(nodes, binary).with_gpus(GpuSpec {
+        gpus_per_node: gpus,
+        hbm_mib,
+        ..GpuSpec::default()
+    });
+    let cluster = Cluster::start(spec).context("cannot start the nodes")?;
+    cluster
+        .wait_up(0, UP_TIMEOUT)
+        .map_err(|e| anyhow!(openimex_harness::bench::short_error(&e)))?;
+    Ok(cluster)
+}
+
+/// Opens a driver client on `node_dir`.
+fn open(node_dir: &Path) -> Result<Context> {
+    Context::open(node_dir)
+        .with_context(|| format!("cannot open the driver of {}", node_dir.display()))
+}
+
+/// `import_p50` and `import_p99`.
+pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
+    let n = IMPORTS_PER_ROUND * rounds.max(1);
+    let cluster = gpu_cluster(binary, 2, 1, 16)?;
+    let exporter = open(cluster.node(0).dir())?;
+    let alloc = exporter.mem_create(0, SMALL).context("create")?;
+    let handle = exporter.export(&alloc).context("export")?;
+    let importer = open(cluster.node(1).dir())?;
+    let mut samples = Vec::with_capacity(n);
+    // The first imports open the driver's and daemons' paths; they are not counted.
+    for i in 0..n + 10 {
+        let t = Instant::now();
+        let imported = importer
+            .import_with_timeout(&handle, IMPORT_TIMEOUT)
+            .with_context(|| format!("import {i}"))?;
+        if i >= 10 {
+            samples.push(t.elapsed());
+        }
+        importer
+            .release(imported)
+            .with_context(|| format!("release {i}"))?;
+    }
+    let raw = RawServer::start(binary)?.round_trips(n)?;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let detail = |q: &str| {
+        format!(
+            "{q} of {n} imports between 2 idle nodes, one at a time (release untimed), against \
+             {q} of {n} unary gRPC round trips to a raw server on loopback"
+        )
+    };
+    Ok(vec![
+        BenchEntry::measured(
+            "import_p50",
+            us(percentile(&samples, 0.5)),
+            Unit::Us,
+            Some(us(percentile(&raw, 0.5))),
+            detail("p50"),
+        ),
+        BenchEntry::measured(
+            "import_p99",
+            us(percentile(&samples, 0.99)),
+            Unit::Us,
+            Some(us(percentile(&raw, 0.99))),
+            detail("p99"),
+        ),
+    ])
+}
+
+/// What the GPU applications of a storm share.
+struct StormShared {
+    handles: Mutex<Vec<Option<FabricHandleBytes>>>,
+    /// Start of a round's imports (every GPU has exported).
+    go: Barrier,
+    /// Every GPU finished its imports.
+    imported: Barrier,
+    /// Every GPU released its imports.
+    released: Barrier,
+}
+
+/// What [`storm_on`] measured.
+pub(crate) struct Storm {
+    /// Wall time of each round's imports.
+    pub(crate) walls: Vec<Duration>,
+    /// Imports per round.
+    pub(crate) imports: usize,
+    /// Applications importing at once.
+    pub(crate) apps: usize,
+    /// Failed imports or releases, with the first few reasons.
+    pub(crate) failures: Vec<String>,
+    /// The daemons' footprint during the first round, when asked for.
+    pub(crate) footprint: Option<Footprint>,
+}
+
+/// Runs `rounds` storms on `cluster` (every node with `gpus` GPUs): each GPU's application
+/// exports once, then each round imports every other GPU's export and releases them. With
+/// `watch`, samples the daemons' footprint during the first round.
+pub(crate) fn storm_on(
+    cluster: &Cluster,
+    binary: &Path,
+    gpus: u32,
+    rounds: usize,
+    watch: bool,
+) -> Result<Storm> {
+    let apps = cluster.len() * gpus as usize;
+    let shared = Arc::new(StormShared {
+        handles: Mutex::new(vec![None; apps]),
+        go: Barrier::new(apps + 1),
+        imported: Barrier::new(apps + 1),
+        released: Barrier::new(apps + 1),
+    });
+    let threads: Vec<_> = (0..apps)
+        .map(|me| {
+            let dir: PathBuf = cluster.node(me / gpus as usize).dir().to_owned();
+            let shared = shared.clone();
+            let gpu = (me % gpus as usize) as u32;
+            std::thread::spawn(move || storm_app(me, &dir, gpu, rounds, &shared))
+        })
+        .collect();
+    let pids = openimex_harness::bench::daemon_pids(cluster);
+    let mut walls = Vec::with_capacity(rounds);
+    let mut footprint = None;
+    let mut watch_error = None;
+    for round in 0..rounds {
+        shared.go.wait();
+        let start = Instant::now();
+        // The sampler may fail before or after the barrier; this thread must reach it once.
+        let mut waited = false;
+        if watch && round == 0 {
+            let sampled = watch_during(binary, &pids, || {
+                shared.imported.wait();
+                waited = true;
+            });
+            match sampled {
+                Ok((_, f)) => footprint = Some(f),
+                Err(e) => watch_error = Some(e),
+            }
+        }
+        if !waited {
+            shared.imported.wait();
+        }
+        walls.push(start.elapsed());
+        shared.released.wait();
+    }
+    let mut failures = Vec::new();
+    for t in threads {
+        match t.join() {
+            Ok(errors) => failures.extend(errors),
+            Err(_) => failures.push("a GPU application thread panicked".into()),
+        }
+    }
+    if let Some(e) = watch_error
+        && watch
+    {
+        failures.push(format!("footprint sampling failed: {e}"));
+    }
+    Ok(Storm {
+        walls,
+        imports: apps * apps.saturating_sub(1),
+        apps,
+        failures,
+        footprint,
+    })
+}
+
+/// One GPU's application in a storm. Reaches every barrier of every round whatever fails, so
+/// the others never wait forever; returns what failed.
+fn storm_app(me: usize, dir: &Path, gpu: u32, rounds: usize, shared: &StormShared) -> Vec<String> {
+    let mut errors = Vec::new();
+    let ctx = open(dir);
+    let alloc = ctx.as_ref().map_err(|e| e.to_string()).and_then(|ctx| {
+        let a = ctx.mem_create(gpu, SMALL).map_err(|e| e.to_string())?;
+        let h = ctx.export(&a).map_err(|e| e.to_string())?;
+        shared.handles.lock().unwrap_or_else(|e| e.into_inner())[me] = Some(h);
+        Ok(a)
+    });
+    if let Err(e) = &alloc {
+        errors.push(format!("GPU {me}: export: {e}"));
+    }
+    for _ in 0..rounds {
+        shared.go.wait();
+        let deadline = Instant::now() + IMPORT_TIMEOUT;
+        let handles = shared
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut held = Vec::new();
+        if let Ok(ctx) = &ctx {
+            for (i, h) in handles.iter().enumerate().filter(|(i, _)| *i != me) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match h {
+                    None => errors.push(format!("GPU {me}: no handle from GPU {i}")),
+                    Some(_) if left.is_zero() => {
+                        errors.push(format!("GPU {me}: round over {IMPORT_TIMEOUT:?}"));
+                    }
+                    Some(h) => match ctx.import_with_timeout(h, left) {
+                        Ok(x) => held.push(x),
+                        Err(e) => errors.push(format!("GPU {me}: import from GPU {i}: {e}")),
+                    },
+                }
+            }
+        }
+        shared.imported.wait();
+        if let Ok(ctx) = &ctx {
+            for x in held {
+                if let Err(e) = ctx.release(x) {
+                    errors.push(format!("GPU {me}: release: {e}"));
+                }
+            }
+        }
+        shared.released.wait();
+    }
+    if let (Ok(ctx), Ok(a)) = (&ctx, alloc) {
+        let _ = ctx.release(a);
+    }
+    errors
+}
+
+/// `storm`: [`storm_on`] an 18 x 4 domain against the raw RPC burst.
+pub(crate) fn storm(binary: &Path, rounds: usize) -> Result<BenchEntry> {
+    let rounds = rounds.max(1);
+    let cluster = gpu_cluster(binary, STORM_NODES, STORM_GPUS, 16)?;
+    let s = storm_on(&cluster, binary, STORM_GPUS, rounds, false)?;
+    drop(cluster);
+    if let Some(first) = s.failures.first() {
+        bail!(
+            "{} failures in {rounds} rounds of {} imports; first: {first}",
+            s.failures.len(),
+            s.imports
+        );
+    }
+    let server = RawServer::start(binary)?;
+    let calls_each = s.apps.saturating_sub(1);
+    let raw: Vec<Duration> = (0..rounds)
+        .map(|_| server.burst(s.apps, calls_each))
+        .collect::<Result<_>>()?;
+    Ok(BenchEntry::measured(
+        "storm",
+        ms(median(&s.walls)),
+        Unit::Ms,
+        Some(ms(median(&raw))),
+        format!(
+            "{STORM_NODES} nodes x {STORM_GPUS} GPUs all-to-all: {} imports by {} concurrent \
+             applications, against as many unary gRPC calls by {} concurrent clients to a raw \
+             server; median of {rounds} rounds",
+            s.imports, s.apps, s.apps
+        ),
+    ))
+}
+
+/// GB/s of `passes` copies of `src` into `dst` (median pass, after one warm-up pass).
+fn copy_gbps(dst: &mut [u8], src: &[u8], passes: usize) -> f64 {
+    dst.copy_from_slice(src);
+    let mut rates: Vec<f64> = (0..passes.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(src));
+            std::hint::black_box(&mut *dst);
+            src.len() as f64 / t.elapsed().as_nanos().max(1) as f64
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
+/// `datapath_read` and `datapath_write`.
+pub(crate) fn datapath(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
+    let passes = 8 * rounds.max(1);
+    let cluster = gpu_cluster(binary, 2, 1, (DATAPATH_BYTES >> 20) + 16)?;
+    let exporter = open(cluster.node(0).dir())?;
+    let alloc = exporter.mem_create(0, DATAPATH_BYTES).context("create")?;
+    let handle = exporter.export(&alloc).context("export")?;
+    let importer = open(cluster.node(1).dir())?;
+    let imported = importer
+        .import_with_timeout(&handle, IMPORT_TIMEOUT)
+        .context("import")?;
+    let mut remote = importer.map(&imported).context("map the import")?;
+    let len = remote.len();
+    let src = vec![0x5au8; len];
+    let mut dst = vec![0u8; len];
+    let read = copy_gbps(&mut dst, remote.as_slice(), passes);
+    let write = copy_gbps(remote.as_mut_slice(), &src, passes);
+    let local = copy_gbps(&mut dst, &src, passes);
+    drop(remote);
+    importer.release(imported).context("release the import")?;
+    let mib = len >> 20;
+    let detail = |what: &str| {
+        format!(
+            "{what} {mib} MiB of another node's export through its fabric mapping, against a \
+             memcpy between two local buffers of the same size; median of {passes} passes"
+        )
+    };
+    Ok(vec![
+        BenchEntry::measured(
+            "datapath_read",
+            read,
+            Unit::GBps,
+            Some(local),
+            detail("reading"),
+        ),
+        BenchEntry::measured(
+            "datapath_write",
+            write,
+            Unit::GBps,
+            Some(local),
+            detail("writing"),
+        ),
+    ])
+}

@@ -1,0 +1,201 @@
+//! `footprint`: each daemon's peak RSS, CPU% and peak open descriptors, against a bare
+//! listen-probe process over the same window ([`openimex_harness::bench::watch_during`]):
+//!
+//! - `idle_18`: 18 nodes x 4 simulated GPUs, domain UP, nothing happening;
+//! - `storm_18`: the same domain during a storm (every GPU imports every other GPU's export);
+//! - `exports_18`: the same domain holding 10,000 exports: node 0's applications export 10,000
+//!   allocations of 2 MiB (2,500 per GPU; simulated HBM is a sparse file, so this costs no
+//!   disk) and node 1's applications import each of them once and keep them, so node 0's
+//!   daemon holds 10,000 exporter references and node 1's 10,000 imports; measured idle while
+//!   they are held (the daemons learn of an export only when it is imported);
+//! - `idle_144`: 144 nodes, control plane only (no GPUs: 144 driver processes more would only
+//!   load the machine), domain UP or, if it does not come UP in time, as far as it got.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use openimex_client::{Allocation, Context, FabricHandleBytes, Imported};
+use openimex_harness::bench::{BenchEntry, daemon_pids, failed_entries, short_error, watch_idle};
+use openimex_harness::{Cluster, ClusterSpec};
+
+use super::apps::{STORM_NODES, gpu_cluster, storm_on};
+
+/// Exports held in `exports_18`.
+const EXPORTS: usize = 10_000;
+/// GPUs per node of the 18-node domain.
+const GPUS: u32 = 4;
+/// Applications importing the exports at once on node 1.
+const IMPORTERS: usize = 8;
+/// HBM per simulated GPU: room for node 0's share of the exports.
+const HBM_MIB: u64 = (EXPORTS as u64 / GPUS as u64 + 16) * 2;
+/// Limit for creating, exporting and importing all of the exports.
+const EXPORTS_TIMEOUT: Duration = Duration::from_secs(300);
+/// Limit for the 144-node domain to come UP.
+const BIG_UP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Every footprint entry; a part that fails becomes failed entries and the rest still runs.
+pub(crate) fn footprint(binary: &Path, window: Duration) -> Vec<BenchEntry> {
+    let mut out = Vec::new();
+    match gpu_cluster(binary, STORM_NODES, GPUS, HBM_MIB) {
+        Ok(cluster) => {
+            let pids = daemon_pids(&cluster);
+            eprintln!("bench: footprint: idle_18, storm_18, exports_18 ...");
+            out.extend(match watch_idle(binary, &pids, window) {
+                Ok(f) => f.entries("idle_18", "18 nodes x 4 GPUs, domain UP, idle"),
+                Err(e) => failed_entries("idle_18", &short_error(&e)),
+            });
+            out.extend(match storm_footprint(&cluster, binary) {
+                Ok(e) => e,
+                Err(e) => failed_entries("storm_18", &format!("{e:#}")),
+            });
+            out.extend(match exports(&cluster, binary, window) {
+                Ok(e) => e,
+                Err(e) => failed_entries("exports_18", &format!("{e:#}")),
+            });
+        }
+        Err(e) => {
+            for label in ["idle_18", "storm_18", "exports_18"] {
+                out.extend(failed_entries(label, &format!("{e:#}")));
+            }
+        }
+    }
+    eprintln!("bench: footprint: idle_144 ...");
+    out.extend(match idle_144(binary, window) {
+        Ok(e) => e,
+        Err(e) => failed_entries("idle_144", &format!("{e:#}")),
+    });
+    out
+}
+
+fn storm_footprint(cluster: &Cluster, binary: &Path) -> Result<Vec<BenchEntry>> {
+    let s = storm_on(cluster, binary, GPUS, 1, true)?;
+    if let Some(first) = s.failures.first() {
+        bail!("{} storm failures; first: {first}", s.failures.len());
+    }
+    let f = s.footprint.context("the storm was not sampled")?;
+    Ok(f.entries(
+        "storm_18",
+        &format!("during a storm of {} imports", s.imports),
+    ))
+}
+
+/// Node 0's applications (one per GPU) and what they exported.
+struct Exporters {
+    _ctxs: Vec<Context>,
+    _allocs: Vec<Allocation>,
+    handles: Vec<FabricHandleBytes>,
+}
+
+fn export_all(dir: &Path, deadline: Instant) -> Result<Exporters> {
+    let mut ctxs = Vec::new();
+    let mut allocs = Vec::with_capacity(EXPORTS);
+    let mut handles = Vec::with_capacity(EXPORTS);
+    for gpu in 0..GPUS {
+        let ctx = Context::open(dir).context("open node 0's driver")?;
+        for i in 0..EXPORTS / GPUS as usize {
+            if Instant::now() >= deadline {
+                bail!("only {} exports within {EXPORTS_TIMEOUT:?}", handles.len());
+            }
+            let a = ctx
+                .mem_create(gpu, 2 << 20)
+                .with_context(|| format!("create {i} on GPU {gpu}"))?;
+            handles.push(ctx.export(&a).with_context(|| format!("export {i}"))?);
+            allocs.push(a);
+        }
+        ctxs.push(ctx);
+    }
+    Ok(Exporters {
+        _ctxs: ctxs,
+        _allocs: allocs,
+        handles,
+    })
+}
+
+/// `IMPORTERS` applications on `dir`, importing `handles` between them and keeping them.
+fn import_all(
+    dir: &Path,
+    handles: &[FabricHandleBytes],
+    deadline: Instant,
+) -> Result<Vec<(Context, Vec<Imported>)>> {
+    let first_error = Mutex::new(None);
+    let held = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..IMPORTERS)
+            .map(|w| {
+                let first_error = &first_error;
+                s.spawn(move || {
+                    let ctx = Context::open(dir).ok()?;
+                    let mut mine = Vec::new();
+                    for h in handles.iter().skip(w).step_by(IMPORTERS) {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        match ctx.import_with_timeout(h, left) {
+                            Ok(x) => mine.push(x),
+                            Err(e) => {
+                                let mut slot =
+                                    first_error.lock().unwrap_or_else(|e| e.into_inner());
+                                slot.get_or_insert(e.to_string());
+                                break;
+                            }
+                        }
+                    }
+                    Some((ctx, mine))
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().ok().flatten())
+            .collect::<Vec<_>>()
+    });
+    let imported: usize = held.iter().map(|(_, v)| v.len()).sum();
+    if imported < handles.len() {
+        let why = first_error
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|| "an importer could not open the driver".into());
+        bail!(
+            "{imported} of {} imports done; first failure: {why}",
+            handles.len()
+        );
+    }
+    Ok(held)
+}
+
+fn exports(cluster: &Cluster, binary: &Path, window: Duration) -> Result<Vec<BenchEntry>> {
+    let deadline = Instant::now() + EXPORTS_TIMEOUT;
+    let start = Instant::now();
+    let exporters = export_all(cluster.node(0).dir(), deadline)?;
+    let held = import_all(cluster.node(1).dir(), &exporters.handles, deadline)?;
+    let setup = start.elapsed();
+    let pids = daemon_pids(cluster);
+    let f = watch_idle(binary, &pids, window).map_err(|e| anyhow::anyhow!(short_error(&e)))?;
+    // Node 0's daemon holds the exporter references, node 1's the imports: name both.
+    let node = |i: usize| f.daemons.get(i).map_or(0.0, |u| u.rss_mib);
+    let what = format!(
+        "{EXPORTS} exports of node 0 each imported by node 1 and held (set up in {:.1} s), \
+         idle; node 0 {:.1} MiB, node 1 {:.1} MiB",
+        setup.as_secs_f64(),
+        node(0),
+        node(1)
+    );
+    // The daemons and drivers clean up on their own when the applications go.
+    drop(held);
+    drop(exporters);
+    Ok(f.entries("exports_18", &what))
+}
+
+fn idle_144(binary: &Path, window: Duration) -> Result<Vec<BenchEntry>> {
+    let nodes = 144;
+    let cluster = Cluster::start(ClusterSpec::new(nodes, binary)).context("start 144 nodes")?;
+    let what = match cluster.wait_up(0, BIG_UP_TIMEOUT) {
+        Ok(_) => "144 nodes, control plane only, domain UP, idle".to_owned(),
+        Err(e) => format!(
+            "144 nodes, control plane only, NOT UP ({}), measured anyway",
+            short_error(&e)
+        ),
+    };
+    let pids = daemon_pids(&cluster);
+    let f = watch_idle(binary, &pids, window).map_err(|e| anyhow::anyhow!(short_error(&e)))?;
+    Ok(f.entries("idle_144", &what))
+}

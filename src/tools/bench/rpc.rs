@@ -1,0 +1,167 @@
+//! The raw gRPC baseline of `import` and `storm`: a process (`openimex bench rpc-server`)
+//! serving the command service's unary `State` call with a constant answer, on the stack and
+//! runtime shape the daemon's servers use (tonic over TCP with TCP_NODELAY, a tokio runtime of
+//! 2 workers), and the clients that time calls to it over loopback. What it costs is what any
+//! unary RPC costs here; what an import costs above it is the daemons' and driver's own work.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use openimex_harness::bench::ReadyChild;
+use openimex_proto::cmd::command_server::{Command, CommandServer};
+use openimex_proto::cmd::{
+    DomainReply, DomainRequest, PeersReply, PeersRequest, StateReply, StateRequest,
+};
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+/// Limit for connecting and for each call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Calls made before timing, so connection set-up and first-call allocations are not counted.
+const WARM_UP: usize = 20;
+
+/// Answers `State` with `READY`, and nothing else.
+struct Constant;
+
+#[tonic::async_trait]
+impl Command for Constant {
+    async fn state(&self, _: Request<StateRequest>) -> Result<Response<StateReply>, Status> {
+        Ok(Response::new(StateReply {
+            state: "READY".into(),
+        }))
+    }
+
+    async fn domain(&self, _: Request<DomainRequest>) -> Result<Response<DomainReply>, Status> {
+        Err(Status::unimplemented(
+            "the raw RPC baseline answers State only",
+        ))
+    }
+
+    async fn peers(&self, _: Request<PeersRequest>) -> Result<Response<PeersReply>, Status> {
+        Err(Status::unimplemented(
+            "the raw RPC baseline answers State only",
+        ))
+    }
+}
+
+/// `openimex bench rpc-server ADDR`: binds ADDR (port 0 picks one), prints `ready IP:PORT`,
+/// serves until killed.
+pub(crate) fn serve(addr: SocketAddr) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let incoming = TcpIncoming::bind(addr)
+            .with_context(|| format!("cannot bind {addr}"))?
+            .with_nodelay(Some(true));
+        let local = incoming
+            .local_addr()
+            .context("cannot read the bound address")?;
+        println!("ready {local}");
+        std::io::stdout().flush()?;
+        Server::builder()
+            .add_service(CommandServer::new(Constant))
+            .serve_with_incoming(incoming)
+            .await
+            .context("the raw RPC server failed")
+    })
+}
+
+/// A running raw RPC server, killed on drop.
+pub(crate) struct RawServer {
+    _child: ReadyChild,
+    addr: SocketAddr,
+}
+
+impl RawServer {
+    /// Starts `binary bench rpc-server 127.0.0.1:0` and reads the address it bound.
+    pub(crate) fn start(binary: &Path) -> Result<Self> {
+        let child = ReadyChild::spawn(
+            binary,
+            ["bench", "rpc-server", "127.0.0.1:0"],
+            Duration::from_secs(10),
+        )
+        .context("cannot start the raw RPC server")?;
+        let line = child.ready_line();
+        let addr = line
+            .strip_prefix("ready ")
+            .and_then(|a| a.parse().ok())
+            .with_context(|| format!("the raw RPC server said {line:?}, not `ready IP:PORT`"))?;
+        Ok(Self {
+            _child: child,
+            addr,
+        })
+    }
+
+    async fn connect(&self) -> Result<openimex_ctl::Client> {
+        let target = openimex_ctl::Target::Tcp {
+            host: self.addr.ip().to_string(),
+            port: self.addr.port(),
+        };
+        openimex_ctl::Client::connect(target, CALL_TIMEOUT)
+            .await
+            .context("cannot connect to the raw RPC server")
+    }
+
+    /// `n` unary round trips, one at a time from one client (after a warm-up).
+    pub(crate) fn round_trips(&self, n: usize) -> Result<Vec<Duration>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        rt.block_on(async {
+            let mut client = self.connect().await?;
+            let mut samples = Vec::with_capacity(n);
+            for i in 0..WARM_UP + n {
+                let t = Instant::now();
+                client.state().await.context("raw RPC failed")?;
+                if i >= WARM_UP {
+                    samples.push(t.elapsed());
+                }
+            }
+            Ok(samples)
+        })
+    }
+
+    /// Wall time of `clients` concurrent clients (each on its own connection, connected before
+    /// the clock starts) making `calls_each` unary calls one after another.
+    pub(crate) fn burst(&self, clients: usize, calls_each: usize) -> Result<Duration> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        rt.block_on(async {
+            let mut conns = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                let mut c = self.connect().await?;
+                c.state().await.context("raw RPC failed")?;
+                conns.push(c);
+            }
+            let start = Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for mut c in conns {
+                tasks.spawn(async move {
+                    for _ in 0..calls_each {
+                        c.state().await?;
+                    }
+                    Ok::<_, openimex_ctl::CtlError>(())
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                match done {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => bail!("raw RPC failed: {e}"),
+                    Err(e) => bail!("a raw RPC client task failed: {e}"),
+                }
+            }
+            Ok(start.elapsed())
+        })
+    }
+}

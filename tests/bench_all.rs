@@ -1,0 +1,72 @@
+//! `openimex bench all` through the binary: the JSON document's shape on a small selection of
+//! scenarios, and refusal of unknown scenario names. Figures are never asserted (they are
+//! machine-dependent ratios); only that each entry is either a figure or an error.
+
+use std::process::Command;
+use std::time::Duration;
+
+use openimex_harness::process::run_with_timeout;
+use serde_json::Value;
+
+fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_openimex")
+}
+
+#[test]
+fn bench_all_json_has_one_entry_per_figure() {
+    let mut cmd = Command::new(binary());
+    cmd.args([
+        "bench",
+        "all",
+        "--only",
+        "formation_3,import",
+        "--rounds",
+        "1",
+        "--json",
+    ]);
+    let out =
+        run_with_timeout(&mut cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench all failed: {stdout}\n{stderr}");
+    let doc: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout}"));
+    assert!(
+        doc["started"].as_str().is_some_and(|s| s.ends_with('Z')),
+        "{doc}"
+    );
+    assert!(
+        doc["machine"]["cpus"].as_u64().is_some_and(|n| n >= 1),
+        "{doc}"
+    );
+    assert_eq!(doc["rounds"], 1, "{doc}");
+    let entries = doc["entries"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = entries.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["formation_3", "import_p50", "import_p99"], "{doc}");
+    for e in &entries {
+        let unit = e["unit"].as_str().unwrap_or_default();
+        assert!(["ms", "us"].contains(&unit), "{e}");
+        match (e["value"].as_f64(), e["error"].as_str()) {
+            (Some(v), None) => {
+                assert!(v >= 0.0, "{e}");
+                if let (Some(b), Some(r)) = (e["baseline"].as_f64(), e["ratio"].as_f64()) {
+                    assert!(b > 0.0 && (r - v / b).abs() <= 0.01 * r.max(1.0), "{e}");
+                }
+            }
+            (None, Some(why)) => assert!(!why.is_empty() && e["ratio"].is_null(), "{e}"),
+            _ => panic!("an entry is a figure or an error: {e}"),
+        }
+        assert!(e["detail"].is_string(), "{e}");
+    }
+}
+
+#[test]
+fn bench_all_refuses_an_unknown_scenario() {
+    let mut cmd = Command::new(binary());
+    cmd.args(["bench", "all", "--only", "storm,warp"]);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unknown scenario \"warp\""), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
