@@ -150,8 +150,12 @@ impl Peer for PeerService {
         self.authenticated(info.id, PeerRequest::Session).await?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(8);
+        let engine = self.engine.clone();
         tokio::spawn(async move {
             while let Ok(Some(msg)) = inbound.message().await {
+                // The pair's sign of life on our side too (one heartbeat per pair: core's
+                // `mesh::liveness`). A full mailbox drops it: the next one will do.
+                let _ = engine.try_send(Input::PeerHeartbeat { conn: info.id });
                 if tx
                     .send(Ok(SessionMsg {
                         from: None,
