@@ -13,7 +13,7 @@
 //! pair has two sessions; a node's row of the matrix is its view of its own outbound sessions.
 //! Requests go out on the requester's own session, so each takes one round trip. Liveness is
 //! the pair's, not the session's: one heartbeat exchange per pair, sent by the lower node ID,
-//! on one timer for all sessions ([`liveness`]).
+//! on one timer for all sessions ([`Mesh::handle_peer_heartbeat`] has the details).
 //!
 //! # Cost of a large node file
 //! Every peer is dialled once at start (the first round), at most
@@ -69,7 +69,7 @@ pub struct MeshConfig {
     pub protocol_version: u32,
     /// Start-up quorum.
     pub quorum: QuorumPolicy,
-    /// Heartbeat period of every pair (see [`liveness`]).
+    /// Heartbeat period of every pair (one exchange per pair, sent by the lower node ID).
     pub heartbeat_interval: Duration,
     /// A pair with no heartbeat (answer) for this long is dead (a hung peer).
     pub peer_timeout: Duration,
@@ -209,7 +209,7 @@ enum Dialer {
     InFlight,
     /// Next attempt at this time.
     Waiting(Instant),
-    /// Session up; the pair was last heard from at `last_rx` (see [`liveness`]).
+    /// Session up; the pair was last heard from at `last_rx` (see `liveness`).
     Session { last_rx: Instant },
 }
 
@@ -292,7 +292,7 @@ pub struct Mesh {
     connected: usize,
     /// Links with a session.
     sessions: usize,
-    /// Heartbeat ticks fall on `phase + k * heartbeat_interval` (see [`liveness`]).
+    /// Heartbeat ticks fall on `phase + k * heartbeat_interval` (see `liveness`).
     phase: Instant,
     /// The next heartbeat tick, while there is a session.
     tick: Option<Instant>,

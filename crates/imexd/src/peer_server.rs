@@ -1,5 +1,6 @@
 //! Inbound side of the peer protocol: handshakes (answered by the engine's verdict), session
-//! heartbeats (answered here, one for one), goodbyes and status rows.
+//! heartbeats (answered here, one for one, and reported to the engine as the pair's sign of
+//! life), goodbyes and status rows.
 
 use std::net::IpAddr;
 use std::pin::Pin;

@@ -40,6 +40,12 @@ impl Mesh {
     /// A heartbeat from `peer` arrived on the session it opened to us (the owner has checked
     /// that the session proved that peer). Counts as the pair's sign of life while our own
     /// session to it is up; ignored otherwise.
+    ///
+    /// Only the pair's lower node ID sends heartbeats, on its own session, and the higher one
+    /// answers: the lower node takes the answers ([`Mesh::handle_heartbeat`]) and the higher
+    /// one the heartbeats (this) as proof the pair is alive, so a silent pair is lost on both
+    /// sides after `peer_timeout`, checked on one tick per `heartbeat_interval` for all
+    /// sessions (aligned by [`Mesh::set_heartbeat_phase`]).
     pub fn handle_peer_heartbeat(&mut self, now: Instant, peer: NodeId) {
         if let Some(link) = self.link_mut(peer) {
             link.heard(now);
