@@ -11,6 +11,9 @@
 //!
 //! Each daemon dials every peer (as NVIDIA's does: "Creating gRPC channels to all peers"), so a
 //! pair has two sessions; a node's row of the matrix is its view of its own outbound sessions.
+//! Requests go out on the requester's own session, so each takes one round trip. Liveness is
+//! the pair's, not the session's: one heartbeat exchange per pair, sent by the lower node ID,
+//! on one timer for all sessions ([`Mesh::handle_peer_heartbeat`] has the details).
 //!
 //! # Cost of a large node file
 //! Every peer is dialled once at start (the first round), at most
@@ -23,7 +26,12 @@
 //! so formation and recovery do not wait for the budget. Timers are kept ordered, so an input
 //! costs O(log n), not O(n).
 
+mod budget;
+mod liveness;
 mod remap;
+
+pub use budget::DialBudget;
+use budget::Tokens;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -61,100 +69,14 @@ pub struct MeshConfig {
     pub protocol_version: u32,
     /// Start-up quorum.
     pub quorum: QuorumPolicy,
-    /// Heartbeat period on every outbound session.
+    /// Heartbeat period of every pair (one exchange per pair, sent by the lower node ID).
     pub heartbeat_interval: Duration,
-    /// A session with no heartbeat answer for this long is dead (a hung peer).
+    /// A pair with no heartbeat (answer) for this long is dead (a hung peer).
     pub peer_timeout: Duration,
     /// Reconnect policy.
     pub backoff: Backoff,
     /// Seed of the jitter generator.
     pub seed: u64,
-}
-
-/// How much dialling a mesh may do at once, across all its peers. See the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DialBudget {
-    /// Retries allowed back to back after a quiet period.
-    pub burst: u32,
-    /// Then one retry per this interval (zero: no rate bound).
-    pub interval: Duration,
-    /// Dials in flight at once, first round included. Dials answering a peer's hello are not
-    /// held back by it.
-    pub max_in_flight: usize,
-}
-
-impl DialBudget {
-    /// Peers a domain may have at the backoff cap without its retries ever waiting for the
-    /// budget: an 18-node rack (17 peers) never notices it, and a node file of any size
-    /// retries no faster than a 24-node domain whose peers are all down.
-    pub const PEERS_AT_CAP: u32 = 24;
-
-    /// The default for `backoff`: a burst of 64 retries, then [`Self::PEERS_AT_CAP`] retries
-    /// per `backoff.max` (4.8 per second with the 5 s default), 128 dials in flight. 10,000
-    /// dead entries are each retried about every 35 minutes, and any of them that comes up is
-    /// connected at once by its own hello.
-    pub fn for_backoff(backoff: &Backoff) -> Self {
-        Self {
-            burst: 64,
-            interval: backoff.max / Self::PEERS_AT_CAP,
-            max_in_flight: 128,
-        }
-    }
-
-    /// No bound at all (for comparisons in tests).
-    pub const UNLIMITED: Self = Self {
-        burst: u32::MAX,
-        interval: Duration::ZERO,
-        max_in_flight: usize::MAX,
-    };
-}
-
-/// The budget's tokens: `tokens` now, one more at `next` (while below the burst).
-#[derive(Debug, Clone, Copy)]
-struct Tokens {
-    tokens: u32,
-    next: Instant,
-}
-
-impl Tokens {
-    fn refill(&mut self, now: Instant, budget: &DialBudget) {
-        if self.tokens >= budget.burst {
-            return;
-        }
-        if budget.interval.is_zero() {
-            self.tokens = budget.burst;
-            return;
-        }
-        if now < self.next {
-            return;
-        }
-        let step = budget.interval.as_nanos();
-        let gained = (now - self.next).as_nanos() / step + 1;
-        let room = u128::from(budget.burst - self.tokens);
-        if gained >= room {
-            self.tokens = budget.burst;
-        } else {
-            // gained < room <= u32::MAX
-            self.tokens += u32::try_from(gained).unwrap_or(u32::MAX);
-            let advance = budget
-                .interval
-                .saturating_mul(u32::try_from(gained).unwrap_or(u32::MAX));
-            self.next += advance;
-        }
-    }
-
-    /// Takes one token if there is one.
-    fn take(&mut self, now: Instant, budget: &DialBudget) -> bool {
-        self.refill(now, budget);
-        if self.tokens == 0 {
-            return false;
-        }
-        if self.tokens >= budget.burst {
-            self.next = now + budget.interval;
-        }
-        self.tokens -= 1;
-        true
-    }
 }
 
 /// What a daemon says about itself in a handshake.
@@ -287,11 +209,8 @@ enum Dialer {
     InFlight,
     /// Next attempt at this time.
     Waiting(Instant),
-    /// Session up.
-    Session {
-        last_rx: Instant,
-        next_heartbeat: Instant,
-    },
+    /// Session up; the pair was last heard from at `last_rx` (see `liveness`).
+    Session { last_rx: Instant },
 }
 
 /// One peer as this node sees it.
@@ -371,6 +290,12 @@ pub struct Mesh {
     due: BTreeSet<DueKey>,
     in_flight: usize,
     connected: usize,
+    /// Links with a session.
+    sessions: usize,
+    /// Heartbeat ticks fall on `phase + k * heartbeat_interval` (see `liveness`).
+    phase: Instant,
+    /// The next heartbeat tick, while there is a session.
+    tick: Option<Instant>,
 }
 
 impl Mesh {
@@ -403,6 +328,9 @@ impl Mesh {
             due: BTreeSet::new(),
             in_flight: 0,
             connected: 0,
+            sessions: 0,
+            phase: now,
+            tick: None,
         }
     }
 
@@ -556,20 +484,14 @@ impl Mesh {
             return;
         }
         self.note_instance(peer, remote.instance);
-        let interval = self.cfg.heartbeat_interval;
         let Some(link) = self.link_mut(peer) else {
             return;
         };
         link.failures = 0;
         link.last_error = None;
         link.times_connected += 1;
-        self.set_dialer(
-            peer,
-            Dialer::Session {
-                last_rx: now,
-                next_heartbeat: now + interval,
-            },
-        );
+        self.set_dialer(peer, Dialer::Session { last_rx: now });
+        self.arm_tick(now);
         let reason = format!("handshake accepted (instance {})", remote.instance);
         self.set_status(now, peer, ConnStatus::Connected, reason);
         self.check_quorum();
@@ -625,17 +547,10 @@ impl Mesh {
 
     /// A heartbeat answer arrived on the session of `attempt`.
     pub fn handle_heartbeat(&mut self, now: Instant, peer: NodeId, attempt: u64) {
-        if let Some(link) = self.link(peer)
+        if let Some(link) = self.link_mut(peer)
             && link.attempt == attempt
-            && let Dialer::Session { next_heartbeat, .. } = link.dialer
         {
-            self.set_dialer(
-                peer,
-                Dialer::Session {
-                    last_rx: now,
-                    next_heartbeat,
-                },
-            );
+            link.heard(now);
         }
     }
 
@@ -718,8 +633,6 @@ impl Mesh {
 
     /// Timers: heartbeats to send, dead sessions, retries due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let timeout = self.cfg.peer_timeout;
-        let interval = self.cfg.heartbeat_interval;
         let fired: Vec<NodeId> = self
             .timers
             .iter()
@@ -739,26 +652,11 @@ impl Mesh {
                     };
                     self.set_dialer(id, Dialer::Queued((class, at, id)));
                 }
-                Dialer::Session {
-                    last_rx,
-                    next_heartbeat,
-                } => {
-                    if now.saturating_duration_since(last_rx) >= timeout {
-                        let ms = timeout.as_millis();
-                        self.lose(now, id, format!("no heartbeat answer for {ms} ms"));
-                    } else if next_heartbeat <= now {
-                        self.set_dialer(
-                            id,
-                            Dialer::Session {
-                                last_rx,
-                                next_heartbeat: now + interval,
-                            },
-                        );
-                        self.actions.push_back(Action::SendHeartbeat { peer: id });
-                    }
-                }
-                Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => {}
+                Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight | Dialer::Session { .. } => {}
             }
+        }
+        if self.tick.is_some_and(|t| t <= now) {
+            self.heartbeat_tick(now);
         }
         self.pump_dials(now);
     }
@@ -772,7 +670,10 @@ impl Mesh {
 
     /// When [`Mesh::handle_timeout`] must next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let timer = self.timers.first().map(|(at, _)| *at);
+        let timer = match (self.timers.first().map(|(at, _)| *at), self.tick) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // Dials wait for a token only while a slot is free; a finished dial frees one.
         let token = (!self.due.is_empty() && self.in_flight < self.budget.max_in_flight)
             .then_some(self.tokens.next);
@@ -896,14 +797,11 @@ impl Mesh {
     }
 
     /// When a link's timer fires, if it has one.
-    fn deadline(&self, dialer: Dialer) -> Option<Instant> {
+    /// Sessions have none: the heartbeat tick covers them all.
+    fn deadline(dialer: Dialer) -> Option<Instant> {
         match dialer {
             Dialer::Waiting(at) => Some(at),
-            Dialer::Session {
-                last_rx,
-                next_heartbeat,
-            } => Some(next_heartbeat.min(last_rx + self.cfg.peer_timeout)),
-            Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => None,
+            Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight | Dialer::Session { .. } => None,
         }
     }
 
@@ -913,7 +811,7 @@ impl Mesh {
         let Some(from) = self.link(peer).map(|l| l.dialer) else {
             return;
         };
-        if let Some(at) = self.deadline(from) {
+        if let Some(at) = Self::deadline(from) {
             self.timers.remove(&(at, peer));
         }
         match from {
@@ -921,9 +819,10 @@ impl Mesh {
                 self.due.remove(&key);
             }
             Dialer::InFlight => self.in_flight -= 1,
-            Dialer::Idle | Dialer::Waiting(_) | Dialer::Session { .. } => {}
+            Dialer::Session { .. } => self.sessions -= 1,
+            Dialer::Idle | Dialer::Waiting(_) => {}
         }
-        if let Some(at) = self.deadline(to) {
+        if let Some(at) = Self::deadline(to) {
             self.timers.insert((at, peer));
         }
         match to {
@@ -931,7 +830,11 @@ impl Mesh {
                 self.due.insert(key);
             }
             Dialer::InFlight => self.in_flight += 1,
-            Dialer::Idle | Dialer::Waiting(_) | Dialer::Session { .. } => {}
+            Dialer::Session { .. } => self.sessions += 1,
+            Dialer::Idle | Dialer::Waiting(_) => {}
+        }
+        if self.sessions == 0 {
+            self.tick = None;
         }
         if let Some(link) = self.link_mut(peer) {
             link.dialer = to;

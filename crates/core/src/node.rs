@@ -314,6 +314,11 @@ impl Node {
 
     // ---- getters -------------------------------------------------------------------------
 
+    /// See [`Mesh::set_heartbeat_phase`].
+    pub fn set_heartbeat_phase(&mut self, phase: Instant) {
+        self.mesh.set_heartbeat_phase(phase);
+    }
+
     /// The peer mesh (links, daemon state, identity).
     pub fn mesh(&self) -> &Mesh {
         &self.mesh

@@ -324,6 +324,7 @@ impl Engine {
                     .handle_dial_refused(now, peer, attempt, mismatch, detail);
             }
             Input::Heartbeat { peer, attempt } => self.node.handle_heartbeat(now, peer, attempt),
+            Input::PeerHeartbeat { conn } => self.node.handle_session_heartbeat(now, conn),
             Input::SessionLost {
                 peer,
                 attempt,
@@ -664,7 +665,7 @@ impl Engine {
             host,
             port: self.settings.server_port,
             timeout: self.settings.dial_timeout(),
-            keepalive: self.settings.heartbeat_interval,
+            keepalive: crate::transport_keepalive(self.settings.peer_timeout),
         };
         let me = self.cached_identity();
         tokio::spawn(peer_client::dial(target, me, self.tx.clone()));

@@ -90,7 +90,7 @@ pub async fn run(
     );
     let nodes = settings.hosts.len();
     let map_for_record = cfg.map.clone();
-    let node = Node::new(
+    let mut node = Node::new(
         NodeConfig {
             mesh: cfg,
             import_timeout: settings.import_timeout,
@@ -101,13 +101,12 @@ pub async fn run(
         },
         now,
     );
+    node.set_heartbeat_phase(heartbeat_phase(now, settings.heartbeat_interval));
     let (tx, rx) = mpsc::channel(1024);
     let (state_tx, state_rx) = watch::channel(DaemonState::Initializing);
     let (hosts_tx, hosts_rx) = watch::channel(std::sync::Arc::new(settings.hosts.clone()));
 
-    let keepalive = settings
-        .heartbeat_interval
-        .max(std::time::Duration::from_secs(1));
+    let keepalive = transport_keepalive(settings.peer_timeout);
     let peer_svc = peer_server::PeerService {
         engine: tx.clone(),
         host_name: settings.host_name.clone(),
@@ -245,4 +244,26 @@ fn recover_from(settings: &Settings, map: &NodeMap) -> Vec<openimex_core::NodeId
             Vec::new()
         }
     }
+}
+
+/// The instant heartbeat ticks are aligned on: a multiple of `interval` of the wall clock.
+/// Daemons sharing a machine then send their heartbeats together, and each wake-up handles a
+/// batch of messages rather than one (core's `mesh::liveness`). Only the phase is taken from
+/// the wall clock; every deadline stays monotonic.
+fn heartbeat_phase(now: std::time::Instant, interval: std::time::Duration) -> std::time::Instant {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let period = interval.as_nanos().max(1);
+    let into = u64::try_from(wall.as_nanos() % period).unwrap_or(0);
+    now.checked_sub(std::time::Duration::from_nanos(into))
+        .unwrap_or(now)
+}
+
+/// HTTP/2 keepalive of peer connections. Heartbeats prove a pair alive (core), so pings only
+/// catch a connection that dies silently while carrying no heartbeats (the higher node's own
+/// session, with one heartbeat per pair). Pinging at the heartbeat rate would add back the
+/// messages one heartbeat per pair saves; every two peer timeouts costs a fraction of them.
+pub(crate) fn transport_keepalive(peer_timeout: std::time::Duration) -> std::time::Duration {
+    (peer_timeout * 2).max(std::time::Duration::from_secs(1))
 }

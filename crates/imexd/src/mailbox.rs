@@ -62,6 +62,8 @@ pub(crate) enum Input {
     },
     /// A heartbeat answer on an outbound session.
     Heartbeat { peer: NodeId, attempt: u64 },
+    /// A heartbeat on the session stream of an inbound connection (answered already).
+    PeerHeartbeat { conn: ConnId },
     /// An outbound session ended.
     SessionLost {
         peer: NodeId,

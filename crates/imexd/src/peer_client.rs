@@ -74,7 +74,7 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
         .connect_timeout(target.timeout)
         .local_address(target.local)
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(target.keepalive.max(Duration::from_secs(1)))
+        .http2_keep_alive_interval(target.keepalive)
         .keep_alive_timeout(target.timeout)
         .keep_alive_while_idle(true);
     let channel = endpoint.connect().await.map_err(|e| DialError::Connect {

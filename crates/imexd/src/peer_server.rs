@@ -1,5 +1,6 @@
 //! Inbound side of the peer protocol: handshakes (answered by the engine's verdict), session
-//! heartbeats (answered here, one for one), goodbyes and status rows.
+//! heartbeats (answered here, one for one, and reported to the engine as the pair's sign of
+//! life), goodbyes and status rows.
 
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -150,8 +151,12 @@ impl Peer for PeerService {
         self.authenticated(info.id, PeerRequest::Session).await?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(8);
+        let engine = self.engine.clone();
         tokio::spawn(async move {
             while let Ok(Some(msg)) = inbound.message().await {
+                // The pair's sign of life on our side too (one heartbeat per pair: core's
+                // `mesh::liveness`). A full mailbox drops it: the next one will do.
+                let _ = engine.try_send(Input::PeerHeartbeat { conn: info.id });
                 if tx
                     .send(Ok(SessionMsg {
                         from: None,

@@ -139,6 +139,20 @@ impl Node {
         verdict
     }
 
+    /// A heartbeat on the session stream of inbound connection `conn`: the pair's sign of life
+    /// (see [`Mesh::handle_peer_heartbeat`](crate::mesh::Mesh::handle_peer_heartbeat)). Believed
+    /// only from the instance our own session knows; ignored otherwise.
+    pub fn handle_session_heartbeat(&mut self, now: Instant, conn: ConnId) {
+        if let Some(peer) = self.session_peer(conn)
+            && self
+                .mesh
+                .peer(peer.node)
+                .is_some_and(|(_, known)| known == Some(peer.instance))
+        {
+            self.mesh.handle_peer_heartbeat(now, peer.node);
+        }
+    }
+
     /// Inbound connection `conn` closed: its session ends (the peer's link does not: that is
     /// our own outbound session's business).
     pub fn handle_conn_closed(&mut self, conn: ConnId) {

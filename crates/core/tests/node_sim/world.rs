@@ -190,6 +190,12 @@ enum Ev {
         a_inst: InstanceId,
         result: DialResult,
     },
+    /// A's heartbeat reaches B on A's session (the pair's sign of life on B's side).
+    HeartbeatArrive {
+        a: usize,
+        b: usize,
+        sess: Sess,
+    },
     HeartbeatAck {
         a: usize,
         b: usize,
@@ -883,6 +889,7 @@ impl World {
                     && !self.is_cut(a, b)
                 {
                     let rtt = self.delay().min(Duration::from_millis(500)) * 2;
+                    self.push(now + rtt / 2, Ev::HeartbeatArrive { a, b, sess });
                     self.push(now + rtt, Ev::HeartbeatAck { a, b, sess });
                 }
             }
@@ -1196,6 +1203,14 @@ impl World {
                             "connection refused".into(),
                         );
                     }
+                }
+            }
+            Ev::HeartbeatArrive { a, b, sess } => {
+                if self.sessions.get(&(a, b)) == Some(&sess)
+                    && !self.is_cut(a, b)
+                    && self.inst(b) == Some(sess.server)
+                {
+                    self.node_mut(b).handle_session_heartbeat(now, sess.conn);
                 }
             }
             Ev::HeartbeatAck { a, b, sess } => {

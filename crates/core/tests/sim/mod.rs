@@ -220,6 +220,11 @@ impl Net {
                 if let Some(&attempt) = self.sessions.get(&(a, b))
                     && self.reachable(a, b)
                 {
+                    // The pair's sign of life on both sides (one heartbeat per pair).
+                    self.nodes[b]
+                        .as_mut()
+                        .unwrap()
+                        .handle_peer_heartbeat(now, Self::id(a));
                     self.nodes[a]
                         .as_mut()
                         .unwrap()

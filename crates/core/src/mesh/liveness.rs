@@ -1,0 +1,110 @@
+//! Liveness: one heartbeat per pair, and one timer for every session.
+//!
+//! Both daemons of a pair dial each other (two sessions), but only the pair's lower node ID
+//! sends heartbeats, on its own session, and the higher one answers them. Each side takes the
+//! same exchange as proof the pair is alive: the lower node from the answers
+//! ([`Mesh::handle_heartbeat`]), the higher one from the heartbeats it answers
+//! ([`Mesh::handle_peer_heartbeat`]). A pair silent for `peer_timeout` is lost on both sides.
+//! Halving the heartbeats halves the idle traffic of a domain, which grows as n²: at 144 nodes
+//! the messages, not the sessions, are what a machine cannot keep up with.
+//!
+//! Heartbeats are not timed per session: one tick every `heartbeat_interval` sends every
+//! heartbeat due and checks every session's silence, so a session costs no timer, and an
+//! answer costs an assignment, not a reordering of timers. Ticks fall on a phase the owner may
+//! set ([`Mesh::set_heartbeat_phase`]); daemons that share a machine and a phase wake together
+//! once per interval instead of once per peer, so each wake-up handles a batch of messages. A
+//! loss is seen between `peer_timeout` and `peer_timeout + heartbeat_interval` after the last
+//! sign of life. A killed peer is seen at once: its sessions close.
+
+use std::time::{Duration, Instant};
+
+use super::{Action, Dialer, Link, Mesh};
+use crate::ids::NodeId;
+
+impl Link {
+    /// The pair was heard from (a heartbeat or its answer) while the session is up.
+    pub(super) fn heard(&mut self, now: Instant) {
+        if let Dialer::Session { last_rx } = &mut self.dialer {
+            *last_rx = now.max(*last_rx);
+        }
+    }
+}
+
+impl Mesh {
+    /// Aligns heartbeat ticks on `phase + k * heartbeat_interval` (default: the mesh's
+    /// creation). The owner may derive it from a clock its neighbours share.
+    pub fn set_heartbeat_phase(&mut self, phase: Instant) {
+        self.phase = phase;
+    }
+
+    /// A heartbeat from `peer` arrived on the session it opened to us (the owner has checked
+    /// that the session proved that peer). Counts as the pair's sign of life while our own
+    /// session to it is up; ignored otherwise.
+    ///
+    /// Only the pair's lower node ID sends heartbeats, on its own session, and the higher one
+    /// answers: the lower node takes the answers ([`Mesh::handle_heartbeat`]) and the higher
+    /// one the heartbeats (this) as proof the pair is alive, so a silent pair is lost on both
+    /// sides after `peer_timeout`, checked on one tick per `heartbeat_interval` for all
+    /// sessions (aligned by [`Mesh::set_heartbeat_phase`]).
+    pub fn handle_peer_heartbeat(&mut self, now: Instant, peer: NodeId) {
+        if let Some(link) = self.link_mut(peer) {
+            link.heard(now);
+        }
+    }
+
+    /// Whether this node sends the pair's heartbeats to `peer` (it has the lower ID).
+    pub fn sends_heartbeats(&self, peer: NodeId) -> bool {
+        self.cfg.local < peer
+    }
+
+    /// Arms the tick if it is not: called when a session opens.
+    pub(super) fn arm_tick(&mut self, now: Instant) {
+        if self.tick.is_none() && self.sessions > 0 {
+            self.tick = Some(self.next_tick(now));
+        }
+    }
+
+    /// The first tick strictly after `now`.
+    fn next_tick(&self, now: Instant) -> Instant {
+        let period = self.cfg.heartbeat_interval.max(Duration::from_millis(1));
+        let Some(since) = now.checked_duration_since(self.phase) else {
+            return self.phase;
+        };
+        let k = since.as_nanos() / period.as_nanos() + 1;
+        let k = u32::try_from(k).unwrap_or(u32::MAX);
+        self.phase
+            .checked_add(period.saturating_mul(k))
+            .unwrap_or(now + period)
+    }
+
+    /// The tick: loses silent sessions, sends the heartbeats this node owes, arms the next.
+    pub(super) fn heartbeat_tick(&mut self, now: Instant) {
+        let timeout = self.cfg.peer_timeout;
+        let ms = timeout.as_millis();
+        let ids: Vec<(NodeId, Instant)> = self
+            .links
+            .iter()
+            .enumerate()
+            .filter_map(
+                |(i, link)| match (link.as_ref()?.dialer, u16::try_from(i)) {
+                    (Dialer::Session { last_rx }, Ok(id)) => Some((NodeId(id), last_rx)),
+                    _ => None,
+                },
+            )
+            .collect();
+        for (id, last_rx) in ids {
+            let sender = self.sends_heartbeats(id);
+            if now.saturating_duration_since(last_rx) >= timeout {
+                let what = if sender {
+                    "no heartbeat answer"
+                } else {
+                    "no heartbeat from the peer"
+                };
+                self.lose(now, id, format!("{what} for {ms} ms"));
+            } else if sender {
+                self.actions.push_back(Action::SendHeartbeat { peer: id });
+            }
+        }
+        self.tick = (self.sessions > 0).then(|| self.next_tick(now));
+    }
+}
