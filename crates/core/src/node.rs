@@ -39,7 +39,7 @@
 //! - A peer lost (RECOVERING) for longer than [`NodeConfig::grace`] is cleaned up as if it had
 //!   left, in two steps: its memory is fenced here at once (local importers disabled), and what
 //!   it held here is released a fence margin later, so a peer behind a partition has fenced
-//!   before its memory can be freed and reused ([`grace`] says why). The matrix then shows it
+//!   before its memory can be freed and reused (`node/grace.rs` says why). The matrix then shows it
 //!   DISCONNECTED until it is back. The same instance back within the grace time loses nothing;
 //!   a new instance is cleaned at once (below).
 //! - A peer that restarted (new instance) or left (goodbye): the references held for its

@@ -14,7 +14,7 @@
 //!   actions (kill -9, restart, SIGSTOP/SIGCONT) at offsets. It has *recovered* when the domain
 //!   is UP and every (reader, exporter) pair has imported after the last repair step and read
 //!   the pattern since. The time from that step is its time to recover.
-//! - End ([`invariants`]): no new faults, every node back, the workload recovered, every app
+//! - End (`invariants`): no new faults, every node back, the workload recovered, every app
 //!   told to release and exit, then: zero stale reads, zero corrupt reads, every driver's
 //!   reference counters at zero, the domain UP on every node.
 //!
