@@ -110,8 +110,8 @@ fn an_importer_that_never_returns_is_declared_lost_after_the_wait() {
     );
 }
 
-#[test]
-fn the_record_names_an_importer_before_it_gets_the_pages() {
+/// A node with nothing to recover, READY, with node 1 connected on connection 1.
+fn ready_with_node_1() -> (Node, Instant) {
     let (mut n, now, hellos) = node(Vec::new(), None);
     n.handle_start(now);
     let start = drain(&mut n);
@@ -120,6 +120,12 @@ fn the_record_names_an_importer_before_it_gets_the_pages() {
     n.handle_session_hello(now, 1, true, &hellos[1]);
     n.handle_dial_ok(now, NodeId(1), dial_attempt(&start, 1), &hellos[1]);
     drain(&mut n);
+    (n, now)
+}
+
+#[test]
+fn the_record_names_an_importer_before_it_gets_the_pages() {
+    let (mut n, now) = ready_with_node_1();
     n.handle_session_import(now, 7, 1, None, IMPORT);
     // Written while the driver describes: the describe is asked for first.
     let asked = drain(&mut n);
@@ -157,13 +163,7 @@ fn the_record_names_an_importer_before_it_gets_the_pages() {
 
 #[test]
 fn a_failed_describe_drops_the_importer_from_the_record() {
-    let (mut n, now, hellos) = node(Vec::new(), None);
-    n.handle_start(now);
-    let start = drain(&mut n);
-    n.handle_driver_ready(now);
-    n.handle_session_hello(now, 1, true, &hellos[1]);
-    n.handle_dial_ok(now, NodeId(1), dial_attempt(&start, 1), &hellos[1]);
-    drain(&mut n);
+    let (mut n, now) = ready_with_node_1();
     n.handle_session_import(now, 7, 1, None, IMPORT);
     drain(&mut n);
     n.handle_described(
