@@ -442,11 +442,14 @@ fn serve(shared: &Shared, stream: &UnixStream, client: ClientId) {
 /// waits for: waking every blocked call after each of them (the import waits of every
 /// application on the node, the daemon's event poll) cost a context switch per waiter per
 /// request, for nothing.
+///
+/// `Hello` does wake them: it starts every new connection, and a restarted daemon's must make
+/// a blocked event poll of its dead predecessor notice the hang-up (and tear the session down)
+/// now, before the new daemon asks for the session, not a wait slice later.
 fn wakes_waiters(req: &Request) -> bool {
     !matches!(
         req,
-        Request::Hello { .. }
-            | Request::Stats
+        Request::Stats
             | Request::SubscribeChannel
             | Request::Create { .. }
             | Request::Export { .. }
