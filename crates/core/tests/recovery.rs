@@ -110,8 +110,8 @@ fn an_importer_that_never_returns_is_declared_lost_after_the_wait() {
     );
 }
 
-#[test]
-fn the_record_names_an_importer_before_it_gets_the_pages() {
+/// A node with nothing to recover, READY, with node 1 connected on connection 1.
+fn ready_with_node_1() -> (Node, Instant) {
     let (mut n, now, hellos) = node(Vec::new(), None);
     n.handle_start(now);
     let start = drain(&mut n);
@@ -120,8 +120,28 @@ fn the_record_names_an_importer_before_it_gets_the_pages() {
     n.handle_session_hello(now, 1, true, &hellos[1]);
     n.handle_dial_ok(now, NodeId(1), dial_attempt(&start, 1), &hellos[1]);
     drain(&mut n);
+    (n, now)
+}
+
+#[test]
+fn the_record_names_an_importer_before_it_gets_the_pages() {
+    let (mut n, now) = ready_with_node_1();
     n.handle_session_import(now, 7, 1, None, IMPORT);
-    drain(&mut n);
+    // Written while the driver describes: the describe is asked for first.
+    let asked = drain(&mut n);
+    let describe = asked
+        .iter()
+        .position(|a| matches!(a, Action::DescribeExport { .. }))
+        .expect("described");
+    let persist = asked
+        .iter()
+        .position(|a| {
+            *a == Action::Persist {
+                importers: vec![NodeId(1)],
+            }
+        })
+        .expect("the record names node 1 when its describe begins");
+    assert!(describe < persist, "{asked:?}");
     let pages = Pages {
         size: 2 << 20,
         page_size: 2 << 20,
@@ -130,17 +150,30 @@ fn the_record_names_an_importer_before_it_gets_the_pages() {
     };
     n.handle_described(now, 7, Ok((70, pages)));
     let a = drain(&mut n);
-    let persist = a
-        .iter()
-        .position(|a| {
-            *a == Action::Persist {
-                importers: vec![NodeId(1)],
-            }
-        })
-        .expect("the record names node 1");
-    let answer = a
-        .iter()
-        .position(|a| matches!(a, Action::AnswerImport { answer: Ok(_), .. }))
-        .expect("answered");
-    assert!(persist < answer, "{a:?}");
+    assert!(
+        a.iter()
+            .any(|a| matches!(a, Action::AnswerImport { answer: Ok(_), .. })),
+        "answered: {a:?}"
+    );
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Persist { .. })),
+        "no second write: {a:?}"
+    );
+}
+
+#[test]
+fn a_failed_describe_drops_the_importer_from_the_record() {
+    let (mut n, now) = ready_with_node_1();
+    n.handle_session_import(now, 7, 1, None, IMPORT);
+    drain(&mut n);
+    n.handle_described(
+        now,
+        7,
+        Err(ImportError::new(Status::ObjectNotFound, "no such export")),
+    );
+    let a = drain(&mut n);
+    assert!(
+        a.contains(&Action::Persist { importers: vec![] }),
+        "node 1 holds nothing: {a:?}"
+    );
 }

@@ -89,7 +89,10 @@ fn an_accepted_hello_binds_the_connection_to_that_peer_until_it_closes() {
     n.handle_session_import(now, 3, 5, Some(p1), IMPORT);
     assert!(matches!(
         drain(&mut n).as_slice(),
-        [Action::DescribeExport { request: 3, .. }]
+        [
+            Action::DescribeExport { request: 3, .. },
+            Action::Persist { .. }
+        ]
     ));
     n.handle_conn_closed(5);
     assert_eq!(n.session_peer(5), None);

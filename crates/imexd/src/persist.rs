@@ -9,7 +9,15 @@
 //!
 //! The key ties the record to the node map: a record written under another map is discarded
 //! (no recovery wait), as NVIDIA's is. Writes replace the file atomically (a temporary file,
-//! fsync, rename), so a crash leaves the old record or the new one, never half of one.
+//! then a rename), so a crash of the daemon leaves the old record or the new one, never half of
+//! one.
+//!
+//! No fsync: the record guards against an unclean exit of the *daemon* (the driver and its
+//! memory live on), and what a process wrote is in the page cache for its successor whether or
+//! not it reached the disk. A reboot resets the GPUs and their memory with it, and the record's
+//! home, `/var/run/nvidia-imex`, is a tmpfs that does not survive one either. An fsync here
+//! cost a disk flush (milliseconds) on the engine's loop before every import answer that adds an
+//! importer node, and again when one leaves.
 
 use std::io::Write;
 use std::path::Path;
@@ -80,11 +88,7 @@ pub(crate) fn write(path: &Path, map: &NodeMap, importers: &[NodeId]) -> std::io
         text.push_str(&format!("node {id} {host}\n"));
     }
     let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-    }
+    std::fs::File::create(&tmp)?.write_all(text.as_bytes())?;
     std::fs::rename(&tmp, path)
 }
 

@@ -1,6 +1,6 @@
 //! The driver's socket server: `<node-dir>/dev/nvidiactl.sock` ([`socket_path`]), one std
 //! thread per connection (one RM client each), a shared [`Rm`] behind a mutex, and one condvar
-//! that every state change signals. The calls that block in the real driver wait on it here:
+//! that every request able to change what a blocked call waits for signals. The calls that block in the real driver wait on it here:
 //! - `WaitImport`: until the import is no longer pending, or `timeout_ms` (→ NotReady);
 //! - `Release` of the last reference to a remote import: until FINISH_MEM_UNIMPORT names the
 //!   unimport or the session is torn down;
@@ -118,7 +118,8 @@ pub fn prepare_node_dir(node_dir: &Path, channels: u32) -> Result<(), ServerErro
 #[derive(Debug)]
 struct Shared {
     rm: Mutex<Rm>,
-    /// Signalled after every request and every disconnect: any blocked call re-checks.
+    /// Signalled after every request that can change what a blocked call waits for
+    /// ([`wakes_waiters`]) and every disconnect: the blocked calls re-check.
     changed: Condvar,
     /// The (canonical) node directory: its channel files are the channels.
     node_dir: PathBuf,
@@ -421,16 +422,41 @@ fn serve(shared: &Shared, stream: &UnixStream, client: ClientId) {
             }
             Err(_) => break,
         };
+        let wakes = wakes_waiters(&req);
         let resp = handle(shared, client, stream, req, &fds);
         drop(fds);
-        let revoked = shared.rm().take_revoked();
-        shared.kill_revoked(revoked);
-        shared.changed.notify_all();
+        if wakes {
+            let revoked = shared.rm().take_revoked();
+            shared.kill_revoked(revoked);
+            shared.changed.notify_all();
+        }
         if proto::send(stream, &resp, &[]).is_err() {
             break;
         }
     }
     disconnect(shared, client);
+}
+
+/// Whether `req` can change what a blocked call waits for (an import's state, a pending
+/// unimport, the daemon's event queue, a revocation). The others only read, or take what no one
+/// waits for: waking every blocked call after each of them (the import waits of every
+/// application on the node, the daemon's event poll) cost a context switch per waiter per
+/// request, for nothing.
+///
+/// `Hello` does wake them: it starts every new connection, and a restarted daemon's must make
+/// a blocked event poll of its dead predecessor notice the hang-up (and tear the session down)
+/// now, before the new daemon asks for the session, not a wait slice later.
+fn wakes_waiters(req: &Request) -> bool {
+    !matches!(
+        req,
+        Request::Stats
+            | Request::SubscribeChannel
+            | Request::Create { .. }
+            | Request::Export { .. }
+            | Request::WaitImport { .. }
+            | Request::GetEvents { .. }
+            | Request::DescribeExport { .. }
+    )
 }
 
 /// The client is gone: release what it owned and wait for its unimports, as the exiting

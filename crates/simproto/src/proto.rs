@@ -413,25 +413,30 @@ pub enum WireError {
 }
 
 /// Writes one message, attaching `fds` (may be empty).
+///
+/// The whole frame goes in one `sendmsg` (the descriptors ride on its first byte), so the
+/// reader is woken once per message, not once for a lone first byte and again for the rest.
 pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[RawFd]) -> Result<(), WireError> {
     use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    let body = serde_json::to_vec(msg)?;
-    if body.len() > MAX_MESSAGE {
-        return Err(WireError::TooLarge(body.len()));
+    // The body is written behind room for its length, which is filled in after.
+    let mut frame = Vec::with_capacity(256);
+    frame.extend_from_slice(&[0; 4]);
+    serde_json::to_writer(&mut frame, msg)?;
+    let body = frame.len() - 4;
+    if body > MAX_MESSAGE {
+        return Err(WireError::TooLarge(body));
     }
-    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge(body.len()))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&body);
-    // The first byte carries the descriptors; the rest is written plainly.
-    let first = [IoSlice::new(&frame[..1])];
+    let len = u32::try_from(body).map_err(|_| WireError::TooLarge(body))?;
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    let iov = [IoSlice::new(&frame)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
-    let sent = sendmsg::<()>(sock.as_raw_fd(), &first, cmsgs, MsgFlags::empty(), None)?;
-    if sent != 1 {
+    let sent = sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None)?;
+    if sent == 0 {
         return Err(WireError::Closed);
     }
-    (&*sock).write_all(&frame[1..])?;
+    // A large frame may go in part; the rest carries no descriptors.
+    (&*sock).write_all(&frame[sent..])?;
     Ok(())
 }
 
@@ -440,10 +445,12 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
     sock: &UnixStream,
 ) -> Result<(T, Vec<OwnedFd>), WireError> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    let mut first = [0u8; 1];
+    let mut header = [0u8; 4];
     let mut fds = Vec::new();
-    {
-        let mut iov = [IoSliceMut::new(&mut first)];
+    let got = {
+        // The length in one call when it is all there (it is, as `send` writes a frame at
+        // once); the descriptors come with its first byte.
+        let mut iov = [IoSliceMut::new(&mut header)];
         let mut space = nix::cmsg_space!([RawFd; 4]);
         let msg = recvmsg::<()>(
             sock.as_raw_fd(),
@@ -463,10 +470,10 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
                 }
             }
         }
-    }
-    let mut rest = [0u8; 3];
-    (&*sock).read_exact(&mut rest)?;
-    let len = u32::from_be_bytes([first[0], rest[0], rest[1], rest[2]]) as usize;
+        msg.bytes
+    };
+    (&*sock).read_exact(&mut header[got..])?;
+    let len = u32::from_be_bytes(header) as usize;
     if len > MAX_MESSAGE {
         return Err(WireError::TooLarge(len));
     }
@@ -499,6 +506,30 @@ mod tests {
         assert!(fds2.is_empty());
         drop(a);
         assert!(matches!(recv::<Request>(&b), Err(WireError::Closed)));
+    }
+
+    /// A frame larger than the socket buffer goes in several writes; its descriptors still
+    /// arrive with it and the next frame stays in step.
+    #[test]
+    fn a_frame_larger_than_the_socket_buffer_keeps_its_descriptors() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let reader = std::thread::spawn(move || {
+            let first: (Request, Vec<OwnedFd>) = recv(&b).unwrap();
+            let second: (Request, Vec<OwnedFd>) = recv(&b).unwrap();
+            (first, second)
+        });
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let big = Request::FinishUnimport {
+            token: 1,
+            unimport_event_ids: (0..100_000).collect(),
+        };
+        send(&a, &big, &[file.as_raw_fd()]).unwrap();
+        send(&a, &Request::Stats, &[]).unwrap();
+        let ((r1, fds1), (r2, fds2)) = reader.join().unwrap();
+        assert_eq!(r1, big);
+        assert_eq!(fds1.len(), 1);
+        assert_eq!(r2, Request::Stats);
+        assert!(fds2.is_empty());
     }
 
     #[test]

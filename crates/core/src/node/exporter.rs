@@ -67,6 +67,9 @@ impl Node {
             index: import.index,
             channel: import.channel,
         });
+        // The record names the importer now, after the describe is asked for, so the engine
+        // writes it while the driver describes instead of between the describe and the answer.
+        self.sync_persist();
     }
 
     /// The driver described an export for `request` (taking `export_ref`), or refused.
@@ -116,11 +119,15 @@ impl Node {
                 if let Some(old) = old {
                     self.release(vec![old], None);
                 }
-                // The record names this importer before it gets the pages.
+                // The record named this importer when its describe began (this only drops
+                // nodes whose other describes ended meanwhile).
                 self.sync_persist();
                 Ok(pages)
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                self.sync_persist();
+                Err(e)
+            }
         };
         self.actions
             .push_back(Action::AnswerImport { request, answer });

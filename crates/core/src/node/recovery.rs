@@ -153,10 +153,12 @@ impl Node {
         self.actions.push_back(Action::Persist { importers });
     }
 
-    /// Brings the persist record up to date: the nodes holding references now, and those the
-    /// gate still waits for.
+    /// Brings the persist record up to date: the nodes holding references now, those whose
+    /// imports are being described (each may hold one the moment its answer goes out), and
+    /// those the gate still waits for.
     pub(super) fn sync_persist(&mut self) {
         let mut importers = self.exports.holders();
+        importers.extend(self.describing.values().map(|d| d.importer.node));
         importers.extend(self.recovery.awaiting.iter().copied());
         importers.sort_unstable();
         importers.dedup();
