@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openimex_harness::process::{find_pids_with_args, run_with_timeout, send_signal};
 use openimex_harness::{ClusterSpec, Signal};
@@ -71,4 +71,16 @@ impl Drop for KillOnDrop {
             let _ = send_signal(pid, Signal::SIGKILL);
         }
     }
+}
+
+/// Waits up to `limit` for `cond`, polling every 50 ms.
+pub(crate) fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
 }

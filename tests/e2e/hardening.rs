@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use openimex_harness::nix::libc;
 use openimex_harness::{Cluster, ScratchDir, Signal};
 
-use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, spec, text};
+use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, spec, text, wait_for};
 
 /// The asynchronous signals whose default action ends a process (man 7 signal), apart from
 /// TERM/INT/QUIT (a clean stop) and HUP/USR1 (NVIDIA's behaviours), with the name the log
@@ -51,18 +51,6 @@ fn kill(pid: u32, sig: libc::c_int) {
         "kill({pid}, {sig}): {}",
         std::io::Error::last_os_error()
     );
-}
-
-/// Waits up to `limit` for `cond`, polling every 50 ms.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
 }
 
 #[test]

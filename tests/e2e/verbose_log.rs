@@ -3,23 +3,11 @@
 //! says how many and since when, the daemon keeps running, and a clean stop writes what is left.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openimex_harness::{Cluster, Signal};
 
-use crate::common::{FORM, NOTICE, spec, text};
-
-/// Waits up to `limit` for `cond`, polling every 50 ms.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
-}
+use crate::common::{FORM, NOTICE, spec, text, wait_for};
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
