@@ -107,7 +107,7 @@ impl Proxy {
 
     /// Bytes forwarded so far.
     pub fn bytes(&self) -> u64 {
-        self.flags.bytes.load(Ordering::Relaxed)
+        self.flags.bytes.load(Ordering::SeqCst)
     }
 }
 
@@ -189,10 +189,14 @@ fn pump(mut from: TcpStream, mut to: TcpStream, f: &Flags) {
             Err(_) => break,
         };
         // Bytes read just before a block are held too.
-        if !f.wait_open() || to.write_all(&buf[..n]).is_err() {
+        if !f.wait_open() {
             break;
         }
-        f.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        // Counted before the write: the receiver may read them before this thread runs again.
+        f.bytes.fetch_add(n as u64, Ordering::SeqCst);
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
