@@ -17,7 +17,8 @@ use openimex_proto::cmd::{
     DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
     command_server::Command,
 };
-use openimex_proto::peer::{NodeStatus, NodeStatusRequest, peer_client::PeerClient};
+use openimex_proto::peer::session_msg::Body;
+use openimex_proto::peer::{NodeStatus, NodeStatusRequest};
 use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status};
 
@@ -27,10 +28,6 @@ use crate::peer_server::snapshot;
 
 /// How long the command service waits for one peer's row.
 const PEER_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Largest status row accepted from a peer: a row with reasons for the largest node map
-/// (65,536 entries, about 100 bytes each) fits.
-const MAX_PEER_STATUS: usize = 16 << 20;
 
 /// The command gRPC service.
 pub(crate) struct CommandService {
@@ -61,13 +58,11 @@ impl Command for CommandService {
         let asks: Vec<_> = snap
             .peers
             .into_iter()
-            .map(|(peer, channel)| {
+            .map(|(peer, session)| {
                 tokio::spawn(async move {
-                    let mut client =
-                        PeerClient::new(channel).max_decoding_message_size(MAX_PEER_STATUS);
-                    let ask = client.status(NodeStatusRequest { reasons });
+                    let ask = session.call(Body::Status(NodeStatusRequest { reasons }));
                     match tokio::time::timeout(PEER_STATUS_TIMEOUT, ask).await {
-                        Ok(Ok(resp)) => Some((peer, resp.into_inner())),
+                        Ok(Ok(Body::StatusReply(status))) => Some((peer, status)),
                         _ => None,
                     }
                 })

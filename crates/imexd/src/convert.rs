@@ -146,9 +146,10 @@ pub(crate) fn import_request(r: &WireImportRequest) -> Result<ImportRequest, Str
 }
 
 /// The wire form of an import request.
-pub(crate) fn wire_import_request(me: Identity, r: &ImportRequest) -> WireImportRequest {
+pub(crate) fn wire_import_request(r: &ImportRequest) -> WireImportRequest {
     WireImportRequest {
-        from: Some(me),
+        // On the session its hello proved the sender; a request names it no more.
+        from: None,
         import_event_id: r.import_event_id,
         export_uuid: r.export_uuid.to_vec(),
         index: u32::from(r.index),

@@ -9,16 +9,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::session::SessionTx;
 use openimex_core::node::Action;
 use openimex_core::{
     Action as MeshAction, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId,
     RequestId, Status,
 };
 use openimex_driver::{Driver, DriverError};
-use openimex_proto::peer::{Identity, SessionMsg};
+use openimex_proto::peer::Identity;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tracing::{debug, error, info, warn};
 
 use crate::convert;
@@ -58,7 +58,7 @@ pub(crate) struct Engine {
     sessions: HashMap<NodeId, (u64, OutLink)>,
     waiting: Waiting,
     state_tx: watch::Sender<DaemonState>,
-    goodbyes: Vec<(NodeId, Channel)>,
+    goodbyes: Vec<(NodeId, SessionTx)>,
     heartbeat_seq: u64,
     dial_log: HashMap<NodeId, (u64, Option<Instant>)>,
     /// Dials leave from this address (the peer listener's), so peers see the node map's
@@ -167,13 +167,12 @@ impl Engine {
         );
         self.node.handle_shutdown(now());
         let _ = self.perform();
-        let me = self.identity();
         let goodbyes = std::mem::take(&mut self.goodbyes);
         let mut awaited = goodbyes.len();
-        for (peer, channel) in goodbyes {
-            let (me, tx) = (me.clone(), self.tx.clone());
+        for (peer, session) in goodbyes {
+            let tx = self.tx.clone();
             tokio::spawn(async move {
-                let delivered = peer_client::goodbye(peer, channel, me, GOODBYE_TIMEOUT).await;
+                let delivered = peer_client::goodbye(peer, session, GOODBYE_TIMEOUT).await;
                 let _ = tx.send(Input::GoodbyeDelivered { peer, delivered }).await;
             });
         }
@@ -254,21 +253,6 @@ impl Engine {
         let me = Arc::new(self.identity());
         self.me_cache = Some(Arc::clone(&me));
         me
-    }
-
-    /// Who we are in an import or unimport request. The exporter only reads the node and
-    /// instance from it (and checks them against what the connection proved), so the node map
-    /// is left out: at 144 nodes it would be ~144 strings built, sent and parsed per request.
-    fn request_identity(&mut self) -> Identity {
-        let me = self.cached_identity();
-        Identity {
-            node_map: Vec::new(),
-            domain_id: me.domain_id.clone(),
-            node_map_digest: me.node_map_digest.clone(),
-            software_version: me.software_version.clone(),
-            driver_version: me.driver_version.clone(),
-            ..*me
-        }
     }
 
     fn identity(&self) -> Identity {
@@ -476,10 +460,9 @@ impl Engine {
         while let Some(action) = self.node.poll_action() {
             match action {
                 Action::Mesh(a) => self.perform_mesh(a),
-                Action::SendImport { peer, request } => match self.channel(peer) {
-                    Some(ch) => {
-                        let me = self.request_identity();
-                        peer_client::import(ch, me, peer, request, self.tx.clone());
+                Action::SendImport { peer, request } => match self.session(peer) {
+                    Some(session) => {
+                        peer_client::import(session, peer, request, self.tx.clone());
                     }
                     None => {
                         let answer = Err(ImportError::new(
@@ -494,10 +477,9 @@ impl Engine {
                 Action::SendUnimport {
                     peer,
                     import_event_id,
-                } => match self.channel(peer) {
-                    Some(ch) => {
-                        let me = self.request_identity();
-                        peer_client::unimport(ch, me, peer, import_event_id, self.tx.clone());
+                } => match self.session(peer) {
+                    Some(session) => {
+                        peer_client::unimport(session, peer, import_event_id, self.tx.clone());
                     }
                     None => {
                         self.node
@@ -578,12 +560,8 @@ impl Engine {
             MeshAction::SendHeartbeat { peer } => {
                 if let Some((_, link)) = self.sessions.get(&peer) {
                     self.heartbeat_seq += 1;
-                    let msg = SessionMsg {
-                        from: None,
-                        heartbeat_seq: self.heartbeat_seq,
-                    };
                     // A full queue means the peer is not reading; the timeout will tell.
-                    let _ = link.tx.try_send(msg);
+                    link.session.heartbeat(self.heartbeat_seq, false);
                 }
             }
             MeshAction::CloseSession { peer, attempt } => {
@@ -595,7 +573,7 @@ impl Engine {
             }
             MeshAction::SendGoodbye { peer } => {
                 if let Some((_, link)) = self.sessions.get(&peer) {
-                    self.goodbyes.push((peer, link.channel.clone()));
+                    self.goodbyes.push((peer, link.session.clone()));
                 }
             }
             MeshAction::LinkChanged {
@@ -634,15 +612,15 @@ impl Engine {
         }
     }
 
-    /// The channel of `peer`'s open session, if its link is connected.
-    fn channel(&self, peer: NodeId) -> Option<Channel> {
+    /// `peer`'s open session, if its link is connected.
+    fn session(&self, peer: NodeId) -> Option<SessionTx> {
         let connected = self
             .node
             .mesh()
             .peer(peer)
             .is_some_and(|(status, _)| status == ConnStatus::Connected);
         connected
-            .then(|| self.sessions.get(&peer).map(|(_, l)| l.channel.clone()))
+            .then(|| self.sessions.get(&peer).map(|(_, l)| l.session.clone()))
             .flatten()
     }
 
@@ -656,7 +634,7 @@ impl Engine {
                     .get(id.index())
                     .is_some_and(|l| l.status == ConnStatus::Connected)
             })
-            .map(|(id, (_, l))| (*id, l.channel.clone()))
+            .map(|(id, (_, l))| (*id, l.session.clone()))
             .collect();
         Snapshot {
             local: self.settings.local,
@@ -664,6 +642,7 @@ impl Engine {
             instance: self.node.mesh().config().instance,
             links,
             driver_version: self.driver_version.clone(),
+            host_name: self.settings.host_name.clone(),
             refusals: self.node.refusals().collect(),
             peers,
         }

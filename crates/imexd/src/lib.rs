@@ -31,6 +31,7 @@ mod nodes_file;
 mod peer_client;
 mod peer_server;
 mod persist;
+mod session;
 pub mod settings;
 pub mod world;
 
@@ -109,7 +110,6 @@ pub async fn run(
     let keepalive = transport_keepalive(settings.peer_timeout);
     let peer_svc = peer_server::PeerService {
         engine: tx.clone(),
-        host_name: settings.host_name.clone(),
         hosts: hosts_rx.clone(),
         any_source: settings.peer_any_source,
     };

@@ -8,12 +8,13 @@ use openimex_core::{
     LinkView, Mismatch, NodeId, Pages, PeerId, PeerState, Verdict,
 };
 use openimex_driver::DriverError;
-use openimex_proto::peer::{Identity, SessionMsg};
+use openimex_proto::peer::Identity;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tonic::transport::Channel;
 
 use crate::error::DialError;
+use crate::session::SessionTx;
 
 /// Messages to the engine.
 pub(crate) enum Input {
@@ -161,11 +162,11 @@ pub(crate) enum DriverInput {
 
 /// An open outbound session.
 pub(crate) struct OutLink {
-    /// The gRPC channel (also used for imports, unimports, status queries and goodbye).
-    pub(crate) channel: Channel,
-    /// Heartbeats go here.
-    pub(crate) tx: mpsc::Sender<SessionMsg>,
-    /// The task reading heartbeat answers.
+    /// The connection, held for as long as the session (never read).
+    pub(crate) _connection: Channel,
+    /// Heartbeats and requests go here.
+    pub(crate) session: SessionTx,
+    /// The task reading the session.
     pub(crate) reader: AbortHandle,
     /// The address dialled (the node's entry as resolved then).
     pub(crate) remote: std::net::SocketAddr,
@@ -178,10 +179,12 @@ pub(crate) struct Snapshot {
     pub(crate) instance: InstanceId,
     pub(crate) links: Vec<LinkView>,
     pub(crate) driver_version: String,
+    /// This host's name (`ctl -N`'s hostname column).
+    pub(crate) host_name: String,
     /// Peer messages refused since start, by reason.
     pub(crate) refusals: Vec<(&'static str, u64)>,
-    /// Channels of the peers connected right now, to ask for their rows.
-    pub(crate) peers: Vec<(NodeId, Channel)>,
+    /// Sessions of the peers connected right now, to ask for their rows.
+    pub(crate) peers: Vec<(NodeId, SessionTx)>,
 }
 
 /// What `ctl --peers` needs from the engine at one instant.

@@ -1,11 +1,12 @@
 //! Outbound side of the peer protocol: dial (resolve, connect, handshake, open the session and
 //! report heartbeat answers and the session's end), and the import, unimport and goodbye calls
-//! on an open session's channel. One task per dial attempt or call; each reports its outcome to
+//! on an open session (`session`). One task per dial attempt or call; each reports its outcome to
 //! the engine as an [`Input`], and the engine (its core node) decides what follows.
 
 use std::time::Duration;
 
 use openimex_core::{ImportError, ImportRequest, NodeId, Status};
+use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{
     GoodbyeRequest, HelloRequest, Identity, Refusal, SessionMsg, UnimportRequest,
     peer_client::PeerClient,
@@ -17,6 +18,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::convert;
 use crate::error::DialError;
 use crate::mailbox::{Input, OutLink};
+use crate::session::{self, CallError, SessionTx};
 
 /// Where and how to dial.
 pub(crate) struct Target {
@@ -113,39 +115,31 @@ async fn handshake(
         .ok_or_else(|| DialError::Identity("carries no identity".into()))?;
     let remote = convert::hello(&identity).map_err(DialError::Identity)?;
 
-    let (tx, rx) = mpsc::channel::<SessionMsg>(8);
-    let mut inbound = client
+    let (tx, rx) = mpsc::channel::<SessionMsg>(session::QUEUE);
+    let inbound = client
+        .max_decoding_message_size(crate::limits::MAX_SESSION_FRAME)
         .session(ReceiverStream::new(rx))
         .await
         .map_err(|s| DialError::Session(s.message().to_string()))?
         .into_inner();
-    let reader = tokio::spawn(async move {
-        let reason = loop {
-            match inbound.message().await {
-                Ok(Some(_)) => {
-                    if engine
-                        .send(Input::Heartbeat { peer, attempt })
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Ok(None) => break "peer closed the session".to_string(),
-                Err(status) => break status.message().to_string(),
-            }
-        };
-        let _ = engine
-            .send(Input::SessionLost {
-                peer,
-                attempt,
-                reason,
-            })
-            .await;
+    let session = SessionTx::new(tx);
+    let end = session::End::Dialled { peer, attempt };
+    let reader = tokio::spawn({
+        let session = session.clone();
+        async move {
+            let reason = session::run(inbound, session, end, engine.clone()).await;
+            let _ = engine
+                .send(Input::SessionLost {
+                    peer,
+                    attempt,
+                    reason,
+                })
+                .await;
+        }
     });
     let link = OutLink {
-        channel,
-        tx,
+        _connection: channel,
+        session,
         reader: reader.abort_handle(),
         remote: addr,
     };
@@ -157,23 +151,26 @@ async fn handshake(
     })
 }
 
-/// Asks `exporter` for an import; the answer (or the transport's failure) goes to the engine.
-/// No timer here: the core node fails the import when its timeout passes.
+/// Asks `exporter` for an import on the session; the answer (or the session's end) goes to the
+/// engine. No timer here: the core node fails the import when its timeout passes.
 pub(crate) fn import(
-    channel: Channel,
-    me: Identity,
+    session: SessionTx,
     exporter: NodeId,
     request: ImportRequest,
     engine: mpsc::Sender<Input>,
 ) {
     tokio::spawn(async move {
         let import_event_id = request.import_event_id;
-        let wire = convert::wire_import_request(me, &request);
-        let answer = match PeerClient::new(channel).import(wire).await {
-            Ok(r) => convert::answer(r.into_inner()),
-            Err(s) => Err(ImportError::new(
+        let wire = convert::wire_import_request(&request);
+        let answer = match session.call(Body::Import(wire)).await {
+            Ok(Body::ImportReply(r)) => convert::answer(r),
+            Ok(_) => Err(ImportError::new(
                 Status::InvalidState,
-                format!("exporter node {exporter}: {}", s.message()),
+                format!("exporter node {exporter}: {}", CallError::Unexpected),
+            )),
+            Err(e) => Err(ImportError::new(
+                Status::InvalidState,
+                format!("exporter node {exporter}: {e}"),
             )),
         };
         let _ = engine
@@ -188,24 +185,21 @@ pub(crate) fn import(
 
 /// Tells `exporter` an import is gone; whether it got there goes to the engine.
 pub(crate) fn unimport(
-    channel: Channel,
-    me: Identity,
+    session: SessionTx,
     exporter: NodeId,
     import_event_id: u64,
     engine: mpsc::Sender<Input>,
 ) {
     tokio::spawn(async move {
         let req = UnimportRequest {
-            from: Some(me),
+            from: None,
             import_event_id,
         };
-        let delivered = match PeerClient::new(channel).unimport(req).await {
-            Ok(_) => true,
-            Err(s) => {
-                tracing::warn!(
-                    "unimport {import_event_id} on node {exporter} failed: {}",
-                    s.message()
-                );
+        let delivered = match session.call(Body::Unimport(req)).await {
+            Ok(Body::UnimportReply(_)) => true,
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!("unimport {import_event_id} on node {exporter} failed: {e}");
                 false
             }
         };
@@ -219,25 +213,21 @@ pub(crate) fn unimport(
     });
 }
 
-/// Says goodbye to `peer`, waiting at most `timeout` for its acknowledgement; returns whether
-/// it acknowledged.
-pub(crate) async fn goodbye(
-    peer: NodeId,
-    channel: Channel,
-    me: Identity,
-    timeout: Duration,
-) -> bool {
+/// Says goodbye to `peer` on the session, waiting at most `timeout` for its acknowledgement;
+/// returns whether it acknowledged.
+pub(crate) async fn goodbye(peer: NodeId, session: SessionTx, timeout: Duration) -> bool {
     let req = GoodbyeRequest {
-        from: Some(me),
+        from: None,
         reason: "daemon shutting down".to_string(),
     };
-    match tokio::time::timeout(timeout, PeerClient::new(channel).goodbye(req)).await {
-        Ok(Ok(_)) => {
+    match tokio::time::timeout(timeout, session.call(Body::Goodbye(req))).await {
+        Ok(Ok(Body::GoodbyeReply(_))) => {
             tracing::debug!("node {peer} acknowledged goodbye");
             true
         }
+        Ok(Ok(_)) => false,
         Ok(Err(e)) => {
-            tracing::warn!("goodbye to node {peer} failed: {}", e.message());
+            tracing::warn!("goodbye to node {peer} failed: {e}");
             false
         }
         Err(_) => {

@@ -13,18 +13,18 @@ use openimex_proto::peer::{
     UnimportRequest, peer_server::Peer,
 };
 use tokio::sync::mpsc;
-use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::conn::ConnInfo;
 use crate::convert;
 use crate::mailbox::{Hosts, Input, Snapshot, ask};
+use crate::session::{self, SessionTx};
 
 /// The peer gRPC service.
 pub(crate) struct PeerService {
     pub(crate) engine: mpsc::Sender<Input>,
-    pub(crate) host_name: String,
     /// The node file's entries: a hello naming node N must come from entry N's address.
     pub(crate) hosts: Hosts,
     /// `OPENIMEX_PEER_ANY_SOURCE`: accept hellos from any address (multi-homed hosts).
@@ -149,27 +149,12 @@ impl Peer for PeerService {
     ) -> Result<Response<SessionStream>, Status> {
         let info = conn(&request)?;
         self.authenticated(info.id, PeerRequest::Session).await?;
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(8);
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(session::QUEUE);
         let engine = self.engine.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(msg)) = inbound.message().await {
-                // The pair's sign of life on our side too (one heartbeat per pair: core's
-                // `mesh::liveness`). A full mailbox drops it: the next one will do.
-                let _ = engine.try_send(Input::PeerHeartbeat { conn: info.id });
-                if tx
-                    .send(Ok(SessionMsg {
-                        from: None,
-                        heartbeat_seq: msg.heartbeat_seq,
-                    }))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let end = session::End::Accepted { conn: info.id };
+        tokio::spawn(session::run(inbound, SessionTx::new(tx), end, engine));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
     }
 
     async fn goodbye(
@@ -233,14 +218,31 @@ impl Peer for PeerService {
         &self,
         request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatus>, Status> {
-        self.authenticated(conn(&request)?.id, PeerRequest::Status)
-            .await?;
+        let conn = conn(&request)?.id;
         let reasons = request.into_inner().reasons;
-        let snap = snapshot(&self.engine).await?;
-        Ok(Response::new(convert::node_status(
-            &snap,
-            &self.host_name,
-            reasons,
-        )))
+        status_row(&self.engine, conn, reasons)
+            .await
+            .map(Response::new)
     }
+}
+
+/// This node's status row for the peer on `conn`, if a session proves it.
+pub(crate) async fn status_row(
+    engine: &mpsc::Sender<Input>,
+    conn: ConnId,
+    reasons: bool,
+) -> Result<NodeStatus, Status> {
+    let ok = ask(engine, |reply| Input::Authenticate {
+        conn,
+        what: PeerRequest::Status,
+        reply,
+    })
+    .await?;
+    if !ok {
+        return Err(Status::permission_denied(
+            "no session on this connection; say hello first",
+        ));
+    }
+    let snap = snapshot(engine).await?;
+    Ok(convert::node_status(&snap, &snap.host_name, reasons))
 }

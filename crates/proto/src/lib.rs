@@ -26,7 +26,8 @@ pub use openimex::peer::v1 as peer;
 pub use openimex::cmd::v1 as cmd;
 
 /// Wire protocol version carried in every handshake. Bump on incompatible change.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// 3: requests and answers travel on the session stream (`SessionMsg`), both ways.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The innermost cause of a transport error ("Connection refused (os error 111)"): tonic wraps
 /// the OS error in layers whose own texts ("transport error") tell an operator nothing.
