@@ -64,8 +64,8 @@ pub(crate) struct Engine {
     /// Dials leave from this address (the peer listener's), so peers see the node map's
     /// address as the source.
     local_ip: Option<std::net::IpAddr>,
-    /// Where the persist record goes, and the map it is keyed to.
-    persist: Option<(std::path::PathBuf, openimex_core::NodeMap)>,
+    /// Writes the persist record, if one is kept, and holds the answers waiting for it.
+    persist: Option<crate::persist::Writer>,
     /// Our identity for dials, built once (it carries the whole node map) and rebuilt when
     /// the driver version or the node map changes.
     me_cache: Option<Arc<Identity>>,
@@ -219,6 +219,10 @@ impl Engine {
                 input = rx.recv() => if input.is_none() { break },
             }
         }
+        // The last record (references released by the goodbyes) must be on disk before exit.
+        if let Some(writer) = self.persist.take() {
+            writer.finish(&mut rx).await;
+        }
         for (_, (_, link)) in self.sessions.drain() {
             link.reader.abort();
         }
@@ -235,9 +239,13 @@ impl Engine {
         mut self,
         path: Option<std::path::PathBuf>,
         map: openimex_core::NodeMap,
-    ) -> Self {
-        self.persist = path.map(|p| (p, map));
-        self
+    ) -> Result<Self, DaemonError> {
+        if let Some(path) = path {
+            let writer = crate::persist::Writer::start(path, map, self.tx.clone())
+                .map_err(DaemonError::PersistThread)?;
+            self.persist = Some(writer);
+        }
+        Ok(self)
     }
 
     /// Publish the node map's entries here whenever they change.
@@ -409,6 +417,11 @@ impl Engine {
             } => self
                 .node
                 .handle_unimport_delivered(now, exporter, import_event_id, delivered),
+            Input::Persisted { seq } => {
+                if let Some(writer) = &mut self.persist {
+                    writer.written(seq);
+                }
+            }
             Input::Driver(d) => self.handle_driver(now, d)?,
             Input::NodesFile(reread) => self.handle_reread(now, reread),
         }
@@ -516,10 +529,19 @@ impl Engine {
                 }
                 Action::AnswerImport { request, answer } => {
                     if let Some(reply) = self.waiting.imports.remove(&request) {
-                        let _ = reply.send(answer);
+                        match &mut self.persist {
+                            Some(writer) => writer.answer(reply, answer),
+                            None => {
+                                let _ = reply.send(answer);
+                            }
+                        }
                     }
                 }
-                Action::Persist { importers } => self.write_persist(&importers),
+                Action::Persist { importers } => {
+                    if let Some(writer) = &mut self.persist {
+                        writer.write(importers);
+                    }
+                }
                 Action::RecoveryWait { awaiting, wait } => {
                     if wait.is_zero() {
                         warn!("Waiting for recovery: still awaiting nodes {awaiting:?}");
@@ -596,19 +618,6 @@ impl Engine {
             MeshAction::InitDriver => self.driver.call(Call::OpenSession {
                 node: self.settings.local,
             }),
-        }
-    }
-
-    /// Writes the persist record (before the actions that follow it are performed).
-    fn write_persist(&self, importers: &[NodeId]) {
-        let Some((path, map)) = &self.persist else {
-            return;
-        };
-        if let Err(e) = crate::persist::write(path, map, importers) {
-            error!(
-                "cannot write the persistence file {}: {e}; after a crash, recovery cannot know which nodes held this node's memory; make its directory writable or set OPENIMEX_PERSIST_FILE",
-                path.display()
-            );
         }
     }
 

@@ -52,6 +52,11 @@ pub enum DaemonError {
         "cannot start the GPU driver threads: {0}; check the limits on threads and memory (ulimit -u, ulimit -v)"
     )]
     DriverThread(io::Error),
+    /// The thread that writes the persist record could not start.
+    #[error(
+        "cannot start the thread that writes the persistence file: {0}; check the limits on threads and memory (ulimit -u, ulimit -v)"
+    )]
+    PersistThread(io::Error),
     /// The engine stopped unexpectedly.
     #[error(
         "the daemon engine stopped unexpectedly; this is a bug: report it with the log, and restart the daemon"

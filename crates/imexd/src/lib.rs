@@ -181,7 +181,7 @@ pub async fn run(
     }));
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
         .dial_from(local_ip)
-        .persist_to(settings.persist_path.clone(), map_for_record)
+        .persist_to(settings.persist_path.clone(), map_for_record)?
         .publish_hosts(hosts_tx);
     let result = engine.run(rx, shutdown).await;
     for s in &servers {

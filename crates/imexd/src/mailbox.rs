@@ -110,6 +110,8 @@ pub(crate) enum Input {
         import_event_id: u64,
         delivered: bool,
     },
+    /// The persist record of this sequence number (and every earlier one) is written.
+    Persisted { seq: u64 },
     /// Something from the GPU driver's threads.
     Driver(DriverInput),
     /// The nodes file read again and resolved (SIGUSR1), or the start-up entries resolved.

@@ -12,6 +12,11 @@
 //! then a rename), so a crash of the daemon leaves the old record or the new one, never half of
 //! one.
 //!
+//! Writes happen on a thread of their own ([`Writer`]), off the engine's loop: the record is
+//! written while the driver describes the export, and only the import answers that depend on it
+//! wait for it — an answer hands the importer a reference the record must already name, or a
+//! crash in between would let recovery forget that importer.
+//!
 //! No fsync: the record guards against an unclean exit of the *daemon* (the driver and its
 //! memory live on), and what a process wrote is in the page cache for its successor whether or
 //! not it reached the disk. A reboot resets the GPUs and their memory with it, and the record's
@@ -19,10 +24,16 @@
 //! cost a disk flush (milliseconds) on the engine's loop before every import answer that adds an
 //! importer node, and again when one leaves.
 
+use std::collections::VecDeque;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
 
-use openimex_core::{NodeId, NodeMap};
+use openimex_core::{ImportAnswer, NodeId, NodeMap};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::mailbox::Input;
 
 /// What a record at start-up says.
 #[derive(Debug, PartialEq, Eq)]
@@ -92,6 +103,116 @@ pub(crate) fn write(path: &Path, map: &NodeMap, importers: &[NodeId]) -> std::io
     std::fs::rename(&tmp, path)
 }
 
+/// One record to write: its sequence number, the map it is keyed to, the importers.
+type Job = (u64, Arc<NodeMap>, Vec<NodeId>);
+
+/// Writes records on its own thread, newest first (a record superseded before its turn is
+/// skipped), and holds the import answers that must not leave before a record is written.
+pub(crate) struct Writer {
+    jobs: Option<std_mpsc::Sender<Job>>,
+    /// The node map records are keyed to (it grows on SIGUSR1).
+    map: Arc<NodeMap>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Records handed to the thread, and written, by sequence number.
+    sent: u64,
+    written: u64,
+    /// Answers waiting for the record of their sequence number.
+    held: VecDeque<(u64, oneshot::Sender<ImportAnswer>, ImportAnswer)>,
+}
+
+impl Writer {
+    /// Starts the thread writing to `path` for `map`; each record written is reported to the
+    /// engine as [`Input::Persisted`].
+    pub(crate) fn start(
+        path: PathBuf,
+        map: NodeMap,
+        engine: mpsc::Sender<Input>,
+    ) -> std::io::Result<Self> {
+        let (jobs, rx) = std_mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("persist".into())
+            .spawn(move || {
+                while let Ok(mut job) = rx.recv() {
+                    // Only the newest record matters.
+                    while let Ok(newer) = rx.try_recv() {
+                        job = newer;
+                    }
+                    let (seq, map, importers) = job;
+                    if let Err(e) = write(&path, &map, &importers) {
+                        tracing::error!(
+                            "cannot write the persistence file {}: {e}; after a crash, recovery cannot know which nodes held this node's memory; make its directory writable or set OPENIMEX_PERSIST_FILE",
+                            path.display()
+                        );
+                    }
+                    // Answers go out even when the write failed (said above): holding them
+                    // forever would stop every import, a worse failure than the one logged.
+                    if engine.blocking_send(Input::Persisted { seq }).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Self {
+            jobs: Some(jobs),
+            map: Arc::new(map),
+            thread: Some(thread),
+            sent: 0,
+            written: 0,
+            held: VecDeque::new(),
+        })
+    }
+
+    /// Queues a record naming `importers`.
+    pub(crate) fn write(&mut self, importers: Vec<NodeId>) {
+        self.sent += 1;
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send((self.sent, Arc::clone(&self.map), importers));
+        }
+    }
+
+    /// Key later records to `map` (the nodes file grew).
+    pub(crate) fn set_map(&mut self, map: NodeMap) {
+        self.map = Arc::new(map);
+    }
+
+    /// Sends `answer` once every record queued so far is written (at once if none waits).
+    pub(crate) fn answer(&mut self, reply: oneshot::Sender<ImportAnswer>, answer: ImportAnswer) {
+        if self.written >= self.sent {
+            let _ = reply.send(answer);
+        } else {
+            self.held.push_back((self.sent, reply, answer));
+        }
+    }
+
+    /// The record of `seq` (and every one before it) is written: send the answers it held.
+    pub(crate) fn written(&mut self, seq: u64) {
+        self.written = self.written.max(seq);
+        while self
+            .held
+            .front()
+            .is_some_and(|(s, _, _)| *s <= self.written)
+        {
+            if let Some((_, reply, answer)) = self.held.pop_front() {
+                let _ = reply.send(answer);
+            }
+        }
+    }
+
+    /// Writes what is queued and stops the thread (the answers it held are dropped: the
+    /// daemon is stopping). `engine` is the engine's mailbox, read meanwhile: the thread may
+    /// be waiting for room in it to report its last write.
+    pub(crate) async fn finish(mut self, engine: &mut mpsc::Receiver<Input>) {
+        self.jobs = None;
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        while !thread.is_finished() {
+            while engine.try_recv().is_ok() {}
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let _ = thread.join();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +239,55 @@ mod tests {
         assert_eq!(read(&path, &other).unwrap(), Record::OtherMap);
         std::fs::write(&path, format!("key {}\nnode 99 x\n", map.digest())).unwrap();
         assert!(read(&path, &map).is_err(), "a node ID outside the map");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_waits_for_the_record_that_names_its_importer() {
+        let dir = std::env::temp_dir().join(format!("openimex-writer-{}", std::process::id()));
+        let path = dir.join("persist.dat");
+        let map = NodeMap::new(vec!["10.0.0.1".into(), "10.0.0.2".into()]);
+        let (engine, mut rx) = mpsc::channel(8);
+        let mut writer = Writer::start(path.clone(), map.clone(), engine).expect("start");
+
+        // Nothing queued: an answer leaves at once.
+        let (reply, mut got) = oneshot::channel();
+        writer.answer(
+            reply,
+            Err(openimex_core::ImportError::new(
+                openimex_core::Status::InvalidState,
+                "x",
+            )),
+        );
+        assert!(got.try_recv().is_ok());
+
+        writer.write(vec![NodeId(1)]);
+        let (reply, mut got) = oneshot::channel();
+        writer.answer(
+            reply,
+            Err(openimex_core::ImportError::new(
+                openimex_core::Status::InvalidState,
+                "x",
+            )),
+        );
+        assert!(got.try_recv().is_err(), "held until the record is written");
+        let Some(Input::Persisted { seq }) = rx.recv().await else {
+            panic!("the writer reports its write");
+        };
+        assert_eq!(
+            read(&path, &map).unwrap(),
+            Record::Importers(vec![NodeId(1)])
+        );
+        writer.written(seq);
+        assert!(got.try_recv().is_ok(), "sent once written");
+
+        writer.write(vec![]);
+        writer.finish(&mut rx).await;
+        assert_eq!(
+            read(&path, &map).unwrap(),
+            Record::Importers(vec![]),
+            "the last record is written before finish returns"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -56,8 +56,8 @@ impl Engine {
         let summary = summary(&file, &added, &moved, &readdressed, &self.sessions_remote());
         let hosts = Arc::new(file.hosts);
         self.settings.hosts = hosts.to_vec();
-        if let Some((_, map)) = &mut self.persist {
-            *map = NodeMap::new(hosts.to_vec());
+        if let Some(writer) = &mut self.persist {
+            writer.set_map(NodeMap::new(hosts.to_vec()));
         }
         self.me_cache = None;
         if let Some(tx) = &self.hosts_tx {
