@@ -25,7 +25,7 @@ pub struct Hello {
     /// entries.
     pub node_map: Arc<[String]>,
     /// How many entries the sender's node map had when it started (0: not said, take all);
-    /// the rest were appended by SIGUSR1. See [`NodeMap::accepts`].
+    /// the rest were appended by SIGUSR1. See [`NodeMap::accepts`](crate::nodemap::NodeMap::accepts).
     pub map_base_len: usize,
     /// Sender's protocol version.
     pub protocol_version: u32,
