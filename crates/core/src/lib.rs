@@ -34,7 +34,7 @@ pub use domain::{NodeRow, domain_status, domain_status_of};
 pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
 pub use gpu::{Event, ImportAnswer, ImportError, Pages, Status};
 pub use ids::{ConnId, InstanceId, NodeId};
-pub use mesh::{Action, DialBudget, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict};
+pub use mesh::{Action, DialBudget, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict, Via};
 pub use node::{CleanUp, Cleaned, ImportRequest, Node, NodeConfig, PeerId, PeerState, RequestId};
 pub use nodemap::{MapRefusal, NodeMap};
 pub use state::{ConnStatus, DaemonState, DomainStatus, Mismatch, UnknownWord};

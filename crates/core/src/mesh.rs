@@ -9,11 +9,16 @@
 //! [`Mesh::poll_timeout`]. Results of a [`Action::Dial`] are reported with the `attempt` it
 //! carried; results of superseded attempts are ignored, so late answers cannot corrupt state.
 //!
-//! Each daemon dials every peer (as NVIDIA's does: "Creating gRPC channels to all peers"), so a
-//! pair has two sessions; a node's row of the matrix is its view of its own outbound sessions.
-//! Requests go out on the requester's own session, so each takes one round trip. Liveness is
-//! the pair's, not the session's: one heartbeat exchange per pair, sent by the lower node ID,
-//! on one timer for all sessions ([`Mesh::handle_peer_heartbeat`] has the details).
+//! A pair of daemons shares ONE session, which either side may have dialled
+//! ([`Via`]; `pair.rs` has the rule). Each daemon dials every peer it has no session with, but
+//! the first session up carries the pair and the peer's arriving session makes the link
+//! CONNECTED at once, so a domain keeps half the sessions and does half the handshakes of one
+//! where each side dials the other. A session dialled by the pair's lower node ID is preferred
+//! and replaces one dialled by the higher, so when both dial at once both sides converge on the
+//! same session. A node's row of the matrix is its view of its pair's session, whichever side
+//! dialled it. Requests to a peer go on that session ([`Mesh::session_of`]). Liveness is the
+//! pair's: one heartbeat exchange per pair, sent by the lower node ID on the pair's session, on
+//! one timer for all sessions (`liveness.rs` has the details).
 //!
 //! # Cost of a large node file
 //! Every peer is dialled once at start (the first round), at most
@@ -21,24 +26,29 @@
 //! burst, then a fixed rate across all peers, so a node file of 10,000 mostly dead entries
 //! costs about what a small domain costs, and each dead entry is retried less often the more
 //! there are. Retries of peers heard from since start come before entries that never answered,
-//! so a peer lost a moment ago is not queued behind thousands of dead entries. A dial that
-//! answers a peer's accepted hello is never held back: a peer that comes up announces itself,
-//! so formation and recovery do not wait for the budget. Timers are kept ordered, so an input
+//! so a peer lost a moment ago is not queued behind thousands of dead entries. A peer that comes
+//! up opens its session to us, which connects the link without any dial of ours, so formation
+//! and recovery do not wait for the budget. Timers are kept ordered, so an input
 //! costs O(log n), not O(n).
 
 mod budget;
+mod handshake;
 mod liveness;
+mod pair;
 mod remap;
 
 pub use budget::DialBudget;
 use budget::Tokens;
+pub use handshake::{Hello, Verdict};
+use pair::Carrier;
+pub use pair::Via;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backoff::{Backoff, Rng};
-use crate::ids::{InstanceId, NodeId};
+use crate::ids::{ConnId, InstanceId, NodeId};
 use crate::nodemap::NodeMap;
 use crate::state::{ConnStatus, DaemonState, Mismatch};
 
@@ -79,45 +89,6 @@ pub struct MeshConfig {
     pub seed: u64,
 }
 
-/// What a daemon says about itself in a handshake.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hello {
-    /// Sender's domain ID.
-    pub domain_id: String,
-    /// Sender's node ID.
-    pub node: NodeId,
-    /// Sender's instance.
-    pub instance: InstanceId,
-    /// Sender's node-map digest.
-    pub digest: String,
-    /// Sender's node map (to explain a mismatch, and to accept a map grown by SIGUSR1).
-    /// Shared: a daemon hands its hello to every dial, and a node map may have thousands of
-    /// entries.
-    pub node_map: Arc<[String]>,
-    /// How many entries the sender's node map had when it started (0: not said, take all);
-    /// the rest were appended by SIGUSR1. See [`NodeMap::accepts`].
-    pub map_base_len: usize,
-    /// Sender's protocol version.
-    pub protocol_version: u32,
-}
-
-/// The answer to an inbound handshake.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Talk.
-    Accept,
-    /// This daemon is shutting down: answer "unavailable", so the caller treats it as a failed
-    /// dial (its link keeps showing our departure) rather than as a mismatch.
-    ShuttingDown,
-    /// Refuse, with the reason the caller shows in `ctl`.
-    Refuse {
-        /// What differs.
-        mismatch: Mismatch,
-        /// Human-readable detail.
-        detail: String,
-    },
-}
-
 /// What the owner must do. See the module contract.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -128,22 +99,26 @@ pub enum Action {
         /// Echo back in the result.
         attempt: u64,
     },
-    /// Send a heartbeat on the outbound session to `peer`.
+    /// Send a heartbeat to `peer` on the pair's session `via`.
     SendHeartbeat {
         /// Target.
         peer: NodeId,
+        /// The pair's session.
+        via: Via,
     },
-    /// Drop the outbound session of this attempt.
+    /// Close session `via` of the pair with `peer` (lost, or not the one the pair keeps).
     CloseSession {
-        /// Target.
+        /// The peer.
         peer: NodeId,
-        /// The session's attempt.
-        attempt: u64,
+        /// The session.
+        via: Via,
     },
-    /// Send a goodbye to `peer` (clean shutdown).
+    /// Send a goodbye to `peer` (clean shutdown) on the pair's session `via`.
     SendGoodbye {
         /// Target.
         peer: NodeId,
+        /// The pair's session.
+        via: Via,
     },
     /// A link changed state (log it).
     LinkChanged {
@@ -198,10 +173,10 @@ enum DueClass {
     Unknown,
 }
 
-/// Where the outbound connection to a peer stands.
+/// Where our dialling of a peer stands (the pair's session is [`Link::carrier`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dialer {
-    /// Nothing scheduled (shutting down, or before start).
+    /// Nothing scheduled (the pair has a session, or shutting down, or before start).
     Idle,
     /// Due, waiting for a dial slot (the budget, or the bound on dials in flight).
     Queued(DueKey),
@@ -209,8 +184,6 @@ enum Dialer {
     InFlight,
     /// Next attempt at this time.
     Waiting(Instant),
-    /// Session up; the pair was last heard from at `last_rx` (see `liveness`).
-    Session { last_rx: Instant },
 }
 
 /// One peer as this node sees it.
@@ -226,9 +199,8 @@ struct Link {
     last_error: Option<String>,
     instance: Option<InstanceId>,
     times_connected: u32,
-    /// An accepted hello arrived while our dial was in flight: if that dial fails, dial again
-    /// at once rather than after a backoff.
-    hello_while_dialing: bool,
+    /// The session that carries the pair, whichever side dialled it.
+    carrier: Option<Carrier>,
 }
 
 impl Link {
@@ -245,7 +217,7 @@ impl Link {
             last_error: None,
             instance: None,
             times_connected: 0,
-            hello_while_dialing: false,
+            carrier: None,
         }
     }
 }
@@ -292,6 +264,8 @@ pub struct Mesh {
     connected: usize,
     /// Links with a session.
     sessions: usize,
+    /// Accepted connections that carry a pair, and whose.
+    accepted: HashMap<ConnId, NodeId>,
     /// Heartbeat ticks fall on `phase + k * heartbeat_interval` (see `liveness`).
     phase: Instant,
     /// The next heartbeat tick, while there is a session.
@@ -329,6 +303,7 @@ impl Mesh {
             in_flight: 0,
             connected: 0,
             sessions: 0,
+            accepted: HashMap::new(),
             phase: now,
             tick: None,
         }
@@ -450,14 +425,20 @@ impl Mesh {
             return;
         }
         self.set_state(DaemonState::ShuttingDown);
+        // Sessions stay known until they end, so requests still in flight on them are
+        // answered; only their liveness is no longer watched.
+        self.tick = None;
         for id in self.peer_ids() {
             let Some(link) = self.link(id) else {
                 continue;
             };
-            let had_session = matches!(link.dialer, Dialer::Session { .. });
+            let carrier = link.carrier;
             self.set_dialer(id, Dialer::Idle);
-            if had_session {
-                self.actions.push_back(Action::SendGoodbye { peer: id });
+            if let Some(c) = carrier {
+                self.actions.push_back(Action::SendGoodbye {
+                    peer: id,
+                    via: c.via,
+                });
             }
         }
     }
@@ -465,36 +446,25 @@ impl Mesh {
     // ---- dial results --------------------------------------------------------------------
 
     /// The dial of `attempt` reached the peer, which accepted our hello and answered with its
-    /// own; the session is open. The peer's identity is checked here too, so a refusal is
-    /// mutual even if only one side noticed.
+    /// own; the session ([`Via::Dialled`]) is open. The peer's identity is checked here too, so
+    /// a refusal is mutual even if only one side noticed. If the pair already has a session,
+    /// the rule of `pair.rs` decides which one it keeps; the other is closed
+    /// ([`Action::CloseSession`]).
     pub fn handle_dial_ok(&mut self, now: Instant, peer: NodeId, attempt: u64, remote: &Hello) {
+        let via = Via::Dialled { peer, attempt };
         if !self.is_current(peer, attempt, Dialer::InFlight) {
-            self.actions
-                .push_back(Action::CloseSession { peer, attempt });
+            self.actions.push_back(Action::CloseSession { peer, via });
             return;
         }
-        if let Some(link) = self.link_mut(peer) {
-            link.hello_while_dialing = false;
-        }
         if let Verdict::Refuse { mismatch, detail } = self.judge(remote, Some(peer)) {
-            self.actions
-                .push_back(Action::CloseSession { peer, attempt });
+            self.actions.push_back(Action::CloseSession { peer, via });
             self.fail_attempt(now, peer, ConnStatus::Mismatch(mismatch), detail);
             self.pump_dials(now);
             return;
         }
         self.note_instance(peer, remote.instance);
-        let Some(link) = self.link_mut(peer) else {
-            return;
-        };
-        link.failures = 0;
-        link.last_error = None;
-        link.times_connected += 1;
-        self.set_dialer(peer, Dialer::Session { last_rx: now });
-        self.arm_tick(now);
-        let reason = format!("handshake accepted (instance {})", remote.instance);
-        self.set_status(now, peer, ConnStatus::Connected, reason);
-        self.check_quorum();
+        self.set_dialer(peer, Dialer::Idle);
+        self.session_up(now, peer, via, remote.instance);
         self.pump_dials(now);
     }
 
@@ -504,18 +474,14 @@ impl Mesh {
         if !self.is_current(peer, attempt, Dialer::InFlight) {
             return;
         }
-        let mut again = false;
-        if let Some(link) = self.link_mut(peer) {
-            link.last_error = Some(error);
-            again = std::mem::take(&mut link.hello_while_dialing);
-        }
-        if again {
-            // The peer said hello meanwhile: it is up, so try again at once.
-            if let Some(link) = self.link_mut(peer) {
-                link.failures = link.failures.saturating_add(1);
-            }
-            self.dial(peer);
+        let Some(link) = self.link_mut(peer) else {
+            return;
+        };
+        if link.carrier.is_some() {
+            // The peer's session carries the pair meanwhile: nothing to retry.
+            self.set_dialer(peer, Dialer::Idle);
         } else {
+            link.last_error = Some(error);
             self.schedule_retry(now, peer);
         }
         self.pump_dials(now);
@@ -533,9 +499,6 @@ impl Mesh {
         if !self.is_current(peer, attempt, Dialer::InFlight) {
             return;
         }
-        if let Some(link) = self.link_mut(peer) {
-            link.hello_while_dialing = false;
-        }
         self.fail_attempt(
             now,
             peer,
@@ -545,33 +508,9 @@ impl Mesh {
         self.pump_dials(now);
     }
 
-    /// A heartbeat answer arrived on the session of `attempt`.
-    pub fn handle_heartbeat(&mut self, now: Instant, peer: NodeId, attempt: u64) {
-        if let Some(link) = self.link_mut(peer)
-            && link.attempt == attempt
-        {
-            link.heard(now);
-        }
-    }
-
-    /// The session of `attempt` ended (stream closed or errored).
-    pub fn handle_session_lost(
-        &mut self,
-        now: Instant,
-        peer: NodeId,
-        attempt: u64,
-        reason: String,
-    ) {
-        let Some(link) = self.link(peer) else { return };
-        if link.attempt != attempt || !matches!(link.dialer, Dialer::Session { .. }) {
-            return;
-        }
-        self.lose(now, peer, format!("connection lost: {reason}"));
-        self.pump_dials(now);
-    }
-
-    /// The peer said goodbye (clean shutdown), on either session. Ignored when `instance` is not
-    /// the one we know: a stale goodbye must not take down a restarted peer's link.
+    /// The peer said goodbye (clean shutdown). Ignored when `instance` is not the one we know:
+    /// a stale goodbye must not take down a restarted peer's link. The pair's session is
+    /// forgotten but not closed: the goodbye is answered on it, and the leaving peer closes it.
     pub fn handle_goodbye(
         &mut self,
         now: Instant,
@@ -583,11 +522,7 @@ impl Mesh {
         if link.instance.is_some_and(|known| known != instance) {
             return;
         }
-        let attempt = link.attempt;
-        if matches!(link.dialer, Dialer::Session { .. }) {
-            self.actions
-                .push_back(Action::CloseSession { peer, attempt });
-        }
+        self.set_carrier(peer, None);
         self.set_status(
             now,
             peer,
@@ -603,32 +538,6 @@ impl Mesh {
             self.schedule_retry(now, peer);
             self.pump_dials(now);
         }
-    }
-
-    /// An inbound hello. Returns the verdict to answer with. A refusal changes nothing here:
-    /// anyone who can reach the port can send a hello naming a real peer, so only our own dial
-    /// to the address in the node map may mark a link mismatched. An accepted peer whose link
-    /// is waiting for a retry is dialled at once: it is evidently up, so formation and recovery
-    /// do not wait out a backoff.
-    pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
-        let _ = now;
-        if self.state == DaemonState::ShuttingDown {
-            return Verdict::ShuttingDown;
-        }
-        let verdict = self.judge(remote, None);
-        if verdict == Verdict::Accept {
-            self.note_instance(remote.node, remote.instance);
-            match self.link(remote.node).map(|l| l.dialer) {
-                Some(Dialer::Waiting(_) | Dialer::Queued(_)) => self.dial(remote.node),
-                Some(Dialer::InFlight) => {
-                    if let Some(link) = self.link_mut(remote.node) {
-                        link.hello_while_dialing = true;
-                    }
-                }
-                _ => {}
-            }
-        }
-        verdict
     }
 
     /// Timers: heartbeats to send, dead sessions, retries due.
@@ -652,7 +561,7 @@ impl Mesh {
                     };
                     self.set_dialer(id, Dialer::Queued((class, at, id)));
                 }
-                Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight | Dialer::Session { .. } => {}
+                Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => {}
             }
         }
         if self.tick.is_some_and(|t| t <= now) {
@@ -706,66 +615,6 @@ impl Mesh {
             .is_some_and(|l| l.attempt == attempt && l.dialer == want)
     }
 
-    fn judge(&self, remote: &Hello, expected_node: Option<NodeId>) -> Verdict {
-        let refuse = |mismatch, detail: String| Verdict::Refuse { mismatch, detail };
-        if remote.protocol_version != self.cfg.protocol_version {
-            return refuse(
-                Mismatch::Version,
-                format!(
-                    "protocol version {} here, {} on node {}",
-                    self.cfg.protocol_version, remote.protocol_version, remote.node
-                ),
-            );
-        }
-        let map = &self.cfg.map;
-        if let Err(detail) = map.accepts(
-            self.base_len,
-            &remote.node_map,
-            &remote.digest,
-            remote.map_base_len,
-        ) {
-            return refuse(Mismatch::NodeMap, detail);
-        }
-        if remote.domain_id != self.cfg.domain_id {
-            return refuse(
-                Mismatch::Domain,
-                format!(
-                    "domain {:?} here, {:?} on the peer",
-                    self.cfg.domain_id, remote.domain_id
-                ),
-            );
-        }
-        let wrong = remote.node == self.cfg.local
-            || remote.node.index() >= self.cfg.map.len()
-            || expected_node.is_some_and(|e| e != remote.node);
-        if wrong {
-            return refuse(
-                Mismatch::WrongNode,
-                format!(
-                    "peer says it is node {} (expected {:?}, this is node {})",
-                    remote.node, expected_node, self.cfg.local
-                ),
-            );
-        }
-        Verdict::Accept
-    }
-
-    fn note_instance(&mut self, peer: NodeId, instance: InstanceId) {
-        let Some(link) = self.link_mut(peer) else {
-            return;
-        };
-        match link.instance.replace(instance) {
-            Some(old) if old != instance => {
-                self.actions.push_back(Action::PeerRestarted {
-                    peer,
-                    old,
-                    new: instance,
-                });
-            }
-            _ => {}
-        }
-    }
-
     fn dial(&mut self, peer: NodeId) {
         if self.state == DaemonState::ShuttingDown {
             return;
@@ -801,7 +650,7 @@ impl Mesh {
     fn deadline(dialer: Dialer) -> Option<Instant> {
         match dialer {
             Dialer::Waiting(at) => Some(at),
-            Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight | Dialer::Session { .. } => None,
+            Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => None,
         }
     }
 
@@ -819,7 +668,6 @@ impl Mesh {
                 self.due.remove(&key);
             }
             Dialer::InFlight => self.in_flight -= 1,
-            Dialer::Session { .. } => self.sessions -= 1,
             Dialer::Idle | Dialer::Waiting(_) => {}
         }
         if let Some(at) = Self::deadline(to) {
@@ -830,11 +678,7 @@ impl Mesh {
                 self.due.insert(key);
             }
             Dialer::InFlight => self.in_flight += 1,
-            Dialer::Session { .. } => self.sessions += 1,
             Dialer::Idle | Dialer::Waiting(_) => {}
-        }
-        if self.sessions == 0 {
-            self.tick = None;
         }
         if let Some(link) = self.link_mut(peer) {
             link.dialer = to;
@@ -858,6 +702,12 @@ impl Mesh {
     fn fail_attempt(&mut self, now: Instant, peer: NodeId, status: ConnStatus, reason: String) {
         if let Some(link) = self.link_mut(peer) {
             link.last_error = Some(reason.clone());
+            // A refusal is mutual: the peer's session, if it carries the pair, goes too.
+            if let Some(c) = link.carrier {
+                self.actions
+                    .push_back(Action::CloseSession { peer, via: c.via });
+                self.set_carrier(peer, None);
+            }
         }
         if self.link(peer).is_some_and(|l| l.status != status) {
             self.set_status(now, peer, status, reason);
@@ -869,10 +719,12 @@ impl Mesh {
         let Some(link) = self.link_mut(peer) else {
             return;
         };
-        let attempt = link.attempt;
         link.failures = 0;
-        self.actions
-            .push_back(Action::CloseSession { peer, attempt });
+        if let Some(c) = link.carrier {
+            self.actions
+                .push_back(Action::CloseSession { peer, via: c.via });
+            self.set_carrier(peer, None);
+        }
         // Clean-up of a lost peer's imports waits for the grace time (forever by default), so
         // the cell shows R, as NVIDIA's does.
         self.set_status(now, peer, ConnStatus::Recovering, reason);

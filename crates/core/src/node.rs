@@ -12,6 +12,7 @@
 //! | action | result input |
 //! |---|---|
 //! | [`Action::Mesh`] `Dial` | `handle_dial_ok` / `_failed` / `_refused` |
+//! | [`Action::Mesh`] `SendHeartbeat` | [`Node::handle_heartbeat`] (its answer) |
 //! | [`Action::Mesh`] `InitDriver` | [`Node::handle_driver_ready`] |
 //! | [`Action::SendImport`] | [`Node::handle_import_answer`] |
 //! | [`Action::SendUnimport`] | [`Node::handle_unimport_delivered`] |
@@ -66,7 +67,7 @@ use std::time::{Duration, Instant};
 use crate::fabric::{ExportRefs, Imports, UnimportStep};
 use crate::gpu::{Event, ImportAnswer, ImportError, Pages, Status};
 use crate::ids::{InstanceId, NodeId};
-use crate::mesh::{self, Hello, LinkView, Mesh, MeshConfig, Verdict};
+use crate::mesh::{self, Hello, LinkView, Mesh, MeshConfig, Verdict, Via};
 use crate::state::{ConnStatus, DaemonState, Mismatch};
 
 /// Names a peer request the owner is waiting to answer; chosen by the owner, echoed in the
@@ -465,22 +466,22 @@ impl Node {
         self.absorb_mesh(now);
     }
 
-    /// See [`Mesh::handle_heartbeat`].
-    pub fn handle_heartbeat(&mut self, now: Instant, peer: NodeId, attempt: u64) {
-        self.mesh.handle_heartbeat(now, peer, attempt);
+    /// See [`Mesh::handle_heartbeat`]: a heartbeat or its answer on session `via`.
+    pub fn handle_heartbeat(&mut self, now: Instant, via: Via) {
+        self.mesh.handle_heartbeat(now, via);
         self.absorb_mesh(now);
     }
 
-    /// See [`Mesh::handle_session_lost`].
-    pub fn handle_session_lost(
-        &mut self,
-        now: Instant,
-        peer: NodeId,
-        attempt: u64,
-        reason: String,
-    ) {
-        self.mesh.handle_session_lost(now, peer, attempt, reason);
+    /// See [`Mesh::handle_session_lost`]: session `via` ended. For an accepted session whose
+    /// stream ended, [`Node::handle_session_closed`] says the same.
+    pub fn handle_session_lost(&mut self, now: Instant, via: Via, reason: String) {
+        self.mesh.handle_session_lost(now, via, reason);
         self.absorb_mesh(now);
+    }
+
+    /// Where requests to `peer` go now: see [`Mesh::session_of`].
+    pub fn session_of(&self, peer: NodeId) -> Option<Via> {
+        self.mesh.session_of(peer)
     }
 
     /// See [`Mesh::handle_goodbye`].

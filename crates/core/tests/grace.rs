@@ -48,7 +48,7 @@ fn connected(grace: Option<Duration>) -> One {
         index: 0,
         channel: 0,
     };
-    n.handle_session_import(now, 9, 1, None, import);
+    n.handle_session_import(now, 9, Via::Accepted { conn: 1 }, None, import);
     n.handle_described(now, 9, Ok((77, pages(1))));
     drain(&mut n);
     assert_eq!(n.export_refs_held(), 1);
@@ -77,8 +77,8 @@ fn pump(o: &mut One) -> Vec<Action> {
                 Action::Mesh(mesh::Action::Dial { peer, attempt }) => {
                     o.n.handle_dial_failed(o.now, *peer, *attempt, "refused".into());
                 }
-                Action::Mesh(mesh::Action::SendHeartbeat { peer }) if o.up => {
-                    o.n.handle_heartbeat(o.now, *peer, o.attempt);
+                Action::Mesh(mesh::Action::SendHeartbeat { via, .. }) if o.up => {
+                    o.n.handle_heartbeat(o.now, *via);
                 }
                 _ => {}
             }
@@ -105,7 +105,14 @@ fn run(o: &mut One, d: Duration) -> Vec<Action> {
 
 fn lose(o: &mut One) {
     o.up = false;
-    o.n.handle_session_lost(o.now, NodeId(1), o.attempt, "reset".into());
+    o.n.handle_session_lost(
+        o.now,
+        Via::Dialled {
+            peer: NodeId(1),
+            attempt: o.attempt,
+        },
+        "reset".into(),
+    );
     drain(&mut o.n);
     assert_eq!(o.n.links()[1].status, ConnStatus::Recovering);
 }
@@ -190,6 +197,10 @@ fn the_same_instance_back_between_fence_and_release_keeps_its_references() {
     // must not release it on its own.
     o.up = true;
     o.n.handle_session_hello(o.now, 2, true, &o.hellos[1].clone());
+    assert!(
+        o.n.handle_session_opened(o.now, 2),
+        "its session carries the pair"
+    );
     let mut later = run(&mut o, Duration::ZERO);
     assert_eq!(o.n.links()[1].status, ConnStatus::Connected);
     later.extend(run(&mut o, 60 * SEC));
@@ -200,7 +211,14 @@ fn the_same_instance_back_between_fence_and_release_keeps_its_references() {
 #[test]
 fn grace_zero_cleans_up_at_once() {
     let mut o = connected(Some(Duration::ZERO));
-    o.n.handle_session_lost(o.now, NodeId(1), o.attempt, "reset".into());
+    o.n.handle_session_lost(
+        o.now,
+        Via::Dialled {
+            peer: NodeId(1),
+            attempt: o.attempt,
+        },
+        "reset".into(),
+    );
     let at_once = drain(&mut o.n);
     assert!(fenced(&at_once), "fenced at once: {at_once:?}");
     assert_eq!(o.n.export_refs_held(), 1, "released after the margin only");
@@ -225,9 +243,13 @@ fn the_same_instance_back_within_the_grace_time_loses_nothing() {
     let mut o = connected(Some(30 * SEC));
     lose(&mut o);
     let mut actions = run(&mut o, 10 * SEC);
-    // Node 1 dials in again (same instance): node 0 redials at once and the link is back.
+    // Node 1 dials in again (same instance): its session brings the link back at once.
     o.up = true;
     o.n.handle_session_hello(o.now, 2, true, &o.hellos[1].clone());
+    assert!(
+        o.n.handle_session_opened(o.now, 2),
+        "its session carries the pair"
+    );
     actions.extend(run(&mut o, Duration::ZERO));
     assert_eq!(o.n.links()[1].status, ConnStatus::Connected);
     actions.extend(run(&mut o, 60 * SEC));
@@ -259,6 +281,10 @@ fn after_a_clean_up_the_same_instance_back_is_told_to_drop_what_it_held_for_us()
     // node 0's import 40, which node 0 has dropped. Node 0 tells it.
     o.up = true;
     o.n.handle_session_hello(o.now, 3, true, &o.hellos[1].clone());
+    assert!(
+        o.n.handle_session_opened(o.now, 3),
+        "its session carries the pair"
+    );
     let back = run(&mut o, Duration::ZERO);
     assert!(
         back.contains(&Action::SendUnimport {

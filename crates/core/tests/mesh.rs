@@ -399,7 +399,7 @@ fn live_nodes_among_ten_thousand_entries_form_and_recover_at_once() {
 }
 
 #[test]
-fn dials_in_flight_are_bounded_but_a_hello_is_dialled_back_at_once() {
+fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
     let map = NodeMap::new(sim::hosts(1000));
     let other = sim::config(900, map.clone(), 2, QuorumPolicy::None);
     #[allow(clippy::disallowed_methods)]
@@ -435,14 +435,29 @@ fn dials_in_flight_are_bounded_but_a_hello_is_dialled_back_at_once() {
     let next = dials(&mut m);
     assert_eq!(next.len(), 1, "{next:?}");
     assert_eq!(next[0].0, NodeId(u16::try_from(cap + 1).unwrap()));
-    // Node 900 (not dialled yet) says hello: dialled back at once, beyond the bound.
+    // Node 900 (queued, not dialled yet) says hello and opens its session: connected at once,
+    // beyond the bound, and its queued dial is cancelled.
     assert_eq!(m.handle_hello(t0, &hello_900), Verdict::Accept);
-    assert_eq!(dials(&mut m), vec![(NodeId(900), 1)]);
-    assert_eq!(m.dials_in_flight(), cap + 1);
+    assert!(m.handle_session_opened(t0, NodeId(900), hello_900.instance, 7));
+    assert_eq!(dials(&mut m), vec![]);
+    assert_eq!(m.peer(NodeId(900)).unwrap().0, ConnStatus::Connected);
+    assert_eq!(m.session_of(NodeId(900)), Some(Via::Accepted { conn: 7 }));
+    assert_eq!(m.dials_in_flight(), cap);
+    // Every other entry is dialled in turn as slots free up; node 900 never.
+    let mut all = Vec::new();
+    for (peer, attempt) in first[1..].iter().chain(&next) {
+        m.handle_dial_failed(t0, *peer, *attempt, "connection refused".into());
+        all.extend(dials(&mut m));
+    }
+    while let Some((peer, attempt)) = all.pop() {
+        assert_ne!(peer, NodeId(900), "a connected peer is not dialled");
+        m.handle_dial_failed(t0, peer, attempt, "connection refused".into());
+        all.extend(dials(&mut m));
+    }
 }
 
 #[test]
-fn a_hello_during_a_failing_dial_makes_the_next_dial_immediate() {
+fn a_peer_session_while_our_dial_is_out_ends_the_dialling() {
     let map = NodeMap::new(sim::hosts(2));
     #[allow(clippy::disallowed_methods)]
     let t0 = std::time::Instant::now();
@@ -456,13 +471,19 @@ fn a_hello_during_a_failing_dial_makes_the_next_dial_immediate() {
         })
     };
     let (peer, attempt) = dial(&mut m).expect("first dial");
-    // The peer's hello arrives while our dial to it is still out (it started just after).
+    // The peer's session arrives while our dial to it is still out (it started just after).
     assert_eq!(m.handle_hello(t0, &hello_1), Verdict::Accept);
+    assert!(m.handle_session_opened(t0, peer, hello_1.instance, 3));
+    assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
     assert_eq!(dial(&mut m), None, "one dial at a time");
+    // Our dial fails: the pair is carried, so nothing is retried.
     m.handle_dial_failed(t0, peer, attempt, "connection refused".into());
-    assert_eq!(
-        dial(&mut m),
-        Some((peer, attempt + 1)),
-        "redialled at once, not after a backoff"
-    );
+    assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
+    assert_eq!(m.dials_in_flight(), 0);
+    // (Nobody answers heartbeats here, so stay within the peer timeout.)
+    let later = t0 + 2 * SEC;
+    while let Some(t) = m.poll_timeout().filter(|t| *t <= later) {
+        m.handle_timeout(t);
+        assert_eq!(dial(&mut m), None, "no dial while the peer's session is up");
+    }
 }

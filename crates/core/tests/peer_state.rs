@@ -22,8 +22,10 @@ struct Three {
     n: Node,
     now: Instant,
     hellos: Vec<Hello>,
-    /// Node 0's outbound session attempt to node 1.
-    attempt1: u64,
+    /// The session of the pair with node 1.
+    via1: Via,
+    /// The last inbound connection number used.
+    conn: ConnId,
 }
 
 fn connected() -> Three {
@@ -47,7 +49,11 @@ fn connected() -> Three {
         n,
         now,
         hellos,
-        attempt1,
+        via1: Via::Dialled {
+            peer: NodeId(1),
+            attempt: attempt1,
+        },
+        conn: 2,
     }
 }
 
@@ -86,20 +92,13 @@ fn import_from(t: &mut Three, event_id: u64, peer: u16) {
 /// Node 1 dials in again and node 0 redials: the same instance is back.
 fn reconnect1(t: &mut Three) {
     let h = t.hellos[1].clone();
-    t.n.handle_session_hello(t.now, 1, true, &h);
-    let mut actions = drain(&mut t.n);
-    while let Some(at) =
-        t.n.poll_timeout()
-            .filter(|_| dial_attempt(&actions, 1).is_none())
-    {
-        t.now = t.now.max(at);
-        t.n.handle_timeout(t.now);
-        actions.extend(drain(&mut t.n));
-    }
-    let attempt = dial_attempt(&actions, 1).expect("node 0 redials node 1");
-    t.n.handle_dial_ok(t.now, NodeId(1), attempt, &h);
+    t.conn += 1;
+    t.n.handle_session_hello(t.now, t.conn, true, &h);
+    // Node 1 dialled in: its session carries the pair, no dial of node 0 needed.
+    assert!(t.n.handle_session_opened(t.now, t.conn));
     drain(&mut t.n);
-    t.attempt1 = attempt;
+    t.via1 = Via::Accepted { conn: t.conn };
+    assert_eq!(t.n.session_of(NodeId(1)), Some(t.via1));
     assert_eq!(of(&t.n, 1).status, ConnStatus::Connected);
 }
 
@@ -117,7 +116,7 @@ fn counts_follow_an_import_an_unimport_and_a_clean_up() {
     assert_eq!(counts(&t.n, 1), (0, 0, 0, 0));
 
     // Exporter side: node 1 imports from node 0, which takes a reference for it.
-    t.n.handle_session_import(t.now, 9, 1, None, EXPORT);
+    t.n.handle_session_import(t.now, 9, Via::Accepted { conn: 1 }, None, EXPORT);
     drain(&mut t.n);
     assert_eq!(
         counts(&t.n, 1).0,
@@ -158,7 +157,7 @@ fn counts_follow_an_import_an_unimport_and_a_clean_up() {
     // Node 1 is lost; grace time 0 cleans up at once.
     let lost_at = t.now + Duration::from_secs(7);
     t.now = lost_at;
-    t.n.handle_session_lost(t.now, NodeId(1), t.attempt1, "reset".into());
+    t.n.handle_session_lost(t.now, t.via1, "reset".into());
     drain(&mut t.n);
     let p = of(&t.n, 1);
     assert_eq!(p.status, ConnStatus::Disconnected);
@@ -220,7 +219,7 @@ fn a_flapping_peer_keeps_a_bounded_history_and_a_total() {
     for _ in 0..flaps {
         t.now += Duration::from_secs(1);
         last = t.now;
-        t.n.handle_session_lost(t.now, NodeId(1), t.attempt1, "reset".into());
+        t.n.handle_session_lost(t.now, t.via1, "reset".into());
         drain(&mut t.n);
         reconnect1(&mut t);
     }

@@ -53,7 +53,7 @@ fn waits_for_every_recorded_importer_before_opening_the_driver() {
     // Nothing is handed out meanwhile.
     n.handle_session_hello(now, 1, true, &hellos[1]);
     drain(&mut n);
-    n.handle_session_import(now, 1, 1, None, IMPORT);
+    n.handle_session_import(now, 1, Via::Accepted { conn: 1 }, None, IMPORT);
     assert!(matches!(
         drain(&mut n).as_slice(),
         [Action::AnswerImport { answer: Err(_), .. }]
@@ -126,7 +126,7 @@ fn ready_with_node_1() -> (Node, Instant) {
 #[test]
 fn the_record_names_an_importer_before_it_gets_the_pages() {
     let (mut n, now) = ready_with_node_1();
-    n.handle_session_import(now, 7, 1, None, IMPORT);
+    n.handle_session_import(now, 7, Via::Accepted { conn: 1 }, None, IMPORT);
     // Written while the driver describes: the describe is asked for first.
     let asked = drain(&mut n);
     let describe = asked
@@ -164,7 +164,7 @@ fn the_record_names_an_importer_before_it_gets_the_pages() {
 #[test]
 fn a_failed_describe_drops_the_importer_from_the_record() {
     let (mut n, now) = ready_with_node_1();
-    n.handle_session_import(now, 7, 1, None, IMPORT);
+    n.handle_session_import(now, 7, Via::Accepted { conn: 1 }, None, IMPORT);
     drain(&mut n);
     n.handle_described(
         now,

@@ -42,17 +42,17 @@ fn answered_err(actions: &[Action]) -> bool {
 fn requests_without_a_session_are_refused_and_counted() {
     let (mut n, now, hellos) = node(16);
     let p1 = peer(&hellos[1]);
-    n.handle_session_import(now, 1, 50, Some(p1), IMPORT);
+    n.handle_session_import(now, 1, Via::Accepted { conn: 50 }, Some(p1), IMPORT);
     let a = drain(&mut n);
     assert!(answered_err(&a), "{a:?}");
     assert!(!a.iter().any(|a| matches!(a, Action::DescribeExport { .. })));
-    n.handle_session_unimport(now, 2, 50, Some(p1), 7);
+    n.handle_session_unimport(now, 2, Via::Accepted { conn: 50 }, Some(p1), 7);
     let a = drain(&mut n);
     assert!(a.contains(&Action::AnswerUnimport {
         request: 2,
         released: false
     }));
-    assert!(!n.handle_session_goodbye(now, 50, Some(p1), "forged"));
+    assert!(!n.handle_session_goodbye(now, Via::Accepted { conn: 50 }, Some(p1), "forged"));
     assert_eq!(n.links()[1].status, ConnStatus::NeverConnected);
     assert_eq!(
         refusals(&n),
@@ -76,17 +76,23 @@ fn an_accepted_hello_binds_the_connection_to_that_peer_until_it_closes() {
     assert_eq!(n.session_peer(5), Some(p1));
     // Claiming another node, or another instance, on that session is refused.
     let p2 = peer(&hellos[2]);
-    n.handle_session_import(now, 1, 5, Some(p2), IMPORT);
+    n.handle_session_import(now, 1, Via::Accepted { conn: 5 }, Some(p2), IMPORT);
     assert!(answered_err(&drain(&mut n)));
     let other_instance = PeerId {
         instance: InstanceId(1),
         ..p1
     };
-    n.handle_session_import(now, 2, 5, Some(other_instance), IMPORT);
+    n.handle_session_import(
+        now,
+        2,
+        Via::Accepted { conn: 5 },
+        Some(other_instance),
+        IMPORT,
+    );
     assert!(answered_err(&drain(&mut n)));
     assert_eq!(refusals(&n), vec![("import: identity mismatch", 2)]);
     // Its own identity (or none) is that peer's request.
-    n.handle_session_import(now, 3, 5, Some(p1), IMPORT);
+    n.handle_session_import(now, 3, Via::Accepted { conn: 5 }, Some(p1), IMPORT);
     assert!(matches!(
         drain(&mut n).as_slice(),
         [
@@ -94,9 +100,9 @@ fn an_accepted_hello_binds_the_connection_to_that_peer_until_it_closes() {
             Action::Persist { .. }
         ]
     ));
-    n.handle_conn_closed(5);
+    n.handle_conn_closed(now, 5);
     assert_eq!(n.session_peer(5), None);
-    n.handle_session_import(now, 4, 5, None, IMPORT);
+    n.handle_session_import(now, 4, Via::Accepted { conn: 5 }, None, IMPORT);
     assert!(answered_err(&drain(&mut n)));
 }
 
@@ -154,7 +160,7 @@ fn a_reference_is_released_only_by_the_instance_that_holds_it() {
     let (mut n, now, hellos) = node(16);
     n.handle_session_hello(now, 1, true, &hellos[1]);
     drain(&mut n);
-    n.handle_session_import(now, 10, 1, None, IMPORT);
+    n.handle_session_import(now, 10, Via::Accepted { conn: 1 }, None, IMPORT);
     drain(&mut n);
     n.handle_described(
         now,
@@ -185,7 +191,7 @@ fn a_reference_is_released_only_by_the_instance_that_holds_it() {
         }]
     );
     assert_eq!(n.export_refs_held(), 1);
-    n.handle_session_unimport(now, 12, 1, None, 7);
+    n.handle_session_unimport(now, 12, Via::Accepted { conn: 1 }, None, 7);
     assert_eq!(
         drain(&mut n),
         vec![
@@ -210,7 +216,7 @@ fn imports_in_flight_per_peer_are_bounded() {
             import_event_id: r,
             ..IMPORT
         };
-        n.handle_session_import(now, r, 1, None, import);
+        n.handle_session_import(now, r, Via::Accepted { conn: 1 }, None, import);
     }
     let a = drain(&mut n);
     let described = a

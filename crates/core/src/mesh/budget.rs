@@ -12,8 +12,7 @@ pub struct DialBudget {
     pub burst: u32,
     /// Then one retry per this interval (zero: no rate bound).
     pub interval: Duration,
-    /// Dials in flight at once, first round included. Dials answering a peer's hello are not
-    /// held back by it.
+    /// Dials in flight at once, first round included.
     pub max_in_flight: usize,
 }
 
@@ -26,14 +25,14 @@ impl DialBudget {
     /// The default for `backoff`: a burst of 64 retries, then [`Self::PEERS_AT_CAP`] retries
     /// per `backoff.max` (4.8 per second with the 5 s default), 32 dials in flight. 10,000
     /// dead entries are each retried about every 35 minutes, and any of them that comes up is
-    /// connected at once by its own hello.
+    /// connected at once by the session it opens to us.
     ///
     /// Why 32 in flight: when a whole domain starts at once every daemon dials every peer, and
     /// a bound of 128 let 144 daemons on one machine start 20,000 handshakes together; most
     /// outlived the dial timeout and went back to the retry budget (formation measured 40 to
     /// 73 s, or never). With 32, fewer handshakes compete at once and most finish within the
-    /// timeout (16 to 37 s on the same loaded machine). A peer that comes up still says hello and is dialled
-    /// back at once, outside this bound, so live peers do not queue behind dead entries.
+    /// timeout (16 to 37 s on the same loaded machine). A peer that comes up opens its session to
+    /// us, which needs no dial of ours, so live peers do not queue behind dead entries.
     pub fn for_backoff(backoff: &Backoff) -> Self {
         Self {
             burst: 64,

@@ -1,10 +1,10 @@
 //! Liveness: one heartbeat per pair, and one timer for every session.
 //!
-//! Both daemons of a pair dial each other (two sessions), but only the pair's lower node ID
-//! sends heartbeats, on its own session, and the higher one answers them. Each side takes the
-//! same exchange as proof the pair is alive: the lower node from the answers
-//! ([`Mesh::handle_heartbeat`]), the higher one from the heartbeats it answers
-//! ([`Mesh::handle_peer_heartbeat`]). A pair silent for `peer_timeout` is lost on both sides.
+//! The pair's lower node ID sends heartbeats on the pair's session, whichever side dialled it,
+//! and the higher one answers them. Each side takes the same exchange as proof the pair is
+//! alive: the lower node from the answers, the higher one from the heartbeats it answers, both
+//! reported by [`Mesh::handle_heartbeat`] with the session they arrived on. A pair silent for
+//! `peer_timeout` is lost on both sides.
 //! Halving the heartbeats halves the idle traffic of a domain, which grows as n²: at 144 nodes
 //! the messages, not the sessions, are what a machine cannot keep up with.
 //!
@@ -18,17 +18,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Action, Dialer, Link, Mesh};
+use super::{Action, Mesh, Via};
 use crate::ids::NodeId;
-
-impl Link {
-    /// The pair was heard from (a heartbeat or its answer) while the session is up.
-    pub(super) fn heard(&mut self, now: Instant) {
-        if let Dialer::Session { last_rx } = &mut self.dialer {
-            *last_rx = now.max(*last_rx);
-        }
-    }
-}
+use crate::state::DaemonState;
 
 impl Mesh {
     /// Aligns heartbeat ticks on `phase + k * heartbeat_interval` (default: the mesh's
@@ -37,18 +29,20 @@ impl Mesh {
         self.phase = phase;
     }
 
-    /// A heartbeat from `peer` arrived on the session it opened to us (the owner has checked
-    /// that the session proved that peer). Counts as the pair's sign of life while our own
-    /// session to it is up; ignored otherwise.
+    /// A heartbeat (on the higher node) or its answer (on the lower one) arrived on session
+    /// `via`: the pair's sign of life if `via` carries the pair; ignored otherwise.
     ///
-    /// Only the pair's lower node ID sends heartbeats, on its own session, and the higher one
-    /// answers: the lower node takes the answers ([`Mesh::handle_heartbeat`]) and the higher
-    /// one the heartbeats (this) as proof the pair is alive, so a silent pair is lost on both
-    /// sides after `peer_timeout`, checked on one tick per `heartbeat_interval` for all
-    /// sessions (aligned by [`Mesh::set_heartbeat_phase`]).
-    pub fn handle_peer_heartbeat(&mut self, now: Instant, peer: NodeId) {
-        if let Some(link) = self.link_mut(peer) {
-            link.heard(now);
+    /// Only the pair's lower node ID sends heartbeats, on the pair's session, and the higher
+    /// one answers: the lower node takes the answers and the higher one the heartbeats as proof
+    /// the pair is alive, so a silent pair is lost on both sides after `peer_timeout`, checked
+    /// on one tick per `heartbeat_interval` for all sessions (aligned by
+    /// [`Mesh::set_heartbeat_phase`]).
+    pub fn handle_heartbeat(&mut self, now: Instant, via: Via) {
+        let Some(peer) = self.carrier_peer(via) else {
+            return;
+        };
+        if let Some(c) = self.link_mut(peer).and_then(|l| l.carrier.as_mut()) {
+            c.last_rx = now.max(c.last_rx);
         }
     }
 
@@ -59,7 +53,7 @@ impl Mesh {
 
     /// Arms the tick if it is not: called when a session opens.
     pub(super) fn arm_tick(&mut self, now: Instant) {
-        if self.tick.is_none() && self.sessions > 0 {
+        if self.tick.is_none() && self.sessions > 0 && self.state != DaemonState::ShuttingDown {
             self.tick = Some(self.next_tick(now));
         }
     }
@@ -81,18 +75,22 @@ impl Mesh {
     pub(super) fn heartbeat_tick(&mut self, now: Instant) {
         let timeout = self.cfg.peer_timeout;
         let ms = timeout.as_millis();
-        let ids: Vec<(NodeId, Instant)> = self
+        if self.state == DaemonState::ShuttingDown {
+            self.tick = None;
+            return;
+        }
+        let ids: Vec<(NodeId, Via, Instant)> = self
             .links
             .iter()
             .enumerate()
             .filter_map(
-                |(i, link)| match (link.as_ref()?.dialer, u16::try_from(i)) {
-                    (Dialer::Session { last_rx }, Ok(id)) => Some((NodeId(id), last_rx)),
+                |(i, link)| match (link.as_ref()?.carrier, u16::try_from(i)) {
+                    (Some(c), Ok(id)) => Some((NodeId(id), c.via, c.last_rx)),
                     _ => None,
                 },
             )
             .collect();
-        for (id, last_rx) in ids {
+        for (id, via, last_rx) in ids {
             let sender = self.sends_heartbeats(id);
             if now.saturating_duration_since(last_rx) >= timeout {
                 let what = if sender {
@@ -102,7 +100,8 @@ impl Mesh {
                 };
                 self.lose(now, id, format!("{what} for {ms} ms"));
             } else if sender {
-                self.actions.push_back(Action::SendHeartbeat { peer: id });
+                self.actions
+                    .push_back(Action::SendHeartbeat { peer: id, via });
             }
         }
         self.tick = (self.sessions > 0).then(|| self.next_tick(now));

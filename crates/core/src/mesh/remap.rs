@@ -44,10 +44,11 @@ impl Mesh {
             let Some(link) = self.link(peer) else {
                 continue;
             };
-            let (dialer, attempt) = (link.dialer, link.attempt);
-            if let Dialer::Session { .. } = dialer {
+            let (dialer, carrier) = (link.dialer, link.carrier);
+            if let Some(c) = carrier {
                 self.actions
-                    .push_back(super::Action::CloseSession { peer, attempt });
+                    .push_back(super::Action::CloseSession { peer, via: c.via });
+                self.set_carrier(peer, None);
                 self.set_status(
                     now,
                     peer,
@@ -57,7 +58,6 @@ impl Mesh {
             }
             if let Some(link) = self.link_mut(peer) {
                 link.failures = 0;
-                link.hello_while_dialing = false;
             }
             // A dial in flight goes to the old address: superseded when the new one leaves.
             if matches!(dialer, Dialer::InFlight)

@@ -1,10 +1,14 @@
-//! Who a peer is, proved per connection. A peer's node ID and instance are established once
-//! per inbound connection by an accepted hello that came from the node map's address for that
-//! node; every later request on that connection is that peer's, and any identity it claims must
-//! agree. Requests on a connection without one are refused and counted, and so is every refused
-//! hello — which changes no link (only our own dial may mark a link mismatched). A restart is
-//! believed only from such a hello. References an exporter holds belong to the importer
-//! instance its session proved: only that instance's unimport, loss or restart releases them.
+//! Who a peer is, proved per session. A pair shares one session ([`Via`]), dialled by either
+//! side. On a session the peer dialled ([`Via::Accepted`]), its node ID and instance are
+//! established once per inbound connection by an accepted hello that came from the node map's
+//! address for that node; every later request on that connection is that peer's. On a session
+//! we dialled ([`Via::Dialled`]), our own handshake proved the peer (it answered our hello), and
+//! requests on it are the peer's only while that attempt carries the pair with the instance we
+//! handshook with. Any identity a request claims must agree. Requests on a connection or session
+//! that proves nobody are refused and counted, and so is every refused hello — which changes no
+//! link (only our own dial may mark a link mismatched). A restart is believed only from such a
+//! hello or our own handshake. References an exporter holds belong to the importer instance its
+//! session proved: only that instance's unimport, loss or restart releases them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -12,10 +16,10 @@ use std::time::Instant;
 use super::{Action, ImportRequest, Node, PeerId, RequestId};
 use crate::gpu::{ImportError, Status};
 use crate::ids::ConnId;
-use crate::mesh::{Hello, Verdict};
+use crate::mesh::{Hello, Verdict, Via};
 use crate::state::Mismatch;
 
-/// A peer request that needs the session of the connection it arrives on.
+/// A peer request that needs the session it arrives on to prove its sender.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerRequest {
     /// An import.
@@ -139,9 +143,38 @@ impl Node {
         verdict
     }
 
+    /// The peer proved on inbound connection `conn` opened its session stream on it. Returns
+    /// whether that session carries the pair ([`Mesh::handle_session_opened`]); `false`: the
+    /// owner closes it at once. A connection without an accepted hello is refused and counted.
+    ///
+    /// [`Mesh::handle_session_opened`]: crate::mesh::Mesh::handle_session_opened
+    pub fn handle_session_opened(&mut self, now: Instant, conn: ConnId) -> bool {
+        let Some(peer) = self.session_peer(conn) else {
+            let (no_session, _) = PeerRequest::Session.refusals();
+            self.refused(
+                no_session,
+                "session opened on a connection without a hello".into(),
+            );
+            return false;
+        };
+        let up = self
+            .mesh
+            .handle_session_opened(now, peer.node, peer.instance, conn);
+        self.absorb_mesh(now);
+        up
+    }
+
+    /// The session stream the peer opened on inbound connection `conn` ended: if it carried
+    /// the pair, the link is lost (RECOVERING) and retried.
+    pub fn handle_session_closed(&mut self, now: Instant, conn: ConnId) {
+        self.mesh
+            .handle_session_lost(now, Via::Accepted { conn }, "session stream ended".into());
+        self.absorb_mesh(now);
+    }
+
     /// A heartbeat on the session stream of inbound connection `conn`: the pair's sign of life
-    /// (see [`Mesh::handle_peer_heartbeat`](crate::mesh::Mesh::handle_peer_heartbeat)). Believed
-    /// only from the instance our own session knows; ignored otherwise.
+    /// (see [`Mesh::handle_heartbeat`](crate::mesh::Mesh::handle_heartbeat)) if that session
+    /// carries the pair with the instance the mesh knows; ignored otherwise.
     pub fn handle_session_heartbeat(&mut self, now: Instant, conn: ConnId) {
         if let Some(peer) = self.session_peer(conn)
             && self
@@ -149,30 +182,46 @@ impl Node {
                 .peer(peer.node)
                 .is_some_and(|(_, known)| known == Some(peer.instance))
         {
-            self.mesh.handle_peer_heartbeat(now, peer.node);
+            self.handle_heartbeat(now, Via::Accepted { conn });
         }
     }
 
-    /// Inbound connection `conn` closed: its session ends (the peer's link does not: that is
-    /// our own outbound session's business).
-    pub fn handle_conn_closed(&mut self, conn: ConnId) {
+    /// Inbound connection `conn` closed: the identity it proved is forgotten, and the session
+    /// on it, if it carried the pair, is lost (as [`Node::handle_session_closed`]).
+    pub fn handle_conn_closed(&mut self, now: Instant, conn: ConnId) {
         self.sessions.by_conn.remove(&conn);
+        self.mesh
+            .handle_session_lost(now, Via::Accepted { conn }, "connection closed".into());
+        self.absorb_mesh(now);
     }
 
-    /// The peer of a request on `conn`, or `None` (refused and counted) when the connection
-    /// has no session or the request claims another identity.
+    /// The peer of a request on session `via`, or `None` (refused and counted) when `via`
+    /// proves nobody (a connection without an accepted hello; a dialled session that no longer
+    /// carries its pair, or whose instance the mesh no longer knows) or the request claims
+    /// another identity.
     pub fn authenticate(
         &mut self,
-        conn: ConnId,
+        via: Via,
         claimed: Option<PeerId>,
         what: PeerRequest,
     ) -> Option<PeerId> {
         let (no_session, mismatch) = what.refusals();
-        let Some(peer) = self.session_peer(conn) else {
-            self.refused(
-                no_session,
-                format!("{what} on a connection without a hello"),
-            );
+        let proven = match via {
+            Via::Accepted { conn } => self.session_peer(conn),
+            Via::Dialled { .. } => self
+                .mesh
+                .proven_by(via)
+                .map(|(node, instance)| PeerId { node, instance }),
+        };
+        let Some(peer) = proven else {
+            let detail = match via {
+                Via::Accepted { .. } => format!("{what} on a connection without a hello"),
+                Via::Dialled { peer, attempt } => format!(
+                    "{what} from node {peer} on our dial {attempt}, which no longer carries the \
+                     pair with the instance it handshook with"
+                ),
+            };
+            self.refused(no_session, detail);
             return None;
         };
         if let Some(c) = claimed
@@ -190,16 +239,16 @@ impl Node {
         Some(peer)
     }
 
-    /// An import request on inbound connection `conn`.
+    /// An import request on session `via`.
     pub fn handle_session_import(
         &mut self,
         now: Instant,
         request: RequestId,
-        conn: ConnId,
+        via: Via,
         claimed: Option<PeerId>,
         import: ImportRequest,
     ) {
-        match self.authenticate(conn, claimed, PeerRequest::Import) {
+        match self.authenticate(via, claimed, PeerRequest::Import) {
             Some(peer) => self.handle_peer_import(now, request, peer, import),
             None => self.actions.push_back(Action::AnswerImport {
                 request,
@@ -211,16 +260,16 @@ impl Node {
         }
     }
 
-    /// An unimport request on inbound connection `conn`. Refused, it releases nothing.
+    /// An unimport request on session `via`. Refused, it releases nothing.
     pub fn handle_session_unimport(
         &mut self,
         now: Instant,
         request: RequestId,
-        conn: ConnId,
+        via: Via,
         claimed: Option<PeerId>,
         import_event_id: u64,
     ) {
-        match self.authenticate(conn, claimed, PeerRequest::Unimport) {
+        match self.authenticate(via, claimed, PeerRequest::Unimport) {
             Some(peer) => self.handle_peer_unimport(now, request, peer, import_event_id),
             None => self.actions.push_back(Action::AnswerUnimport {
                 request,
@@ -229,15 +278,15 @@ impl Node {
         }
     }
 
-    /// A goodbye on inbound connection `conn`. Returns whether it was believed.
+    /// A goodbye on session `via`. Returns whether it was believed.
     pub fn handle_session_goodbye(
         &mut self,
         now: Instant,
-        conn: ConnId,
+        via: Via,
         claimed: Option<PeerId>,
         reason: &str,
     ) -> bool {
-        match self.authenticate(conn, claimed, PeerRequest::Goodbye) {
+        match self.authenticate(via, claimed, PeerRequest::Goodbye) {
             Some(peer) => {
                 self.handle_goodbye(now, peer, reason);
                 true

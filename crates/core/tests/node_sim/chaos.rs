@@ -106,6 +106,13 @@ pub fn quiesce(w: &mut World) {
     release_all(w);
     let settle = w.p.import_timeout * 3 + Duration::from_secs(4);
     w.run_for(settle);
+    // One session per pair: both sides name the same one, and no other is left open.
+    if !w.settled() {
+        let seen = w.sessions_seen();
+        w.violate(format!(
+            "the domain did not settle on one session per pair: {seen}"
+        ));
+    }
     w.final_check();
 }
 

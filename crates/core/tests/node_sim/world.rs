@@ -1,6 +1,7 @@
 //! Whole nodes on an in-memory network in virtual time: per node a [`Node`] (while its daemon
-//! runs) and a driver model (always), per ordered pair an outbound session that carries the
-//! pair's RPCs in order, and a queue of timed deliveries. Every input reaches a node through the
+//! runs) and a driver model (always), sessions (one per dialler and acceptor; a pair keeps one,
+//! which carries its RPCs both ways in order, as each side's `session_of` names it), and a
+//! queue of timed deliveries. Every input reaches a node through the
 //! queue, so a node's actions are always drained before its next input, as its contract asks.
 //!
 //! The world also judges the invariants: an import is validated or failed within its timeout, a
@@ -111,14 +112,44 @@ pub struct Slot {
     pub persist: Vec<NodeId>,
 }
 
-/// An outbound session (client dialled server).
+/// A session: `client` dialled `server` (the key in `World::sessions` names the nodes). RPCs
+/// go both ways on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sess {
+    /// The dialler's attempt.
     pub attempt: u64,
+    /// The dialler's instance.
     pub client: InstanceId,
+    /// The acceptor's instance.
     pub server: InstanceId,
-    /// The inbound connection the server knows it by.
+    /// The inbound connection the acceptor knows it by.
     pub conn: ConnId,
+}
+
+/// (dialler, acceptor) of a session.
+type SessKey = (usize, usize);
+
+impl Sess {
+    /// The instance of node `at`, one end of session `key`.
+    fn inst_at(&self, key: SessKey, at: usize) -> InstanceId {
+        if at == key.0 {
+            self.client
+        } else {
+            self.server
+        }
+    }
+
+    /// How node `at`, one end of session `key`, names it.
+    fn via_at(&self, key: SessKey, at: usize) -> Via {
+        if at == key.1 {
+            Via::Accepted { conn: self.conn }
+        } else {
+            Via::Dialled {
+                peer: World::id(key.1),
+                attempt: self.attempt,
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +164,8 @@ struct Rpc {
     client: usize,
     client_inst: InstanceId,
     server: usize,
-    sess: Option<Sess>,
+    /// The session it went out on.
+    sess: Option<(SessKey, Sess)>,
     kind: RpcKind,
 }
 
@@ -190,15 +222,22 @@ enum Ev {
         a_inst: InstanceId,
         result: DialResult,
     },
-    /// A's heartbeat reaches B on A's session (the pair's sign of life on B's side).
+    /// The dialler's session stream reaches the acceptor.
+    SessionOpen {
+        key: SessKey,
+        sess: Sess,
+    },
+    /// A's heartbeat reaches B on the pair's session (the pair's sign of life on B's side).
     HeartbeatArrive {
         a: usize,
         b: usize,
+        key: SessKey,
         sess: Sess,
     },
     HeartbeatAck {
         a: usize,
         b: usize,
+        key: SessKey,
         sess: Sess,
     },
     SessionLost {
@@ -230,7 +269,7 @@ enum Ev {
     Op(Op),
 }
 
-/// One direction of a session: (client, server, attempt, towards the server).
+/// One direction of a session: (dialler, acceptor, attempt, towards the acceptor).
 type ChannelKey = (usize, usize, u64, bool);
 
 /// A message on the wire.
@@ -292,8 +331,8 @@ pub struct World {
     pub cond: Conditions,
     /// Unordered node pairs (lo, hi) that cannot talk.
     pub cut: BTreeSet<(usize, usize)>,
-    sessions: BTreeMap<(usize, usize), Sess>,
-    /// Last scheduled delivery per (client, server, attempt, direction): sessions are ordered.
+    /// Sessions by (dialler, acceptor).
+    sessions: BTreeMap<SessKey, Sess>,
     /// Messages in flight per direction of a session, in order (TCP).
     channels: BTreeMap<ChannelKey, std::collections::VecDeque<InFlight>>,
     rpcs: BTreeMap<u64, Rpc>,
@@ -498,8 +537,7 @@ impl World {
             .filter(|(a, b)| *a == i || *b == i)
             .collect();
         for (a, b) in keys {
-            let notify = b == i && !self.is_cut(a, b);
-            self.remove_session(a, b, notify);
+            self.remove_session(a, b, Some(i));
         }
     }
 
@@ -528,14 +566,17 @@ impl World {
     /// their RPCs fail, both daemons see the reset and redial.
     pub fn reset(&mut self, a: usize, b: usize) {
         self.note(|| format!("sessions between {a} and {b} reset"));
-        self.remove_session(a, b, true);
-        self.remove_session(b, a, true);
+        self.remove_session(a, b, None);
+        self.remove_session(b, a, None);
     }
 
-    fn remove_session(&mut self, a: usize, b: usize, notify_lost: bool) {
+    /// Session (dialler `a`, acceptor `b`) ends: closed by `closer` (it knows; the other end
+    /// sees the stream end), or reset (`None`: both ends see it). RPCs on it fail.
+    fn remove_session(&mut self, a: usize, b: usize, closer: Option<usize>) {
         let Some(s) = self.sessions.remove(&(a, b)) else {
             return;
         };
+        self.note(|| format!("session {a}->{b} (attempt {}) ends", s.attempt));
         self.channels
             .retain(|k, _| !(k.0 == a && k.1 == b && k.2 == s.attempt));
         // RPCs on it fail; behind a partition only once the client would notice.
@@ -547,7 +588,7 @@ impl World {
         let failed: Vec<u64> = self
             .rpcs
             .iter()
-            .filter(|(_, r)| r.client == a && r.server == b && r.sess == Some(s))
+            .filter(|(_, r)| r.sess == Some(((a, b), s)))
             .map(|(id, _)| *id)
             .collect();
         for rpc in failed {
@@ -569,9 +610,9 @@ impl World {
                 },
             );
         }
-        if notify_lost {
+        if closer != Some(a) {
             self.push(
-                self.now,
+                when,
                 Ev::SessionLost {
                     a,
                     b,
@@ -664,6 +705,39 @@ impl World {
                         .all(|l| l.status == ConnStatus::Connected)
             })
         })
+    }
+
+    /// [`World::all_up`], and every pair down to one session, the one both sides name.
+    pub fn settled(&self) -> bool {
+        if !self.all_up() {
+            return false;
+        }
+        let n = self.p.n;
+        (0..n).all(|a| {
+            (a + 1..n).all(|b| {
+                let named = |x: usize, y: usize| {
+                    self.node(x)
+                        .and_then(|m| m.session_of(Self::id(y)))
+                        .and_then(|via| self.find(x, y, via))
+                };
+                let count = usize::from(self.sessions.contains_key(&(a, b)))
+                    + usize::from(self.sessions.contains_key(&(b, a)));
+                count == 1 && named(a, b).is_some() && named(a, b) == named(b, a)
+            })
+        })
+    }
+
+    /// The sessions and what each node names, for a violation's message.
+    pub fn sessions_seen(&self) -> String {
+        let n = self.p.n;
+        let named: Vec<String> = (0..n)
+            .flat_map(|a| (0..n).filter(move |b| *b != a).map(move |b| (a, b)))
+            .map(|(a, b)| {
+                let via = self.node(a).and_then(|m| m.session_of(Self::id(b)));
+                format!("{a}->{b}: {via:?}")
+            })
+            .collect();
+        format!("sessions {:?}; named {}", self.sessions, named.join(", "))
     }
 
     /// Deliver driver events to each daemon and perform every action, until quiet.
@@ -763,10 +837,12 @@ impl World {
             }
             Action::SendImport { peer, request } => {
                 let e = request.import_event_id;
+                let via = self.node(i).and_then(|n| n.session_of(peer));
                 self.call(
                     i,
                     inst,
                     peer.index(),
+                    via,
                     RpcKind::Import(e),
                     Msg::ImportReq(request),
                 );
@@ -775,10 +851,12 @@ impl World {
                 peer,
                 import_event_id,
             } => {
+                let via = self.node(i).and_then(|n| n.session_of(peer));
                 self.call(
                     i,
                     inst,
                     peer.index(),
+                    via,
                     RpcKind::Unimport(import_event_id),
                     Msg::UnimportReq(import_event_id),
                 );
@@ -883,27 +961,24 @@ impl World {
                     },
                 );
             }
-            mesh::Action::SendHeartbeat { peer } => {
+            mesh::Action::SendHeartbeat { peer, via } => {
                 let b = peer.index();
-                if let Some(&sess) = self.sessions.get(&(a, b))
+                if let Some((key, sess)) = self.find(a, b, via)
                     && !self.is_cut(a, b)
                 {
                     let rtt = self.delay().min(Duration::from_millis(500)) * 2;
-                    self.push(now + rtt / 2, Ev::HeartbeatArrive { a, b, sess });
-                    self.push(now + rtt, Ev::HeartbeatAck { a, b, sess });
+                    self.push(now + rtt / 2, Ev::HeartbeatArrive { a, b, key, sess });
+                    self.push(now + rtt, Ev::HeartbeatAck { a, b, key, sess });
                 }
             }
-            mesh::Action::CloseSession { peer, attempt } => {
-                if self
-                    .sessions
-                    .get(&(a, peer.index()))
-                    .is_some_and(|s| s.attempt == attempt)
-                {
-                    self.remove_session(a, peer.index(), false);
+            mesh::Action::CloseSession { peer, via } => {
+                if let Some((key, _)) = self.find(a, peer.index(), via) {
+                    self.remove_session(key.0, key.1, Some(a));
                 }
             }
-            mesh::Action::SendGoodbye { peer } => {
-                self.call(a, a_inst, peer.index(), RpcKind::Goodbye, Msg::Goodbye);
+            mesh::Action::SendGoodbye { peer, via } => {
+                let b = peer.index();
+                self.call(a, a_inst, b, Some(via), RpcKind::Goodbye, Msg::Goodbye);
             }
             mesh::Action::InitDriver => {
                 let d = self.rng.ms(0, 20);
@@ -922,11 +997,30 @@ impl World {
         }
     }
 
-    /// Start an RPC from `client` to `server` on the client's outbound session.
-    fn call(&mut self, client: usize, inst: InstanceId, server: usize, kind: RpcKind, msg: Msg) {
+    /// The session node `a` names `via` (its peer is `b`), if it is still up.
+    fn find(&self, a: usize, b: usize, via: Via) -> Option<(SessKey, Sess)> {
+        let key = match via {
+            Via::Dialled { .. } => (a, b),
+            Via::Accepted { .. } => (b, a),
+        };
+        let sess = *self.sessions.get(&key)?;
+        (sess.via_at(key, a) == via).then_some((key, sess))
+    }
+
+    /// Start an RPC from `client` to `server` on the pair's session `via` (as the client's
+    /// node names it); it fails at once if there is none.
+    fn call(
+        &mut self,
+        client: usize,
+        inst: InstanceId,
+        server: usize,
+        via: Option<Via>,
+        kind: RpcKind,
+        msg: Msg,
+    ) {
         let rpc = self.next_rpc;
         self.next_rpc += 1;
-        let sess = self.sessions.get(&(client, server)).copied();
+        let sess = via.and_then(|via| self.find(client, server, via));
         self.rpcs.insert(
             rpc,
             Rpc {
@@ -947,7 +1041,9 @@ impl World {
             );
             return;
         }
-        self.send(client, server, true, Some(rpc), msg);
+        if let Some((key, _)) = sess {
+            self.send(key, client, Some(rpc), msg);
+        }
     }
 
     /// The server answers the request it knows as `request`.
@@ -958,21 +1054,20 @@ impl World {
         let Some(r) = self.rpcs.get(&rpc).copied() else {
             return;
         };
-        if r.sess.is_some() && self.sessions.get(&(r.client, server)).copied() == r.sess {
-            self.send(r.client, server, false, Some(rpc), msg);
+        if let Some((key, sess)) = r.sess
+            && self.sessions.get(&key) == Some(&sess)
+        {
+            self.send(key, server, Some(rpc), msg);
         }
     }
 
-    /// Put a message on the session `client → server`, in order behind earlier ones.
-    fn send(&mut self, client: usize, server: usize, to_server: bool, rpc: Option<u64>, msg: Msg) {
-        let Some(&sess) = self.sessions.get(&(client, server)) else {
+    /// Put a message from `from` (one end) on session `key`, in order behind earlier ones.
+    fn send(&mut self, key: SessKey, from: usize, rpc: Option<u64>, msg: Msg) {
+        let Some(&sess) = self.sessions.get(&key) else {
             return;
         };
-        let (from, to) = if to_server {
-            (client, server)
-        } else {
-            (server, client)
-        };
+        let to = if from == key.0 { key.1 } else { key.0 };
+        let (client, server, to_server) = (key.0, key.1, to == key.1);
         if self.cond.drop.contains(&(from, to)) {
             self.stats.lost += 1;
             self.note(|| format!("dropped {from}->{to} {msg:?}"));
@@ -1053,10 +1148,18 @@ impl World {
                         .get_mut(&key)
                         .and_then(|q| q.pop_front())
                         .unwrap();
-                    if to_server {
-                        self.deliver_request(client, server, sess, m.rpc, m.msg);
+                    let (from, to) = if to_server {
+                        (client, server)
                     } else {
-                        self.deliver_response(server, m.rpc, m.msg);
+                        (server, client)
+                    };
+                    match m.msg {
+                        Msg::ImportReq(_) | Msg::UnimportReq(_) | Msg::Goodbye => {
+                            self.deliver_request(from, to, (client, server), sess, m.rpc, m.msg);
+                        }
+                        Msg::ImportResp(_) | Msg::UnimportResp | Msg::GoodbyeResp => {
+                            self.deliver_response(from, m.rpc, m.msg);
+                        }
                     }
                     self.pump();
                 }
@@ -1157,17 +1260,18 @@ impl World {
                     DialResult::Accept(hello, conn)
                         if self.reachable(a, b) && self.inst(b) == Some(hello.instance) =>
                     {
-                        self.remove_session(a, b, false);
-                        self.sessions.insert(
-                            (a, b),
-                            Sess {
-                                attempt,
-                                client: a_inst,
-                                server: hello.instance,
-                                conn,
-                            },
-                        );
+                        self.remove_session(a, b, Some(a));
+                        let sess = Sess {
+                            attempt,
+                            client: a_inst,
+                            server: hello.instance,
+                            conn,
+                        };
+                        self.sessions.insert((a, b), sess);
                         self.node_mut(a).handle_dial_ok(now, peer, attempt, &hello);
+                        // The dialler opens its session stream on the connection.
+                        let d = self.delay();
+                        self.push(now + d, Ev::SessionOpen { key: (a, b), sess });
                     }
                     DialResult::Refused(m, detail) => {
                         self.node_mut(a)
@@ -1205,18 +1309,38 @@ impl World {
                     }
                 }
             }
-            Ev::HeartbeatArrive { a, b, sess } => {
-                if self.sessions.get(&(a, b)) == Some(&sess)
-                    && !self.is_cut(a, b)
-                    && self.inst(b) == Some(sess.server)
-                {
-                    self.node_mut(b).handle_session_heartbeat(now, sess.conn);
+            Ev::SessionOpen { key, sess } => {
+                let (a, b) = key;
+                if self.sessions.get(&key) != Some(&sess) || self.inst(b) != Some(sess.server) {
+                    return;
+                }
+                if self.is_cut(a, b) {
+                    // The stream's first message: TCP retransmits it like any other.
+                    self.push(now + RETRANSMIT, Ev::SessionOpen { key, sess });
+                    return;
+                }
+                if !self.node_mut(b).handle_session_opened(now, sess.conn) {
+                    self.note(|| format!("node {b}: closes the session {a} opened"));
+                    self.remove_session(a, b, Some(b));
                 }
             }
-            Ev::HeartbeatAck { a, b, sess } => {
-                if self.sessions.get(&(a, b)) == Some(&sess) && !self.is_cut(a, b) {
-                    self.node_mut(a)
-                        .handle_heartbeat(now, Self::id(b), sess.attempt);
+            Ev::HeartbeatArrive { a, b, key, sess } => {
+                if self.sessions.get(&key) == Some(&sess)
+                    && !self.is_cut(a, b)
+                    && self.inst(b) == Some(sess.inst_at(key, b))
+                {
+                    match sess.via_at(key, b) {
+                        Via::Accepted { conn } => {
+                            self.node_mut(b).handle_session_heartbeat(now, conn);
+                        }
+                        via => self.node_mut(b).handle_heartbeat(now, via),
+                    }
+                }
+            }
+            Ev::HeartbeatAck { a, b, key, sess } => {
+                if self.sessions.get(&key) == Some(&sess) && !self.is_cut(a, b) {
+                    let via = sess.via_at(key, a);
+                    self.node_mut(a).handle_heartbeat(now, via);
                 }
             }
             Ev::SessionLost {
@@ -1228,8 +1352,10 @@ impl World {
                 if self.inst(a) == Some(a_inst) {
                     self.node_mut(a).handle_session_lost(
                         now,
-                        Self::id(b),
-                        attempt,
+                        Via::Dialled {
+                            peer: Self::id(b),
+                            attempt,
+                        },
                         "connection reset".into(),
                     );
                 }
@@ -1259,7 +1385,7 @@ impl World {
             }
             Ev::ConnClosed { node, inst, conn } => {
                 if self.inst(node) == Some(inst) {
-                    self.node_mut(node).handle_conn_closed(conn);
+                    self.node_mut(node).handle_conn_closed(now, conn);
                 }
             }
             Ev::Exit { node, inst } => {
@@ -1275,6 +1401,7 @@ impl World {
         &mut self,
         client: usize,
         server: usize,
+        key: SessKey,
         sess: Sess,
         rpc: Option<u64>,
         msg: Msg,
@@ -1282,7 +1409,7 @@ impl World {
         let now = self.now;
         let from = PeerId {
             node: Self::id(client),
-            instance: sess.client,
+            instance: sess.inst_at(key, client),
         };
         let request = self.next_request;
         self.next_request += 1;
@@ -1291,12 +1418,12 @@ impl World {
         }
         self.note(|| format!("node {server}: from {client} request {request}: {msg:?}"));
         let n = self.node_mut(server);
-        let (conn, claimed) = (sess.conn, Some(from));
+        let (via, claimed) = (sess.via_at(key, server), Some(from));
         match msg {
-            Msg::ImportReq(req) => n.handle_session_import(now, request, conn, claimed, req),
-            Msg::UnimportReq(e) => n.handle_session_unimport(now, request, conn, claimed, e),
+            Msg::ImportReq(req) => n.handle_session_import(now, request, via, claimed, req),
+            Msg::UnimportReq(e) => n.handle_session_unimport(now, request, via, claimed, e),
             Msg::Goodbye => {
-                n.handle_session_goodbye(now, conn, claimed, "shutting down");
+                n.handle_session_goodbye(now, via, claimed, "shutting down");
                 // Answered once the server performed what the departure means (its importers
                 // of the client's memory disabled), as the daemon's ack waits for its driver.
                 self.pump();
@@ -1321,9 +1448,10 @@ impl World {
         });
         let exporter = Self::id(server);
         if let (RpcKind::Import(e), Msg::ImportResp(Ok(_))) = (r.kind, &msg)
-            && let Some(sess) = r.sess
+            && let Some((key, sess)) = r.sess
         {
-            self.answered_by.insert((r.client, e), sess.server);
+            self.answered_by
+                .insert((r.client, e), sess.inst_at(key, server));
         }
         let n = self.node_mut(r.client);
         match (r.kind, msg) {

@@ -26,8 +26,10 @@ pub struct Net {
     pub budget: Option<DialBudget>,
     /// (from, to) pairs whose packets are dropped silently.
     pub cut: HashSet<(usize, usize)>,
-    /// Live outbound sessions: (from, to) -> attempt.
-    pub sessions: HashMap<(usize, usize), u64>,
+    /// Live sessions: (dialler, acceptor) -> (the dialler's attempt, the acceptor's conn).
+    /// A pair may have two for a moment, until the rule picks one.
+    pub sessions: HashMap<(usize, usize), (u64, ConnId)>,
+    pub next_conn: ConnId,
     pub next_instance: u64,
     /// Every action each node emitted, in order.
     pub log: Vec<(usize, Action)>,
@@ -74,6 +76,7 @@ impl Net {
             budget: None,
             cut: HashSet::new(),
             sessions: HashMap::new(),
+            next_conn: 1,
             next_instance: 1000,
             log: Vec::new(),
         }
@@ -118,14 +121,69 @@ impl Net {
             .filter(|(a, b)| *a == i || *b == i)
             .collect();
         for (a, b) in dead {
-            let attempt = self.sessions.remove(&(a, b)).unwrap();
-            if b == i
-                && let Some(m) = self.nodes[a].as_mut()
-            {
-                m.handle_session_lost(self.now, Self::id(b), attempt, "connection reset".into());
-            }
+            self.end_session(a, b, None, "connection reset");
         }
         self.pump();
+    }
+
+    /// Session (dialler `a`, acceptor `b`) ends; both ends but `closer` see it end.
+    pub fn end_session(&mut self, a: usize, b: usize, closer: Option<usize>, why: &str) {
+        let Some((attempt, conn)) = self.sessions.remove(&(a, b)) else {
+            return;
+        };
+        let now = self.now;
+        for (me, via) in [
+            (
+                a,
+                Via::Dialled {
+                    peer: Self::id(b),
+                    attempt,
+                },
+            ),
+            (b, Via::Accepted { conn }),
+        ] {
+            if closer != Some(me)
+                && let Some(m) = self.nodes[me].as_mut()
+            {
+                m.handle_session_lost(now, via, why.into());
+            }
+        }
+    }
+
+    /// The session `via` names at node `a`: (dialler, acceptor) and its attempt and conn.
+    pub fn find(&self, a: usize, via: Via) -> Option<((usize, usize), (u64, ConnId))> {
+        match via {
+            Via::Dialled { peer, attempt } => {
+                let key = (a, peer.index());
+                self.sessions
+                    .get(&key)
+                    .filter(|s| s.0 == attempt)
+                    .map(|s| (key, *s))
+            }
+            Via::Accepted { conn } => self
+                .sessions
+                .iter()
+                .find(|((_, to), s)| *to == a && s.1 == conn)
+                .map(|(k, s)| (*k, *s)),
+        }
+    }
+
+    /// The same session as node `b` (the other end) names it.
+    pub fn other_end(key: (usize, usize), s: (u64, ConnId), at: usize) -> Via {
+        if at == key.0 {
+            Via::Accepted { conn: s.1 }
+        } else {
+            Via::Dialled {
+                peer: Self::id(key.1),
+                attempt: s.0,
+            }
+        }
+    }
+
+    /// How many sessions link `a` and `b`, either way.
+    pub fn sessions_between(&self, a: usize, b: usize) -> usize {
+        usize::from(self.sessions.contains_key(&(a, b)))
+            + usize::from(self.sessions.contains_key(&(b, a)))
     }
 
     /// SIGSTOP / partition: nothing reaches `i` and nothing leaves it; no reset is seen.
@@ -204,8 +262,17 @@ impl Net {
                 let ma = self.nodes[a].as_mut().unwrap();
                 match verdict {
                     Verdict::Accept => {
-                        self.sessions.insert((a, b), attempt);
+                        let conn = self.next_conn;
+                        self.next_conn += 1;
+                        self.sessions.insert((a, b), (attempt, conn));
                         ma.handle_dial_ok(now, peer, attempt, &hello_b);
+                        if self.sessions.contains_key(&(a, b)) {
+                            // The dialler opens its session stream on the connection.
+                            let mb = self.nodes[b].as_mut().unwrap();
+                            if !mb.handle_session_opened(now, Self::id(a), hello_a.instance, conn) {
+                                self.end_session(a, b, Some(b), "closed by the peer");
+                            }
+                        }
                     }
                     Verdict::Refuse { mismatch, detail } => {
                         ma.handle_dial_refused(now, peer, attempt, mismatch, detail)
@@ -215,30 +282,30 @@ impl Net {
                     }
                 }
             }
-            Action::SendHeartbeat { peer } => {
+            Action::SendHeartbeat { peer, via } => {
                 let b = peer.index();
-                if let Some(&attempt) = self.sessions.get(&(a, b))
+                if let Some((key, s)) = self.find(a, via)
                     && self.reachable(a, b)
                 {
                     // The pair's sign of life on both sides (one heartbeat per pair).
-                    self.nodes[b]
-                        .as_mut()
-                        .unwrap()
-                        .handle_peer_heartbeat(now, Self::id(a));
-                    self.nodes[a]
-                        .as_mut()
-                        .unwrap()
-                        .handle_heartbeat(now, peer, attempt);
+                    let there = Self::other_end(key, s, a);
+                    self.nodes[b].as_mut().unwrap().handle_heartbeat(now, there);
+                    self.nodes[a].as_mut().unwrap().handle_heartbeat(now, via);
                 }
             }
-            Action::CloseSession { peer, attempt } => {
-                if self.sessions.get(&(a, peer.index())) == Some(&attempt) {
-                    self.sessions.remove(&(a, peer.index()));
+            Action::CloseSession { peer, via } => {
+                if let Some((key, _)) = self.find(a, via) {
+                    if self.reachable(a, peer.index()) {
+                        self.end_session(key.0, key.1, Some(a), "closed by the peer");
+                    } else {
+                        // Behind a partition the other end never hears of it.
+                        self.sessions.remove(&key);
+                    }
                 }
             }
-            Action::SendGoodbye { peer } => {
+            Action::SendGoodbye { peer, via } => {
                 let b = peer.index();
-                if self.reachable(a, b) {
+                if self.reachable(a, b) && self.find(a, via).is_some() {
                     let inst = self.mesh(a).config().instance;
                     self.nodes[b].as_mut().unwrap().handle_goodbye(
                         now,

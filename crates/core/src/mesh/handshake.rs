@@ -1,0 +1,128 @@
+//! The handshake: what a daemon says about itself ([`Hello`]), how an inbound one is judged
+//! ([`Verdict`]), and what an accepted one teaches the mesh (the peer's instance, so a restart
+//! is seen). Only our own dial's verdict may mark a link mismatched.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Action, Mesh};
+use crate::ids::{InstanceId, NodeId};
+use crate::state::{DaemonState, Mismatch};
+
+/// What a daemon says about itself in a handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// Sender's domain ID.
+    pub domain_id: String,
+    /// Sender's node ID.
+    pub node: NodeId,
+    /// Sender's instance.
+    pub instance: InstanceId,
+    /// Sender's node-map digest.
+    pub digest: String,
+    /// Sender's node map (to explain a mismatch, and to accept a map grown by SIGUSR1).
+    /// Shared: a daemon hands its hello to every dial, and a node map may have thousands of
+    /// entries.
+    pub node_map: Arc<[String]>,
+    /// How many entries the sender's node map had when it started (0: not said, take all);
+    /// the rest were appended by SIGUSR1. See [`NodeMap::accepts`](crate::nodemap::NodeMap::accepts).
+    pub map_base_len: usize,
+    /// Sender's protocol version.
+    pub protocol_version: u32,
+}
+
+/// The answer to an inbound handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Talk.
+    Accept,
+    /// This daemon is shutting down: answer "unavailable", so the caller treats it as a failed
+    /// dial (its link keeps showing our departure) rather than as a mismatch.
+    ShuttingDown,
+    /// Refuse, with the reason the caller shows in `ctl`.
+    Refuse {
+        /// What differs.
+        mismatch: Mismatch,
+        /// Human-readable detail.
+        detail: String,
+    },
+}
+
+impl Mesh {
+    /// An inbound hello. Returns the verdict to answer with. A refusal changes nothing here:
+    /// anyone who can reach the port can send a hello naming a real peer, so only our own dial
+    /// to the address in the node map may mark a link mismatched. An accepted hello only
+    /// records the peer's instance: the link comes up when the peer opens its session
+    /// ([`Mesh::handle_session_opened`]), with no dial of ours.
+    pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
+        let _ = now;
+        if self.state == DaemonState::ShuttingDown {
+            return Verdict::ShuttingDown;
+        }
+        let verdict = self.judge(remote, None);
+        if verdict == Verdict::Accept {
+            self.note_instance(remote.node, remote.instance);
+        }
+        verdict
+    }
+
+    pub(super) fn judge(&self, remote: &Hello, expected_node: Option<NodeId>) -> Verdict {
+        let refuse = |mismatch, detail: String| Verdict::Refuse { mismatch, detail };
+        if remote.protocol_version != self.cfg.protocol_version {
+            return refuse(
+                Mismatch::Version,
+                format!(
+                    "protocol version {} here, {} on node {}",
+                    self.cfg.protocol_version, remote.protocol_version, remote.node
+                ),
+            );
+        }
+        let map = &self.cfg.map;
+        if let Err(detail) = map.accepts(
+            self.base_len,
+            &remote.node_map,
+            &remote.digest,
+            remote.map_base_len,
+        ) {
+            return refuse(Mismatch::NodeMap, detail);
+        }
+        if remote.domain_id != self.cfg.domain_id {
+            return refuse(
+                Mismatch::Domain,
+                format!(
+                    "domain {:?} here, {:?} on the peer",
+                    self.cfg.domain_id, remote.domain_id
+                ),
+            );
+        }
+        let wrong = remote.node == self.cfg.local
+            || remote.node.index() >= self.cfg.map.len()
+            || expected_node.is_some_and(|e| e != remote.node);
+        if wrong {
+            return refuse(
+                Mismatch::WrongNode,
+                format!(
+                    "peer says it is node {} (expected {:?}, this is node {})",
+                    remote.node, expected_node, self.cfg.local
+                ),
+            );
+        }
+        Verdict::Accept
+    }
+
+    pub(super) fn note_instance(&mut self, peer: NodeId, instance: InstanceId) {
+        let Some(link) = self.link_mut(peer) else {
+            return;
+        };
+        match link.instance.replace(instance) {
+            Some(old) if old != instance => {
+                self.actions.push_back(Action::PeerRestarted {
+                    peer,
+                    old,
+                    new: instance,
+                });
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! One session per pair: which of a pair's sessions carries it, and how both sides agree.
+//!
+//! A pair's session is either one this node dialled ([`Via::Dialled`]) or one the peer dialled
+//! to us ([`Via::Accepted`]). The first one up carries the pair, except that a session dialled
+//! by the pair's lower node ID is *preferred* and replaces one dialled by the higher: both
+//! sides apply the same rule to the same two sessions, so simultaneous dials end with the
+//! lower-dialled session on both sides.
+//!
+//! The losing session is closed by the higher node, which dialled it, once the preferred
+//! session has reached it: it replaces its own dialled session then, or closes a dial of its
+//! own that completes after. The lower node never closes it: if it did, the higher node could
+//! see its session end before the preferred one arrives, and would take the pair for lost (a
+//! RECOVERING flap that fails requests in flight and, with a grace time of zero, cleans the
+//! peer up). So on the lower node a higher-dialled session that arrives while its own carries
+//! the pair is kept open unused, and one that carried the pair until its own dial completed is
+//! left open too; either ends when the higher node closes it.
+//!
+//! A session to an instance the mesh no longer knows (the peer restarted) carries nothing and
+//! is replaced (and closed) by any session of the current instance; a new session from the
+//! side that dialled the current one replaces and closes it too (that side only dials when it
+//! has lost its session, so the old one is dead there).
+//!
+//! While a session carries the pair, the link is CONNECTED and nothing is dialled: a queued or
+//! waiting retry is cancelled when the peer's session arrives, and only a dial already in
+//! flight is let finish (the rule then decides). A pair whose session is lost is RECOVERING on
+//! both sides and both retry; whichever gets through first carries the pair again.
+
+use std::time::Instant;
+
+use super::{Action, Dialer, Mesh};
+use crate::ids::{ConnId, InstanceId, NodeId};
+use crate::state::{ConnStatus, DaemonState};
+
+/// Which session of a pair: one this node dialled, or one the peer dialled to us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Via {
+    /// Our dial to `peer` of this `attempt` (as in [`Action::Dial`]).
+    Dialled {
+        /// The peer.
+        peer: NodeId,
+        /// The dial's attempt.
+        attempt: u64,
+    },
+    /// The session the peer opened on inbound connection `conn` (proved by its hello).
+    Accepted {
+        /// The inbound connection.
+        conn: ConnId,
+    },
+}
+
+/// The session that carries a pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Carrier {
+    pub(super) via: Via,
+    /// The peer instance the session proved (its handshake).
+    pub(super) instance: InstanceId,
+    /// The pair was last heard from then (see `liveness`).
+    pub(super) last_rx: Instant,
+}
+
+impl Mesh {
+    /// Where requests to `peer` (imports, unimports, status, goodbye) go now: the session that
+    /// carries the pair, whichever side dialled it; `None` while there is none.
+    pub fn session_of(&self, peer: NodeId) -> Option<Via> {
+        self.link(peer).and_then(|l| l.carrier).map(|c| c.via)
+    }
+
+    /// The peer and instance `via` proves, if it carries its pair now and its instance is still
+    /// the one the mesh knows (a hello from a restarted peer makes it stale).
+    pub fn proven_by(&self, via: Via) -> Option<(NodeId, InstanceId)> {
+        let peer = self.carrier_peer(via)?;
+        let link = self.link(peer)?;
+        let c = link.carrier?;
+        (link.instance == Some(c.instance)).then_some((peer, c.instance))
+    }
+
+    /// The peer `instance` of `peer`, proved on inbound connection `conn` by an accepted hello,
+    /// opened its session on it. Returns `false` if the owner must close it at once (this node
+    /// is stopping, or `instance` is not the one the mesh knows). `true`: keep it open; it
+    /// carries the pair ([`Mesh::session_of`]) unless the pair already has the session it
+    /// prefers, our own dial's, and then the peer closes it itself once that session reaches it
+    /// (module docs).
+    pub fn handle_session_opened(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        instance: InstanceId,
+        conn: ConnId,
+    ) -> bool {
+        if self.state == DaemonState::ShuttingDown
+            || self.link(peer).is_none_or(|l| l.instance != Some(instance))
+        {
+            return false;
+        }
+        self.session_up(now, peer, Via::Accepted { conn }, instance);
+        self.pump_dials(now);
+        true
+    }
+
+    /// Session `via` ended (stream closed or errored, connection closed). If it carried its
+    /// pair, the link is RECOVERING and retried; any other session's end changes nothing.
+    pub fn handle_session_lost(&mut self, now: Instant, via: Via, reason: String) {
+        let Some(peer) = self.carrier_peer(via) else {
+            return;
+        };
+        if self.state == DaemonState::ShuttingDown {
+            self.set_carrier(peer, None);
+            return;
+        }
+        self.lose(now, peer, format!("connection lost: {reason}"));
+        self.pump_dials(now);
+    }
+
+    /// Whether `via` would be preferred for its pair with `peer`: dialled by the lower node ID.
+    fn preferred(&self, peer: NodeId, via: Via) -> bool {
+        match via {
+            Via::Dialled { .. } => self.cfg.local < peer,
+            Via::Accepted { .. } => peer < self.cfg.local,
+        }
+    }
+
+    /// The peer whose pair `via` carries now, if any.
+    pub(super) fn carrier_peer(&self, via: Via) -> Option<NodeId> {
+        let peer = match via {
+            Via::Dialled { peer, .. } => peer,
+            Via::Accepted { conn } => *self.accepted.get(&conn)?,
+        };
+        let link = self.link(peer)?;
+        link.carrier.is_some_and(|c| c.via == via).then_some(peer)
+    }
+
+    /// A session `via` to `instance` of `peer` is up: applies the rule of the module docs.
+    /// Returns whether it carries the pair. Of the two sessions, the loser is closed here if
+    /// this node dialled it (or it is dead: stale or superseded by its own side).
+    pub(super) fn session_up(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        via: Via,
+        instance: InstanceId,
+    ) -> bool {
+        let Some(link) = self.link(peer) else {
+            return false;
+        };
+        if let Some(old) = link.carrier {
+            if old.via == via {
+                return true;
+            }
+            let stale = old.instance != instance;
+            let same_side =
+                matches!(old.via, Via::Dialled { .. }) == matches!(via, Via::Dialled { .. });
+            if !(stale || same_side || self.preferred(peer, via)) {
+                // The pair keeps the session it prefers.
+                if let Via::Dialled { .. } = via {
+                    self.actions.push_back(Action::CloseSession { peer, via });
+                }
+                return false;
+            }
+            if stale || same_side || matches!(old.via, Via::Dialled { .. }) {
+                self.actions
+                    .push_back(Action::CloseSession { peer, via: old.via });
+            }
+        }
+        self.set_carrier(
+            peer,
+            Some(Carrier {
+                via,
+                instance,
+                last_rx: now,
+            }),
+        );
+        // Connected: nothing to dial. A dial in flight is let finish; the rule decides then.
+        if matches!(
+            self.link(peer).map(|l| l.dialer),
+            Some(Dialer::Queued(_) | Dialer::Waiting(_))
+        ) {
+            self.set_dialer(peer, Dialer::Idle);
+        }
+        self.arm_tick(now);
+        let Some(link) = self.link_mut(peer) else {
+            return true;
+        };
+        link.failures = 0;
+        link.last_error = None;
+        if link.status != ConnStatus::Connected {
+            link.times_connected += 1;
+            let reason = match via {
+                Via::Dialled { .. } => format!("handshake accepted (instance {instance})"),
+                Via::Accepted { .. } => {
+                    format!("peer's session accepted (instance {instance})")
+                }
+            };
+            self.set_status(now, peer, ConnStatus::Connected, reason);
+            self.check_quorum();
+        }
+        true
+    }
+
+    /// The only way a link's carrier changes: keeps the count of sessions, the accepted
+    /// connections and the heartbeat tick in step with it.
+    pub(super) fn set_carrier(&mut self, peer: NodeId, to: Option<Carrier>) {
+        let Some(link) = self.link_mut(peer) else {
+            return;
+        };
+        let from = std::mem::replace(&mut link.carrier, to);
+        if let Some(c) = from {
+            self.sessions -= 1;
+            if let Via::Accepted { conn } = c.via {
+                self.accepted.remove(&conn);
+            }
+        }
+        if let Some(c) = to {
+            self.sessions += 1;
+            if let Via::Accepted { conn } = c.via {
+                self.accepted.insert(conn, peer);
+            }
+        }
+        if self.sessions == 0 {
+            self.tick = None;
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! One session per pair (issue 8 item 1): whichever side dialled it, a pair keeps one session,
+//! the lower-dialled one when both dial at once; a peer's session connects the link without a
+//! dial back and cancels a waiting retry; a lost session is RECOVERING on both sides and either
+//! side's redial restores it; requests on a session we dialled are the peer's only while that
+//! session carries the pair; liveness runs on the pair's session whichever side dialled it.
+
+mod sim;
+
+use std::time::{Duration, Instant};
+
+use openimex_core::*;
+use sim::Net;
+use sim::node::{Setup, drain, peer};
+
+const SEC: Duration = Duration::from_secs(1);
+
+/// Two meshes fed by hand: node 0 (the lower ID) and node 1.
+struct Two {
+    m: [Mesh; 2],
+    hello: [Hello; 2],
+    now: Instant,
+    /// Every action each emitted, in order.
+    log: Vec<(usize, Action)>,
+}
+
+impl Two {
+    fn new() -> Self {
+        let map = NodeMap::new(sim::hosts(2));
+        // The virtual clock needs an origin; only offsets from it matter.
+        #[allow(clippy::disallowed_methods)]
+        let now = Instant::now();
+        let m = [0, 1].map(|i| {
+            Mesh::new(
+                sim::config(i, map.clone(), 10 + i as u64, QuorumPolicy::None),
+                now,
+            )
+        });
+        let hello = [m[0].hello(), m[1].hello()];
+        Self {
+            m,
+            hello,
+            now,
+            log: Vec::new(),
+        }
+    }
+
+    /// Starts both; returns each one's dial attempt to the other.
+    fn start(&mut self) -> [u64; 2] {
+        [0, 1].map(|i| {
+            self.m[i].handle_start(self.now);
+            self.drain(i)
+                .iter()
+                .find_map(|a| match a {
+                    Action::Dial { attempt, .. } => Some(*attempt),
+                    _ => None,
+                })
+                .expect("dials its peer")
+        })
+    }
+
+    fn drain(&mut self, i: usize) -> Vec<Action> {
+        let out: Vec<Action> = std::iter::from_fn(|| self.m[i].poll_action()).collect();
+        self.log.extend(out.iter().map(|a| (i, a.clone())));
+        out
+    }
+
+    /// Node `i`'s dial of `attempt` reaches the other, which accepts its hello.
+    fn dial_ok(&mut self, i: usize, attempt: u64) {
+        let j = 1 - i;
+        let verdict = self.m[j].handle_hello(self.now, &self.hello[i]);
+        assert_eq!(verdict, Verdict::Accept);
+        self.drain(j);
+        let h = self.hello[j].clone();
+        self.m[i].handle_dial_ok(self.now, NodeId(j as u16), attempt, &h);
+        self.drain(i);
+    }
+
+    /// Node `i`'s session on `conn` reaches the other; returns whether it keeps it open.
+    fn opened(&mut self, i: usize, conn: ConnId) -> bool {
+        let j = 1 - i;
+        let inst = self.hello[i].instance;
+        let keep = self.m[j].handle_session_opened(self.now, NodeId(i as u16), inst, conn);
+        self.drain(j);
+        keep
+    }
+
+    fn closes(&self, i: usize) -> Vec<Via> {
+        self.log
+            .iter()
+            .filter_map(|(n, a)| match a {
+                Action::CloseSession { via, .. } if *n == i => Some(*via),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn link_changes(&self, i: usize) -> Vec<ConnStatus> {
+        self.log
+            .iter()
+            .filter_map(|(n, a)| match a {
+                Action::LinkChanged { to, .. } if *n == i => Some(*to),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn status(&self, i: usize) -> ConnStatus {
+        self.m[i].peer(NodeId(1 - i as u16)).expect("a peer").0
+    }
+
+    /// Fires every timer of both meshes up to `now + d`; returns the dials each made.
+    fn run(&mut self, d: Duration, answer: impl Fn(usize, &Action) -> Option<Via>) -> [usize; 2] {
+        let until = self.now + d;
+        let mut dials = [0, 0];
+        loop {
+            let next = [0, 1]
+                .into_iter()
+                .filter_map(|i| self.m[i].poll_timeout().map(|t| (t, i)))
+                .filter(|(t, _)| *t <= until)
+                .min();
+            let Some((t, i)) = next else { break };
+            self.now = self.now.max(t);
+            self.m[i].handle_timeout(self.now);
+            for a in self.drain(i) {
+                if matches!(a, Action::Dial { .. }) {
+                    dials[i] += 1;
+                }
+                if let Some(via) = answer(i, &a) {
+                    self.m[i].handle_heartbeat(self.now, via);
+                }
+            }
+        }
+        self.now = until;
+        dials
+    }
+}
+
+/// (a) Both dial at once: whatever order the four events take (each side's dial completing,
+/// each side seeing the other's session open, which follows that side's completion), both
+/// sides end on the session node 0 dialled, node 1 closes its own once, node 0 closes
+/// nothing, and neither link ever leaves CONNECTED.
+#[test]
+fn simultaneous_dials_converge_on_the_lower_dialled_session() {
+    // 0: node 0's dial completes; 1: node 1's; 2: node 0's session reaches node 1 (after 0);
+    // 3: node 1's session reaches node 0 (after 1).
+    let orders = [
+        [0, 1, 2, 3],
+        [0, 1, 3, 2],
+        [1, 0, 2, 3],
+        [1, 0, 3, 2],
+        [0, 2, 1, 3],
+        [1, 3, 0, 2],
+    ];
+    for order in orders {
+        let mut t = Two::new();
+        let [a0, a1] = t.start();
+        let (c0, c1) = (70, 71); // node 1's conn for node 0's session, node 0's for node 1's
+        for step in order {
+            match step {
+                0 => t.dial_ok(0, a0),
+                1 => t.dial_ok(1, a1),
+                2 => assert!(t.opened(0, c0), "{order:?}: node 1 keeps node 0's session"),
+                3 => assert!(
+                    t.opened(1, c1),
+                    "{order:?}: node 0 keeps it open for node 1"
+                ),
+                _ => unreachable!(),
+            }
+        }
+        let winner = (
+            Via::Dialled {
+                peer: NodeId(1),
+                attempt: a0,
+            },
+            Via::Accepted { conn: c0 },
+        );
+        assert_eq!(
+            (t.m[0].session_of(NodeId(1)), t.m[1].session_of(NodeId(0))),
+            (Some(winner.0), Some(winner.1)),
+            "{order:?}"
+        );
+        let loser = Via::Dialled {
+            peer: NodeId(0),
+            attempt: a1,
+        };
+        assert_eq!(
+            t.closes(1),
+            vec![loser],
+            "{order:?}: node 1 closes its own dial once"
+        );
+        assert_eq!(t.closes(0), vec![], "{order:?}: node 0 leaves it to node 1");
+        for i in 0..2 {
+            assert_eq!(
+                t.link_changes(i),
+                vec![ConnStatus::Connected],
+                "{order:?}: node {i} never flaps"
+            );
+        }
+        assert_eq!(t.m[0].dials_in_flight() + t.m[1].dials_in_flight(), 0);
+    }
+}
+
+/// (a) A whole domain started at once keeps exactly one session per pair, both sides naming it.
+#[test]
+fn a_domain_keeps_one_session_per_pair() {
+    let mut net = Net::new(18, QuorumPolicy::None);
+    net.start_all();
+    net.run_until(10 * SEC, Net::all_up).expect("formed");
+    net.run_for(30 * SEC);
+    assert!(net.all_up());
+    for a in 0..18 {
+        for b in a + 1..18 {
+            assert_eq!(net.sessions_between(a, b), 1, "pair {a}-{b}");
+            let via = net.mesh(a).session_of(Net::id(b)).expect("a session");
+            let (key, s) = net.find(a, via).expect("it is live");
+            assert_eq!(
+                net.mesh(b).session_of(Net::id(a)),
+                Some(Net::other_end(key, s, a)),
+                "pair {a}-{b}: both sides name the same session"
+            );
+        }
+    }
+    // Half the handshakes of a mesh where each side dials the other: one per pair, and a
+    // dial of the first round to a node not started yet fails without a session.
+    let sessions: usize = net.sessions.len();
+    assert_eq!(sessions, 18 * 17 / 2);
+}
+
+/// (b) One node starts early and backs off; the others start later. Their dials connect it,
+/// and it never dials again: its waiting retries are cancelled by their sessions.
+#[test]
+fn staggered_start_connects_the_early_node_without_its_dials() {
+    for early in [0, 2] {
+        let mut net = Net::new(4, QuorumPolicy::None);
+        net.start(early);
+        net.run_for(60 * SEC);
+        let dials_alone = net.dials_by(early);
+        assert!(dials_alone > 4, "it retried while alone: {dials_alone}");
+        for i in (0..4).filter(|i| *i != early) {
+            net.start(i);
+        }
+        let took = net.run_until(30 * SEC, Net::all_up).expect("formed");
+        assert!(
+            took < Duration::from_millis(10),
+            "the late nodes' sessions connect it at once, took {took:?}"
+        );
+        net.run_for(60 * SEC);
+        assert!(net.all_up());
+        assert_eq!(
+            net.dials_by(early),
+            dials_alone,
+            "node {early} dials nobody once the others' sessions are up"
+        );
+        for j in (0..4).filter(|j| *j != early) {
+            assert_eq!(net.sessions_between(early, j), 1);
+        }
+    }
+}
+
+/// (c) A peer's session arriving while our retry waits out its backoff connects the link and
+/// cancels the retry.
+#[test]
+fn an_accepted_session_cancels_a_waiting_retry() {
+    let mut t = Two::new();
+    let [a0, _] = t.start();
+    t.m[0].handle_dial_failed(t.now, NodeId(1), a0, "connection refused".into());
+    t.drain(0);
+    let retry_at = t.m[0].poll_timeout().expect("a retry is scheduled");
+    assert!(retry_at > t.now);
+    assert_eq!(t.m[0].handle_hello(t.now, &t.hello[1]), Verdict::Accept);
+    assert!(t.opened(1, 5));
+    assert_eq!(t.status(0), ConnStatus::Connected);
+    assert_eq!(
+        t.m[0].session_of(NodeId(1)),
+        Some(Via::Accepted { conn: 5 })
+    );
+    // Past the old retry time (within the peer timeout: heartbeats are answered here).
+    let answer = |i: usize, a: &Action| match a {
+        Action::SendHeartbeat { via, .. } if i == 0 => Some(*via),
+        _ => None,
+    };
+    let dials = t.run(20 * SEC, answer);
+    assert_eq!(dials[0], 0, "the waiting retry was cancelled");
+    assert_eq!(t.status(0), ConnStatus::Connected);
+}
+
+/// (d) The pair's session is lost: both sides are RECOVERING and retry; whichever side's
+/// redial gets through first carries the pair again, and the other side's retry is cancelled.
+#[test]
+fn a_lost_pair_session_is_restored_by_either_sides_redial() {
+    for redialler in [0, 1] {
+        let mut t = Two::new();
+        let [a0, a1] = t.start();
+        t.m[1].handle_dial_failed(t.now, NodeId(0), a1, "connection refused".into());
+        t.dial_ok(0, a0);
+        assert!(t.opened(0, 9));
+        let via = [
+            Via::Dialled {
+                peer: NodeId(1),
+                attempt: a0,
+            },
+            Via::Accepted { conn: 9 },
+        ];
+        for (i, via) in via.into_iter().enumerate() {
+            t.m[i].handle_session_lost(t.now, via, "connection reset".into());
+            t.drain(i);
+            assert_eq!(t.status(i), ConnStatus::Recovering, "node {i}");
+        }
+        // Fire timers until the chosen side dials; the other's dial is refused meanwhile.
+        let mut attempt = None;
+        while attempt.is_none() {
+            let (at, i) = [0, 1]
+                .into_iter()
+                .filter_map(|i| t.m[i].poll_timeout().map(|at| (at, i)))
+                .min()
+                .expect("both retry");
+            t.now = t.now.max(at);
+            t.m[i].handle_timeout(t.now);
+            for a in t.drain(i) {
+                if let Action::Dial { peer, attempt: n } = a {
+                    if i == redialler {
+                        attempt = Some(n);
+                    } else {
+                        t.m[i].handle_dial_failed(t.now, peer, n, "refused".into());
+                        t.drain(i);
+                    }
+                }
+            }
+        }
+        let n = attempt.expect("a dial");
+        t.dial_ok(redialler, n);
+        assert!(t.opened(redialler, 11));
+        for i in 0..2 {
+            assert_eq!(t.status(i), ConnStatus::Connected, "node {i}");
+        }
+        let other = 1 - redialler;
+        assert_eq!(
+            t.m[other].session_of(NodeId(redialler as u16)),
+            Some(Via::Accepted { conn: 11 })
+        );
+        // The other side dials no more.
+        let answer = |i: usize, a: &Action| match a {
+            Action::SendHeartbeat { via, .. } if i == 0 => Some(*via),
+            _ => None,
+        };
+        assert_eq!(t.run(2 * SEC, answer)[other], 0);
+    }
+}
+
+/// (d) On the in-memory network: a reset of the pair's session, then both redial.
+#[test]
+fn a_reset_pair_session_comes_back_as_one() {
+    let mut net = Net::new(3, QuorumPolicy::None);
+    net.start_all();
+    net.run_until(10 * SEC, Net::all_up).expect("formed");
+    for _ in 0..5 {
+        let via = net.mesh(0).session_of(NodeId(2)).expect("a session");
+        let (key, _) = net.find(0, via).expect("live");
+        net.end_session(key.0, key.1, None, "connection reset");
+        net.pump();
+        assert_eq!(net.cell(0, 2), ConnStatus::Recovering);
+        assert_eq!(net.cell(2, 0), ConnStatus::Recovering);
+        net.run_until(30 * SEC, Net::all_up).expect("restored");
+        assert_eq!(net.sessions_between(0, 2), 1);
+    }
+}
+
+const IMPORT: ImportRequest = ImportRequest {
+    import_event_id: 7,
+    export_uuid: [9; 16],
+    index: 0,
+    channel: 0,
+};
+
+fn refusals(n: &Node) -> Vec<(&'static str, u64)> {
+    n.refusals().collect()
+}
+
+fn described(actions: &[node::Action]) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a, node::Action::DescribeExport { .. }))
+}
+
+/// (e) A request on a session we dialled is the peer's while that attempt carries the pair
+/// with the instance it handshook with; on a stale attempt, another peer's session, or after
+/// the peer restarted, it is refused and counted as "no session"; claiming another identity is
+/// an identity mismatch.
+#[test]
+fn requests_on_a_dialled_session_are_the_peers_only_while_it_carries_the_pair() {
+    let (mut n, now, hellos) = sim::node::node(Setup::default());
+    let started = sim::node::start(&mut n, now);
+    let a1 = sim::node::dial_attempt(&started, 1).expect("dials node 1");
+    n.handle_dial_ok(now, NodeId(1), a1, &hellos[1]);
+    drain(&mut n);
+    let via = Via::Dialled {
+        peer: NodeId(1),
+        attempt: a1,
+    };
+    assert_eq!(n.session_of(NodeId(1)), Some(via));
+    let p1 = peer(&hellos[1]);
+
+    n.handle_session_import(now, 1, via, Some(p1), IMPORT);
+    assert!(
+        described(&drain(&mut n)),
+        "the current attempt proves node 1"
+    );
+    n.handle_session_import(now, 2, via, None, IMPORT);
+    assert!(described(&drain(&mut n)), "with no claim, too");
+    let forged = PeerId {
+        instance: InstanceId(1),
+        ..p1
+    };
+    n.handle_session_import(now, 3, via, Some(forged), IMPORT);
+    assert!(!described(&drain(&mut n)));
+    // Node 2 has no session: our dial number means nothing for it.
+    let not_2 = Via::Dialled {
+        peer: NodeId(2),
+        attempt: a1,
+    };
+    n.handle_session_import(now, 4, not_2, None, IMPORT);
+    assert!(!described(&drain(&mut n)));
+
+    // The session is lost and a new dial carries the pair: the old attempt proves nothing.
+    n.handle_session_lost(now, via, "reset".into());
+    let mut later = now;
+    let mut a2 = None;
+    while a2.is_none() {
+        later = later.max(n.poll_timeout().expect("a retry"));
+        n.handle_timeout(later);
+        a2 = sim::node::dial_attempt(&drain(&mut n), 1);
+    }
+    let a2 = a2.expect("a redial");
+    n.handle_dial_ok(later, NodeId(1), a2, &hellos[1]);
+    drain(&mut n);
+    n.handle_session_unimport(later, 5, via, Some(p1), 7);
+    assert!(drain(&mut n).contains(&node::Action::AnswerUnimport {
+        request: 5,
+        released: false
+    }));
+    assert!(!n.handle_session_goodbye(later, via, Some(p1), "stale"));
+    assert_eq!(n.links()[1].status, ConnStatus::Connected);
+    let current = Via::Dialled {
+        peer: NodeId(1),
+        attempt: a2,
+    };
+    n.handle_session_import(later, 6, current, Some(p1), IMPORT);
+    assert!(described(&drain(&mut n)));
+
+    // Node 1 restarts: its new instance's hello makes our session to the old one stale.
+    let restarted = Hello {
+        instance: InstanceId(555),
+        ..hellos[1].clone()
+    };
+    assert_eq!(
+        n.handle_session_hello(later, 40, true, &restarted),
+        Verdict::Accept
+    );
+    drain(&mut n);
+    n.handle_session_import(later, 7, current, Some(p1), IMPORT);
+    assert!(!described(&drain(&mut n)), "the old instance's session");
+
+    assert_eq!(
+        refusals(&n),
+        vec![
+            ("goodbye: no session", 1),
+            ("import: identity mismatch", 1),
+            ("import: no session", 2),
+            ("unimport: no session", 1),
+        ]
+    );
+}
+
+/// (e) A session opened on a connection without an accepted hello is refused and counted.
+#[test]
+fn a_session_opened_without_a_hello_is_refused() {
+    let (mut n, now, _) = sim::node::node(Setup::default());
+    sim::node::start(&mut n, now);
+    assert!(!n.handle_session_opened(now, 3));
+    assert_eq!(refusals(&n), vec![("session: no session", 1)]);
+    assert_eq!(n.links()[1].status, ConnStatus::NeverConnected);
+}
+
+/// (f) On the lower node, the pair's session being one the peer dialled: heartbeats go on it,
+/// answers on it keep the pair alive, answers on another session do not, and silence loses
+/// the pair after the peer timeout.
+#[test]
+fn heartbeats_on_an_accepted_session_keep_the_pair_alive() {
+    let (mut n, now, hellos) = sim::node::node(Setup {
+        nodes: 2,
+        ..Setup::default()
+    });
+    let started = sim::node::start(&mut n, now);
+    let a1 = sim::node::dial_attempt(&started, 1).expect("dials node 1");
+    n.handle_dial_failed(now, NodeId(1), a1, "connection refused".into());
+    n.handle_session_hello(now, 8, true, &hellos[1]);
+    assert!(n.handle_session_opened(now, 8));
+    drain(&mut n);
+    let via = Via::Accepted { conn: 8 };
+    assert_eq!(n.session_of(NodeId(1)), Some(via));
+
+    // Answered for 30 s: alive, every heartbeat on the accepted session.
+    let mut t = now;
+    let mut beats = 0;
+    let answered_until = now + 30 * SEC;
+    loop {
+        let at = n.poll_timeout().expect("the tick");
+        if at > answered_until + 10 * SEC {
+            break;
+        }
+        t = t.max(at);
+        n.handle_timeout(t);
+        for a in drain(&mut n) {
+            if let node::Action::Mesh(Action::SendHeartbeat { peer, via: v }) = a {
+                assert_eq!((peer, v), (NodeId(1), via));
+                beats += 1;
+                if t <= answered_until {
+                    n.handle_heartbeat(t, v);
+                } else {
+                    // An answer on some other session proves nothing about this one.
+                    n.handle_heartbeat(
+                        t,
+                        Via::Dialled {
+                            peer: NodeId(1),
+                            attempt: a1,
+                        },
+                    );
+                }
+            }
+        }
+        if t <= answered_until {
+            assert_eq!(n.links()[1].status, ConnStatus::Connected, "at {t:?}");
+        }
+        if n.links()[1].status == ConnStatus::Recovering {
+            break;
+        }
+    }
+    assert!(beats >= 60, "{beats} heartbeats");
+    assert_eq!(n.links()[1].status, ConnStatus::Recovering);
+    assert!(n.links()[1].reason.contains("no heartbeat answer"));
+    let silent = t - answered_until;
+    assert!(
+        silent >= Duration::from_millis(2500) && silent <= Duration::from_millis(4000),
+        "lost {silent:?} after the last answer"
+    );
+}
+
+/// (f) On the higher node, the pair's session being one the lower node dialled to it: the
+/// heartbeats that arrive on it keep the pair alive; without them it is lost after the peer
+/// timeout.
+#[test]
+fn the_higher_node_takes_heartbeats_on_the_accepted_session() {
+    let mut t = Two::new();
+    let [a0, a1] = t.start();
+    t.m[1].handle_dial_failed(t.now, NodeId(0), a1, "connection refused".into());
+    t.dial_ok(0, a0);
+    assert!(t.opened(0, 4));
+    let at_1 = Via::Accepted { conn: 4 };
+    assert_eq!(t.m[1].session_of(NodeId(0)), Some(at_1));
+    assert!(!t.m[1].sends_heartbeats(NodeId(0)));
+    // Node 0's heartbeats reach node 1 on the session node 0 dialled; node 0 gets the answers.
+    let answer = |i: usize, a: &Action| match a {
+        Action::SendHeartbeat { via, .. } if i == 0 => Some(*via),
+        _ => None,
+    };
+    for _ in 0..40 {
+        t.run(Duration::from_millis(500), answer);
+        t.m[1].handle_heartbeat(t.now, at_1);
+        t.drain(1);
+    }
+    assert_eq!(t.status(1), ConnStatus::Connected);
+    assert_eq!(t.status(0), ConnStatus::Connected);
+    let last = t.now;
+    while t.status(1) == ConnStatus::Connected {
+        t.run(Duration::from_millis(100), answer);
+    }
+    let silent = t.now - last;
+    assert!(
+        silent >= Duration::from_millis(3000) && silent <= Duration::from_millis(3600),
+        "lost {silent:?} after the last heartbeat"
+    );
+    assert!(
+        t.m[1].links()[0]
+            .reason
+            .contains("no heartbeat from the peer")
+    );
+}
