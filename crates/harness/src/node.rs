@@ -261,6 +261,8 @@ impl Node {
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
+            // A test run under a service manager must not have its daemons report to it.
+            .env_remove("NOTIFY_SOCKET")
             .envs(self.env.lock().unwrap_or_else(|e| e.into_inner()).clone());
         die_with_parent(&mut cmd);
         if names {

@@ -9,7 +9,7 @@
 //!   `ctl -q` answers READY, so a unit ordered `After=` this one starts against a ready daemon;
 //! - `RELOADING=1` with `MONOTONIC_USEC=<CLOCK_MONOTONIC in µs>` when SIGUSR1 starts a re-read
 //!   of the nodes file, and `READY=1` once the engine has applied it (or refused it, keeping
-//!   its map): see [`around_rereads`]. Before the first READY, a re-read sends neither, since
+//!   its map): see `around_rereads`. Before the first READY, a re-read sends neither, since
 //!   the start is not over;
 //! - `STOPPING=1` when a stop begins (SIGTERM, SIGINT, SIGQUIT).
 //!
