@@ -166,6 +166,36 @@ fn notify_socket_sees_states_ready_only_when_ready_reload_and_stop() {
     );
 }
 
+#[test]
+fn an_unusable_notify_socket_is_logged_and_the_daemon_serves_anyway() {
+    let mut cluster = Cluster::prepare(spec(1)).expect("prepare");
+    let gone = cluster.base_dir().join("no-manager.sock");
+    for (i, value) in [(
+        "relative/notify.sock".to_owned(),
+        gone.display().to_string(),
+    )]
+    .into_iter()
+    .flat_map(|(a, b)| [a, b])
+    .enumerate()
+    {
+        cluster
+            .set_node_env(0, "NOTIFY_SOCKET", &value)
+            .expect("environment");
+        cluster.start_node(0).expect("start");
+        cluster
+            .wait_state(0, "READY", FORM)
+            .unwrap_or_else(|e| panic!("NOTIFY_SOCKET={value}: {e}"));
+        let log = std::fs::read_to_string(cluster.node(0).log_path()).unwrap_or_default();
+        let expect = match i {
+            0 => "cannot use NOTIFY_SOCKET=relative/notify.sock: neither an absolute path",
+            _ => "cannot notify the service manager at NOTIFY_SOCKET=",
+        };
+        assert_eq!(log.matches(expect).count(), 1, "{expect:?} once in:\n{log}");
+        let stop = cluster.stop(0, Duration::from_secs(10)).expect("stop");
+        assert_eq!(stop.exit_code, Some(0), "{stop:?}");
+    }
+}
+
 /// `dist/systemd/openimex.service`, by section: key -> every value given.
 fn unit() -> (PathBuf, BTreeMap<(String, String), Vec<String>>) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/systemd/openimex.service");
