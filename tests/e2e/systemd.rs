@@ -99,8 +99,12 @@ fn notify_socket_sees_states_ready_only_when_ready_reload_and_stop() {
         .expect("DAEMONIZE=1");
     cluster.start_node(0).expect("start node 0");
 
-    // Its peer is missing: FULL quorum waits, and says so.
+    // Its peer is missing: FULL quorum waits, and says so. A SIGUSR1 meanwhile is part of
+    // the start: no RELOADING=1, and above all no READY=1 when its re-read is over.
     manager.wait_line("STATUS=WAITING_FOR_PEERS", NOTICE, &cluster);
+    cluster
+        .signal(0, Signal::SIGUSR1)
+        .expect("SIGUSR1 while waiting");
     let until = Instant::now() + NO_READY_WINDOW;
     while let Some(left) = until.checked_duration_since(Instant::now()) {
         if manager.next(left).is_none() {
@@ -108,9 +112,14 @@ fn notify_socket_sees_states_ready_only_when_ready_reload_and_stop() {
         }
     }
     assert!(
-        !has_line(&manager.got, "READY=1"),
-        "READY=1 while waiting for a peer: {:?}",
+        !has_line(&manager.got, "READY=1") && !has_line(&manager.got, "RELOADING=1"),
+        "READY=1 or RELOADING=1 while waiting for a peer: {:?}",
         manager.got
+    );
+    let log = std::fs::read_to_string(cluster.node(0).log_path()).unwrap_or_default();
+    assert!(
+        log.contains("re-read (SIGUSR1)"),
+        "the re-read was over: {log}"
     );
     assert_eq!(ctl_q(&cluster, 0), "WAITING_FOR_PEERS\n");
     assert!(
