@@ -186,7 +186,11 @@ fn start(args: Args) -> Result<()> {
         world,
         driver,
     } = prepare(&args)?;
-    let mut ready = if cfg.daemonize {
+    // A service manager waiting for READY=1 (systemd Type=notify) tracks the process it
+    // started: a forked child would be a stranger to it, so DAEMONIZE=1 is not honoured then.
+    let notify_socket = std::env::var_os(openimex_imexd::notify::ENV);
+    let manager_waits = notify_socket.as_deref().is_some_and(|v| !v.is_empty());
+    let mut ready = if cfg.daemonize && !manager_waits {
         daemonize::daemonize().context("cannot fork into the background")?
     } else {
         daemonize::ReadyPipe::none()
@@ -212,6 +216,16 @@ fn start(args: Args) -> Result<()> {
     for notice in cfg.notices() {
         warn!("{notice}");
     }
+    if cfg.daemonize && manager_waits {
+        info!(
+            "DAEMONIZE=1 not applied: NOTIFY_SOCKET is set, so a service manager (systemd Type=notify) started this daemon and waits for its readiness; staying in the foreground"
+        );
+    }
+    let notifier =
+        openimex_imexd::Notifier::from_var(notify_socket.as_deref()).unwrap_or_else(|e| {
+            warn!("{e}");
+            openimex_imexd::Notifier::disabled()
+        });
     ignored_signals.log_in_background()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -228,6 +242,7 @@ fn start(args: Args) -> Result<()> {
             openimex_imexd::Entropy::random(),
             shutdown,
             reloads,
+            notifier,
         )
         .await
         .map_err(anyhow::Error::from)

@@ -61,6 +61,9 @@ mod lifecycle;
 // names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
 #[path = "e2e/sigusr1.rs"]
 mod sigusr1;
+// issue 9: systemd Type=notify (STATUS, READY=1 only when READY, RELOADING=1, STOPPING=1), the unit
+#[path = "e2e/systemd.rs"]
+mod systemd;
 // issue 7: SIGHUP writes the verbose log buffer (messages below LOG_LEVEL); so does a clean stop
 #[path = "e2e/verbose_log.rs"]
 mod verbose_log;

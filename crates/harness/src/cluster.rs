@@ -241,6 +241,20 @@ impl Cluster {
         self.write_config(i)
     }
 
+    /// Sets `key=value` in the environment of node `i`'s daemon (e.g. `NOTIFY_SOCKET`);
+    /// takes effect at that node's next start.
+    pub fn set_node_env(
+        &self,
+        i: usize,
+        key: impl Into<std::ffi::OsString>,
+        value: impl Into<std::ffi::OsString>,
+    ) -> Result<(), HarnessError> {
+        let node = self.get(i)?;
+        let mut env = node.env.lock().unwrap_or_else(|e| e.into_inner());
+        env.push((key.into(), value.into()));
+        Ok(())
+    }
+
     /// Writes node `i`'s config.cfg: standard keys, then the spec's, then the node's own.
     fn write_config(&self, i: usize) -> Result<(), HarnessError> {
         let node = self.get(i)?;

@@ -1,6 +1,7 @@
 //! One node of a harness cluster: its directory and files (config.cfg, nodes_config.cfg, logs,
 //! command socket) and the daemon process currently running for it, if any.
 
+use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -27,6 +28,8 @@ pub struct Node {
     proc: Mutex<Proc>,
     /// The node's simulated GPU driver, when the cluster has GPUs.
     pub(crate) gpu: Mutex<Option<std::process::Child>>,
+    /// Variables set in the daemon's environment on top of the harness's own.
+    pub(crate) env: Mutex<Vec<(OsString, OsString)>>,
 }
 
 /// The process side of a node, behind a lock so that `&self` observers (the `wait_*` loops)
@@ -86,6 +89,7 @@ impl Node {
             cmd_port,
             proc: Mutex::new(Proc::default()),
             gpu: Mutex::new(None),
+            env: Mutex::new(Vec::new()),
         };
         let sock = node.socket_path();
         if sock.as_os_str().len() > MAX_SOCKET_PATH {
@@ -256,7 +260,10 @@ impl Node {
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(stdout)
-            .stderr(stderr);
+            .stderr(stderr)
+            // A test run under a service manager must not have its daemons report to it.
+            .env_remove("NOTIFY_SOCKET")
+            .envs(self.env.lock().unwrap_or_else(|e| e.into_inner()).clone());
         die_with_parent(&mut cmd);
         if names {
             names::private_hosts(&mut cmd, &self.hosts_path())?;

@@ -57,6 +57,16 @@ pub enum DaemonError {
         "cannot start the thread that writes the persistence file: {0}; check the limits on threads and memory (ulimit -u, ulimit -v)"
     )]
     PersistThread(io::Error),
+    /// `NOTIFY_SOCKET` is set but names no socket this daemon can send to (see `notify`).
+    #[error(
+        "cannot use NOTIFY_SOCKET={value}: {reason}; the daemon runs without telling the service manager it is ready (give a unix socket path or @abstract name, or use Type=simple)"
+    )]
+    NotifySocket {
+        /// The value, cut to 120 characters.
+        value: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// The engine stopped unexpectedly.
     #[error(
         "the daemon engine stopped unexpectedly; this is a bug: report it with the log, and restart the daemon"

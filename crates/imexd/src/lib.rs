@@ -16,6 +16,7 @@
 //! - [`settings`] — what the daemon needs, resolved from the config files.
 //! - [`world`] — the listeners.
 //! - [`daemonize`], [`logging`] — process set-up as NVIDIA's daemon does it.
+//! - [`notify`] — systemd's readiness protocol (`Type=notify`): states, READY, reload, stop.
 
 mod cmd_server;
 mod conn;
@@ -28,6 +29,7 @@ pub mod limits;
 pub mod logging;
 mod mailbox;
 mod nodes_file;
+pub mod notify;
 mod peer_client;
 mod peer_server;
 mod persist;
@@ -47,6 +49,7 @@ use tonic::transport::Server;
 use tracing::info;
 
 pub use error::DaemonError;
+pub use notify::Notifier;
 pub use settings::{Entropy, Settings};
 pub use world::World;
 
@@ -56,7 +59,8 @@ pub type Reloads = mpsc::Receiver<()>;
 
 /// Runs the daemon until `shutdown` resolves, then says goodbye to the peers and returns.
 /// Returns an error, without a goodbye, if the GPU driver is lost. Each message on `reloads`
-/// (SIGUSR1) re-reads the nodes file and re-resolves its names; see [`Reloads`].
+/// (SIGUSR1) re-reads the nodes file and re-resolves its names; see [`Reloads`]. States,
+/// readiness, re-reads and the stop are reported to the service manager through `notify`.
 pub async fn run(
     settings: Settings,
     world: World,
@@ -64,7 +68,16 @@ pub async fn run(
     entropy: Entropy,
     shutdown: impl Future<Output = ()>,
     reloads: Reloads,
+    notify: Notifier,
 ) -> Result<(), DaemonError> {
+    let notify = std::sync::Arc::new(notify);
+    let shutdown = {
+        let notify = notify.clone();
+        async move {
+            shutdown.await;
+            notify.stopping();
+        }
+    };
     let now = tokio::time::Instant::now().into_std();
     let map = NodeMap::new(settings.hosts.clone());
     let instance = entropy.instance;
@@ -168,12 +181,24 @@ pub async fn run(
         "Creating gRPC channels to all peers (nPeers = {}).",
         nodes.saturating_sub(1)
     );
+    if notify.is_enabled() {
+        let follow = notify::follow_state(notify.clone(), state_rx.clone());
+        servers.push(tokio::spawn(async move {
+            follow.await;
+            Ok(())
+        }));
+    }
     servers.push(tokio::spawn({
         let (path, hosts, tx) = (
             settings.nodes_file.clone(),
             settings.hosts.clone(),
             tx.clone(),
         );
+        // With a service manager to tell, re-reads pass through `notify` on both sides.
+        let (reloads, tx) = match notify.is_enabled() {
+            true => notify::around_rereads(notify.clone(), reloads, tx),
+            false => (reloads, tx),
+        };
         async move {
             nodes_file::serve(path, hosts, reloads, tx).await;
             Ok(())
