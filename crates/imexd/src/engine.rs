@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::session::SessionTx;
 use openimex_core::node::Action;
 use openimex_core::{
-    Action as MeshAction, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId,
-    RequestId, Status,
+    Action as MeshAction, ConnId, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId,
+    RequestId, Status, Via,
 };
 use openimex_driver::{Driver, DriverError};
 use openimex_proto::peer::Identity;
@@ -55,7 +55,10 @@ pub(crate) struct Engine {
     driver_name: &'static str,
     driver_version: String,
     tx: mpsc::Sender<Input>,
+    /// Sessions this node dialled, by peer, with their attempt.
     sessions: HashMap<NodeId, (u64, OutLink)>,
+    /// Sessions peers dialled to this node, by inbound connection.
+    accepted: HashMap<ConnId, SessionTx>,
     waiting: Waiting,
     state_tx: watch::Sender<DaemonState>,
     goodbyes: Vec<(NodeId, SessionTx)>,
@@ -99,6 +102,7 @@ impl Engine {
             driver_version: String::new(),
             tx,
             sessions: HashMap::new(),
+            accepted: HashMap::new(),
             waiting: Waiting::default(),
             state_tx,
             goodbyes: Vec::new(),
@@ -288,11 +292,16 @@ impl Engine {
                     let _ = reply.send(answer);
                 })));
             }
-            Input::Authenticate { conn, what, reply } => {
-                let ok = self.node.authenticate(conn, None, what).is_some();
+            Input::Authenticate { via, what, reply } => {
+                let ok = self.node.authenticate(via, None, what).is_some();
                 let _ = reply.send(ok);
             }
-            Input::ConnClosed { conn } => self.node.handle_conn_closed(conn),
+            Input::ConnClosed { conn } => {
+                if let Some(session) = self.accepted.remove(&conn) {
+                    session.shutdown();
+                }
+                self.node.handle_conn_closed(now, conn);
+            }
             Input::Refused { reason, detail } => self.node.refused(reason, detail),
             Input::DialOk {
                 peer,
@@ -330,23 +339,41 @@ impl Engine {
                 self.node
                     .handle_dial_refused(now, peer, attempt, mismatch, detail);
             }
-            Input::Heartbeat { peer, attempt } => self.node.handle_heartbeat(now, peer, attempt),
-            Input::PeerHeartbeat { conn } => self.node.handle_session_heartbeat(now, conn),
-            Input::SessionLost {
-                peer,
-                attempt,
-                reason,
-            } => self.node.handle_session_lost(now, peer, attempt, reason),
-            Input::Goodbye {
+            Input::Heartbeat { via } => match via {
+                Via::Accepted { conn } => self.node.handle_session_heartbeat(now, conn),
+                Via::Dialled { .. } => self.node.handle_heartbeat(now, via),
+            },
+            Input::SessionOpened {
                 conn,
+                session,
+                reply,
+            } => {
+                // Held before the node decides, so the actions it emits find it.
+                self.accepted.insert(conn, session);
+                let carries = self.node.handle_session_opened(now, conn);
+                if !carries && let Some(session) = self.accepted.remove(&conn) {
+                    session.shutdown();
+                }
+                let _ = reply.send(carries);
+            }
+            Input::SessionLost { via, reason } => match via {
+                Via::Accepted { conn } => {
+                    if let Some(session) = self.accepted.remove(&conn) {
+                        session.shutdown();
+                    }
+                    debug!("session on connection {conn} ended: {reason}");
+                    self.node.handle_session_closed(now, conn);
+                }
+                Via::Dialled { .. } => self.node.handle_session_lost(now, via, reason),
+            },
+            Input::Goodbye {
+                via,
                 claimed,
                 reason,
                 reply,
             } => {
                 let reason = convert::bounded(&reason);
-                let believed = self
-                    .node
-                    .handle_session_goodbye(now, conn, claimed, &reason);
+                let believed = self.node.handle_session_goodbye(now, via, claimed, &reason);
                 if believed {
                     // Acknowledge once the driver disabled our importers of its memory: the
                     // leaving peer releases its references when we answer.
@@ -374,7 +401,7 @@ impl Engine {
                 });
             }
             Input::PeerImport {
-                conn,
+                via,
                 claimed,
                 request,
                 reply,
@@ -382,10 +409,10 @@ impl Engine {
                 let id = self.waiting.id();
                 self.waiting.imports.insert(id, reply);
                 self.node
-                    .handle_session_import(now, id, conn, claimed, request);
+                    .handle_session_import(now, id, via, claimed, request);
             }
             Input::PeerUnimport {
-                conn,
+                via,
                 claimed,
                 import_event_id,
                 reply,
@@ -393,7 +420,7 @@ impl Engine {
                 let id = self.waiting.id();
                 self.waiting.unimports.insert(id, reply);
                 self.node
-                    .handle_session_unimport(now, id, conn, claimed, import_event_id);
+                    .handle_session_unimport(now, id, via, claimed, import_event_id);
             }
             Input::ImportAnswered {
                 exporter,
@@ -579,23 +606,31 @@ impl Engine {
     fn perform_mesh(&mut self, action: MeshAction) {
         match action {
             MeshAction::Dial { peer, attempt } => self.dial(peer, attempt),
-            MeshAction::SendHeartbeat { peer } => {
-                if let Some((_, link)) = self.sessions.get(&peer) {
+            MeshAction::SendHeartbeat { via, .. } => {
+                if let Some(session) = self.session_by(via) {
                     self.heartbeat_seq += 1;
                     // A full queue means the peer is not reading; the timeout will tell.
-                    link.session.heartbeat(self.heartbeat_seq, false);
+                    session.heartbeat(self.heartbeat_seq, false);
                 }
             }
-            MeshAction::CloseSession { peer, attempt } => {
-                if self.sessions.get(&peer).is_some_and(|(a, _)| *a == attempt)
-                    && let Some((_, link)) = self.sessions.remove(&peer)
-                {
-                    link.reader.abort();
+            MeshAction::CloseSession { peer, via } => match via {
+                Via::Dialled { attempt, .. } => {
+                    if self.sessions.get(&peer).is_some_and(|(a, _)| *a == attempt)
+                        && let Some((_, link)) = self.sessions.remove(&peer)
+                    {
+                        link.session.shutdown();
+                        link.reader.abort();
+                    }
                 }
-            }
-            MeshAction::SendGoodbye { peer } => {
-                if let Some((_, link)) = self.sessions.get(&peer) {
-                    self.goodbyes.push((peer, link.session.clone()));
+                Via::Accepted { conn } => {
+                    if let Some(session) = self.accepted.remove(&conn) {
+                        session.shutdown();
+                    }
+                }
+            },
+            MeshAction::SendGoodbye { peer, via } => {
+                if let Some(session) = self.session_by(via) {
+                    self.goodbyes.push((peer, session));
                 }
             }
             MeshAction::LinkChanged {
@@ -621,29 +656,31 @@ impl Engine {
         }
     }
 
-    /// `peer`'s open session, if its link is connected.
+    /// The session that carries the pair with `peer` now, if any (core's `mesh::pair`).
     fn session(&self, peer: NodeId) -> Option<SessionTx> {
-        let connected = self
-            .node
-            .mesh()
-            .peer(peer)
-            .is_some_and(|(status, _)| status == ConnStatus::Connected);
-        connected
-            .then(|| self.sessions.get(&peer).map(|(_, l)| l.session.clone()))
-            .flatten()
+        self.node
+            .session_of(peer)
+            .and_then(|via| self.session_by(via))
+    }
+
+    /// The session `via` names, if it is still open here.
+    fn session_by(&self, via: Via) -> Option<SessionTx> {
+        match via {
+            Via::Dialled { peer, attempt } => self
+                .sessions
+                .get(&peer)
+                .filter(|(a, _)| *a == attempt)
+                .map(|(_, l)| l.session.clone()),
+            Via::Accepted { conn } => self.accepted.get(&conn).cloned(),
+        }
     }
 
     fn snapshot(&self) -> Snapshot {
         let links = self.node.links();
-        let peers = self
-            .sessions
+        let peers = links
             .iter()
-            .filter(|(id, _)| {
-                links
-                    .get(id.index())
-                    .is_some_and(|l| l.status == ConnStatus::Connected)
-            })
-            .map(|(id, (_, l))| (*id, l.session.clone()))
+            .filter(|l| l.status == ConnStatus::Connected && l.node != self.settings.local)
+            .filter_map(|l| Some((l.node, self.session(l.node)?)))
             .collect();
         Snapshot {
             local: self.settings.local,

@@ -5,7 +5,7 @@
 use openimex_core::node::PeerRequest;
 use openimex_core::{
     ConnId, DaemonState, Event, Hello, ImportAnswer, ImportError, ImportRequest, InstanceId,
-    LinkView, Mismatch, NodeId, Pages, PeerId, PeerState, Verdict,
+    LinkView, Mismatch, NodeId, Pages, PeerId, PeerState, Verdict, Via,
 };
 use openimex_driver::DriverError;
 use openimex_proto::peer::Identity;
@@ -29,7 +29,7 @@ pub(crate) enum Input {
     },
     /// Does connection `conn` carry a session (for `what`)? A refusal is counted.
     Authenticate {
-        conn: ConnId,
+        via: Via,
         what: PeerRequest,
         reply: oneshot::Sender<bool>,
     },
@@ -61,19 +61,20 @@ pub(crate) enum Input {
         attempt: u64,
         mismatch: Mismatch,
     },
-    /// A heartbeat answer on an outbound session.
-    Heartbeat { peer: NodeId, attempt: u64 },
-    /// A heartbeat on the session stream of an inbound connection (answered already).
-    PeerHeartbeat { conn: ConnId },
-    /// An outbound session ended.
-    SessionLost {
-        peer: NodeId,
-        attempt: u64,
-        reason: String,
+    /// A heartbeat or its answer on a session (answered already): the pair's sign of life.
+    Heartbeat { via: Via },
+    /// The peer proved on inbound connection `conn` opened its session stream there; answered
+    /// with whether it carries the pair (otherwise it is closed at once).
+    SessionOpened {
+        conn: ConnId,
+        session: SessionTx,
+        reply: oneshot::Sender<bool>,
     },
+    /// A session ended (its stream closed or failed, or it was closed here).
+    SessionLost { via: Via, reason: String },
     /// A peer leaves cleanly; answered with whether it was believed.
     Goodbye {
-        conn: ConnId,
+        via: Via,
         claimed: Option<PeerId>,
         reason: String,
         reply: oneshot::Sender<bool>,
@@ -86,14 +87,14 @@ pub(crate) enum Input {
     },
     /// A peer asks us (the exporter) for an import.
     PeerImport {
-        conn: ConnId,
+        via: Via,
         claimed: Option<PeerId>,
         request: ImportRequest,
         reply: oneshot::Sender<ImportAnswer>,
     },
     /// A peer unimported.
     PeerUnimport {
-        conn: ConnId,
+        via: Via,
         claimed: Option<PeerId>,
         import_event_id: u64,
         reply: oneshot::Sender<bool>,

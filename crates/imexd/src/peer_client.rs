@@ -5,14 +5,12 @@
 
 use std::time::Duration;
 
-use openimex_core::{ImportError, ImportRequest, NodeId, Status};
+use openimex_core::{ImportError, ImportRequest, NodeId, Status, Via};
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{
-    GoodbyeRequest, HelloRequest, Identity, Refusal, SessionMsg, UnimportRequest,
-    peer_client::PeerClient,
+    GoodbyeRequest, HelloRequest, Identity, Refusal, UnimportRequest, peer_client::PeerClient,
 };
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::convert;
@@ -115,26 +113,19 @@ async fn handshake(
         .ok_or_else(|| DialError::Identity("carries no identity".into()))?;
     let remote = convert::hello(&identity).map_err(DialError::Identity)?;
 
-    let (tx, rx) = mpsc::channel::<SessionMsg>(session::QUEUE);
+    let (session, outbound) = SessionTx::new();
     let inbound = client
         .max_decoding_message_size(crate::limits::MAX_SESSION_FRAME)
-        .session(ReceiverStream::new(rx))
+        .session(outbound)
         .await
         .map_err(|s| DialError::Session(s.message().to_string()))?
         .into_inner();
-    let session = SessionTx::new(tx);
-    let end = session::End::Dialled { peer, attempt };
+    let via = Via::Dialled { peer, attempt };
     let reader = tokio::spawn({
         let session = session.clone();
         async move {
-            let reason = session::run(inbound, session, end, engine.clone()).await;
-            let _ = engine
-                .send(Input::SessionLost {
-                    peer,
-                    attempt,
-                    reason,
-                })
-                .await;
+            let reason = session::run(inbound, session, via, engine.clone()).await;
+            let _ = engine.send(Input::SessionLost { via, reason }).await;
         }
     });
     let link = OutLink {

@@ -6,14 +6,13 @@ use std::net::IpAddr;
 use std::pin::Pin;
 
 use openimex_core::node::PeerRequest;
-use openimex_core::{ConnId, Hello, NodeId, PeerId, Verdict};
+use openimex_core::{Hello, NodeId, PeerId, Verdict, Via};
 use openimex_proto::peer::{
     GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, Identity, ImportReply,
     ImportRequest, NodeStatus, NodeStatusRequest, Refusal, SessionMsg, UnimportReply,
     UnimportRequest, peer_server::Peer,
 };
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -84,23 +83,6 @@ impl PeerService {
             Err(_) => false,
         }
     }
-
-    /// Asks the engine whether `conn` carries a session (counting a refusal if not).
-    async fn authenticated(&self, conn: ConnId, what: PeerRequest) -> Result<(), Status> {
-        let ok = ask(&self.engine, |reply| Input::Authenticate {
-            conn,
-            what,
-            reply,
-        })
-        .await?;
-        if ok {
-            Ok(())
-        } else {
-            Err(Status::permission_denied(
-                "no session on this connection; say hello first",
-            ))
-        }
-    }
 }
 
 type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionMsg, Status>> + Send>>;
@@ -147,14 +129,29 @@ impl Peer for PeerService {
         &self,
         request: Request<Streaming<SessionMsg>>,
     ) -> Result<Response<SessionStream>, Status> {
-        let info = conn(&request)?;
-        self.authenticated(info.id, PeerRequest::Session).await?;
+        let conn = conn(&request)?.id;
         let inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(session::QUEUE);
+        let (session, outbound) = SessionTx::new();
+        let carries = ask(&self.engine, |reply| Input::SessionOpened {
+            conn,
+            session: session.clone(),
+            reply,
+        })
+        .await?;
+        if !carries {
+            // No accepted hello on this connection, or the pair keeps the session our node
+            // dialled (core's `mesh::pair`): the caller uses that one.
+            return Err(Status::already_exists(
+                "no session here: the pair has one already, or this connection said no accepted hello",
+            ));
+        }
         let engine = self.engine.clone();
-        let end = session::End::Accepted { conn: info.id };
-        tokio::spawn(session::run(inbound, SessionTx::new(tx), end, engine));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
+        let via = Via::Accepted { conn };
+        tokio::spawn(async move {
+            let reason = session::run(inbound, session, via, engine.clone()).await;
+            let _ = engine.send(Input::SessionLost { via, reason }).await;
+        });
+        Ok(Response::new(Box::pin(outbound.map(Ok))))
     }
 
     async fn goodbye(
@@ -165,7 +162,7 @@ impl Peer for PeerService {
         let req = request.into_inner();
         let claimed = claimed(req.from)?;
         let believed = ask(&self.engine, |reply| Input::Goodbye {
-            conn: info.id,
+            via: Via::Accepted { conn: info.id },
             claimed,
             reason: req.reason,
             reply,
@@ -188,7 +185,7 @@ impl Peer for PeerService {
         let request = convert::import_request(&req).map_err(Status::invalid_argument)?;
         let claimed = claimed(req.from)?;
         let answer = ask(&self.engine, |reply| Input::PeerImport {
-            conn: info.id,
+            via: Via::Accepted { conn: info.id },
             claimed,
             request,
             reply,
@@ -205,7 +202,7 @@ impl Peer for PeerService {
         let req = request.into_inner();
         let claimed = claimed(req.from)?;
         let released = ask(&self.engine, |reply| Input::PeerUnimport {
-            conn: info.id,
+            via: Via::Accepted { conn: info.id },
             claimed,
             import_event_id: req.import_event_id,
             reply,
@@ -218,9 +215,11 @@ impl Peer for PeerService {
         &self,
         request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatus>, Status> {
-        let conn = conn(&request)?.id;
+        let via = Via::Accepted {
+            conn: conn(&request)?.id,
+        };
         let reasons = request.into_inner().reasons;
-        status_row(&self.engine, conn, reasons)
+        status_row(&self.engine, via, reasons)
             .await
             .map(Response::new)
     }
@@ -229,11 +228,11 @@ impl Peer for PeerService {
 /// This node's status row for the peer on `conn`, if a session proves it.
 pub(crate) async fn status_row(
     engine: &mpsc::Sender<Input>,
-    conn: ConnId,
+    via: Via,
     reasons: bool,
 ) -> Result<NodeStatus, Status> {
     let ok = ask(engine, |reply| Input::Authenticate {
-        conn,
+        via,
         what: PeerRequest::Status,
         reply,
     })

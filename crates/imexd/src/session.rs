@@ -2,7 +2,9 @@
 //! carries the pair's heartbeats and, both ways, every request between the two daemons with its
 //! answer (`SessionMsg` in peer.proto). The dialling end holds the client half, the accepting
 //! end the server half; both run the same [`run`] loop over their half and send through a
-//! [`SessionTx`].
+//! [`SessionTx`]. A pair has one session (core's `mesh::pair`), so either end may send requests
+//! on it, and either end may close it ([`SessionTx::shutdown`]: when the pair keeps its other
+//! session).
 //!
 //! Why on the stream rather than one unary RPC per request: the stream is already open and its
 //! hello already proved who is on the other end, so a request is one frame each way; a unary
@@ -13,9 +15,12 @@
 //! driver) never holds up the heartbeats or the other requests behind it.
 
 use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
-use openimex_core::{ConnId, NodeId};
+use openimex_core::Via;
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{GoodbyeReply, SessionMsg, UnimportReply};
 use tokio::sync::{mpsc, oneshot};
@@ -27,14 +32,56 @@ use crate::mailbox::{Input, ask};
 /// are dropped when it is full (the peer is not reading; the liveness timeout will tell).
 pub(crate) const QUEUE: usize = 1024;
 
-/// Which end of the session this is, which says how its heartbeats are reported and how the
-/// sender of a request is proved.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum End {
-    /// We dialled `peer` (its hello answer proved it); `attempt` names the session to the node.
-    Dialled { peer: NodeId, attempt: u64 },
-    /// The peer dialled us on inbound connection `conn` (its hello there proved it).
-    Accepted { conn: ConnId },
+/// A session's stop: once set, its reader and its outbound stream end, even while clones of
+/// its sender live on in tasks still answering.
+#[derive(Default)]
+struct Stop {
+    set: AtomicBool,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl Stop {
+    fn set(&self) {
+        self.set.store(true, Ordering::SeqCst);
+        let wakers = self.wakers.lock().map(|mut w| std::mem::take(&mut *w));
+        for w in wakers.into_iter().flatten() {
+            w.wake();
+        }
+    }
+
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.set.load(Ordering::SeqCst) {
+            return Poll::Ready(());
+        }
+        if let Ok(mut w) = self.wakers.lock()
+            && !w.iter().any(|k| k.will_wake(cx.waker()))
+        {
+            w.push(cx.waker().clone());
+        }
+        // Set between the first look and the registration: seen now.
+        if self.set.load(Ordering::SeqCst) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// The frames a session sends, as the stream tonic writes: ends at the session's stop.
+pub(crate) struct Outbound {
+    rx: mpsc::Receiver<SessionMsg>,
+    stop: Arc<Stop>,
+}
+
+impl tokio_stream::Stream for Outbound {
+    type Item = SessionMsg;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SessionMsg>> {
+        if self.stop.poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        self.rx.poll_recv(cx)
+    }
 }
 
 /// Requests sent and not answered yet, by id.
@@ -51,6 +98,7 @@ struct Pending {
 pub(crate) struct SessionTx {
     out: mpsc::Sender<SessionMsg>,
     pending: Arc<Mutex<Pending>>,
+    stop: Arc<Stop>,
 }
 
 /// Why a request on a session got no answer.
@@ -75,12 +123,23 @@ impl std::fmt::Display for CallError {
 }
 
 impl SessionTx {
-    /// A session sending through `out`.
-    pub(crate) fn new(out: mpsc::Sender<SessionMsg>) -> Self {
-        Self {
+    /// A new session, and the stream of frames it sends (for tonic to write).
+    pub(crate) fn new() -> (Self, Outbound) {
+        let (out, rx) = mpsc::channel(QUEUE);
+        let stop = Arc::new(Stop::default());
+        let tx = Self {
             out,
             pending: Arc::new(Mutex::new(Pending::default())),
-        }
+            stop: Arc::clone(&stop),
+        };
+        (tx, Outbound { rx, stop })
+    }
+
+    /// Ends the session from this side: its calls fail, its reader and its outbound stream
+    /// end (the peer sees the stream end).
+    pub(crate) fn shutdown(&self) {
+        self.close();
+        self.stop.set();
     }
 
     /// Sends a heartbeat (or its answer) if there is room.
@@ -169,15 +228,20 @@ impl SessionTx {
 pub(crate) async fn run<S>(
     mut inbound: S,
     tx: SessionTx,
-    end: End,
+    via: Via,
     engine: mpsc::Sender<Input>,
 ) -> String
 where
     S: Unpin + tokio_stream::Stream<Item = Result<SessionMsg, tonic::Status>>,
 {
     use tokio_stream::StreamExt;
+    let stop = Arc::clone(&tx.stop);
     let reason = loop {
-        let msg = match inbound.next().await {
+        let next = tokio::select! {
+            next = inbound.next() => next,
+            () = std::future::poll_fn(|cx| stop.poll(cx)) => break "closed here".to_string(),
+        };
+        let msg = match next {
             Some(Ok(msg)) => msg,
             Some(Err(status)) => break status.message().to_string(),
             None => break "peer closed the session".to_string(),
@@ -188,10 +252,7 @@ where
                     tx.heartbeat(msg.heartbeat_seq, true);
                 }
                 // The pair's sign of life, either way. A full mailbox drops it: the next will do.
-                let _ = engine.try_send(match end {
-                    End::Dialled { peer, attempt } => Input::Heartbeat { peer, attempt },
-                    End::Accepted { conn } => Input::PeerHeartbeat { conn },
-                });
+                let _ = engine.try_send(Input::Heartbeat { via });
             }
             Some(
                 body @ (Body::ImportReply(_)
@@ -203,7 +264,7 @@ where
             Some(request) => {
                 let (tx, engine) = (tx.clone(), engine.clone());
                 tokio::spawn(async move {
-                    let answer = serve(request, end, &engine)
+                    let answer = serve(request, via, &engine)
                         .await
                         .unwrap_or_else(Body::Refused);
                     tx.answer(msg.id, answer).await;
@@ -211,22 +272,19 @@ where
             }
         }
     };
-    tx.close();
+    // Both directions end together: a peer that stopped sending is not sent to either.
+    tx.shutdown();
     reason
 }
 
 /// Answers one request of the peer through the engine.
-async fn serve(request: Body, end: End, engine: &mpsc::Sender<Input>) -> Result<Body, String> {
+async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<Body, String> {
     let stopping = |_| "daemon is stopping".to_string();
-    let End::Accepted { conn } = end else {
-        // Requests travel on the requester's own (dialled) session.
-        return Err("requests go on the session the requester dialled".to_string());
-    };
     match request {
         Body::Import(req) => {
             let request = convert::import_request(&req)?;
             let answer = ask(engine, |reply| Input::PeerImport {
-                conn,
+                via,
                 claimed: None,
                 request,
                 reply,
@@ -237,7 +295,7 @@ async fn serve(request: Body, end: End, engine: &mpsc::Sender<Input>) -> Result<
         }
         Body::Unimport(req) => {
             let released = ask(engine, |reply| Input::PeerUnimport {
-                conn,
+                via,
                 claimed: None,
                 import_event_id: req.import_event_id,
                 reply,
@@ -248,7 +306,7 @@ async fn serve(request: Body, end: End, engine: &mpsc::Sender<Input>) -> Result<
         }
         Body::Goodbye(req) => {
             let believed = ask(engine, |reply| Input::Goodbye {
-                conn,
+                via,
                 claimed: None,
                 reason: req.reason,
                 reply,
@@ -261,7 +319,7 @@ async fn serve(request: Body, end: End, engine: &mpsc::Sender<Input>) -> Result<
                 Err("no session proves that identity on this connection".to_string())
             }
         }
-        Body::Status(req) => crate::peer_server::status_row(engine, conn, req.reasons)
+        Body::Status(req) => crate::peer_server::status_row(engine, via, req.reasons)
             .await
             .map(Body::StatusReply)
             .map_err(|s| s.message().to_string()),
@@ -272,18 +330,19 @@ async fn serve(request: Body, end: End, engine: &mpsc::Sender<Input>) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openimex_core::NodeId;
     use openimex_proto::peer::ImportReply;
+    use tokio_stream::StreamExt;
 
     #[tokio::test]
     async fn answers_reach_their_calls_and_the_end_fails_the_rest() {
-        let (out_tx, mut out_rx) = mpsc::channel(8);
-        let tx = SessionTx::new(out_tx);
+        let (tx, mut out_rx) = SessionTx::new();
         let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
         let (engine, _engine_rx) = mpsc::channel(8);
         let reader = tokio::spawn(run(
             tokio_stream::wrappers::ReceiverStream::new(in_rx),
             tx.clone(),
-            End::Dialled {
+            Via::Dialled {
                 peer: NodeId(1),
                 attempt: 1,
             },
@@ -297,8 +356,8 @@ mod tests {
             let tx = tx.clone();
             async move { tx.call(Body::Import(Default::default())).await }
         });
-        let first = out_rx.recv().await.expect("a request frame");
-        let second = out_rx.recv().await.expect("a request frame");
+        let first = out_rx.next().await.expect("a request frame");
+        let second = out_rx.next().await.expect("a request frame");
         assert_ne!(first.id, second.id, "each request has its own id");
         // Answer only the import; the unimport is cut off by the session's end.
         let import_id = if matches!(first.body, Some(Body::Import(_))) {
@@ -335,14 +394,13 @@ mod tests {
 
     #[tokio::test]
     async fn heartbeats_are_answered_and_reported() {
-        let (out_tx, mut out_rx) = mpsc::channel(8);
-        let tx = SessionTx::new(out_tx);
+        let (tx, mut out_rx) = SessionTx::new();
         let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
         let (engine, mut engine_rx) = mpsc::channel(8);
         tokio::spawn(run(
             tokio_stream::wrappers::ReceiverStream::new(in_rx),
             tx,
-            End::Accepted { conn: 9 },
+            Via::Accepted { conn: 9 },
             engine,
         ));
         in_tx
@@ -352,11 +410,13 @@ mod tests {
             }))
             .await
             .expect("send");
-        let ack = out_rx.recv().await.expect("an answer");
+        let ack = out_rx.next().await.expect("an answer");
         assert_eq!((ack.heartbeat_seq, ack.heartbeat_ack), (41, true));
         assert!(matches!(
             engine_rx.recv().await,
-            Some(Input::PeerHeartbeat { conn: 9 })
+            Some(Input::Heartbeat {
+                via: Via::Accepted { conn: 9 }
+            })
         ));
         // An answer is a sign of life too, and is not answered again.
         in_tx
@@ -369,36 +429,33 @@ mod tests {
             .expect("send");
         assert!(matches!(
             engine_rx.recv().await,
-            Some(Input::PeerHeartbeat { conn: 9 })
+            Some(Input::Heartbeat {
+                via: Via::Accepted { conn: 9 }
+            })
         ));
-        assert!(out_rx.try_recv().is_err(), "an answer is not answered");
+        assert!(out_rx.rx.try_recv().is_err(), "an answer is not answered");
     }
 
     #[tokio::test]
-    async fn a_request_on_a_dialled_session_is_refused() {
-        let (out_tx, mut out_rx) = mpsc::channel(8);
-        let tx = SessionTx::new(out_tx);
-        let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
+    async fn shutdown_ends_the_reader_the_outbound_stream_and_waiting_calls() {
+        let (tx, mut out) = SessionTx::new();
+        let (_in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
         let (engine, _engine_rx) = mpsc::channel(8);
-        tokio::spawn(run(
+        let reader = tokio::spawn(run(
             tokio_stream::wrappers::ReceiverStream::new(in_rx),
-            tx,
-            End::Dialled {
-                peer: NodeId(2),
-                attempt: 3,
-            },
+            tx.clone(),
+            Via::Accepted { conn: 3 },
             engine,
         ));
-        in_tx
-            .send(Ok(SessionMsg {
-                id: 5,
-                body: Some(Body::Unimport(Default::default())),
-                ..SessionMsg::default()
-            }))
-            .await
-            .expect("send");
-        let answer = out_rx.recv().await.expect("an answer");
-        assert_eq!(answer.id, 5);
-        assert!(matches!(answer.body, Some(Body::Refused(_))));
+        let call = tokio::spawn({
+            let tx = tx.clone();
+            async move { tx.call(Body::Unimport(Default::default())).await }
+        });
+        assert!(out.next().await.is_some(), "the request went out");
+        // Clones still live in the reader and in the call: shutdown ends them anyway.
+        tx.shutdown();
+        assert_eq!(reader.await.expect("join"), "closed here");
+        assert_eq!(call.await.expect("join"), Err(CallError::Closed));
+        assert!(out.next().await.is_none(), "the outbound stream ends");
     }
 }
