@@ -348,7 +348,8 @@ impl Mesh {
         }
     }
 
-    /// This node's row: every node, itself included, in ID order.
+    /// This node's row: every node, itself included, in ID order. A peer's cell is this
+    /// node's view of the pair's one session, whichever side dialled it.
     pub fn links(&self) -> Vec<LinkView> {
         self.cfg
             .map

@@ -30,7 +30,7 @@ pub enum PeerRequest {
     Goodbye,
     /// A status row (for `ctl -N`).
     Status,
-    /// The heartbeat session stream.
+    /// A session stream opened on a connection ([`Node::handle_session_opened`]).
     Session,
 }
 
