@@ -201,6 +201,9 @@ struct Link {
     times_connected: u32,
     /// The session that carries the pair, whichever side dialled it.
     carrier: Option<Carrier>,
+    /// The session we dialled that a departed peer said goodbye on (attempt, instance): left
+    /// open for the peer to close, and still the peer's for its last requests (`pair.rs`).
+    farewell: Option<(u64, InstanceId)>,
 }
 
 impl Link {
@@ -218,6 +221,7 @@ impl Link {
             instance: None,
             times_connected: 0,
             carrier: None,
+            farewell: None,
         }
     }
 }
@@ -510,8 +514,9 @@ impl Mesh {
     }
 
     /// The peer said goodbye (clean shutdown). Ignored when `instance` is not the one we know:
-    /// a stale goodbye must not take down a restarted peer's link. The pair's session is
-    /// forgotten but not closed: the goodbye is answered on it, and the leaving peer closes it.
+    /// a stale goodbye must not take down a restarted peer's link. The pair's session no
+    /// longer carries it but is not closed: the goodbye is answered on it, the leaving peer may
+    /// still hand back imports on it ([`Mesh::proven_by`]), and it closes it when it exits.
     pub fn handle_goodbye(
         &mut self,
         now: Instant,
@@ -523,7 +528,18 @@ impl Mesh {
         if link.instance.is_some_and(|known| known != instance) {
             return;
         }
+        let farewell = match link.carrier {
+            Some(Carrier {
+                via: Via::Dialled { attempt, .. },
+                instance,
+                ..
+            }) => Some((attempt, instance)),
+            _ => None,
+        };
         self.set_carrier(peer, None);
+        if let Some(link) = self.link_mut(peer) {
+            link.farewell = farewell;
+        }
         self.set_status(
             now,
             peer,
