@@ -107,6 +107,8 @@ pub enum Action {
         via: Via,
     },
     /// Close session `via` of the pair with `peer` (lost, or not the one the pair keeps).
+    /// Nothing that arrives on it afterwards is a request of the peer's any more: requests in
+    /// flight on it fail at their sender, which asks again on the pair's session.
     CloseSession {
         /// The peer.
         peer: NodeId,
