@@ -9,12 +9,13 @@
 //! [`Mesh::poll_timeout`]. Results of a [`Action::Dial`] are reported with the `attempt` it
 //! carried; results of superseded attempts are ignored, so late answers cannot corrupt state.
 //!
-//! A pair of daemons shares ONE session, which either side may have dialled
-//! ([`Via`]; `pair.rs` has the rule). Each daemon dials every peer it has no session with, but
-//! the first session up carries the pair and the peer's arriving session makes the link
-//! CONNECTED at once, so a domain keeps half the sessions and does half the handshakes of one
-//! where each side dials the other. A session dialled by the pair's lower node ID is preferred
-//! and replaces one dialled by the higher, so when both dial at once both sides converge on the
+//! A pair of daemons shares ONE session, which either side may have dialled ([`Via`];
+//! `pair.rs` has the rule). Each daemon dials every peer it has no session with, but the first
+//! session up carries the pair, and the peer's arriving session makes the link CONNECTED at
+//! once and cancels our waiting retry: a domain keeps half the sessions of one where each side
+//! dials the other, and a node that comes up (or a pair that recovers) is connected by one
+//! handshake instead of two. A session dialled by the pair's lower node ID is preferred and
+//! replaces one dialled by the higher, so when both dial at once both sides converge on the
 //! same session. A node's row of the matrix is its view of its pair's session, whichever side
 //! dialled it. Requests to a peer go on that session ([`Mesh::session_of`]). Liveness is the
 //! pair's: one heartbeat exchange per pair, sent by the lower node ID on the pair's session, on
