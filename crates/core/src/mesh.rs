@@ -9,12 +9,13 @@
 //! [`Mesh::poll_timeout`]. Results of a [`Action::Dial`] are reported with the `attempt` it
 //! carried; results of superseded attempts are ignored, so late answers cannot corrupt state.
 //!
-//! A pair of daemons shares ONE session, which either side may have dialled
-//! ([`Via`]; `pair.rs` has the rule). Each daemon dials every peer it has no session with, but
-//! the first session up carries the pair and the peer's arriving session makes the link
-//! CONNECTED at once, so a domain keeps half the sessions and does half the handshakes of one
-//! where each side dials the other. A session dialled by the pair's lower node ID is preferred
-//! and replaces one dialled by the higher, so when both dial at once both sides converge on the
+//! A pair of daemons shares ONE session, which either side may have dialled ([`Via`];
+//! `pair.rs` has the rule). Each daemon dials every peer it has no session with, but the first
+//! session up carries the pair, and the peer's arriving session makes the link CONNECTED at
+//! once and cancels our waiting retry: a domain keeps half the sessions of one where each side
+//! dials the other, and a node that comes up (or a pair that recovers) is connected by one
+//! handshake instead of two. A session dialled by the pair's lower node ID is preferred and
+//! replaces one dialled by the higher, so when both dial at once both sides converge on the
 //! same session. A node's row of the matrix is its view of its pair's session, whichever side
 //! dialled it. Requests to a peer go on that session ([`Mesh::session_of`]). Liveness is the
 //! pair's: one heartbeat exchange per pair, sent by the lower node ID on the pair's session, on
@@ -107,6 +108,8 @@ pub enum Action {
         via: Via,
     },
     /// Close session `via` of the pair with `peer` (lost, or not the one the pair keeps).
+    /// Nothing that arrives on it afterwards is a request of the peer's any more: requests in
+    /// flight on it fail at their sender, which asks again on the pair's session.
     CloseSession {
         /// The peer.
         peer: NodeId,
@@ -201,6 +204,9 @@ struct Link {
     times_connected: u32,
     /// The session that carries the pair, whichever side dialled it.
     carrier: Option<Carrier>,
+    /// The session we dialled that a departed peer said goodbye on (attempt, instance): left
+    /// open for the peer to close, and still the peer's for its last requests (`pair.rs`).
+    farewell: Option<(u64, InstanceId)>,
 }
 
 impl Link {
@@ -218,6 +224,7 @@ impl Link {
             instance: None,
             times_connected: 0,
             carrier: None,
+            farewell: None,
         }
     }
 }
@@ -348,7 +355,8 @@ impl Mesh {
         }
     }
 
-    /// This node's row: every node, itself included, in ID order.
+    /// This node's row: every node, itself included, in ID order. A peer's cell is this
+    /// node's view of the pair's one session, whichever side dialled it.
     pub fn links(&self) -> Vec<LinkView> {
         self.cfg
             .map
@@ -509,8 +517,9 @@ impl Mesh {
     }
 
     /// The peer said goodbye (clean shutdown). Ignored when `instance` is not the one we know:
-    /// a stale goodbye must not take down a restarted peer's link. The pair's session is
-    /// forgotten but not closed: the goodbye is answered on it, and the leaving peer closes it.
+    /// a stale goodbye must not take down a restarted peer's link. The pair's session no
+    /// longer carries it but is not closed: the goodbye is answered on it, the leaving peer may
+    /// still hand back imports on it ([`Mesh::proven_by`]), and it closes it when it exits.
     pub fn handle_goodbye(
         &mut self,
         now: Instant,
@@ -522,7 +531,18 @@ impl Mesh {
         if link.instance.is_some_and(|known| known != instance) {
             return;
         }
+        let farewell = match link.carrier {
+            Some(Carrier {
+                via: Via::Dialled { attempt, .. },
+                instance,
+                ..
+            }) => Some((attempt, instance)),
+            _ => None,
+        };
         self.set_carrier(peer, None);
+        if let Some(link) = self.link_mut(peer) {
+            link.farewell = farewell;
+        }
         self.set_status(
             now,
             peer,

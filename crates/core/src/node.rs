@@ -19,7 +19,19 @@
 //! | [`Action::DescribeExport`] | [`Node::handle_described`] |
 //!
 //! The other actions are performed in the order given; their only result is success, or the
-//! loss of the driver, which ends the daemon. Results may arrive late, twice, or for requests
+//! loss of the driver, which ends the daemon.
+//!
+//! # Sessions
+//! A pair of nodes shares one session, dialled by either side ([`Via`]; the rule is in the
+//! mesh). Requests to a peer ([`Action::SendImport`], [`Action::SendUnimport`], status, and
+//! the goodbye, which names its session) go on [`Node::session_of`]. A request for a peer with
+//! no session fails as on a lost session: the owner reports it as a transport error
+//! ([`Node::handle_import_answer`] with an error, [`Node::handle_unimport_delivered`] or
+//! [`Node::handle_goodbye_delivered`] with `false`). Requests that arrive name the session
+//! they came on; `node/sessions.rs` says who that proves. The owner reports a peer's session
+//! stream opening and ending ([`Node::handle_session_opened`], [`Node::handle_session_closed`];
+//! [`Node::handle_conn_closed`] ends it too) and the end of a session it dialled
+//! ([`Node::handle_session_lost`]). Results may arrive late, twice, or for requests
 //! the node has meanwhile given up on: each is checked against the node's own tables, so a late
 //! answer never corrupts state.
 //!

@@ -15,7 +15,7 @@ fn eighteen_nodes_form() {
     let mut net = Net::new(18, QuorumPolicy::None);
     net.start_all();
     let took = net.run_until(10 * SEC, Net::all_up).expect("domain formed");
-    // Started together: nodes dialled early fail, but inbound hellos trigger redials at once.
+    // Started together: nodes dialled early fail, but the later nodes' sessions connect them.
     assert!(took <= SEC, "formation took {took:?} of virtual time");
 }
 
@@ -30,7 +30,7 @@ fn staggered_start_forms_without_waiting_out_backoff() {
     let took = net.run_until(30 * SEC, Net::all_up).expect("formed");
     assert!(
         took < Duration::from_millis(10),
-        "inbound hello must trigger a redial, took {took:?}"
+        "the late nodes' sessions must connect it at once, took {took:?}"
     );
 }
 
@@ -369,10 +369,10 @@ fn live_nodes_among_ten_thousand_entries_form_and_recover_at_once() {
         .expect("the 18 live nodes form");
     assert!(
         took < Duration::from_millis(10),
-        "a node that starts says hello, which is dialled back at once: took {took:?}"
+        "a node that starts dials every peer, and its sessions connect them at once: took {took:?}"
     );
 
-    // kill -9 and restart a minute later: its hellos bring it back at once.
+    // kill -9 and restart a minute later: its sessions bring it back at once.
     net.kill(live[5]);
     net.run_for(60 * SEC);
     net.start(live[5]);
@@ -381,7 +381,7 @@ fn live_nodes_among_ten_thousand_entries_form_and_recover_at_once() {
         .expect("back after a restart");
     assert!(took < Duration::from_millis(10), "restart took {took:?}");
 
-    // A partition heals without a restart (no hello to trigger a dial): retries of peers
+    // A partition heals without a restart (nobody starts a session at once): retries of peers
     // that were up come before the dead entries, so it takes a backoff, not a tour of 10,000.
     net.isolate(live[7]);
     net.run_for(20 * SEC);

@@ -585,3 +585,49 @@ fn the_higher_node_takes_heartbeats_on_the_accepted_session() {
             .contains("no heartbeat from the peer")
     );
 }
+
+/// (e) A peer that said goodbye on the session we dialled may still hand back, on it, an
+/// import whose reference we took after the goodbye: refusing it would leave the reference
+/// taken. Once that session ends, it proves nothing.
+#[test]
+fn a_departing_peer_hands_back_on_the_session_it_said_goodbye_on() {
+    let (mut n, now, hellos) = sim::node::node(Setup::default());
+    let started = sim::node::start(&mut n, now);
+    let a1 = sim::node::dial_attempt(&started, 1).expect("dials node 1");
+    n.handle_dial_ok(now, NodeId(1), a1, &hellos[1]);
+    drain(&mut n);
+    let via = Via::Dialled {
+        peer: NodeId(1),
+        attempt: a1,
+    };
+    let p1 = peer(&hellos[1]);
+    n.handle_session_import(now, 1, via, Some(p1), IMPORT);
+    assert!(described(&drain(&mut n)));
+    assert!(n.handle_session_goodbye(now, via, Some(p1), "shutting down"));
+    drain(&mut n);
+    assert_eq!(n.links()[1].status, ConnStatus::Disconnected);
+    assert_eq!(n.session_of(NodeId(1)), None);
+    // The describe lands after the goodbye: the reference is taken and answered.
+    n.handle_described(now, 1, Ok((55, sim::node::pages(1))));
+    drain(&mut n);
+    assert_eq!(n.export_refs_held(), 1);
+    // Node 1, stopping, fails that import and hands it back on the same session.
+    n.handle_session_unimport(now, 2, via, Some(p1), IMPORT.import_event_id);
+    assert_eq!(
+        drain(&mut n),
+        vec![
+            node::Action::ReleaseExportRefs {
+                refs: vec![55],
+                ack: Some(2)
+            },
+            node::Action::Persist { importers: vec![] }
+        ]
+    );
+    assert_eq!(n.export_refs_held(), 0);
+    // Node 1 exits: the session ends and proves nothing more.
+    n.handle_session_lost(now, via, "closed".into());
+    drain(&mut n);
+    n.handle_session_unimport(now, 3, via, Some(p1), IMPORT.import_event_id);
+    drain(&mut n);
+    assert_eq!(refusals(&n), vec![("unimport: no session", 1)]);
+}

@@ -15,6 +15,12 @@
 //! the pair is kept open unused, and one that carried the pair until its own dial completed is
 //! left open too; either ends when the higher node closes it.
 //!
+//! A session we dialled proves the peer's identity for requests while it carries the pair
+//! (`node/sessions.rs`), and also after the peer said goodbye on it, until it ends: the
+//! leaving peer may still hand back imports on it, and refusing those would leave the
+//! references it held here taken. Any other session we dialled has been closed by us, and
+//! nothing more arrives on it.
+//!
 //! A session to an instance the mesh no longer knows (the peer restarted) carries nothing and
 //! is replaced (and closed) by any session of the current instance; a new session from the
 //! side that dialled the current one replaces and closes it too (that side only dials when it
@@ -65,13 +71,21 @@ impl Mesh {
         self.link(peer).and_then(|l| l.carrier).map(|c| c.via)
     }
 
-    /// The peer and instance `via` proves, if it carries its pair now and its instance is still
-    /// the one the mesh knows (a hello from a restarted peer makes it stale).
+    /// The peer and instance `via` proves, if it carries its pair now (or is the session we
+    /// dialled that the peer said goodbye on, until it ends) and its instance is still the one
+    /// the mesh knows (a hello from a restarted peer makes it stale).
     pub fn proven_by(&self, via: Via) -> Option<(NodeId, InstanceId)> {
-        let peer = self.carrier_peer(via)?;
-        let link = self.link(peer)?;
-        let c = link.carrier?;
-        (link.instance == Some(c.instance)).then_some((peer, c.instance))
+        let (peer, instance) = match self.carrier_peer(via) {
+            Some(peer) => (peer, self.link(peer)?.carrier?.instance),
+            None => match via {
+                Via::Dialled { peer, attempt } => match self.link(peer)?.farewell {
+                    Some((a, instance)) if a == attempt => (peer, instance),
+                    _ => return None,
+                },
+                Via::Accepted { .. } => return None,
+            },
+        };
+        (self.link(peer)?.instance == Some(instance)).then_some((peer, instance))
     }
 
     /// The peer `instance` of `peer`, proved on inbound connection `conn` by an accepted hello,
@@ -100,6 +114,12 @@ impl Mesh {
     /// Session `via` ended (stream closed or errored, connection closed). If it carried its
     /// pair, the link is RECOVERING and retried; any other session's end changes nothing.
     pub fn handle_session_lost(&mut self, now: Instant, via: Via, reason: String) {
+        if let Via::Dialled { peer, attempt } = via
+            && let Some(link) = self.link_mut(peer)
+            && link.farewell.is_some_and(|(a, _)| a == attempt)
+        {
+            link.farewell = None;
+        }
         let Some(peer) = self.carrier_peer(via) else {
             return;
         };
@@ -203,6 +223,9 @@ impl Mesh {
             return;
         };
         let from = std::mem::replace(&mut link.carrier, to);
+        if to.is_some() {
+            link.farewell = None;
+        }
         if let Some(c) = from {
             self.sessions -= 1;
             if let Via::Accepted { conn } = c.via {

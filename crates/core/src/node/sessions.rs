@@ -4,7 +4,8 @@
 //! address for that node; every later request on that connection is that peer's. On a session
 //! we dialled ([`Via::Dialled`]), our own handshake proved the peer (it answered our hello), and
 //! requests on it are the peer's only while that attempt carries the pair with the instance we
-//! handshook with. Any identity a request claims must agree. Requests on a connection or session
+//! handshook with (or, after the peer said goodbye on it, until it ends: the leaving peer hands
+//! back imports on it). Any identity a request claims must agree. Requests on a connection or session
 //! that proves nobody are refused and counted, and so is every refused hello — which changes no
 //! link (only our own dial may mark a link mismatched). A restart is believed only from such a
 //! hello or our own handshake. References an exporter holds belong to the importer instance its
@@ -30,7 +31,7 @@ pub enum PeerRequest {
     Goodbye,
     /// A status row (for `ctl -N`).
     Status,
-    /// The heartbeat session stream.
+    /// A session stream opened on a connection ([`Node::handle_session_opened`]).
     Session,
 }
 
