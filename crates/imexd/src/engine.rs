@@ -58,7 +58,7 @@ pub(crate) struct Engine {
     /// Sessions this node dialled, by peer, with their attempt.
     sessions: HashMap<NodeId, (u64, OutLink)>,
     /// Sessions peers dialled to this node, by inbound connection.
-    accepted: HashMap<ConnId, SessionTx>,
+    accepted: HashMap<ConnId, (SessionTx, std::net::SocketAddr)>,
     waiting: Waiting,
     state_tx: watch::Sender<DaemonState>,
     goodbyes: Vec<(NodeId, SessionTx)>,
@@ -297,7 +297,7 @@ impl Engine {
                 let _ = reply.send(ok);
             }
             Input::ConnClosed { conn } => {
-                if let Some(session) = self.accepted.remove(&conn) {
+                if let Some((session, _)) = self.accepted.remove(&conn) {
                     session.shutdown();
                 }
                 self.node.handle_conn_closed(now, conn);
@@ -345,20 +345,21 @@ impl Engine {
             },
             Input::SessionOpened {
                 conn,
+                remote,
                 session,
                 reply,
             } => {
                 // Held before the node decides, so the actions it emits find it.
-                self.accepted.insert(conn, session);
+                self.accepted.insert(conn, (session, remote));
                 let carries = self.node.handle_session_opened(now, conn);
-                if !carries && let Some(session) = self.accepted.remove(&conn) {
+                if !carries && let Some((session, _)) = self.accepted.remove(&conn) {
                     session.shutdown();
                 }
                 let _ = reply.send(carries);
             }
             Input::SessionLost { via, reason } => match via {
                 Via::Accepted { conn } => {
-                    if let Some(session) = self.accepted.remove(&conn) {
+                    if let Some((session, _)) = self.accepted.remove(&conn) {
                         session.shutdown();
                     }
                     debug!("session on connection {conn} ended: {reason}");
@@ -615,16 +616,18 @@ impl Engine {
             }
             MeshAction::CloseSession { peer, via } => match via {
                 Via::Dialled { attempt, .. } => {
+                    // Retired, not cut: what is in flight on it still gets its answer (the
+                    // pair may just have moved to its other session). Its reader reports the
+                    // end, which the node ignores for a session that no longer carries the pair.
                     if self.sessions.get(&peer).is_some_and(|(a, _)| *a == attempt)
                         && let Some((_, link)) = self.sessions.remove(&peer)
                     {
-                        link.session.shutdown();
-                        link.reader.abort();
+                        link.session.retire();
                     }
                 }
                 Via::Accepted { conn } => {
-                    if let Some(session) = self.accepted.remove(&conn) {
-                        session.shutdown();
+                    if let Some((session, _)) = self.accepted.remove(&conn) {
+                        session.retire();
                     }
                 }
             },
@@ -671,8 +674,22 @@ impl Engine {
                 .get(&peer)
                 .filter(|(a, _)| *a == attempt)
                 .map(|(_, l)| l.session.clone()),
-            Via::Accepted { conn } => self.accepted.get(&conn).cloned(),
+            Via::Accepted { conn } => self.accepted.get(&conn).map(|(s, _)| s.clone()),
         }
+    }
+
+    /// The peer's address on the session that carries the pair with `peer`: the address we
+    /// dialled, or the one its dial came from.
+    fn carrier_remote(&self, peer: NodeId) -> Option<std::net::IpAddr> {
+        let remote = match self.node.session_of(peer)? {
+            Via::Dialled { attempt, .. } => self
+                .sessions
+                .get(&peer)
+                .filter(|(a, _)| *a == attempt)
+                .map(|(_, l)| l.remote)?,
+            Via::Accepted { conn } => self.accepted.get(&conn).map(|(_, r)| *r)?,
+        };
+        Some(remote.ip().to_canonical())
     }
 
     fn snapshot(&self) -> Snapshot {

@@ -67,6 +67,7 @@ pub(crate) enum Input {
     /// with whether it carries the pair (otherwise it is closed at once).
     SessionOpened {
         conn: ConnId,
+        remote: std::net::SocketAddr,
         session: SessionTx,
         reply: oneshot::Sender<bool>,
     },

@@ -129,11 +129,14 @@ impl Peer for PeerService {
         &self,
         request: Request<Streaming<SessionMsg>>,
     ) -> Result<Response<SessionStream>, Status> {
-        let conn = conn(&request)?.id;
+        let ConnInfo {
+            id: conn, remote, ..
+        } = conn(&request)?;
         let inbound = request.into_inner();
         let (session, outbound) = SessionTx::new();
         let carries = ask(&self.engine, |reply| Input::SessionOpened {
             conn,
+            remote,
             session: session.clone(),
             reply,
         })

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -31,6 +31,9 @@ use crate::mailbox::{Input, ask};
 /// Frames queued for sending on one session. Requests wait for room (a task each); heartbeats
 /// are dropped when it is full (the peer is not reading; the liveness timeout will tell).
 pub(crate) const QUEUE: usize = 1024;
+
+/// How long a retired session waits for what is in flight on it.
+pub(crate) const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A session's stop: once set, its reader and its outbound stream end, even while clones of
 /// its sender live on in tasks still answering.
@@ -99,6 +102,8 @@ pub(crate) struct SessionTx {
     out: mpsc::Sender<SessionMsg>,
     pending: Arc<Mutex<Pending>>,
     stop: Arc<Stop>,
+    /// The peer's requests being answered here.
+    serving: Arc<AtomicUsize>,
 }
 
 /// Why a request on a session got no answer.
@@ -131,8 +136,30 @@ impl SessionTx {
             out,
             pending: Arc::new(Mutex::new(Pending::default())),
             stop: Arc::clone(&stop),
+            serving: Arc::new(AtomicUsize::new(0)),
         };
         (tx, Outbound { rx, stop })
+    }
+
+    /// Ends the session once nothing is in flight on it (our calls answered, the peer's
+    /// requests answered), or after [`RETIRE_WAIT`]: a pair that moves to its other session
+    /// (core's `mesh::pair`) fails no request it had already sent on this one.
+    pub(crate) fn retire(self) {
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + RETIRE_WAIT;
+            while self.busy() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            self.shutdown();
+        });
+    }
+
+    fn busy(&self) -> bool {
+        self.serving.load(Ordering::SeqCst) > 0
+            || self
+                .pending
+                .lock()
+                .is_ok_and(|p| !p.closed && !p.calls.is_empty())
     }
 
     /// Ends the session from this side: its calls fail, its reader and its outbound stream
@@ -263,11 +290,13 @@ where
             ) => tx.resolve(msg.id, body),
             Some(request) => {
                 let (tx, engine) = (tx.clone(), engine.clone());
+                tx.serving.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let answer = serve(request, via, &engine)
                         .await
                         .unwrap_or_else(Body::Refused);
                     tx.answer(msg.id, answer).await;
+                    tx.serving.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         }

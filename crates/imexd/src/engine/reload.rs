@@ -89,11 +89,7 @@ impl Engine {
                 .mesh()
                 .peer(id)
                 .is_some_and(|(status, _)| status == ConnStatus::Connected);
-            let stale = connected
-                && self
-                    .sessions
-                    .get(&id)
-                    .is_some_and(|(_, link)| !new.contains(&link.remote.ip().to_canonical()));
+            let stale = connected && self.carrier_remote(id).is_some_and(|ip| !new.contains(&ip));
             if changed {
                 moved.push((id, new.clone()));
             }
@@ -104,11 +100,16 @@ impl Engine {
         (moved, redial)
     }
 
-    /// The address each live outbound session went to.
+    /// The peer's address on each pair's live session.
     fn sessions_remote(&self) -> Vec<(NodeId, IpAddr)> {
-        self.sessions
+        self.settings
+            .hosts
             .iter()
-            .map(|(id, (_, link))| (*id, link.remote.ip().to_canonical()))
+            .enumerate()
+            .filter_map(|(i, _)| {
+                let id = NodeId(u16::try_from(i).ok()?);
+                Some((id, self.carrier_remote(id)?))
+            })
             .collect()
     }
 }
