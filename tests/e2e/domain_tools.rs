@@ -199,4 +199,33 @@ fn watch_json_streams_one_document_per_change_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?} after {seen:?}");
+
+    // A watcher whose reader goes away stops by itself, though nothing changes to write.
+    let mut child = Command::new(binary())
+        .arg("ctl")
+        .arg("-c")
+        .arg(&config)
+        .args(["-N", "--watch", "--interval", "100", "-t", "120000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start ctl -N --watch");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut watcher = Watcher(child);
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("the first drawing");
+    drop(stdout);
+    let t = Instant::now();
+    while watcher
+        .0
+        .try_wait()
+        .expect("wait for the watcher")
+        .is_none()
+    {
+        assert!(
+            t.elapsed() < COMMAND,
+            "the watch did not stop when its output was closed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

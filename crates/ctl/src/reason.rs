@@ -67,8 +67,8 @@ pub fn node(reply: &DomainReply, node: &NodeReport) -> Option<String> {
                     status_with(status, &why)
                 ),
                 (status, why) => format!(
-                    "could not be asked: node {asker}'s link to it is {} (is its daemon \
-                     running, and can node {asker} reach {}?)",
+                    "could not be asked: node {asker}'s link to it is {}; is its daemon \
+                     running, and can node {asker} reach {}?",
                     status_with(status, &why),
                     node.host
                 ),

@@ -255,12 +255,10 @@ fn tray(
         y + 19,
         escape(&clip(&node.state, 24))
     );
-    let version = if node.version.is_empty() {
-        "-"
-    } else {
-        &node.version
-    };
-    let mut line = vec![format!("version {version}")];
+    let mut line = Vec::new();
+    if !node.version.is_empty() {
+        line.push(format!("version {}", node.version));
+    }
     if !node.host_name.is_empty() {
         line.push(node.host_name.clone());
     }
