@@ -44,6 +44,7 @@ pub const USAGE: &str =
     name = "nvidia-imex-ctl",
     about = "Query the IMEX daemon (openimex, compatible with nvidia-imex-ctl)",
     disable_version_flag = true,
+    disable_help_subcommand = true,
     override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
 )]
 pub struct Args {
@@ -68,13 +69,13 @@ pub struct Args {
     /// Print the daemon state whenever it changes, until the daemon exits or -t elapses.
     #[arg(short = 's')]
     pub subscribe: bool,
-    /// With -s or -n: stop after this many milliseconds.
+    /// With -s, -n or --watch: stop after this many milliseconds.
     #[arg(short = 't', value_name = "MS")]
     pub timeout_ms: Option<u64>,
     /// JSON output (with -N/-n/--links/--peers/--watch/domain-check).
     #[arg(short = 'j', global = true)]
     pub json: bool,
-    /// Show host names (with -N/-n).
+    /// Show host names (with -N/-n/--watch).
     #[arg(short = 'H')]
     pub hostnames: bool,
     /// Legacy flag of NVIDIA's Slurm prolog example (`-a -q`); accepted and ignored.
@@ -136,11 +137,17 @@ const MIN_INTERVAL_MS: u64 = 10;
 
 /// Runs `ctl` with `args` (including the program name) and returns the exit code.
 pub fn main(args: Vec<OsString>) -> ExitCode {
+    let domain_check = args.iter().any(|a| a == "domain-check");
     let args = match Args::try_parse_from(args) {
         Ok(a) => a,
         Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) => {
             let _ = e.print();
             return ExitCode::SUCCESS;
+        }
+        Err(e) if domain_check => {
+            // Ours: clap's full message says which argument is wrong.
+            let _ = e.print();
+            return ExitCode::from(1);
         }
         Err(e) => {
             eprintln!("{}", e.kind());
