@@ -15,7 +15,7 @@ use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport};
 use serde_json::{Value, json};
 
-use crate::reason;
+use crate::{Client, CtlError, reason};
 
 /// What was found for one host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +61,38 @@ pub struct HostCheck {
     pub verdict: Verdict,
     /// Why it is not a READY member; `None` when it is.
     pub why: Option<String>,
+}
+
+/// `ctl domain-check [-j] HOST...`: prints the answer; `Err(NotAllReady)` (exit 1) unless
+/// every host is a READY member.
+pub async fn run(client: &mut Client, hosts: &[String], json_out: bool) -> Result<(), CtlError> {
+    // Without reasons first (one byte per cell); only when a host fails is the domain asked
+    // again with each link's reason, to say why. If that larger reply fails, the first stands.
+    let mut reply = client.domain(false).await?;
+    let mut checks = check(&reply, hosts, &resolve);
+    if !all_ready(&checks)
+        && let Ok(with_reasons) = client.domain(true).await
+    {
+        checks = check(&with_reasons, hosts, &resolve);
+        reply = with_reasons;
+    }
+    if json_out {
+        crate::out(&(json(&reply, &checks) + "\n"))?;
+    } else {
+        crate::out(&text(&reply, &checks))?;
+    }
+    let failed = checks
+        .iter()
+        .filter(|c| c.verdict != Verdict::Ready)
+        .count();
+    if failed == 0 {
+        return Ok(());
+    }
+    Err(CtlError::NotAllReady {
+        failed,
+        total: checks.len(),
+        local: reply.local_node_id,
+    })
 }
 
 /// Resolves `host` (a name or an address) to its addresses with the system resolver.

@@ -316,42 +316,8 @@ async fn run(args: Args) -> Result<(), CtlError> {
             };
             watch::run(&mut client, &opts).await
         }
-        Mode::Svg(path) => {
-            let reply = client.domain(true).await?;
-            // Counts of imports are only in the local daemon's peers view; an older daemon
-            // without it still gets a picture, whose legend says the counts are missing.
-            let peers = client.peers().await.ok();
-            let picture = svg::render(&reply, peers.as_ref(), &stamp());
-            if path.as_os_str() == "-" {
-                return out(&picture);
-            }
-            std::fs::write(&path, picture).map_err(|cause| CtlError::WriteFile {
-                path: path.display().to_string(),
-                cause,
-            })
-        }
-        Mode::DomainCheck(hosts) => {
-            let reply = client.domain(true).await?;
-            let checks = domain_check::check(&reply, &hosts, &domain_check::resolve);
-            if args.json {
-                out(&(domain_check::json(&reply, &checks) + "\n"))?;
-            } else {
-                out(&domain_check::text(&reply, &checks))?;
-            }
-            let failed = checks
-                .iter()
-                .filter(|c| c.verdict != domain_check::Verdict::Ready)
-                .count();
-            if failed == 0 {
-                Ok(())
-            } else {
-                Err(CtlError::NotAllReady {
-                    failed,
-                    total: checks.len(),
-                    local: reply.local_node_id,
-                })
-            }
-        }
+        Mode::Svg(path) => svg::run(&mut client, &path).await,
+        Mode::DomainCheck(hosts) => domain_check::run(&mut client, &hosts, args.json).await,
         Mode::Domain { repeat } => loop {
             let reply = client.domain(false).await?;
             let stamp = stamp();

@@ -10,12 +10,14 @@
 //! node without GPUs). Every text is XML-escaped, so hostile host names cannot break the file.
 
 use std::fmt::Write;
+use std::path::Path;
 
 use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport, PeerReport, PeersReply};
 
 use crate::reason;
 use crate::render::row;
+use crate::{Client, CtlError};
 
 /// READY.
 pub const GREEN: &str = "#2e7d32";
@@ -38,6 +40,30 @@ const TOP: usize = 84;
 const LEGEND_H: usize = 150;
 /// Longest reason drawn in a tray; the whole one is in the tray's tooltip.
 const REASON_CHARS: usize = 72;
+
+/// `ctl -N --svg PATH`: asks the daemon and writes the picture to `path` (`-`: stdout).
+pub async fn run(client: &mut Client, path: &Path) -> Result<(), CtlError> {
+    // Without reasons first: one byte per cell. Reasons (the cells' tooltips, and a down
+    // node's link reason) only where the matrix is drawn, so a large domain's picture never
+    // asks for a reason per link; if that larger reply fails, the picture goes without.
+    let mut reply = client.domain(false).await?;
+    if reply.nodes.len() <= MATRIX_MAX
+        && let Ok(with_reasons) = client.domain(true).await
+    {
+        reply = with_reasons;
+    }
+    // Counts of imports are only in the local daemon's peers view; a daemon without it still
+    // gets a picture, whose legend says the counts are missing.
+    let peers = client.peers().await.ok();
+    let picture = render(&reply, peers.as_ref(), &crate::stamp());
+    if path.as_os_str() == "-" {
+        return crate::out(&picture);
+    }
+    std::fs::write(path, picture).map_err(|cause| CtlError::WriteFile {
+        path: path.display().to_string(),
+        cause,
+    })
+}
 
 /// The colour of a daemon state word.
 pub fn state_colour(state: &str) -> &'static str {

@@ -130,8 +130,15 @@ pub async fn run(client: &mut Client, opts: &Options) -> Result<(), CtlError> {
             () = tokio::time::sleep_until(deadline) => return Ok(()),
         };
         match fetched {
-            Ok(reply) => {
+            Ok(mut reply) => {
                 last_error = None;
+                if !opts.links {
+                    // Counts of refused peer messages are not in the -N view: a change of
+                    // them alone is no change to draw.
+                    for n in &mut reply.nodes {
+                        n.refusals.clear();
+                    }
+                }
                 if last.as_ref() != Some(&reply) {
                     let stamp = crate::stamp();
                     let frame = frame(drawn, tty, opts.json);
