@@ -33,13 +33,13 @@ pub const GREY: &str = "#9e9e9e";
 pub const MATRIX_MAX: usize = 128;
 
 const MARGIN: usize = 20;
-const TRAY_W: usize = 460;
+const TRAY_W: usize = 540;
 const TRAY_H: usize = 60;
 const TRAY_GAP: usize = 6;
 const TOP: usize = 84;
 const LEGEND_H: usize = 150;
 /// Longest reason drawn in a tray; the whole one is in the tray's tooltip.
-const REASON_CHARS: usize = 72;
+const REASON_CHARS: usize = 92;
 
 /// `ctl -N --svg PATH`: asks the daemon and writes the picture to `path` (`-`: stdout).
 pub async fn run(client: &mut Client, path: &Path) -> Result<(), CtlError> {
@@ -86,6 +86,16 @@ pub fn link_colour(status: ConnStatus) -> &'static str {
         ConnStatus::NeverConnected | ConnStatus::Recovering | ConnStatus::Authenticating => AMBER,
         ConnStatus::Disconnected | ConnStatus::Mismatch(_) => RED,
         ConnStatus::Invalid => GREY,
+    }
+}
+
+/// A darker shade of a state colour, readable as text on the tray's light background.
+fn text_colour(colour: &str) -> &'static str {
+    match colour {
+        GREEN => GREEN,
+        AMBER => "#a05a00",
+        RED => RED,
+        _ => "#455a64",
     }
 }
 
@@ -224,7 +234,7 @@ fn counts(reply: &DomainReply, peers: &PeersReply, node: &NodeReport) -> Option<
     let p = peers.peers.iter().find(|p| p.node_id == node.node_id)?;
     let local = reply.local_node_id;
     Some(format!(
-        "node {local} imports {} from it, holds {} for it, owes {} unimports",
+        "node {local} imports {} from it, holds {}, owes {} unimports",
         p.imports, p.exports_held, p.unimports_pending
     ))
 }
@@ -296,7 +306,7 @@ fn tray(
         r##"<text class="detail" x="{}" y="{}" font-size="10" fill="#37474f">{}</text>"##,
         MARGIN + 16,
         y + 36,
-        escape(&clip(&line.join(" · "), REASON_CHARS + 12))
+        escape(&clip(&line.join(" · "), REASON_CHARS))
     );
     if let Some(w) = &why {
         let _ = writeln!(
@@ -304,8 +314,8 @@ fn tray(
             r#"<text class="reason" x="{}" y="{}" font-size="10" fill="{}">{}</text>"#,
             MARGIN + 16,
             y + 51,
-            if colour == GREY { "#455a64" } else { colour },
-            escape(&clip(w, REASON_CHARS + 12))
+            text_colour(colour),
+            escape(&clip(w, REASON_CHARS))
         );
     }
     s.push_str("</g>\n");
@@ -320,10 +330,11 @@ fn matrix(s: &mut String, reply: &DomainReply, x0: usize, y0: usize, cell: usize
         y0 + 10
     );
     if cell >= 12 {
+        let font = if cell >= 22 { 10 } else { 7 };
         for (i, node) in reply.nodes.iter().enumerate() {
             let _ = writeln!(
                 s,
-                r#"<text x="{}" y="{}" text-anchor="middle" font-size="10">{}</text><text x="{}" y="{}" text-anchor="end" font-size="10">{}</text>"#,
+                r#"<text x="{}" y="{}" text-anchor="middle" font-size="{font}">{}</text><text x="{}" y="{}" text-anchor="end" font-size="{font}">{}</text>"#,
                 gx + i * cell + cell / 2,
                 gy - 6,
                 node.node_id,

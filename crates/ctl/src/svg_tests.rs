@@ -103,7 +103,7 @@ fn the_picture_is_well_formed_with_one_tray_per_node_in_order() {
         "local totals from --peers: {text}"
     );
     assert!(
-        text.contains("node 0 imports 3 from it, holds 2 for it, owes 1"),
+        text.contains("node 0 imports 3 from it, holds 2, owes 1 unimports"),
         "{text}"
     );
     assert!(
