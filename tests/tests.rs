@@ -25,6 +25,9 @@ mod bounds;
 // bad config files fail before binding, naming file:line and the fix
 #[path = "e2e/config_errors.rs"]
 mod config_errors;
+// issue 9: ctl domain-check HOST..., -N --svg FILE and -N --watch -j on a live domain
+#[path = "e2e/domain_tools.rs"]
+mod domain_tools;
 // fabric memory across nodes: import refusals, lifetimes, shared descriptors, demo JSON
 #[path = "e2e/fabric.rs"]
 mod fabric;

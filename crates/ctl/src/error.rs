@@ -65,6 +65,36 @@ pub enum CtlError {
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    /// `--watch` cannot catch SIGINT/SIGTERM to stop cleanly.
+    #[error("cannot watch for {signal} to stop --watch cleanly: {cause}")]
+    Signal {
+        /// The signal.
+        signal: &'static str,
+        /// Why.
+        cause: std::io::Error,
+    },
+    /// `--svg FILE` cannot be written.
+    #[error(
+        "cannot write the domain picture to {path}: {cause}. Does its directory exist, and may this user write there?"
+    )]
+    WriteFile {
+        /// The file.
+        path: String,
+        /// Why.
+        cause: std::io::Error,
+    },
+    /// `domain-check`: the daemon answered, and not every host is a READY member.
+    #[error(
+        "{failed} of {total} host(s) are not READY members of node {local}'s domain (the lines above say why)"
+    )]
+    NotAllReady {
+        /// Hosts that failed.
+        failed: usize,
+        /// Hosts asked about.
+        total: usize,
+        /// The node asked.
+        local: u32,
+    },
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Output(std::io::Error),

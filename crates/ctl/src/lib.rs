@@ -2,16 +2,25 @@
 //! `nvidia-imex-ctl` (flags, output and exit codes as `imex-guide.md` §2 describes them), plus
 //! our own views: `--links` (instances and the reason of each link's last change) and
 //! `--peers` (what the local daemon holds for, imports from and owes each peer, and its
-//! clean-ups of each with reason and time).
+//! clean-ups of each with reason and time), `-N --watch` (redraw on change), `-N --svg FILE`
+//! (the domain as a picture) and `domain-check HOST...` (are these hosts READY members?).
 //!
 //! # Layout
 //! - [`client`] — TCP / unix-socket connection and the calls.
 //! - [`render`] — the `-N` table, `-N -j` JSON, `--links` and `--peers` views.
+//! - [`reason`] — why a node is not READY or the domain not UP, in words.
+//! - [`watch`] — `-N --watch`.
+//! - [`svg`] — `-N --svg FILE`.
+//! - [`domain_check`] — `domain-check HOST...`.
 //! - [`error`] — [`CtlError`] and exit codes.
 
 pub mod client;
+pub mod domain_check;
 pub mod error;
+pub mod reason;
 pub mod render;
+pub mod svg;
+pub mod watch;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -19,7 +28,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use openimex_config::{Config, DEFAULT_CONFIG_PATH};
 
 pub use client::{Client, Target};
@@ -35,17 +44,18 @@ pub const USAGE: &str =
     name = "nvidia-imex-ctl",
     about = "Query the IMEX daemon (openimex, compatible with nvidia-imex-ctl)",
     disable_version_flag = true,
-    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]"
+    disable_help_subcommand = true,
+    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
 )]
 pub struct Args {
     /// Config file: the command endpoint and node file come from it (default /etc/nvidia-imex/config.cfg).
-    #[arg(short = 'c', value_name = "CONFIG")]
+    #[arg(short = 'c', value_name = "CONFIG", global = true)]
     pub config: Option<PathBuf>,
     /// Command service address and port.
-    #[arg(short = 'i', num_args = 2, value_names = ["IP", "PORT"])]
+    #[arg(short = 'i', num_args = 2, value_names = ["IP", "PORT"], global = true)]
     pub ip: Option<Vec<String>>,
     /// Command service unix socket (also --u=PATH).
-    #[arg(short = 'u', long = "u", value_name = "PATH")]
+    #[arg(short = 'u', long = "u", value_name = "PATH", global = true)]
     pub unix: Option<PathBuf>,
     /// Print the local daemon's state word once (READY, ...).
     #[arg(short = 'q')]
@@ -59,13 +69,13 @@ pub struct Args {
     /// Print the daemon state whenever it changes, until the daemon exits or -t elapses.
     #[arg(short = 's')]
     pub subscribe: bool,
-    /// With -s or -n: stop after this many milliseconds.
+    /// With -s, -n or --watch: stop after this many milliseconds.
     #[arg(short = 't', value_name = "MS")]
     pub timeout_ms: Option<u64>,
-    /// JSON output (with -N/-n/--links/--peers).
-    #[arg(short = 'j')]
+    /// JSON output (with -N/-n/--links/--peers/--watch/domain-check).
+    #[arg(short = 'j', global = true)]
     pub json: bool,
-    /// Show host names (with -N/-n).
+    /// Show host names (with -N/-n/--watch).
     #[arg(short = 'H')]
     pub hostnames: bool,
     /// Legacy flag of NVIDIA's Slurm prolog example (`-a -q`); accepted and ignored.
@@ -78,9 +88,37 @@ pub struct Args {
     /// unimports owed to it, and its clean-ups here with reason and time.
     #[arg(long, conflicts_with = "links")]
     pub peers: bool,
+    /// openimex: with -N (or --links), redraw whenever the domain changes, until Ctrl-C,
+    /// SIGTERM, -t or a closed output; with -j one JSON document per change, one per line.
+    #[arg(long, conflicts_with_all = ["query", "subscribe", "peers", "domain_loop"])]
+    pub watch: bool,
+    /// openimex: with --watch, ask the daemon every MS milliseconds (default 1000, at least 10).
+    #[arg(long, value_name = "MS", requires = "watch")]
+    pub interval: Option<u64>,
+    /// openimex: with -N, draw the domain into FILE as an SVG picture (`-`: standard output):
+    /// a rack of trays with state colours and reasons, the link matrix, the local node's counts.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["watch", "links", "peers", "query", "subscribe", "domain_loop"])]
+    pub svg: Option<PathBuf>,
     /// Print the version.
     #[arg(long)]
     pub version: bool,
+    /// openimex commands.
+    #[command(subcommand)]
+    pub command: Option<Sub>,
+}
+
+/// openimex's own commands.
+#[derive(Debug, Subcommand)]
+pub enum Sub {
+    /// Are these hosts READY members of the local daemon's domain, connected from it? Each HOST
+    /// is a node-file entry as written, or a name or address that resolves to one. Exit 0 iff
+    /// every host is; otherwise a line per host says why not. -j for JSON.
+    #[command(name = "domain-check")]
+    DomainCheck {
+        /// Hosts to check.
+        #[arg(required = true, value_name = "HOST")]
+        hosts: Vec<String>,
+    },
 }
 
 enum Mode {
@@ -89,15 +127,27 @@ enum Mode {
     Subscribe,
     Links,
     Peers,
+    Watch,
+    Svg(PathBuf),
+    DomainCheck(Vec<String>),
 }
+
+/// `--interval` below this is refused: it would keep the daemon busy asking every peer.
+const MIN_INTERVAL_MS: u64 = 10;
 
 /// Runs `ctl` with `args` (including the program name) and returns the exit code.
 pub fn main(args: Vec<OsString>) -> ExitCode {
+    let domain_check = args.iter().any(|a| a == "domain-check");
     let args = match Args::try_parse_from(args) {
         Ok(a) => a,
         Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) => {
             let _ = e.print();
             return ExitCode::SUCCESS;
+        }
+        Err(e) if domain_check => {
+            // Ours: clap's full message says which argument is wrong.
+            let _ = e.print();
+            return ExitCode::from(1);
         }
         Err(e) => {
             eprintln!("{}", e.kind());
@@ -196,7 +246,13 @@ fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
 }
 
 async fn run(args: Args) -> Result<(), CtlError> {
-    let mode = if args.links {
+    let mode = if let Some(Sub::DomainCheck { hosts }) = &args.command {
+        Mode::DomainCheck(hosts.clone())
+    } else if args.watch {
+        Mode::Watch
+    } else if let Some(path) = &args.svg {
+        Mode::Svg(path.clone())
+    } else if args.links {
         Mode::Links
     } else if args.peers {
         Mode::Peers
@@ -210,7 +266,17 @@ async fn run(args: Args) -> Result<(), CtlError> {
             repeat: args.domain_loop,
         }
     };
-    let needs_nodes = matches!(mode, Mode::Domain { .. });
+    let needs_nodes = match mode {
+        Mode::Domain { .. } | Mode::Svg(_) => true,
+        Mode::Watch => !args.links,
+        _ => false,
+    };
+    let interval = args.interval.unwrap_or(1000);
+    if interval < MIN_INTERVAL_MS {
+        return Err(CtlError::Usage(format!(
+            "--interval {interval}: give at least {MIN_INTERVAL_MS} ms between two looks at the domain"
+        )));
+    }
     let target = resolve(&args, needs_nodes)?;
     let mut client = Client::connect(target, Duration::from_secs(3)).await?;
     let deadline = args
@@ -240,6 +306,18 @@ async fn run(args: Args) -> Result<(), CtlError> {
             };
             out(&text)
         }
+        Mode::Watch => {
+            let opts = watch::Options {
+                interval: Duration::from_millis(interval),
+                json: args.json,
+                hostnames: args.hostnames,
+                links: args.links,
+                deadline,
+            };
+            watch::run(&mut client, &opts).await
+        }
+        Mode::Svg(path) => svg::run(&mut client, &path).await,
+        Mode::DomainCheck(hosts) => domain_check::run(&mut client, &hosts, args.json).await,
         Mode::Domain { repeat } => loop {
             let reply = client.domain(false).await?;
             let stamp = stamp();

@@ -9,6 +9,8 @@ use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport, PeerCleanUp, PeersReply};
 use serde_json::{Value, json};
 
+use crate::reason;
+
 /// The legend NVIDIA prints, typo ("triggreed") included, because people diff it.
 pub const LEGEND: &str = "Connectivity Table Legend:
 I - Invalid - Node wasn't reachable, no connection status available
@@ -184,7 +186,8 @@ fn instance(n: &NodeReport) -> String {
     }
 }
 
-/// Our `--links -j` view: per node its instance, and per link the state and why it changed.
+/// Our `--links -j` view: per node its instance, and per link the state and why it changed;
+/// `reason` on every node that is not READY and on the domain when it is not UP.
 pub fn links_json(reply: &DomainReply) -> String {
     let nodes: Vec<Value> = reply
         .nodes
@@ -203,6 +206,9 @@ pub fn links_json(reply: &DomainReply) -> String {
                 "reachable": n.reachable,
                 "connections": conns,
             });
+            if let Some(why) = reason::node(reply, n) {
+                node["reason"] = json!(why);
+            }
             if !n.refusals.is_empty() {
                 let refused: serde_json::Map<String, Value> = n
                     .refusals
@@ -214,7 +220,12 @@ pub fn links_json(reply: &DomainReply) -> String {
             node
         })
         .collect();
-    json!({"local_node": reply.local_node_id, "status": reply.status, "nodes": nodes}).to_string()
+    let mut doc = json!({"local_node": reply.local_node_id, "status": reply.status});
+    if let Some(why) = reason::domain(reply) {
+        doc["reason"] = json!(why);
+    }
+    doc["nodes"] = Value::Array(nodes);
+    doc.to_string()
 }
 
 /// Our `--links` text view.
@@ -223,6 +234,9 @@ pub fn links_text(reply: &DomainReply) -> String {
         "Domain State: {} (as seen from node {})\n",
         reply.status, reply.local_node_id
     );
+    if let Some(why) = reason::domain(reply) {
+        out.push_str(&format!("Why: {why}\n"));
+    }
     for n in &reply.nodes {
         let inst = if n.reachable {
             instance(n)
@@ -233,8 +247,8 @@ pub fn links_text(reply: &DomainReply) -> String {
             "\nNode #{} {} {} instance {}\n",
             n.node_id, n.host, n.state, inst
         ));
-        if !n.reachable && n.connections.is_empty() {
-            out.push_str("  could not be asked (no session to it here, or no answer in time)\n");
+        if let Some(why) = reason::node(reply, n) {
+            out.push_str(&format!("  why: {why}\n"));
         }
         for c in n.connections.iter().filter(|c| c.node_id != n.node_id) {
             out.push_str(&format!(
