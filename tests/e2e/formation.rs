@@ -136,3 +136,55 @@ fn two_nodes_form() {
         check_domain_json(&text(&n.stdout), &hosts);
     }
 }
+
+/// Established TCP connections whose server end is one of `listeners` (each connection shows
+/// once per end in /proc/net/tcp; the server end names it once).
+fn connections_to(listeners: &[std::net::SocketAddrV4]) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // 01: ESTABLISHED
+            f.len() > 3
+                && f[3] == "01"
+                && parse_proc_addr(f[1]).is_some_and(|a| listeners.contains(&a))
+        })
+        .count()
+}
+
+/// `0100007F:1F90` → 127.0.0.1:8080 (the address is in host byte order).
+fn parse_proc_addr(s: &str) -> Option<std::net::SocketAddrV4> {
+    let (ip, port) = s.split_once(':')?;
+    let ip = u32::from_str_radix(ip, 16).ok()?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    Some(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::from(ip.swap_bytes()),
+        port,
+    ))
+}
+
+/// One session per pair (issue 8): a domain of n daemons that all dial each other at start
+/// settles on n(n-1)/2 peer connections, not n(n-1), and stays there.
+#[test]
+fn a_domain_keeps_one_connection_per_pair() {
+    let n = 6;
+    let cluster = Cluster::start(spec(n)).expect("start");
+    cluster.wait_up(0, FORM).expect("UP");
+    let listeners: Vec<std::net::SocketAddrV4> = (0..n)
+        .map(|i| std::net::SocketAddrV4::new(cluster.node(i).ip(), cluster.node(i).server_port()))
+        .collect();
+    let pairs = n * (n - 1) / 2;
+    // Simultaneous dials leave a second session for a moment; the higher node closes it.
+    let settled = crate::common::wait_for(FORM, || connections_to(&listeners) == pairs);
+    assert!(
+        settled,
+        "{} peer connections for {pairs} pairs",
+        connections_to(&listeners)
+    );
+    // Several heartbeat periods later: still one per pair, and the domain still UP.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(connections_to(&listeners), pairs);
+    cluster.wait_up(n - 1, FORM).expect("still UP");
+}
