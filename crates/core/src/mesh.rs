@@ -488,6 +488,10 @@ impl Mesh {
         if link.carrier.is_some() {
             // The peer's session carries the pair meanwhile: nothing to retry.
             self.set_dialer(peer, Dialer::Idle);
+        } else if link.status == ConnStatus::Connected {
+            // A handover whose dial failed (pair.rs): the pair is lost after all.
+            link.last_error = Some(error.clone());
+            self.lose(now, peer, format!("connection lost: {error}"));
         } else {
             link.last_error = Some(error);
             self.schedule_retry(now, peer);

@@ -200,6 +200,61 @@ fn simultaneous_dials_converge_on_the_lower_dialled_session() {
     }
 }
 
+/// (a) The order real connections take: a dial's session reaches the peer *before* the dial's
+/// answer reaches the dialler. Node 1's session carries the pair on node 0; node 0's session
+/// reaches node 1, which closes its own at once; node 0 sees that session end while its dial
+/// is still unanswered. That is a handover, not a loss: node 0 stays CONNECTED and its dial's
+/// answer carries the pair. If the dial fails instead, the pair is lost then.
+#[test]
+fn a_crossed_dial_hands_over_without_a_flap() {
+    for dial_fails in [false, true] {
+        let mut t = Two::new();
+        let [a0, a1] = t.start();
+        let (c0, c1) = (70, 71);
+        t.dial_ok(1, a1);
+        assert!(t.opened(1, c1), "node 0 takes node 1's session");
+        assert_eq!(t.status(0), ConnStatus::Connected);
+        // Node 0's hello and session reach node 1, which prefers it and closes its own.
+        assert_eq!(t.m[1].handle_hello(t.now, &t.hello[0]), Verdict::Accept);
+        t.drain(1);
+        assert!(t.opened(0, c0));
+        assert_eq!(
+            t.closes(1),
+            vec![Via::Dialled {
+                peer: NodeId(0),
+                attempt: a1
+            }]
+        );
+        // That close reaches node 0 before the answer to its dial.
+        t.m[0].handle_session_lost(t.now, Via::Accepted { conn: c1 }, "closed".into());
+        t.drain(0);
+        assert_eq!(t.status(0), ConnStatus::Connected, "a handover is no loss");
+        assert_eq!(
+            t.m[0].session_of(NodeId(1)),
+            None,
+            "no carrier until the answer"
+        );
+        if dial_fails {
+            t.m[0].handle_dial_failed(t.now, NodeId(1), a0, "refused".into());
+            t.drain(0);
+            assert_eq!(t.status(0), ConnStatus::Recovering, "the dial failed: lost");
+        } else {
+            let h = t.hello[1].clone();
+            t.m[0].handle_dial_ok(t.now, NodeId(1), a0, &h);
+            t.drain(0);
+            assert_eq!(
+                t.m[0].session_of(NodeId(1)),
+                Some(Via::Dialled {
+                    peer: NodeId(1),
+                    attempt: a0
+                })
+            );
+            assert_eq!(t.link_changes(0), vec![ConnStatus::Connected], "no flap");
+            assert_eq!(t.closes(0), vec![], "node 0 closes nothing");
+        }
+    }
+}
+
 /// (a) A whole domain started at once keeps exactly one session per pair, both sides naming it.
 #[test]
 fn a_domain_keeps_one_session_per_pair() {

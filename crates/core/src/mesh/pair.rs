@@ -26,6 +26,14 @@
 //! side that dialled the current one replaces and closes it too (that side only dials when it
 //! has lost its session, so the old one is dead there).
 //!
+//! The higher node closes its own session as soon as the lower node's session reaches it,
+//! which can be before the lower node has the answer to its dial. So on the lower node, the
+//! end of the higher-dialled session that carries the pair, while its own dial to the peer is
+//! in flight, is a *handover*, not a loss: the link stays CONNECTED without a carrier until
+//! that dial answers (its session carries the pair) or fails (the pair is lost then, so a
+//! peer that really died is noticed within the dial timeout). Without this, every pair whose
+//! dials crossed flapped RECOVERING and waited out a backoff.
+//!
 //! While a session carries the pair, the link is CONNECTED and nothing is dialled: a queued or
 //! waiting retry is cancelled when the peer's session arrives, and only a dial already in
 //! flight is let finish (the rule then decides). A pair whose session is lost is RECOVERING on
@@ -124,6 +132,18 @@ impl Mesh {
             return;
         };
         if self.state == DaemonState::ShuttingDown {
+            self.set_carrier(peer, None);
+            return;
+        }
+        if matches!(via, Via::Accepted { .. })
+            && self.cfg.local < peer
+            && self
+                .link(peer)
+                .is_some_and(|l| l.dialer == Dialer::InFlight)
+        {
+            // A handover (module docs): the higher node closes the session it dialled as soon
+            // as ours reaches it, which can be before our dial's answer reaches us. The link
+            // stays CONNECTED on the strength of that dial; if it fails, the pair is lost then.
             self.set_carrier(peer, None);
             return;
         }
