@@ -59,6 +59,11 @@ pub(crate) struct DemoArgs {
     /// Keep the nodes' directories (configs, logs) after the demo.
     #[arg(long)]
     keep: bool,
+    /// Where to draw the domain (`ctl -N --svg`) while every import is held: trays, states,
+    /// the link matrix and node 0's imports [default: openimex-domain.svg in the current
+    /// directory; none with --json unless given].
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 fn parse_fault(s: &str) -> Result<openimex_harness::chaos::FaultKind, String> {
@@ -183,6 +188,27 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         bar(shared.imports_done.load(Ordering::Relaxed), total_imports);
         eprintln!();
     }
+    // The picture while the imports are held (a failure to draw fails no import).
+    let svg = match (&args.svg, args.json) {
+        (Some(path), _) => Some(path.to_string_lossy().into_owned()),
+        (None, false) => Some("openimex-domain.svg".to_string()),
+        (None, true) => None,
+    };
+    let drawn = match svg.map(|svg| (cluster.ctl(0, &["-N", "--svg", &svg]), svg)) {
+        None => None,
+        Some((Ok(out), svg)) if out.status.success() => Some(svg),
+        Some((Ok(out), _)) => {
+            eprintln!(
+                "warning: no domain picture: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+        Some((Err(e), _)) => {
+            eprintln!("warning: no domain picture: {e}");
+            None
+        }
+    };
     let mut reports = Vec::new();
     for t in threads {
         // A panicking GPU thread is a failed demo, not a crash of the tool.
@@ -259,6 +285,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         "local_memcpy_gbps": (local_gbps * 100.0).round() / 100.0,
         "grpc_rtt_p50_us": grpc_rtt_us,
         "buffer_bytes": buffer,
+        "svg": drawn,
     });
     if args.json {
         println!("{summary}");
@@ -281,6 +308,9 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         println!("  errors               : {}", errors.len());
         println!("  leaked references    : {leaked}");
         println!("  teardown             : {} ms", stopped.as_millis());
+        if let Some(path) = &drawn {
+            println!("  domain picture       : {path}");
+        }
     }
     for e in errors.iter().take(10) {
         eprintln!("error: {e}");

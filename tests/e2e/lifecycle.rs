@@ -123,8 +123,10 @@ fn ctl_reaches_the_daemon_by_unix_socket_and_by_tcp() {
 /// About 15 s on 2 cores in a debug build; the bound only catches a hang.
 #[test]
 fn full_nvl72_demo_passes() {
+    let dir = openimex_harness::scratch::ScratchDir::new("demo-svg").expect("scratch dir");
+    let svg = dir.path().join("domain.svg");
     let mut cmd = std::process::Command::new(binary());
-    cmd.args(["demo", "--json"]);
+    cmd.args(["demo", "--json", "--svg"]).arg(&svg);
     let out = openimex_harness::process::run_with_timeout(&mut cmd, Duration::from_secs(300))
         .unwrap_or_else(|e| panic!("{e}"));
     let stdout = text(&out.stdout);
@@ -143,6 +145,16 @@ fn full_nvl72_demo_passes() {
     // Each of the 5112 pairs checked its slot in both directions.
     let slot = 2 * 1024 * 1024 / 72 / 8 * 8;
     assert_eq!(summary["bytes_verified"], 2 * 72 * 71 * slot, "{summary}");
+    // The picture drawn while the imports were held: every tray, node 0 holding 68 imports.
+    assert_eq!(summary["svg"], svg.to_string_lossy().as_ref(), "{summary}");
+    let picture = std::fs::read_to_string(&svg).expect("the demo wrote its picture");
+    assert!(
+        picture.trim_end().ends_with("</svg>"),
+        "a whole SVG document"
+    );
+    for i in 0..18 {
+        assert!(picture.contains(&format!(">#{i} <")), "tray {i} drawn");
+    }
 }
 
 #[test]
