@@ -285,10 +285,12 @@ fn heartbeat_phase(now: std::time::Instant, interval: std::time::Duration) -> st
         .unwrap_or(now)
 }
 
-/// HTTP/2 keepalive of peer connections. Heartbeats prove a pair alive (core), so pings only
-/// catch a connection that dies silently while carrying no heartbeats (the higher node's own
-/// session, with one heartbeat per pair). Pinging at the heartbeat rate would add back the
-/// messages one heartbeat per pair saves; every two peer timeouts costs a fraction of them.
+/// HTTP/2 keepalive of peer connections. Heartbeats prove a pair alive on its one session
+/// (core), so pings only catch a connection that dies silently while carrying no heartbeats: one
+/// whose session was refused or closed, or a session the pair does not use (the higher-dialled
+/// one the lower node keeps open until the higher node closes it). Pinging at the heartbeat rate
+/// would add back the messages one heartbeat per pair saves; every two peer timeouts costs a
+/// fraction of them.
 pub(crate) fn transport_keepalive(peer_timeout: std::time::Duration) -> std::time::Duration {
     (peer_timeout * 2).max(std::time::Duration::from_secs(1))
 }
