@@ -24,12 +24,18 @@ use crate::{Driver, DriverError, Event, Pages, SessionInfo, Status};
 /// Driver version reported to peers for the simulated driver.
 pub const SIM_VERSION: &str = "sim-595.45.04";
 
+/// Control connections of one daemon: calls on different connections run at once, as ioctls
+/// from several threads do on the real driver's file descriptor (the daemon runs its ordered
+/// calls on one thread and describes on [`CONTROL_CONNECTIONS`]` - 1` more).
+pub const CONTROL_CONNECTIONS: usize = 5;
+
 /// The simulated driver of one node.
 #[derive(Debug)]
 pub struct SimDriver {
     path: PathBuf,
     session: Mutex<UnixStream>,
-    control: Mutex<UnixStream>,
+    /// Each call takes the first free one (a call blocks only when all are busy).
+    control: Vec<Mutex<UnixStream>>,
     token: Mutex<Option<u64>>,
 }
 
@@ -58,15 +64,20 @@ impl SimDriver {
                 fix: "start it first with `openimex gpu --node-dir DIR --fabric-dir DIR --slot N`, and point OPENIMEX_SIM_NODE_DIR at DIR",
             })
         };
+        let control = (0..CONTROL_CONNECTIONS)
+            .map(|_| open().map(Mutex::new))
+            .collect::<Result<Vec<_>, _>>()?;
         let driver = Self {
             session: Mutex::new(open()?),
-            control: Mutex::new(open()?),
+            control,
             token: Mutex::new(None),
             path,
         };
         let pid = std::process::id();
         driver.call(&driver.session, "hello", &Request::Hello { pid })?;
-        driver.call(&driver.control, "hello", &Request::Hello { pid })?;
+        for conn in &driver.control {
+            driver.call(conn, "hello", &Request::Hello { pid })?;
+        }
         Ok(driver)
     }
 
@@ -79,8 +90,15 @@ impl SimDriver {
         let sock = conn
             .lock()
             .map_err(|_| DriverError::Lost("driver connection lock poisoned".into()))?;
-        let resp = proto::call(&sock, req, &[])
-            .map_err(|e| DriverError::Lost(format!("{}: {e}", self.path.display())))?;
+        Self::answer(&self.path, what, proto::call(&sock, req, &[]))
+    }
+
+    fn answer(
+        path: &Path,
+        what: &'static str,
+        resp: Result<Response, proto::WireError>,
+    ) -> Result<Response, DriverError> {
+        let resp = resp.map_err(|e| DriverError::Lost(format!("{}: {e}", path.display())))?;
         match resp {
             Response::Error { status: s, detail } => Err(DriverError::Refused {
                 call: what,
@@ -103,7 +121,20 @@ impl SimDriver {
     }
 
     fn control(&self, what: &'static str, req: &Request) -> Result<Response, DriverError> {
-        self.call(&self.control, what, req)
+        // The first free connection; all busy: wait for the first.
+        for conn in &self.control {
+            match conn.try_lock() {
+                Ok(sock) => return Self::answer(&self.path, what, proto::call(&sock, req, &[])),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+                Err(std::sync::TryLockError::Poisoned(_)) => {
+                    return Err(DriverError::Lost("driver connection lock poisoned".into()));
+                }
+            }
+        }
+        match self.control.first() {
+            Some(conn) => self.call(conn, what, req),
+            None => Err(DriverError::Lost("no control connection".into())),
+        }
     }
 }
 
@@ -335,8 +366,10 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
         let server = std::thread::spawn(move || {
-            // The session connection, then the control connection.
-            let conns: Vec<UnixStream> = (0..2).map(|_| listener.accept().unwrap().0).collect();
+            // The control connections and the session connection.
+            let conns: Vec<UnixStream> = (0..1 + CONTROL_CONNECTIONS)
+                .map(|_| listener.accept().unwrap().0)
+                .collect();
             let serve = |c: UnixStream, log: Arc<Mutex<Vec<Request>>>| {
                 std::thread::spawn(move || {
                     while let Ok((req, _)) = proto::recv::<Request>(&c) {

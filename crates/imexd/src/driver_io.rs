@@ -2,6 +2,11 @@
 //! - one *worker* thread performs the engine's driver calls in the order the engine asked for
 //!   them (so a release precedes its acknowledgement, a validate precedes the unimport it
 //!   deferred) and posts each result back to the engine;
+//! - [`DESCRIBERS`] *describer* threads take the describes (an exporter's reference and page
+//!   list for a peer's import), which depend on nothing else queued: in an import storm they run
+//!   at once instead of one driver round trip after another. Order does not matter for them
+//!   because the core node settles a describe that finishes late (its importer gone, cancelled,
+//!   or the daemon stopping) by releasing the reference it took;
 //! - one *event pump* thread, started once the session is open, long-polls the driver for
 //!   fabric events and posts them.
 //!
@@ -22,6 +27,10 @@ use crate::mailbox::{DriverInput, Input};
 
 /// How long the event pump waits in one long-poll (bounds how long it outlives a stop).
 const EVENT_POLL: Duration = Duration::from_millis(500);
+
+/// Describes in flight at once (the simulated driver keeps a control connection for each, and
+/// one for the worker).
+pub(crate) const DESCRIBERS: usize = 4;
 
 /// A call for the worker.
 pub(crate) enum Call {
@@ -45,7 +54,8 @@ pub(crate) enum Call {
     Finish { ids: Vec<u64> },
     /// Disable the local importers of `node`.
     DisableImporters { node: NodeId },
-    /// Run this once every call queued before it is done (an answer that must follow them).
+    /// Run this once every call queued before it is done (an answer that must follow them),
+    /// describes excepted: they run on their own threads.
     Then(Box<dyn FnOnce() + Send>),
 }
 
@@ -68,7 +78,9 @@ impl std::fmt::Debug for Call {
 /// The running driver threads.
 pub(crate) struct DriverThreads {
     calls: Option<std_mpsc::Sender<Call>>,
-    worker: Option<JoinHandle<()>>,
+    describes: Option<std_mpsc::Sender<Call>>,
+    /// The worker, then the describers.
+    threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -80,33 +92,62 @@ impl DriverThreads {
     ) -> std::io::Result<Self> {
         let (tx, rx) = std_mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let worker_stop = stop.clone();
-        let worker = std::thread::Builder::new()
-            .name("driver-calls".into())
-            .spawn(move || work(driver, rx, engine, worker_stop))?;
+        let mut threads = Vec::with_capacity(1 + DESCRIBERS);
+        let (d, e, s) = (driver.clone(), engine.clone(), stop.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("driver-calls".into())
+                .spawn(move || work(d, &rx, e, s))?,
+        );
+        // One queue for all describers: each takes the next describe when it is free.
+        let (describe_tx, describe_rx) = std_mpsc::channel();
+        let describe_rx = Arc::new(std::sync::Mutex::new(describe_rx));
+        for i in 0..DESCRIBERS {
+            let (d, e, s, rx) = (
+                driver.clone(),
+                engine.clone(),
+                stop.clone(),
+                describe_rx.clone(),
+            );
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("driver-describe-{i}"))
+                    .spawn(move || work(d, &SharedQueue(rx), e, s))?,
+            );
+        }
         Ok(Self {
             calls: Some(tx),
-            worker: Some(worker),
+            describes: Some(describe_tx),
+            threads,
             stop,
         })
     }
 
     /// Queues a call. Never blocks.
     pub(crate) fn call(&self, call: Call) {
-        if let Some(tx) = &self.calls {
-            // The worker only exits after `stop`, so a send cannot fail before then.
+        let queue = match call {
+            Call::Describe { .. } => &self.describes,
+            _ => &self.calls,
+        };
+        if let Some(tx) = queue {
+            // The threads only exit after `stop`, so a send cannot fail before then.
             let _ = tx.send(call);
         }
     }
 
-    /// Stops the event pump, lets the worker finish the calls already queued, and waits for
-    /// it. Returns once no driver call is in progress.
+    /// Stops the event pump, lets the worker and the describers finish the calls already
+    /// queued, and waits for them. Returns once no driver call is in progress.
     pub(crate) async fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         self.calls = None;
-        if let Some(worker) = self.worker.take() {
-            let _ = tokio::task::spawn_blocking(move || worker.join()).await;
-        }
+        self.describes = None;
+        let threads = std::mem::take(&mut self.threads);
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
     }
 }
 
@@ -120,13 +161,34 @@ fn post(engine: &mpsc::Sender<Input>, input: DriverInput) -> bool {
     engine.blocking_send(Input::Driver(input)).is_ok()
 }
 
+/// Where a thread takes its calls from: its own queue, or one shared by the describers.
+trait Queue {
+    fn next(&self) -> Option<Call>;
+}
+
+impl Queue for std_mpsc::Receiver<Call> {
+    fn next(&self) -> Option<Call> {
+        self.recv().ok()
+    }
+}
+
+/// The describers' queue.
+struct SharedQueue(Arc<std::sync::Mutex<std_mpsc::Receiver<Call>>>);
+
+impl Queue for SharedQueue {
+    fn next(&self) -> Option<Call> {
+        // Held while waiting, so one idle describer waits and the others wait for the lock.
+        self.0.lock().ok()?.recv().ok()
+    }
+}
+
 fn work(
     driver: Arc<dyn Driver>,
-    calls: std_mpsc::Receiver<Call>,
+    calls: &dyn Queue,
     engine: mpsc::Sender<Input>,
     stop: Arc<AtomicBool>,
 ) {
-    while let Ok(call) = calls.recv() {
+    while let Some(call) = calls.next() {
         let input = match perform(&driver, call, &engine, &stop) {
             Ok(Some(input)) => input,
             Ok(None) => continue,
