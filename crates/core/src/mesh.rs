@@ -207,6 +207,10 @@ struct Link {
     /// The session we dialled that a departed peer said goodbye on (attempt, instance): left
     /// open for the peer to close, and still the peer's for its last requests (`pair.rs`).
     farewell: Option<(u64, InstanceId)>,
+    /// The session we dialled that the pair's preferred session replaced (attempt, instance):
+    /// closing, and still the peer's for the requests it sent on it before it saw the switch
+    /// (`pair.rs`).
+    superseded: Option<(u64, InstanceId)>,
 }
 
 impl Link {
@@ -225,6 +229,7 @@ impl Link {
             times_connected: 0,
             carrier: None,
             farewell: None,
+            superseded: None,
         }
     }
 }

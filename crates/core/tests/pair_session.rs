@@ -255,6 +255,42 @@ fn a_crossed_dial_hands_over_without_a_flap() {
     }
 }
 
+/// (e) The higher node's own session, replaced by the lower node's, is still the peer's for
+/// what the lower node sent on it before it saw the switch (it may have carried the pair there
+/// until then): an unimport refused there would be taken as delivered and leave a reference
+/// held. Once it ends it proves nothing; a stale instance never did.
+#[test]
+fn a_superseded_dialled_session_still_proves_the_peer_until_it_ends() {
+    let mut t = Two::new();
+    let [_a0, a1] = t.start();
+    let (c0, c1) = (70, 71);
+    t.dial_ok(1, a1);
+    assert!(t.opened(1, c1), "node 0 takes node 1's session");
+    assert_eq!(t.m[1].handle_hello(t.now, &t.hello[0]), Verdict::Accept);
+    t.drain(1);
+    assert!(t.opened(0, c0), "node 1 switches to node 0's session");
+    let old = Via::Dialled {
+        peer: NodeId(0),
+        attempt: a1,
+    };
+    assert_eq!(t.closes(1), vec![old]);
+    let node0 = (NodeId(0), t.hello[0].instance);
+    assert_eq!(
+        t.m[1].proven_by(old),
+        Some(node0),
+        "still node 0's while open"
+    );
+    assert_eq!(
+        t.m[1].proven_by(Via::Accepted { conn: c0 }),
+        Some(node0),
+        "the pair's session"
+    );
+    t.m[1].handle_session_lost(t.now, old, "closed".into());
+    t.drain(1);
+    assert_eq!(t.m[1].proven_by(old), None, "ended: proves nothing");
+    assert_eq!(t.status(1), ConnStatus::Connected, "the pair is not lost");
+}
+
 /// (a) A whole domain started at once keeps exactly one session per pair, both sides naming it.
 #[test]
 fn a_domain_keeps_one_session_per_pair() {

@@ -141,7 +141,9 @@ impl Engine {
                     result = self.handle(input).and_then(|()| self.perform());
                 }
                 () = timer => {
-                    self.node.handle_timeout(now());
+                    let now = now();
+                    self.collect_heartbeats(now);
+                    self.node.handle_timeout(now);
                     result = self.perform();
                 }
             }
@@ -339,10 +341,6 @@ impl Engine {
                 self.node
                     .handle_dial_refused(now, peer, attempt, mismatch, detail);
             }
-            Input::Heartbeat { via } => match via {
-                Via::Accepted { conn } => self.node.handle_session_heartbeat(now, conn),
-                Via::Dialled { .. } => self.node.handle_heartbeat(now, via),
-            },
             Input::SessionOpened {
                 conn,
                 remote,
@@ -656,6 +654,25 @@ impl Engine {
             MeshAction::InitDriver => self.driver.call(Call::OpenSession {
                 node: self.settings.local,
             }),
+        }
+    }
+
+    /// Hands the node every session's sign of life since the last timer (see
+    /// [`SessionTx::heard`]), so its liveness check sees them.
+    fn collect_heartbeats(&mut self, now: std::time::Instant) {
+        for (peer, (attempt, link)) in &self.sessions {
+            if link.session.heard() {
+                let via = Via::Dialled {
+                    peer: *peer,
+                    attempt: *attempt,
+                };
+                self.node.handle_heartbeat(now, via);
+            }
+        }
+        for (conn, (session, _)) in &self.accepted {
+            if session.heard() {
+                self.node.handle_session_heartbeat(now, *conn);
+            }
         }
     }
 

@@ -61,8 +61,6 @@ pub(crate) enum Input {
         attempt: u64,
         mismatch: Mismatch,
     },
-    /// A heartbeat or its answer on a session (answered already): the pair's sign of life.
-    Heartbeat { via: Via },
     /// The peer proved on inbound connection `conn` opened its session stream there; answered
     /// with whether it carries the pair (otherwise it is closed at once).
     SessionOpened {

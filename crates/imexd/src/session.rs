@@ -104,6 +104,8 @@ pub(crate) struct SessionTx {
     stop: Arc<Stop>,
     /// The peer's requests being answered here.
     serving: Arc<AtomicUsize>,
+    /// A heartbeat or an answer arrived since the engine last looked ([`SessionTx::heard`]).
+    heard: Arc<AtomicBool>,
 }
 
 /// Why a request on a session got no answer.
@@ -137,6 +139,7 @@ impl SessionTx {
             pending: Arc::new(Mutex::new(Pending::default())),
             stop: Arc::clone(&stop),
             serving: Arc::new(AtomicUsize::new(0)),
+            heard: Arc::new(AtomicBool::new(false)),
         };
         (tx, Outbound { rx, stop })
     }
@@ -152,6 +155,14 @@ impl SessionTx {
             }
             self.shutdown();
         });
+    }
+
+    /// Whether the pair was heard from on this session since the last call. The engine asks
+    /// every session once per timer of the core node (the heartbeat tick among them) instead of
+    /// being sent a message per heartbeat: at 144 nodes that is ~290 fewer wake-ups a second
+    /// per daemon, for a sign of life credited at most one tick late.
+    pub(crate) fn heard(&self) -> bool {
+        self.heard.swap(false, Ordering::AcqRel)
     }
 
     fn busy(&self) -> bool {
@@ -275,11 +286,11 @@ where
         };
         match msg.body {
             None => {
+                // The pair's sign of life, either way; the engine collects it (`heard`).
+                tx.heard.store(true, Ordering::Release);
                 if !msg.heartbeat_ack {
                     tx.heartbeat(msg.heartbeat_seq, true);
                 }
-                // The pair's sign of life, either way. A full mailbox drops it: the next will do.
-                let _ = engine.try_send(Input::Heartbeat { via });
             }
             Some(
                 body @ (Body::ImportReply(_)
@@ -422,16 +433,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn heartbeats_are_answered_and_reported() {
+    async fn heartbeats_are_answered_and_noted_for_the_engine() {
         let (tx, mut out_rx) = SessionTx::new();
         let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
         let (engine, mut engine_rx) = mpsc::channel(8);
         tokio::spawn(run(
             tokio_stream::wrappers::ReceiverStream::new(in_rx),
-            tx,
+            tx.clone(),
             Via::Accepted { conn: 9 },
             engine,
         ));
+        assert!(!tx.heard(), "nothing heard yet");
         in_tx
             .send(Ok(SessionMsg {
                 heartbeat_seq: 41,
@@ -441,12 +453,8 @@ mod tests {
             .expect("send");
         let ack = out_rx.next().await.expect("an answer");
         assert_eq!((ack.heartbeat_seq, ack.heartbeat_ack), (41, true));
-        assert!(matches!(
-            engine_rx.recv().await,
-            Some(Input::Heartbeat {
-                via: Via::Accepted { conn: 9 }
-            })
-        ));
+        assert!(tx.heard(), "a heartbeat is a sign of life");
+        assert!(!tx.heard(), "taken once");
         // An answer is a sign of life too, and is not answered again.
         in_tx
             .send(Ok(SessionMsg {
@@ -456,13 +464,16 @@ mod tests {
             }))
             .await
             .expect("send");
-        assert!(matches!(
-            engine_rx.recv().await,
-            Some(Input::Heartbeat {
-                via: Via::Accepted { conn: 9 }
-            })
-        ));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !tx.heard() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the answer is noted"
+            );
+            tokio::task::yield_now().await;
+        }
         assert!(out_rx.rx.try_recv().is_err(), "an answer is not answered");
+        assert!(engine_rx.try_recv().is_err(), "no message per heartbeat");
     }
 
     #[tokio::test]

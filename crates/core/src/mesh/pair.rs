@@ -79,17 +79,23 @@ impl Mesh {
         self.link(peer).and_then(|l| l.carrier).map(|c| c.via)
     }
 
-    /// The peer and instance `via` proves, if it carries its pair now (or is the session we
-    /// dialled that the peer said goodbye on, until it ends) and its instance is still the one
-    /// the mesh knows (a hello from a restarted peer makes it stale).
+    /// The peer and instance `via` proves, if it carries its pair now (or is a session we
+    /// dialled that is closing: the one the peer said goodbye on, or the one the preferred
+    /// session replaced, until it ends) and its instance is still the one the mesh knows (a
+    /// hello from a restarted peer makes it stale).
     pub fn proven_by(&self, via: Via) -> Option<(NodeId, InstanceId)> {
         let (peer, instance) = match self.carrier_peer(via) {
             Some(peer) => (peer, self.link(peer)?.carrier?.instance),
             None => match via {
-                Via::Dialled { peer, attempt } => match self.link(peer)?.farewell {
-                    Some((a, instance)) if a == attempt => (peer, instance),
-                    _ => return None,
-                },
+                Via::Dialled { peer, attempt } => {
+                    let link = self.link(peer)?;
+                    match (link.farewell, link.superseded) {
+                        (Some((a, instance)), _) | (_, Some((a, instance))) if a == attempt => {
+                            (peer, instance)
+                        }
+                        _ => return None,
+                    }
+                }
                 Via::Accepted { .. } => return None,
             },
         };
@@ -127,6 +133,12 @@ impl Mesh {
             && link.farewell.is_some_and(|(a, _)| a == attempt)
         {
             link.farewell = None;
+        }
+        if let Via::Dialled { peer, attempt } = via
+            && let Some(link) = self.link_mut(peer)
+            && link.superseded.is_some_and(|(a, _)| a == attempt)
+        {
+            link.superseded = None;
         }
         let Some(peer) = self.carrier_peer(via) else {
             return;
@@ -182,6 +194,7 @@ impl Mesh {
         let Some(link) = self.link(peer) else {
             return false;
         };
+        let mut retired = None;
         if let Some(old) = link.carrier {
             if old.via == via {
                 return true;
@@ -191,14 +204,22 @@ impl Mesh {
                 matches!(old.via, Via::Dialled { .. }) == matches!(via, Via::Dialled { .. });
             if !(stale || same_side || self.preferred(peer, via)) {
                 // The pair keeps the session it prefers.
-                if let Via::Dialled { .. } = via {
+                if let Via::Dialled { attempt, .. } = via {
                     self.actions.push_back(Action::CloseSession { peer, via });
+                    // The peer may have taken it as the pair's until ours reaches it.
+                    self.supersede(peer, attempt, instance);
                 }
                 return false;
             }
             if stale || same_side || matches!(old.via, Via::Dialled { .. }) {
                 self.actions
                     .push_back(Action::CloseSession { peer, via: old.via });
+            }
+            if let Via::Dialled { attempt, .. } = old.via
+                && !stale
+            {
+                // The peer sends on it until it sees the switch: its requests are still its.
+                retired = Some((attempt, old.instance));
             }
         }
         self.set_carrier(
@@ -209,6 +230,9 @@ impl Mesh {
                 last_rx: now,
             }),
         );
+        if let Some((attempt, instance)) = retired {
+            self.supersede(peer, attempt, instance);
+        }
         // Connected: nothing to dial. A dial in flight is let finish; the rule decides then.
         if matches!(
             self.link(peer).map(|l| l.dialer),
@@ -234,6 +258,17 @@ impl Mesh {
             self.check_quorum();
         }
         true
+    }
+
+    /// Our dial `attempt` to `instance` of `peer` lost the pair to the preferred session and is
+    /// being closed: the peer may still send on it until that session reaches it (or it took
+    /// it as the pair's before ours arrived), so its requests there are still the peer's until
+    /// it ends ([`Mesh::proven_by`]). Refusing them would answer a peer's unimport with "no
+    /// session", which it takes as delivered, and leave the reference held.
+    fn supersede(&mut self, peer: NodeId, attempt: u64, instance: InstanceId) {
+        if let Some(link) = self.link_mut(peer) {
+            link.superseded = Some((attempt, instance));
+        }
     }
 
     /// The only way a link's carrier changes: keeps the count of sessions, the accepted
