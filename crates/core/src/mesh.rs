@@ -227,6 +227,24 @@ impl Link {
             farewell: None,
         }
     }
+
+    /// A placeholder entry's link (`0.0.0.0`): no node there, never dialled, INVALID.
+    fn placeholder(now: Instant) -> Self {
+        Self {
+            status: ConnStatus::Invalid,
+            reason: "placeholder entry (0.0.0.0): no node at this ID yet, not dialled".to_string(),
+            ..Self::new(now)
+        }
+    }
+
+    /// The link for entry `id` of `map`: a placeholder's, or a peer not dialled yet.
+    fn for_entry(map: &crate::NodeMap, id: NodeId, now: Instant) -> Self {
+        if map.is_placeholder(id) {
+            Self::placeholder(now)
+        } else {
+            Self::new(now)
+        }
+    }
 }
 
 /// A read-only view of one link, for the command service.
@@ -285,7 +303,7 @@ impl Mesh {
         let links = cfg
             .map
             .ids()
-            .map(|id| (id != cfg.local).then(|| Link::new(now)))
+            .map(|id| (id != cfg.local).then(|| Link::for_entry(&cfg.map, id, now)))
             .collect();
         let rng = Rng::new(cfg.seed);
         let budget = DialBudget::for_backoff(&cfg.backoff);
@@ -618,11 +636,12 @@ impl Mesh {
 
     // ---- internals -----------------------------------------------------------------------
 
+    /// Every peer that names a node (placeholders are not dialled or greeted).
     fn peer_ids(&self) -> Vec<NodeId> {
         self.cfg
             .map
             .ids()
-            .filter(|id| *id != self.cfg.local)
+            .filter(|id| *id != self.cfg.local && !self.cfg.map.is_placeholder(*id))
             .collect()
     }
 
@@ -797,7 +816,7 @@ impl Mesh {
 
     fn check_quorum(&mut self) {
         if self.state == DaemonState::WaitingForPeers
-            && self.connected_peers() + 1 == self.cfg.map.len()
+            && self.connected_peers() + 1 + self.cfg.map.placeholders() == self.cfg.map.len()
         {
             self.enter_init_gpu();
         }

@@ -4,9 +4,10 @@
 //! # Contract
 //! [`Mesh::handle_node_map`] is an input like the others (module contract of [`Mesh`]): the
 //! owner MUST drain [`Mesh::poll_action`] afterwards. The owner reads the file and resolves
-//! names (I/O); the mesh decides. It accepts a map that only appends entries (a node's ID is its
-//! line, so anything else would renumber running nodes) and refuses anything else without
-//! changing a thing. The owner names the peers whose address changed (it knows addresses; the
+//! names (I/O); the mesh decides. It accepts a map that only appends entries or fills in
+//! placeholder lines (`0.0.0.0`: no node ran at that ID; the node joins like an appended one)
+//! — a node's ID is its line, so anything else would renumber running nodes — and refuses
+//! anything else without changing a thing. The owner names the peers whose address changed (it knows addresses; the
 //! mesh does not): those and the appended nodes are dialled, every other link is left exactly
 //! as it was, sessions and backoff included, so live imports between unaffected nodes never
 //! notice.
@@ -70,8 +71,19 @@ impl Mesh {
         self.hosts = Arc::from(map.hosts());
         self.cfg.map = map;
         for &id in &added {
-            self.links.push(Some(Link::new(now)));
-            if started {
+            let placeholder = self.cfg.map.is_placeholder(id);
+            let link = Link::for_entry(&self.cfg.map, id, now);
+            if id.index() < self.links.len() {
+                // A placeholder filled in: it was never dialled, so nothing is superseded (a
+                // queued re-dial of it, as readdressed, is cleared first).
+                self.set_dialer(id, Dialer::Idle);
+                if let Some(slot) = self.links.get_mut(id.index()) {
+                    *slot = Some(link);
+                }
+            } else {
+                self.links.push(Some(link));
+            }
+            if started && !placeholder {
                 self.set_dialer(id, Dialer::Queued((DueClass::FirstRound, now, id)));
             }
         }
