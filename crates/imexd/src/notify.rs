@@ -134,6 +134,24 @@ impl Notifier {
         }
     }
 
+    /// The daemon runs unconfigured (placeholder nodes file, see `unconfigured`): the start is
+    /// over, so `READY=1`, with a status saying why `ctl -q` answers UNAVAILABLE.
+    pub fn unconfigured(&self) {
+        self.send(&format!(
+            "READY=1\nSTATUS={}: unconfigured, this host is not in the nodes file yet (write it and send SIGUSR1)",
+            DaemonState::Unavailable
+        ));
+    }
+
+    /// The daemon re-executes itself (same PID) to start configured: a reload to the manager.
+    /// The new image sends `READY=1` again once it is READY.
+    pub fn reexecuting(&self) {
+        self.send(&format!(
+            "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=re-executing: the nodes file now names this host",
+            monotonic_usec()
+        ));
+    }
+
     /// A stop begins.
     pub fn stopping(&self) {
         self.send(&format!("STOPPING=1\nSTATUS={}", DaemonState::ShuttingDown));

@@ -1,0 +1,126 @@
+//! Placeholder nodes files (issue 9): AWS ParallelCluster seeds `nodes_config.cfg` with a `##`
+//! comment and nine `0.0.0.0` lines. A daemon on that file starts *unconfigured* (`ctl -q`
+//! UNAVAILABLE, `ctl -N -j` exit 0 in the shape of NVIDIA's unconfigured sample, domain DOWN),
+//! and comes up configured, same PID, once the real list is written and SIGUSR1 arrives. In a
+//! configured domain a placeholder line is a node UNAVAILABLE with INVALID links (domain
+//! DEGRADED), and filling it in with SIGUSR1 brings the domain UP.
+
+use openimex_harness::{Cluster, Signal};
+use serde_json::Value;
+
+use crate::common::{FORM, NOTICE, spec, text};
+
+/// NVIDIA's `ctl -N -j` on a node whose nodes file holds only placeholders.
+const UNCONFIGURED_SAMPLE: &str =
+    include_str!("../../crates/harness/testdata/ctl-N-j.570.172.unconfigured.json");
+
+/// ParallelCluster's seed: `##` and nine `0.0.0.0` lines.
+fn seed() -> Vec<String> {
+    let mut lines = vec!["##".to_string()];
+    lines.extend(std::iter::repeat_n("0.0.0.0".to_string(), 9));
+    lines
+}
+
+/// Every key path of `v` in document order, with the leaf values; `hostName` (a 580-series
+/// key NVIDIA's 570 sample lacks, empty without -H) and the timestamp's value left out.
+fn shape(v: &Value, at: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map {
+                if k == "hostName" {
+                    continue;
+                }
+                let path = format!("{at}/{k}");
+                if k == "timestamp" {
+                    out.push(path);
+                } else {
+                    shape(child, &path, out);
+                }
+            }
+        }
+        leaf => out.push(format!("{at}={leaf}")),
+    }
+}
+
+#[test]
+fn a_placeholder_file_starts_unconfigured_then_sigusr1_brings_the_domain_up() {
+    let mut cluster = Cluster::prepare(spec(2)).expect("prepare 2 nodes");
+    let real = cluster.nodes_lines().to_vec();
+    for i in 0..2 {
+        cluster.write_nodes_file(i, &seed()).expect("seed file");
+        cluster.start_node(i).expect("start on the seed file");
+    }
+    for i in 0..2 {
+        cluster
+            .wait_state(i, "UNAVAILABLE", NOTICE)
+            .expect("an unconfigured daemon answers ctl -q UNAVAILABLE");
+    }
+    let q = cluster.ctl(0, &["-q"]).expect("ctl -q");
+    assert_eq!(text(&q.stdout).trim(), "UNAVAILABLE", "{q:?}");
+
+    let out = cluster.ctl(0, &["-N", "-j"]).expect("ctl -N -j");
+    assert!(out.status.success(), "ctl -N -j must exit 0: {out:?}");
+    let ours: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let nvidia: Value = serde_json::from_str(UNCONFIGURED_SAMPLE).expect("sample");
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    shape(&ours, "", &mut a);
+    shape(&nvidia, "", &mut b);
+    assert_eq!(a, b, "key order and values of the unconfigured sample");
+    let d = cluster.domain(0).expect("parse -N -j");
+    assert_eq!(d.status, "DOWN");
+
+    // The job writes the real list; SIGUSR1 re-executes each daemon in place.
+    let pids: Vec<_> = (0..2).map(|i| cluster.node(i).pid()).collect();
+    for i in 0..2 {
+        cluster.write_nodes_file(i, &real).expect("real list");
+        cluster.signal(i, Signal::SIGUSR1).expect("SIGUSR1");
+    }
+    for i in 0..2 {
+        let d = cluster.wait_up(i, FORM).expect("domain UP after SIGUSR1");
+        assert_eq!(d.nodes.len(), 2, "{}", d.compact());
+    }
+    let now: Vec<_> = (0..2).map(|i| cluster.node(i).pid()).collect();
+    assert_eq!(now, pids, "re-executed in place: same PIDs");
+    let q = cluster.ctl(1, &["-q"]).expect("ctl -q");
+    assert_eq!(text(&q.stdout).trim(), "READY");
+}
+
+#[test]
+fn a_placeholder_line_is_unavailable_and_filling_it_in_brings_the_domain_up() {
+    let mut cluster = Cluster::prepare(spec(3)).expect("prepare 3 nodes");
+    let real = cluster.nodes_lines().to_vec();
+    let mut holed = real.clone();
+    holed[2] = "0.0.0.0".to_string();
+    for i in 0..2 {
+        cluster
+            .write_nodes_file(i, &holed)
+            .expect("file with a placeholder");
+        cluster.start_node(i).expect("start");
+    }
+    let d = cluster
+        .wait_domain(0, FORM, "two real nodes connected", |d| {
+            d.connection(0, 1) == Some("CONNECTED") && d.connection(1, 0) == Some("CONNECTED")
+        })
+        .expect("the two real nodes form");
+    assert_eq!(d.status, "DEGRADED", "{}", d.compact());
+    assert_eq!(d.node_status(2), Some("UNAVAILABLE"), "{}", d.compact());
+    assert_eq!(d.nodes[&2].host, "0.0.0.0");
+    for from in 0..3 {
+        assert_eq!(d.connection(from, 2), Some("INVALID"), "{}", d.compact());
+    }
+
+    let pids: Vec<_> = (0..2).map(|i| cluster.node(i).pid()).collect();
+    for i in 0..3 {
+        cluster.write_nodes_file(i, &real).expect("filled in");
+    }
+    for i in 0..2 {
+        cluster.signal(i, Signal::SIGUSR1).expect("SIGUSR1");
+    }
+    cluster.start_node(2).expect("start node 2");
+    for i in 0..3 {
+        let d = cluster.wait_up(i, FORM).expect("3 nodes UP");
+        assert_eq!(d.nodes[&2].host, real[2], "{}", d.compact());
+    }
+    let now: Vec<_> = (0..2).map(|i| cluster.node(i).pid()).collect();
+    assert_eq!(now, pids, "no daemon restarted");
+}
