@@ -72,7 +72,9 @@ impl NodeMap {
     /// they would refuse each other for good. Why not the map at start-up: a node added later
     /// starts with the longer map. Entry 0 never changes while a domain lives (a changed or
     /// removed entry is refused), so every daemon of the domain derives the same ID whenever it
-    /// started. Keeping foreign domains apart does not rest on this ID alone: the node maps
+    /// started. The one exception is a placeholder entry 0 (`0.0.0.0`) filled in by SIGUSR1: a
+    /// daemon whose ID was derived re-derives it then (`Mesh::handle_node_map`), and until
+    /// every daemon has reloaded, those that have not refuse the others (domain mismatch). Keeping foreign domains apart does not rest on this ID alone: the node maps
     /// themselves must agree on every entry both have (see [`NodeMap::accepts`]).
     pub fn derived_domain_id(&self) -> String {
         let first = self.hosts.first().map_or(&[][..], std::slice::from_ref);

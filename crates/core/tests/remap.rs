@@ -336,3 +336,25 @@ fn a_peer_claiming_a_placeholder_id_is_refused() {
     assert_ne!(net.cell(2, 0), ConnStatus::Connected);
     assert_eq!(net.cell(0, 1), ConnStatus::Connected);
 }
+
+/// Entry 0 is the one the derived domain ID comes from: filling it in re-derives the ID, so
+/// the reloaded daemons and one started on the filled-in file agree.
+#[test]
+fn filling_in_entry_0_re_derives_the_domain_id() {
+    let mut net = Net::new(3, QuorumPolicy::None);
+    net.map = map_with_placeholder(3, 0);
+    net.start(1);
+    net.start(2);
+    net.run_for(5 * SEC);
+    assert_eq!(net.cell(1, 2), ConnStatus::Connected);
+    assert_eq!(net.cell(1, 0), ConnStatus::Invalid);
+    let full = map(3);
+    for i in [1, 2] {
+        assert_eq!(reload(&mut net, i, full.clone(), &[]), Ok(vec![Net::id(0)]));
+        assert_eq!(net.mesh(i).config().domain_id, full.derived_domain_id());
+    }
+    net.maps.insert(0, full);
+    net.start(0);
+    net.run_until(10 * SEC, Net::all_up)
+        .expect("node 0 joins with the re-derived domain ID");
+}

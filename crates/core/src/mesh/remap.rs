@@ -68,6 +68,12 @@ impl Mesh {
             }
             self.set_dialer(peer, Dialer::Queued((DueClass::FirstRound, now, peer)));
         }
+        // A derived domain ID follows a filled-in placeholder at entry 0, so that this daemon
+        // agrees with those started on the filled-in file (see `NodeMap::derived_domain_id`).
+        // A configured ID never equals the derivation by chance.
+        if self.cfg.domain_id == self.cfg.map.derived_domain_id() {
+            self.cfg.domain_id = map.derived_domain_id();
+        }
         self.hosts = Arc::from(map.hosts());
         self.cfg.map = map;
         for &id in &added {
