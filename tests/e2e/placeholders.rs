@@ -9,6 +9,7 @@ use openimex_harness::{Cluster, Signal};
 use serde_json::Value;
 
 use crate::common::{FORM, NOTICE, spec, text};
+use crate::systemd::Manager;
 
 /// NVIDIA's `ctl -N -j` on a node whose nodes file holds only placeholders.
 const UNCONFIGURED_SAMPLE: &str =
@@ -140,4 +141,37 @@ fn a_placeholder_line_is_unavailable_and_filling_it_in_brings_the_domain_up() {
 #[test]
 fn filling_in_a_placeholder_at_entry_0_brings_the_domain_up() {
     fill_in(0);
+}
+
+/// Under systemd (`Type=notify`): the unconfigured start is complete (`READY=1` with
+/// `STATUS=UNAVAILABLE…`), the re-execution is a reload (`RELOADING=1`), and the new image
+/// reports `READY=1` with `STATUS=READY`, in the same process.
+#[test]
+fn under_systemd_the_unconfigured_start_is_ready_and_the_re_execution_a_reload() {
+    let mut cluster = Cluster::prepare(spec(1)).expect("prepare");
+    let path = cluster.base_dir().join("notify.sock");
+    let mut manager = Manager::bind(&path);
+    cluster
+        .set_node_env(0, "NOTIFY_SOCKET", &path)
+        .expect("environment");
+    let real = cluster.nodes_lines().to_vec();
+    cluster.write_nodes_file(0, &seed()).expect("seed file");
+    cluster.start_node(0).expect("start");
+    let ready = manager.wait_line("READY=1", NOTICE, &cluster);
+    assert!(
+        ready
+            .lines()
+            .any(|l| l.starts_with("STATUS=UNAVAILABLE: unconfigured")),
+        "{ready}"
+    );
+    let pid = cluster.node(0).pid();
+    cluster.write_nodes_file(0, &real).expect("real list");
+    cluster.signal(0, Signal::SIGUSR1).expect("SIGUSR1");
+    manager.wait_line("RELOADING=1", NOTICE, &cluster);
+    let ready = manager.wait_line("READY=1", FORM, &cluster);
+    assert!(ready.lines().any(|l| l == "STATUS=READY"), "{ready}");
+    assert_eq!(cluster.node(0).pid(), pid, "same process");
+    assert!(cluster.is_running(0));
+    let d = cluster.wait_up(0, FORM).expect("a 1-node domain UP");
+    assert_eq!(d.nodes[&0].host, real[0]);
 }

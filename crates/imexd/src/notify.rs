@@ -16,7 +16,9 @@
 //! Without `NOTIFY_SOCKET` every call is a no-op. A failed send is logged once, at warn level,
 //! and never stops the daemon: readiness reporting is a courtesy to the manager. The daemon
 //! spawns no processes, so the variable is not removed from its environment; a child spawned
-//! one day must get `Command::env_remove(ENV)`.
+//! one day must get `Command::env_remove(ENV)`. An unconfigured daemon that re-executes itself
+//! (see `unconfigured`) keeps it on purpose: the new image is the same process, and tells the
+//! manager `READY=1` again after the `RELOADING=1` sent before the exec.
 //!
 //! A forked daemon is not the process the manager started, so `Type=notify` needs the
 //! foreground: `openimex daemon` stays in the foreground when `NOTIFY_SOCKET` is set, whatever
