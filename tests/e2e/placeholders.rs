@@ -5,10 +5,13 @@
 //! configured domain a placeholder line is a node UNAVAILABLE with INVALID links (domain
 //! DEGRADED), and filling it in with SIGUSR1 brings the domain UP.
 
+use std::process::{Command, Stdio};
+
+use openimex_harness::process::{find_pids_with_args, send_signal};
 use openimex_harness::{Cluster, Signal};
 use serde_json::Value;
 
-use crate::common::{FORM, NOTICE, spec, text};
+use crate::common::{COMMAND, FORM, KillOnDrop, NOTICE, binary, run, spec, text};
 use crate::systemd::Manager;
 
 /// NVIDIA's `ctl -N -j` on a node whose nodes file holds only placeholders.
@@ -174,4 +177,44 @@ fn under_systemd_the_unconfigured_start_is_ready_and_the_re_execution_a_reload()
     assert!(cluster.is_running(0));
     let d = cluster.wait_up(0, FORM).expect("a 1-node domain UP");
     assert_eq!(d.nodes[&0].host, real[0]);
+}
+
+/// With `DAEMONIZE=1` (NVIDIA's default, systemd `Type=forking`): the unconfigured daemon forks
+/// as usual, and its re-execution does not fork again: the daemon keeps its PID.
+#[test]
+fn a_daemonized_unconfigured_daemon_keeps_its_pid_across_the_re_execution() {
+    let cluster = Cluster::prepare(spec(1).config("DAEMONIZE", "1")).expect("prepare");
+    let real = cluster.nodes_lines().to_vec();
+    cluster.write_nodes_file(0, &seed()).expect("seed file");
+    let cfg = cluster.node(0).config_path().display().to_string();
+    let _cleanup = KillOnDrop(vec!["daemon".into(), cfg.clone()]);
+    let out = run(Command::new(binary())
+        .args(["daemon", "-c", &cfg])
+        .stdin(Stdio::null()));
+    assert!(
+        out.status.success(),
+        "the foreground command exits 0: {out:?}"
+    );
+    cluster
+        .wait_state(0, "UNAVAILABLE", NOTICE)
+        .expect("the forked daemon answers UNAVAILABLE");
+    let pids = find_pids_with_args(&["daemon", &cfg]);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+
+    cluster.write_nodes_file(0, &real).expect("real list");
+    send_signal(pids[0], Signal::SIGUSR1).expect("SIGUSR1");
+    cluster
+        .wait_state(0, "READY", FORM)
+        .expect("READY after the re-execution");
+    assert_eq!(
+        find_pids_with_args(&["daemon", &cfg]),
+        pids,
+        "same single PID"
+    );
+    send_signal(pids[0], Signal::SIGTERM).expect("SIGTERM");
+    assert!(
+        crate::common::wait_for(COMMAND, || find_pids_with_args(&["daemon", &cfg])
+            .is_empty()),
+        "the daemon stops on SIGTERM"
+    );
 }
