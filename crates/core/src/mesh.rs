@@ -227,24 +227,6 @@ impl Link {
             farewell: None,
         }
     }
-
-    /// A placeholder entry's link (`0.0.0.0`): no node there, never dialled, INVALID.
-    fn placeholder(now: Instant) -> Self {
-        Self {
-            status: ConnStatus::Invalid,
-            reason: "placeholder entry (0.0.0.0): no node at this ID yet, not dialled".to_string(),
-            ..Self::new(now)
-        }
-    }
-
-    /// The link for entry `id` of `map`: a placeholder's, or a peer not dialled yet.
-    fn for_entry(map: &crate::NodeMap, id: NodeId, now: Instant) -> Self {
-        if map.is_placeholder(id) {
-            Self::placeholder(now)
-        } else {
-            Self::new(now)
-        }
-    }
 }
 
 /// A read-only view of one link, for the command service.
