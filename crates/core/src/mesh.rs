@@ -21,6 +21,11 @@
 //! pair's: one heartbeat exchange per pair, sent by the lower node ID on the pair's session, on
 //! one timer for all sessions (`liveness.rs` has the details).
 //!
+//! A placeholder entry of the node map (`0.0.0.0`, [`crate::NodeMap::is_placeholder`]) is no
+//! peer: its link is INVALID from the start, it is never dialled, a hello claiming its ID is
+//! refused (wrong node), and FULL quorum does not wait for it. SIGUSR1 may fill it in
+//! (`remap.rs`).
+//!
 //! # Cost of a large node file
 //! Every peer is dialled once at start (the first round), at most
 //! [`DialBudget::max_in_flight`] at a time. After that, retries share one [`DialBudget`]: a
