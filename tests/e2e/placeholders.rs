@@ -134,6 +134,18 @@ fn fill_in(hole: usize) {
     }
     let now: Vec<_> = live.iter().map(|&i| cluster.node(i).pid()).collect();
     assert_eq!(now, pids, "no daemon restarted");
+    let added = format!(
+        "re-read (SIGUSR1): 1 node added (node {hole} {})",
+        real[hole]
+    );
+    for &i in &live {
+        let log = std::fs::read_to_string(cluster.node(i).log_path()).unwrap_or_default();
+        let line = log.lines().find(|l| l.contains("re-read (SIGUSR1)"));
+        assert!(
+            line.is_some_and(|l| l.ends_with(&added)),
+            "node {i}: a filled-in placeholder is a node added, not a move: {line:?}"
+        );
+    }
 }
 
 #[test]
