@@ -3,7 +3,8 @@
 //! UNAVAILABLE, `ctl -N -j` exit 0 in the shape of NVIDIA's unconfigured sample, domain DOWN),
 //! and comes up configured, same PID, once the real list is written and SIGUSR1 arrives. In a
 //! configured domain a placeholder line is a node UNAVAILABLE with INVALID links (domain
-//! DEGRADED), and filling it in with SIGUSR1 brings the domain UP.
+//! DEGRADED), and filling it in with SIGUSR1 brings the domain UP. Every other duplicate, and a
+//! file without placeholders that does not name this host, still stop the start.
 
 use std::process::{Command, Stdio};
 
@@ -229,4 +230,27 @@ fn a_daemonized_unconfigured_daemon_keeps_its_pid_across_the_re_execution() {
             .is_empty()),
         "the daemon stops on SIGTERM"
     );
+}
+
+/// Without a placeholder, a file that does not name this host is still refused at start-up;
+/// and a real address listed twice is refused with its file:line, placeholders around it or not.
+#[test]
+fn without_a_placeholder_or_with_a_real_duplicate_the_daemon_still_refuses_to_start() {
+    let cluster = Cluster::prepare(spec(1)).expect("prepare");
+    let cfg = cluster.node(0).config_path().display().to_string();
+    let nodes = cluster.node(0).nodes_path().display().to_string();
+    let cases = [
+        (vec!["192.0.2.1"], "is not in nodes file".to_string()),
+        (
+            vec!["##", "0.0.0.0", "192.0.2.1", "0.0.0.0", "192.0.2.1"],
+            format!("{nodes}:5: node \"192.0.2.1\" is listed twice (first at line 3)"),
+        ),
+    ];
+    for (lines, want) in cases {
+        let lines: Vec<String> = lines.into_iter().map(String::from).collect();
+        cluster.write_nodes_file(0, &lines).expect("nodes file");
+        let out = run(Command::new(binary()).args(["daemon", "-c", &cfg]));
+        let stderr = crate::common::assert_clean_failure(&out, "start");
+        assert!(stderr.contains(&want), "{want:?} in: {stderr}");
+    }
 }
