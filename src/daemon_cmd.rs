@@ -2,6 +2,7 @@
 //! the process set-up around [`openimex_imexd::run`]: everything is validated and every
 //! listener bound before the daemon forks or serves, so a bad config exits non-zero at once.
 
+mod reexec;
 mod signals;
 
 use std::ffi::OsString;
@@ -11,9 +12,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use openimex_config::{Config, DEFAULT_CONFIG_PATH, DriverKind, Quorum, identify_local};
+use openimex_config::{
+    Config, ConfigError, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum, identify_local,
+};
 use openimex_core::{Backoff, NodeId, QuorumPolicy};
 use openimex_driver::Backend;
+use openimex_imexd::unconfigured::{self, CmdListeners, Outcome};
 use openimex_imexd::{Settings, World, daemonize, logging};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
@@ -93,9 +97,23 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
 
 struct Prepared {
     cfg: Config,
-    settings: Settings,
-    world: World,
-    driver: Box<dyn openimex_driver::Driver>,
+    mode: Mode,
+}
+
+/// What the daemon runs as.
+enum Mode {
+    /// This host is an entry of the nodes file.
+    Configured {
+        settings: Box<Settings>,
+        world: World,
+        driver: Box<dyn openimex_driver::Driver>,
+    },
+    /// The nodes file holds placeholders but no entry for this host (see
+    /// `openimex_imexd::unconfigured`): `why` says what was tried.
+    Unconfigured {
+        listeners: CmdListeners,
+        why: String,
+    },
 }
 
 /// Everything that can fail because of the config happens here, before anything is bound.
@@ -107,12 +125,20 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cfg.server_port = port;
     }
     let nodes = cfg.load_nodes()?;
-    let local = identify_local(
+    let local = match identify_local(
         &nodes,
         cfg.bind_interface_ip,
         &openimex_config::system_resolve,
         &openimex_config::system_is_local,
-    )?;
+    ) {
+        Ok(local) => local,
+        Err(e @ (ConfigError::NoLocalNode { .. } | ConfigError::BindNotInNodes { .. }))
+            if nodes.has_placeholder() =>
+        {
+            return prepare_unconfigured(cfg, e.to_string());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let backend = if args.nogpu {
         Backend::NoGpu
     } else {
@@ -131,10 +157,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
             .and_then(|h| h.into_string().ok())
             .unwrap_or_default()
     });
-    let cmd_unix = cfg
-        .imex_cmd_unix_domain_path
-        .clone()
-        .filter(|_| cfg.imex_cmd_enabled);
+    let cmd_unix = cmd_unix_path(&cfg);
     let settings = Settings {
         local: NodeId(local.node_id),
         hosts: nodes.hosts(),
@@ -170,9 +193,56 @@ fn prepare(args: &Args) -> Result<Prepared> {
     )?;
     Ok(Prepared {
         cfg,
-        settings,
-        world,
-        driver,
+        mode: Mode::Configured {
+            settings: Box::new(settings),
+            world,
+            driver,
+        },
+    })
+}
+
+/// `IMEX_CMD_UNIX_DOMAIN_PATH`, when the command service is enabled.
+fn cmd_unix_path(cfg: &Config) -> Option<PathBuf> {
+    cfg.imex_cmd_unix_domain_path
+        .clone()
+        .filter(|_| cfg.imex_cmd_enabled)
+}
+
+/// The nodes file holds placeholders but not this host: bind the command service only. The
+/// GPU driver is not opened (the configured image, after SIGUSR1, opens it).
+fn prepare_unconfigured(cfg: Config, why: String) -> Result<Prepared> {
+    let unix_path = cmd_unix_path(&cfg);
+    let (tcp, unix) = World::bind_commands(
+        cfg.imex_cmd_bind_interface_ip,
+        cfg.imex_cmd_port.filter(|_| cfg.imex_cmd_enabled),
+        unix_path.as_deref(),
+    )?;
+    Ok(Prepared {
+        cfg,
+        mode: Mode::Unconfigured {
+            listeners: CmdListeners {
+                tcp,
+                unix,
+                unix_path,
+            },
+            why,
+        },
+    })
+}
+
+/// SIGUSR1 in an unconfigured daemon: does the nodes file name this host now?
+fn names_this_host(cfg: &Config) -> unconfigured::Check {
+    let (path, bind) = (cfg.imex_node_config_file.clone(), cfg.bind_interface_ip);
+    std::sync::Arc::new(move || {
+        let nodes = NodeConfig::load(&path).map_err(|e| e.to_string())?;
+        identify_local(
+            &nodes,
+            bind,
+            &openimex_config::system_resolve,
+            &openimex_config::system_is_local,
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     })
 }
 
@@ -180,17 +250,14 @@ fn start(args: Args) -> Result<()> {
     // First, while this is the only thread: every thread started later inherits the mask.
     let ignored_signals = signals::block()?;
     signals::ignore_hup_until_handled()?;
-    let Prepared {
-        cfg,
-        settings,
-        world,
-        driver,
-    } = prepare(&args)?;
+    let reexecuted = reexec::take_marker();
+    let Prepared { cfg, mode } = prepare(&args)?;
     // A service manager waiting for READY=1 (systemd Type=notify) tracks the process it
     // started: a forked child would be a stranger to it, so DAEMONIZE=1 is not honoured then.
     let notify_socket = std::env::var_os(openimex_imexd::notify::ENV);
     let manager_waits = notify_socket.as_deref().is_some_and(|v| !v.is_empty());
-    let mut ready = if cfg.daemonize && !manager_waits {
+    // A re-executed image (same PID) is already where the first one put itself.
+    let mut ready = if cfg.daemonize && !manager_waits && !reexecuted {
         daemonize::daemonize().context("cannot fork into the background")?
     } else {
         daemonize::ReadyPipe::none()
@@ -198,7 +265,7 @@ fn start(args: Args) -> Result<()> {
     let target = logging::init(
         cfg.log_level,
         cfg.log_file_name.as_deref(),
-        cfg.log_append_to_log,
+        cfg.log_append_to_log || reexecuted,
         usize::try_from(cfg.verbose_log_buffer_kb)
             .unwrap_or(usize::MAX)
             .saturating_mul(1024),
@@ -232,27 +299,43 @@ fn start(args: Args) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let check = names_this_host(&cfg);
     let result = runtime.block_on(async move {
         let (shutdown, reloads) = shutdown_signal()?;
         ready.ready();
-        openimex_imexd::run(
-            settings,
-            world,
-            driver,
-            openimex_imexd::Entropy::random(),
-            shutdown,
-            reloads,
-            notifier,
-        )
-        .await
-        .map_err(anyhow::Error::from)
+        match mode {
+            Mode::Configured {
+                settings,
+                world,
+                driver,
+            } => openimex_imexd::run(
+                *settings,
+                world,
+                driver,
+                openimex_imexd::Entropy::random(),
+                shutdown,
+                reloads,
+                notifier,
+            )
+            .await
+            .map(|()| Outcome::Stopped)
+            .map_err(anyhow::Error::from),
+            Mode::Unconfigured { listeners, why } => {
+                unconfigured::run(listeners, why, check, shutdown, reloads, notifier)
+                    .await
+                    .map_err(anyhow::Error::from)
+            }
+        }
     });
     // Tasks still blocked on a hung peer must not hold the exit past the 5 s promise.
     runtime.shutdown_timeout(Duration::from_millis(500));
     // NVIDIA flushes the verbose buffer at shutdown (imex-guide §5); the runtime is gone, so
     // this write blocks nothing.
+    if matches!(result, Ok(Outcome::Configured)) {
+        return Err(reexec::exec(&std::env::args_os().collect::<Vec<_>>()));
+    }
     logging::dump_verbose(logging::DumpReason::Shutdown);
-    result
+    result.map(|_| ())
 }
 
 /// Resolves on SIGTERM, SIGINT or SIGQUIT. SIGHUP writes the verbose log buffer to the log

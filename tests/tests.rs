@@ -61,6 +61,9 @@ mod scale;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+// issue 9: placeholder nodes files (0.0.0.0): unconfigured start, re-exec on SIGUSR1, fill-in
+#[path = "e2e/placeholders.rs"]
+mod placeholders;
 // names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
 #[path = "e2e/sigusr1.rs"]
 mod sigusr1;

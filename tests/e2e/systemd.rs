@@ -19,13 +19,13 @@ use crate::common::{COMMAND, FORM, NOTICE, binary, run, spec, text};
 const NO_READY_WINDOW: Duration = Duration::from_secs(3);
 
 /// The service manager's side: the socket and every datagram received so far.
-struct Manager {
+pub(crate) struct Manager {
     sock: UnixDatagram,
     got: Vec<String>,
 }
 
 impl Manager {
-    fn bind(path: &Path) -> Self {
+    pub(crate) fn bind(path: &Path) -> Self {
         let sock = UnixDatagram::bind(path).expect("bind the notify socket");
         Self {
             sock,
@@ -34,7 +34,7 @@ impl Manager {
     }
 
     /// The next datagram within `limit`, or `None`.
-    fn next(&mut self, limit: Duration) -> Option<String> {
+    pub(crate) fn next(&mut self, limit: Duration) -> Option<String> {
         self.sock
             .set_read_timeout(Some(limit.max(Duration::from_millis(1))))
             .expect("read timeout");
@@ -59,7 +59,7 @@ impl Manager {
 
     /// Receives until a datagram has `line` among its lines (within `limit`); returns it.
     #[track_caller]
-    fn wait_line(&mut self, line: &str, limit: Duration, cluster: &Cluster) -> String {
+    pub(crate) fn wait_line(&mut self, line: &str, limit: Duration, cluster: &Cluster) -> String {
         let until = Instant::now() + limit;
         loop {
             let left = until.saturating_duration_since(Instant::now());

@@ -25,7 +25,7 @@ pub use cfg::{
 };
 pub use error::ConfigError;
 pub use local::{LocalNode, identify_local, system_is_local, system_resolve};
-pub use nodes::{NodeConfig, NodeEntry};
+pub use nodes::{NodeConfig, NodeEntry, is_placeholder};
 
 /// Where `nvidia-imex` and `nvidia-imex-ctl` look for the config file when `-c` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/nvidia-imex/config.cfg";

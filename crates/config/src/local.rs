@@ -14,6 +14,10 @@
 //!   name resolves to its real address.
 //! - A name that does not resolve (yet) is skipped, not an error: peers may appear in DNS or
 //!   `/etc/hosts` later.
+//! - A placeholder entry (`0.0.0.0` / `::`, see [`crate::nodes`]) is never this node, even
+//!   though the unspecified address is bindable: it names no node. When nothing else matches
+//!   and the file holds a placeholder, the daemon runs *unconfigured* rather than exiting
+//!   (the caller decides that: see [`NodeConfig::has_placeholder`]).
 
 use std::net::{IpAddr, TcpListener, ToSocketAddrs};
 
@@ -49,6 +53,7 @@ pub fn identify_local(
         .enumerate()
         .map(|(id, entry)| {
             let addrs = match entry.ip() {
+                _ if entry.is_placeholder() => Vec::new(),
                 Some(ip) => vec![ip],
                 None => resolve(&entry.host),
             };
@@ -219,6 +224,24 @@ mod tests {
 
     fn never(_: IpAddr) -> bool {
         panic!("is_local must not be called when BIND_INTERFACE_IP is set")
+    }
+
+    /// `0.0.0.0` is bindable everywhere, yet a placeholder is never this node.
+    #[test]
+    fn placeholders_are_never_this_node() {
+        let n = nodes("##\n0.0.0.0\n0.0.0.0\n10.0.0.2\n");
+        let got = identify_local(&n, None, &no_dns, &|_| true).unwrap();
+        assert_eq!(got.node_id, 2);
+        let only = nodes("##\n0.0.0.0\n::\n");
+        assert!(only.has_placeholder());
+        assert!(matches!(
+            identify_local(&only, None, &no_dns, &|_| true),
+            Err(ConfigError::NoLocalNode { .. })
+        ));
+        assert!(matches!(
+            identify_local(&only, Some(ip("0.0.0.0")), &no_dns, &never),
+            Err(ConfigError::BindNotInNodes { .. })
+        ));
     }
 
     #[test]

@@ -15,6 +15,20 @@
 //! appear only once (names compare case-insensitively, addresses by value), because a
 //! duplicate would give one node two IDs. Names are not resolved here; see
 //! [`crate::identify_local`].
+//!
+//! # Placeholders
+//!
+//! The one exception to "once" is the *placeholder*: the unspecified address `0.0.0.0` (or
+//! `::`, in any spelling). It names no node, so it may repeat, on any number of lines, mixed
+//! with real entries. AWS ParallelCluster seeds the file with a `##` comment and nine `0.0.0.0`
+//! lines so that the service starts before a job writes the real list; NVIDIA's daemon starts
+//! on that file and reports itself UNAVAILABLE, its link INVALID, the domain DOWN.
+//!
+//! A placeholder line still takes its node ID (IDs stay line indices, as NVIDIA's), so filling
+//! it in later renumbers nobody. The daemon never dials a placeholder and never takes one as
+//! itself ([`crate::identify_local`] skips them); `ctl -N` shows it UNAVAILABLE with INVALID
+//! links. Every other duplicate (a real address or name listed twice, placeholders around it
+//! or not) is refused, naming both lines.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -39,6 +53,20 @@ impl NodeEntry {
     pub fn ip(&self) -> Option<IpAddr> {
         self.host.parse().ok()
     }
+
+    /// Whether the entry is a placeholder (`0.0.0.0` or `::`): a line that holds a node ID for
+    /// a node not known yet (see the module docs).
+    pub fn is_placeholder(&self) -> bool {
+        is_placeholder(&self.host)
+    }
+}
+
+/// Whether a nodes-file entry is a placeholder: the unspecified address `0.0.0.0` or `::` (any
+/// spelling), which names no node. See the module docs.
+pub fn is_placeholder(host: &str) -> bool {
+    host.trim()
+        .parse::<IpAddr>()
+        .is_ok_and(|ip| ip.to_canonical().is_unspecified())
 }
 
 /// The parsed nodes file. The node ID of `entries[i]` is `i`: node 0 is the first
@@ -83,7 +111,8 @@ impl NodeConfig {
                 value: host.to_owned(),
                 reason,
             })?;
-            if let Some(&first_line) = first_seen.get(&identity) {
+            let placeholder = is_placeholder(host);
+            if !placeholder && let Some(&first_line) = first_seen.get(&identity) {
                 return Err(ConfigError::DuplicateNode {
                     path: path.to_path_buf(),
                     line,
@@ -130,6 +159,11 @@ impl NodeConfig {
     /// The hosts as written, in node-ID order.
     pub fn hosts(&self) -> Vec<String> {
         self.entries.iter().map(|e| e.host.clone()).collect()
+    }
+
+    /// Whether any entry is a placeholder (`0.0.0.0` / `::`).
+    pub fn has_placeholder(&self) -> bool {
+        self.entries.iter().any(NodeEntry::is_placeholder)
     }
 
     /// Number of nodes.
@@ -270,6 +304,44 @@ mod tests {
         let msg = parse_err("::1\n0:0::1\n");
         assert!(
             msg.contains(":2: node \"0:0::1\" is listed twice (first at line 1)"),
+            "{msg}"
+        );
+    }
+
+    /// AWS ParallelCluster's seed file: a `##` comment and nine `0.0.0.0` lines.
+    #[test]
+    fn repeated_placeholders_are_accepted_and_keep_their_ids() {
+        let text = format!("##\n{}", "0.0.0.0\n".repeat(9));
+        let nodes = parse(&text).unwrap();
+        assert_eq!(nodes.len(), 9);
+        assert!(nodes.entries.iter().all(NodeEntry::is_placeholder));
+        assert!(nodes.has_placeholder());
+        let lines: Vec<usize> = nodes.entries.iter().map(|e| e.line).collect();
+        assert_eq!(lines, (2..=10).collect::<Vec<_>>());
+        // IPv6 spellings, mixed with real entries: each keeps its line's ID.
+        let nodes = parse("10.0.0.1\n::\n0.0.0.0\n0:0::0\n10.0.0.2\n0.0.0.0\n").unwrap();
+        let marks: Vec<bool> = nodes
+            .entries
+            .iter()
+            .map(NodeEntry::is_placeholder)
+            .collect();
+        assert_eq!(marks, [false, true, true, true, false, true]);
+        assert!(!parse("10.0.0.1\n").unwrap().has_placeholder());
+        assert!(is_placeholder("::ffff:0.0.0.0"));
+        assert!(!is_placeholder("0.0.0.1") && !is_placeholder("zero"));
+    }
+
+    #[test]
+    fn a_real_duplicate_among_placeholders_is_still_refused() {
+        let msg = parse_err("##\n0.0.0.0\n10.0.0.5\n0.0.0.0\n10.0.0.5\n");
+        assert_eq!(
+            msg,
+            "nodes_config.cfg:5: node \"10.0.0.5\" is listed twice (first at line 3): every node \
+             must appear once, because its line index is its node ID"
+        );
+        let msg = parse_err("0.0.0.0\nnode-a\n0.0.0.0\nNODE-A\n");
+        assert!(
+            msg.starts_with("nodes_config.cfg:4: node \"NODE-A\""),
             "{msg}"
         );
     }

@@ -21,6 +21,11 @@
 //! pair's: one heartbeat exchange per pair, sent by the lower node ID on the pair's session, on
 //! one timer for all sessions (`liveness.rs` has the details).
 //!
+//! A placeholder entry of the node map (`0.0.0.0`, [`crate::NodeMap::is_placeholder`]) is no
+//! peer: its link is INVALID from the start, it is never dialled, a hello claiming its ID is
+//! refused (wrong node), and FULL quorum does not wait for it. SIGUSR1 may fill it in
+//! (`remap.rs`).
+//!
 //! # Cost of a large node file
 //! Every peer is dialled once at start (the first round), at most
 //! [`DialBudget::max_in_flight`] at a time. After that, retries share one [`DialBudget`]: a
@@ -290,7 +295,7 @@ impl Mesh {
         let links = cfg
             .map
             .ids()
-            .map(|id| (id != cfg.local).then(|| Link::new(now)))
+            .map(|id| (id != cfg.local).then(|| Link::for_entry(&cfg.map, id, now)))
             .collect();
         let rng = Rng::new(cfg.seed);
         let budget = DialBudget::for_backoff(&cfg.backoff);
@@ -623,11 +628,12 @@ impl Mesh {
 
     // ---- internals -----------------------------------------------------------------------
 
+    /// Every peer that names a node (placeholders are not dialled or greeted).
     fn peer_ids(&self) -> Vec<NodeId> {
         self.cfg
             .map
             .ids()
-            .filter(|id| *id != self.cfg.local)
+            .filter(|id| *id != self.cfg.local && !self.cfg.map.is_placeholder(*id))
             .collect()
     }
 
@@ -802,7 +808,7 @@ impl Mesh {
 
     fn check_quorum(&mut self) {
         if self.state == DaemonState::WaitingForPeers
-            && self.connected_peers() + 1 == self.cfg.map.len()
+            && self.connected_peers() + 1 + self.cfg.map.placeholders() == self.cfg.map.len()
         {
             self.enter_init_gpu();
         }

@@ -37,6 +37,18 @@ impl NodeMap {
         self.hosts.get(node.index()).map(String::as_str)
     }
 
+    /// Whether `node`'s entry is a placeholder (`0.0.0.0` / `::`): the line holds the ID, but
+    /// names no node yet. A placeholder is never dialled, never this node, and never accepted
+    /// as a peer's identity; it shows UNAVAILABLE with INVALID links.
+    pub fn is_placeholder(&self, node: NodeId) -> bool {
+        self.host(node).is_some_and(is_placeholder)
+    }
+
+    /// Number of placeholder entries.
+    pub fn placeholders(&self) -> usize {
+        self.hosts.iter().filter(|h| is_placeholder(h)).count()
+    }
+
     /// All entries in node-ID order.
     pub fn hosts(&self) -> &[String] {
         &self.hosts
@@ -60,22 +72,36 @@ impl NodeMap {
     /// they would refuse each other for good. Why not the map at start-up: a node added later
     /// starts with the longer map. Entry 0 never changes while a domain lives (a changed or
     /// removed entry is refused), so every daemon of the domain derives the same ID whenever it
-    /// started. Keeping foreign domains apart does not rest on this ID alone: the node maps
+    /// started. The one exception is a placeholder entry 0 (`0.0.0.0`) filled in by SIGUSR1: a
+    /// daemon whose ID was derived re-derives it then (`Mesh::handle_node_map`), and until
+    /// every daemon has reloaded, those that have not refuse the others (domain mismatch). Keeping foreign domains apart does not rest on this ID alone: the node maps
     /// themselves must agree on every entry both have (see [`NodeMap::accepts`]).
     pub fn derived_domain_id(&self) -> String {
         let first = self.hosts.first().map_or(&[][..], std::slice::from_ref);
         format!("nm-{}", &digest_of(first)[..16])
     }
 
-    /// Checks that `new` (the nodes file re-read) only appends entries to this map, and
-    /// returns the IDs of the appended ones (empty if nothing changed). A node's ID is its line,
-    /// so an entry removed, edited or moved would give running nodes other IDs: refused.
+    /// Checks that `new` (the nodes file re-read) only appends entries to this map or fills in
+    /// placeholders, and returns the IDs that now name a node they did not (filled-in
+    /// placeholders, then appended entries; empty if nothing changed). A node's ID is its line,
+    /// so an entry removed, edited or moved would give running nodes other IDs: refused. A
+    /// placeholder (`0.0.0.0`) replaced by a real entry renumbers nobody (no node ran at that
+    /// ID), so it is accepted: the node joins like an appended one. A real entry turned back
+    /// into a placeholder is an edit, refused.
     pub fn growth_to(&self, new: &NodeMap) -> Result<Vec<NodeId>, MapRefusal> {
-        let first_change = self
-            .hosts
-            .iter()
-            .zip(&new.hosts)
-            .position(|(a, b)| !same_entry(a, b));
+        let mut filled = Vec::new();
+        let mut first_change = None;
+        for (i, (a, b)) in self.hosts.iter().zip(&new.hosts).enumerate() {
+            if same_entry(a, b) || (is_placeholder(a) && is_placeholder(b)) {
+                continue;
+            }
+            if is_placeholder(a) {
+                filled.push(id_of(i));
+                continue;
+            }
+            first_change = Some(i);
+            break;
+        }
         if new.len() < self.len() {
             let at = first_change.unwrap_or(new.len());
             return Err(MapRefusal::Removed {
@@ -92,7 +118,8 @@ impl NodeMap {
                 now: new.hosts[at].clone(),
             });
         }
-        Ok((self.len()..new.len()).map(id_of).collect())
+        filled.extend((self.len()..new.len()).map(id_of));
+        Ok(filled)
     }
 
     /// Whether a peer with map `peer` (digest `peer_digest`, `peer_base` entries at its
@@ -102,6 +129,13 @@ impl NodeMap {
     /// that is a rolling reload (not every daemon gets SIGUSR1 at the same instant), which
     /// converges once all have reloaded. Two daemons *started* with different maps are refused,
     /// as before. The error says what differs.
+    ///
+    /// Placeholders (`0.0.0.0`) filled in on one side only are compatible too (a rolling
+    /// fill-in): an entry that is a placeholder on either side is no node there, so the two
+    /// maps cannot give one ID to two different nodes. The side that still has the placeholder
+    /// neither dials that ID nor accepts a peer claiming it (the handshake's wrong-node check),
+    /// so that node joins it only once it has reloaded. Two different *real* entries at one
+    /// ID are refused, whatever else agrees.
     pub fn accepts(
         &self,
         base: usize,
@@ -116,7 +150,7 @@ impl NodeMap {
             .hosts
             .iter()
             .zip(peer)
-            .position(|(a, b)| !same_entry(a, b))
+            .position(|(a, b)| !same_entry(a, b) && !is_placeholder(a) && !is_placeholder(b))
         {
             let (a, b) = (&self.hosts[i], &peer[i]);
             return Err(format!(
@@ -187,6 +221,14 @@ impl fmt::Display for MapRefusal {
             ),
         }
     }
+}
+
+/// Whether a nodes-file entry is a placeholder: the unspecified address `0.0.0.0` or `::` (any
+/// spelling). The config crate's parser lets placeholders repeat; see its `nodes` module.
+pub fn is_placeholder(host: &str) -> bool {
+    host.trim()
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.to_canonical().is_unspecified())
 }
 
 /// Entries name the same node (the digest's normalisation: trimmed, case-insensitive).
@@ -267,6 +309,44 @@ mod tests {
             Err(swapped.clone())
         );
         assert!(swapped.to_string().contains("reordered"), "{swapped}");
+    }
+
+    #[test]
+    fn placeholders_may_be_filled_in_but_not_brought_back() {
+        let a = map(&["n0", "0.0.0.0", "n2", "0.0.0.0"]);
+        assert_eq!(a.placeholders(), 2);
+        assert!(a.is_placeholder(NodeId(1)) && !a.is_placeholder(NodeId(2)));
+        assert!(!a.is_placeholder(NodeId(9)));
+        assert_eq!(
+            a.growth_to(&map(&["n0", "::", "n2", "0.0.0.0"])),
+            Ok(vec![])
+        );
+        assert_eq!(
+            a.growth_to(&map(&["n0", "0.0.0.0", "n2", "n3", "n4"])),
+            Ok(vec![NodeId(3), NodeId(4)])
+        );
+        assert_eq!(
+            a.growth_to(&map(&["n0", "n1", "n2", "0.0.0.0"])),
+            Ok(vec![NodeId(1)])
+        );
+        let back = map(&["n0", "n1", "n2", "0.0.0.0"]);
+        assert_eq!(
+            back.growth_to(&a),
+            Err(MapRefusal::Changed {
+                node: NodeId(1),
+                was: "n1".into(),
+                now: "0.0.0.0".into()
+            })
+        );
+        // A filled-in map and an unfilled one accept each other; two real entries do not.
+        let filled = map(&["n0", "n1", "n2", "0.0.0.0"]);
+        assert_eq!(a.accepts(4, filled.hosts(), filled.digest(), 4), Ok(()));
+        assert_eq!(filled.accepts(4, a.hosts(), a.digest(), 4), Ok(()));
+        let other = map(&["n0", "x1", "n2", "0.0.0.0"]);
+        let err = filled
+            .accepts(4, other.hosts(), other.digest(), 4)
+            .unwrap_err();
+        assert!(err.contains("entry 1"), "{err}");
     }
 
     #[test]

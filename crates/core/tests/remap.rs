@@ -1,7 +1,8 @@
 //! The node map re-read while daemons run (SIGUSR1): a grown map dials the new node and leaves
 //! every other link alone, daemons with the old and the new map accept each other during a
 //! rolling reload, a differing common entry is still refused, and a shrunk or reordered map is
-//! refused without changing anything. Deterministic, in virtual time.
+//! refused without changing anything. A placeholder entry (`0.0.0.0`) is never dialled, shows
+//! INVALID, and its node joins once the entry is filled in. Deterministic, in virtual time.
 
 mod sim;
 
@@ -284,4 +285,76 @@ fn a_node_rewrites_its_persist_record_under_the_grown_map_and_nothing_else() {
     // A refused map changes nothing, the record included.
     assert!(node.handle_node_map(now, map(1), &[]).is_err());
     assert!(node.poll_action().is_none());
+}
+
+/// `n` entries with entry `hole` a placeholder (`0.0.0.0`).
+fn map_with_placeholder(n: usize, hole: usize) -> NodeMap {
+    let mut hosts = sim::hosts(n);
+    hosts[hole] = "0.0.0.0".to_string();
+    NodeMap::new(hosts)
+}
+
+#[test]
+fn a_placeholder_is_never_dialled_shows_invalid_and_joins_once_filled_in() {
+    for quorum in [QuorumPolicy::None, QuorumPolicy::Full] {
+        let mut net = Net::new(3, quorum);
+        net.map = map_with_placeholder(3, 2);
+        net.start(0);
+        net.start(1);
+        net.run_for(5 * SEC);
+        for i in 0..2 {
+            assert_eq!(net.mesh(i).state(), DaemonState::Ready, "{quorum:?}");
+            assert_eq!(net.cell(i, 1 - i), ConnStatus::Connected);
+            assert_eq!(net.cell(i, 2), ConnStatus::Invalid);
+            assert!(net.mesh(i).links()[2].reason.contains("placeholder"));
+        }
+        assert_eq!(net.dials_to(2), 0, "a placeholder is never dialled");
+
+        // The placeholder filled in: node 0 reloads first (a rolling fill-in), then node 1.
+        let full = map(3);
+        assert_eq!(reload(&mut net, 0, full.clone(), &[]), Ok(vec![Net::id(2)]));
+        assert_eq!(net.cell(0, 2), ConnStatus::NeverConnected);
+        net.run_for(2 * SEC);
+        assert_eq!(net.cell(0, 1), ConnStatus::Connected, "peers still agree");
+        assert_eq!(reload(&mut net, 1, full.clone(), &[]), Ok(vec![Net::id(2)]));
+        net.maps.insert(2, full);
+        net.start(2);
+        net.run_until(10 * SEC, Net::all_up)
+            .expect("the filled-in node joins");
+    }
+}
+
+#[test]
+fn a_peer_claiming_a_placeholder_id_is_refused() {
+    let mut net = Net::new(3, QuorumPolicy::None);
+    net.map = map_with_placeholder(3, 2);
+    net.maps.insert(2, map(3));
+    net.start_all();
+    net.run_for(5 * SEC);
+    // Node 2 runs the filled-in map and dials the others; they have no node at ID 2.
+    assert_eq!(net.cell(0, 2), ConnStatus::Invalid);
+    assert_ne!(net.cell(2, 0), ConnStatus::Connected);
+    assert_eq!(net.cell(0, 1), ConnStatus::Connected);
+}
+
+/// Entry 0 is the one the derived domain ID comes from: filling it in re-derives the ID, so
+/// the reloaded daemons and one started on the filled-in file agree.
+#[test]
+fn filling_in_entry_0_re_derives_the_domain_id() {
+    let mut net = Net::new(3, QuorumPolicy::None);
+    net.map = map_with_placeholder(3, 0);
+    net.start(1);
+    net.start(2);
+    net.run_for(5 * SEC);
+    assert_eq!(net.cell(1, 2), ConnStatus::Connected);
+    assert_eq!(net.cell(1, 0), ConnStatus::Invalid);
+    let full = map(3);
+    for i in [1, 2] {
+        assert_eq!(reload(&mut net, i, full.clone(), &[]), Ok(vec![Net::id(0)]));
+        assert_eq!(net.mesh(i).config().domain_id, full.derived_domain_id());
+    }
+    net.maps.insert(0, full);
+    net.start(0);
+    net.run_until(10 * SEC, Net::all_up)
+        .expect("node 0 joins with the re-derived domain ID");
 }

@@ -17,6 +17,8 @@
 //! - [`world`] — the listeners.
 //! - [`daemonize`], [`logging`] — process set-up as NVIDIA's daemon does it.
 //! - [`notify`] — systemd's readiness protocol (`Type=notify`): states, READY, reload, stop.
+//! - [`unconfigured`] — a daemon whose placeholder nodes file does not name this host yet: it
+//!   answers `ctl` (UNAVAILABLE, domain DOWN) and waits for SIGUSR1.
 
 mod cmd_server;
 mod conn;
@@ -35,6 +37,7 @@ mod peer_server;
 mod persist;
 mod session;
 pub mod settings;
+pub mod unconfigured;
 pub mod world;
 
 use std::future::Future;

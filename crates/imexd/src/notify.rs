@@ -16,7 +16,9 @@
 //! Without `NOTIFY_SOCKET` every call is a no-op. A failed send is logged once, at warn level,
 //! and never stops the daemon: readiness reporting is a courtesy to the manager. The daemon
 //! spawns no processes, so the variable is not removed from its environment; a child spawned
-//! one day must get `Command::env_remove(ENV)`.
+//! one day must get `Command::env_remove(ENV)`. An unconfigured daemon that re-executes itself
+//! (see `unconfigured`) keeps it on purpose: the new image is the same process, and tells the
+//! manager `READY=1` again after the `RELOADING=1` sent before the exec.
 //!
 //! A forked daemon is not the process the manager started, so `Type=notify` needs the
 //! foreground: `openimex daemon` stays in the foreground when `NOTIFY_SOCKET` is set, whatever
@@ -132,6 +134,24 @@ impl Notifier {
         if self.announced_ready() {
             self.send(&format!("READY=1\nSTATUS={state}"));
         }
+    }
+
+    /// The daemon runs unconfigured (placeholder nodes file, see `unconfigured`): the start is
+    /// over, so `READY=1`, with a status saying why `ctl -q` answers UNAVAILABLE.
+    pub fn unconfigured(&self) {
+        self.send(&format!(
+            "READY=1\nSTATUS={}: unconfigured, this host is not in the nodes file yet (write it and send SIGUSR1)",
+            DaemonState::Unavailable
+        ));
+    }
+
+    /// The daemon re-executes itself (same PID) to start configured: a reload to the manager.
+    /// The new image sends `READY=1` again once it is READY.
+    pub fn reexecuting(&self) {
+        self.send(&format!(
+            "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=re-executing: the nodes file now names this host",
+            monotonic_usec()
+        ));
     }
 
     /// A stop begins.

@@ -34,6 +34,21 @@ impl World {
             peer,
             "check SERVER_PORT / BIND_INTERFACE_IP, or stop the daemon that holds it",
         )?;
+        let (cmd_tcp, cmd_unix) = Self::bind_commands(cmd_ip, cmd_port, cmd_unix)?;
+        Ok(Self {
+            peer: peer_listener,
+            cmd_tcp,
+            cmd_unix,
+        })
+    }
+
+    /// Binds the command service's listeners only (an unconfigured daemon has no peer
+    /// listener: see [`crate::unconfigured`]).
+    pub fn bind_commands(
+        cmd_ip: Option<IpAddr>,
+        cmd_port: Option<u16>,
+        cmd_unix: Option<&Path>,
+    ) -> Result<(Option<TcpListener>, Option<UnixListener>), DaemonError> {
         let cmd_tcp = cmd_port
             .map(|port| {
                 let addr = SocketAddr::new(cmd_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), port);
@@ -41,11 +56,7 @@ impl World {
             })
             .transpose()?;
         let cmd_unix = cmd_unix.map(bind_unix).transpose()?;
-        Ok(Self {
-            peer: peer_listener,
-            cmd_tcp,
-            cmd_unix,
-        })
+        Ok((cmd_tcp, cmd_unix))
     }
 
     /// The peer listener's address.

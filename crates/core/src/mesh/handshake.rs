@@ -97,6 +97,7 @@ impl Mesh {
         }
         let wrong = remote.node == self.cfg.local
             || remote.node.index() >= self.cfg.map.len()
+            || self.cfg.map.is_placeholder(remote.node)
             || expected_node.is_some_and(|e| e != remote.node);
         if wrong {
             return refuse(

@@ -4,9 +4,10 @@
 //! # Contract
 //! [`Mesh::handle_node_map`] is an input like the others (module contract of [`Mesh`]): the
 //! owner MUST drain [`Mesh::poll_action`] afterwards. The owner reads the file and resolves
-//! names (I/O); the mesh decides. It accepts a map that only appends entries (a node's ID is its
-//! line, so anything else would renumber running nodes) and refuses anything else without
-//! changing a thing. The owner names the peers whose address changed (it knows addresses; the
+//! names (I/O); the mesh decides. It accepts a map that only appends entries or fills in
+//! placeholder lines (`0.0.0.0`: no node ran at that ID; the node joins like an appended one)
+//! — a node's ID is its line, so anything else would renumber running nodes — and refuses
+//! anything else without changing a thing. The owner names the peers whose address changed (it knows addresses; the
 //! mesh does not): those and the appended nodes are dialled, every other link is left exactly
 //! as it was, sessions and backoff included, so live imports between unaffected nodes never
 //! notice.
@@ -67,16 +68,53 @@ impl Mesh {
             }
             self.set_dialer(peer, Dialer::Queued((DueClass::FirstRound, now, peer)));
         }
+        // A derived domain ID follows a filled-in placeholder at entry 0, so that this daemon
+        // agrees with those started on the filled-in file (see `NodeMap::derived_domain_id`).
+        // A configured ID never equals the derivation by chance.
+        if self.cfg.domain_id == self.cfg.map.derived_domain_id() {
+            self.cfg.domain_id = map.derived_domain_id();
+        }
         self.hosts = Arc::from(map.hosts());
         self.cfg.map = map;
         for &id in &added {
-            self.links.push(Some(Link::new(now)));
-            if started {
+            let placeholder = self.cfg.map.is_placeholder(id);
+            let link = Link::for_entry(&self.cfg.map, id, now);
+            if id.index() < self.links.len() {
+                // A placeholder filled in: it was never dialled, so nothing is superseded (a
+                // queued re-dial of it, as readdressed, is cleared first).
+                self.set_dialer(id, Dialer::Idle);
+                if let Some(slot) = self.links.get_mut(id.index()) {
+                    *slot = Some(link);
+                }
+            } else {
+                self.links.push(Some(link));
+            }
+            if started && !placeholder {
                 self.set_dialer(id, Dialer::Queued((DueClass::FirstRound, now, id)));
             }
         }
         self.check_quorum();
         self.pump_dials(now);
         Ok(added)
+    }
+}
+
+impl Link {
+    /// A placeholder entry's link (`0.0.0.0`): no node there, never dialled, INVALID.
+    fn placeholder(now: Instant) -> Self {
+        Self {
+            status: ConnStatus::Invalid,
+            reason: "placeholder entry (0.0.0.0): no node at this ID yet, not dialled".to_string(),
+            ..Self::new(now)
+        }
+    }
+
+    /// The link for entry `id` of `map`: a placeholder's, or a peer not dialled yet.
+    pub(super) fn for_entry(map: &NodeMap, id: NodeId, now: Instant) -> Self {
+        if map.is_placeholder(id) {
+            Self::placeholder(now)
+        } else {
+            Self::new(now)
+        }
     }
 }

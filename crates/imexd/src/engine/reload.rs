@@ -1,6 +1,7 @@
 //! The engine's side of SIGUSR1: compare the nodes file, read again and resolved (by
 //! `nodes_file`), with the map and the addresses the daemon runs on; hand the new map and the
-//! peers whose address changed to the core node, which refuses anything but appended lines and
+//! peers whose address changed to the core node, which refuses anything but appended lines (or
+//! placeholder lines, `0.0.0.0`, filled in: counted as nodes added, not as moves) and
 //! decides what is dialled; then switch the engine's own copies of the map (dial targets, the
 //! services' view, the persist record's key, our identity) and log one line saying what changed.
 //!
@@ -47,7 +48,7 @@ impl Engine {
                 };
                 let at = line.map(|l| format!(":{l}")).unwrap_or_default();
                 error!(
-                    "nodes file {}{at} re-read (SIGUSR1) refused: {refusal}. A node's ID is its line among the entries, so this would renumber running nodes. Fix: put the existing lines back as they were and only append new nodes at the end; to remove or reorder nodes, change the file on every node and restart every daemon. The daemon keeps running with the node map it has ({nodes} nodes)",
+                    "nodes file {}{at} re-read (SIGUSR1) refused: {refusal}. A node's ID is its line among the entries, so this would renumber running nodes. Fix: put the existing lines back as they were and only append new nodes at the end (or fill in placeholder 0.0.0.0 lines); to remove or reorder nodes, change the file on every node and restart every daemon. The daemon keeps running with the node map it has ({nodes} nodes)",
                     file.path.display()
                 );
                 return;
@@ -80,7 +81,13 @@ impl Engine {
             let Ok(id) = u16::try_from(i).map(NodeId) else {
                 break;
             };
-            if id == self.settings.local || new.is_empty() {
+            // A placeholder filled in is no move: the core counts it as a node added.
+            let was_placeholder = self
+                .settings
+                .hosts
+                .get(i)
+                .is_some_and(|h| openimex_core::nodemap::is_placeholder(h));
+            if id == self.settings.local || new.is_empty() || was_placeholder {
                 continue;
             }
             let changed = self.resolved.get(i).is_some_and(|old| old != new);

@@ -1,0 +1,209 @@
+//! The daemon *unconfigured*: started on a nodes file that holds placeholder entries
+//! (`0.0.0.0`, see the config crate's `nodes` module) but no entry for this host.
+//!
+//! AWS ParallelCluster seeds the nodes file with nine placeholder lines so that the service
+//! starts before a job writes the real list. NVIDIA's daemon starts on that file and answers
+//! `nvidia-imex-ctl`: the unconfigured sample (`ctl-N-j.570.172.unconfigured.json`) shows node 0
+//! UNAVAILABLE at host `0.0.0.0`, its one connection (to itself) INVALID, the domain DOWN, and
+//! `-N -j` exits 0. This module does the same:
+//!
+//! - It binds the command service only (no peer listener: there is no node ID to listen as)
+//!   and dials nobody. The GPU driver is not opened.
+//! - `ctl -q` prints `UNAVAILABLE`: the state NVIDIA reports for this node in `-N`, and not
+//!   READY, so the DRA driver's and Slurm's readiness gates (`-q` == READY) keep waiting.
+//! - `ctl -N` / `-N -j` describe this daemon alone as node 0 at `0.0.0.0` (it has no entry, so
+//!   no ID or address of its own), its link INVALID, `changed` false, version `""`, domain DOWN:
+//!   exactly the sample's shape, whatever else the file lists. `ctl --peers` lists no peer.
+//! - On SIGUSR1 the file is read again ([`Check`]); once it names this host, [`run`] returns
+//!   [`Outcome::Configured`], and the caller re-executes the daemon (same PID) so it starts
+//!   configured. A file that still does not name this host is logged and changes nothing.
+//! - With systemd (`Type=notify`) the start is reported complete (`READY=1`) with
+//!   `STATUS=UNAVAILABLE …`: the service runs, as NVIDIA's does; the re-execution is announced
+//!   as a reload (`RELOADING=1`), and the new image reports READY again when it is.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openimex_core::{DaemonState, DomainStatus};
+use openimex_proto::cmd::command_server::{Command, CommandServer};
+use openimex_proto::cmd::{
+    DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
+};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::Server;
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+use crate::{DaemonError, Notifier, Reloads};
+
+/// The host an unconfigured daemon reports for itself: the placeholder address.
+pub const UNCONFIGURED_HOST: &str = "0.0.0.0";
+
+/// Reads the nodes file again and says whether it now names this host (`Ok`), or why not.
+/// Called off the runtime (it may resolve names).
+pub type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// How an unconfigured run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// SIGTERM, SIGINT or SIGQUIT: exit.
+    Stopped,
+    /// The nodes file now names this host: re-execute to start configured.
+    Configured,
+}
+
+/// The command service's listeners, and the socket path to remove at the end.
+#[derive(Debug)]
+pub struct CmdListeners {
+    /// `IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT`.
+    pub tcp: Option<TcpListener>,
+    /// `IMEX_CMD_UNIX_DOMAIN_PATH`.
+    pub unix: Option<UnixListener>,
+    /// The unix socket's path.
+    pub unix_path: Option<PathBuf>,
+}
+
+/// Serves `ctl` as an unconfigured daemon until `shutdown` resolves or a SIGUSR1 (on
+/// `reloads`) finds this host in the nodes file (`check`). `why` is the reason this host
+/// matched no entry, logged once.
+pub async fn run(
+    listeners: CmdListeners,
+    why: String,
+    check: Check,
+    shutdown: impl Future<Output = ()>,
+    mut reloads: Reloads,
+    notify: Notifier,
+) -> Result<Outcome, DaemonError> {
+    warn!(
+        "this host matches no entry of the nodes file, which holds placeholder entries (0.0.0.0): running unconfigured (state UNAVAILABLE, domain DOWN, no peers dialled) until the file names this host and SIGUSR1 is sent. {why}"
+    );
+    let mut servers = Vec::new();
+    if let Some(l) = listeners.tcp {
+        let l = tokio_listener(l)?;
+        let s = Server::builder()
+            .add_service(CommandServer::new(Unconfigured))
+            .serve_with_incoming(TcpListenerStream::new(l));
+        servers.push(tokio::spawn(s));
+    }
+    if let Some(l) = listeners.unix {
+        let l = tokio::net::UnixListener::from_std(l).map_err(|source| DaemonError::Bind {
+            what: "command socket",
+            addr: listeners
+                .unix_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            source,
+            fix: "check IMEX_CMD_UNIX_DOMAIN_PATH",
+        })?;
+        let s = Server::builder()
+            .add_service(CommandServer::new(Unconfigured))
+            .serve_with_incoming(UnixListenerStream::new(l));
+        servers.push(tokio::spawn(s));
+    }
+    notify.unconfigured();
+    tokio::pin!(shutdown);
+    let outcome = loop {
+        tokio::select! {
+            () = &mut shutdown => break Outcome::Stopped,
+            request = reloads.recv() => {
+                if request.is_none() {
+                    break Outcome::Stopped;
+                }
+                let check = Arc::clone(&check);
+                match tokio::task::spawn_blocking(move || check()).await {
+                    Ok(Ok(())) => {
+                        info!("SIGUSR1: the nodes file now names this host: re-executing the daemon (same PID) to start configured");
+                        notify.reexecuting();
+                        break Outcome::Configured;
+                    }
+                    Ok(Err(e)) => info!("SIGUSR1: still unconfigured: {e}"),
+                    Err(e) => warn!("SIGUSR1: the nodes file check failed: {e}; still unconfigured"),
+                }
+            }
+        }
+    };
+    for s in &servers {
+        s.abort();
+    }
+    if let Some(path) = &listeners.unix_path {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(outcome)
+}
+
+fn tokio_listener(l: TcpListener) -> Result<tokio::net::TcpListener, DaemonError> {
+    let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tokio::net::TcpListener::from_std(l).map_err(|source| DaemonError::Bind {
+        what: "command service",
+        addr,
+        source,
+        fix: "this is a bug: the listener could not be registered with the runtime",
+    })
+}
+
+/// The command service of an unconfigured daemon (module docs).
+struct Unconfigured;
+
+/// The `-N` reply of an unconfigured daemon: the unconfigured sample's content.
+pub fn domain_reply() -> DomainReply {
+    DomainReply {
+        local_node_id: 0,
+        nodes: vec![NodeReport {
+            node_id: 0,
+            host: UNCONFIGURED_HOST.to_string(),
+            state: DaemonState::Unavailable.as_str().to_string(),
+            version: String::new(),
+            host_name: String::new(),
+            reachable: false,
+            instance_id: 0,
+            connections: Vec::new(),
+            refusals: Vec::new(),
+            cells: Vec::new(),
+        }],
+        status: DomainStatus::Down.as_str().to_string(),
+    }
+}
+
+#[tonic::async_trait]
+impl Command for Unconfigured {
+    async fn state(&self, _request: Request<StateRequest>) -> Result<Response<StateReply>, Status> {
+        Ok(Response::new(StateReply {
+            state: DaemonState::Unavailable.as_str().to_string(),
+        }))
+    }
+
+    async fn domain(
+        &self,
+        _request: Request<DomainRequest>,
+    ) -> Result<Response<DomainReply>, Status> {
+        Ok(Response::new(domain_reply()))
+    }
+
+    async fn peers(&self, _request: Request<PeersRequest>) -> Result<Response<PeersReply>, Status> {
+        Ok(Response::new(PeersReply {
+            local_node_id: 0,
+            state: DaemonState::Unavailable.as_str().to_string(),
+            peers: Vec::new(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reply_is_the_unconfigured_sample() {
+        let r = domain_reply();
+        assert_eq!(r.status, "DOWN");
+        assert_eq!(r.nodes.len(), 1);
+        let n = &r.nodes[0];
+        assert_eq!((n.node_id, n.host.as_str()), (0, "0.0.0.0"));
+        assert_eq!((n.state.as_str(), n.version.as_str()), ("UNAVAILABLE", ""));
+        assert!(!n.reachable && n.cells.is_empty());
+    }
+}
