@@ -210,7 +210,7 @@ impl SessionTx {
             body: Some(body),
             ..SessionMsg::default()
         };
-        if self.out.send(frame).await.is_err() {
+        if !self.send(frame).await {
             self.forget(id);
             return Err(CallError::Closed);
         }
@@ -223,14 +223,21 @@ impl SessionTx {
 
     /// Sends the answer to the peer's request `id`.
     async fn answer(&self, id: u64, body: Body) {
-        let _ = self
-            .out
-            .send(SessionMsg {
-                id,
-                body: Some(body),
-                ..SessionMsg::default()
-            })
-            .await;
+        let frame = SessionMsg {
+            id,
+            body: Some(body),
+            ..SessionMsg::default()
+        };
+        self.send(frame).await;
+    }
+
+    /// Queues a frame, waiting for room, but not past the session's stop: a full queue that
+    /// nobody reads any more must not hold a caller forever. Whether it was queued.
+    async fn send(&self, frame: SessionMsg) -> bool {
+        tokio::select! {
+            sent = self.out.send(frame) => sent.is_ok(),
+            () = std::future::poll_fn(|cx| self.stop.poll(cx)) => false,
+        }
     }
 
     fn forget(&self, id: u64) {
@@ -497,5 +504,25 @@ mod tests {
         assert_eq!(reader.await.expect("join"), "closed here");
         assert_eq!(call.await.expect("join"), Err(CallError::Closed));
         assert!(out.next().await.is_none(), "the outbound stream ends");
+    }
+
+    #[tokio::test]
+    async fn a_call_waiting_for_room_ends_at_the_stop() {
+        let (tx, _out) = SessionTx::new();
+        // Nobody reads the outbound stream: fill its queue.
+        for seq in 0..QUEUE as u64 {
+            tx.heartbeat(seq, false);
+        }
+        let call = tokio::spawn({
+            let tx = tx.clone();
+            async move { tx.call(Body::Unimport(Default::default())).await }
+        });
+        tokio::task::yield_now().await;
+        tx.shutdown();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), call).await;
+        assert_eq!(
+            ended.expect("not held forever").expect("join"),
+            Err(CallError::Closed)
+        );
     }
 }
