@@ -64,6 +64,9 @@ mod lifecycle;
 // issue 9: placeholder nodes files (0.0.0.0): unconfigured start, re-exec on SIGUSR1, fill-in
 #[path = "e2e/placeholders.rs"]
 mod placeholders;
+// issue 9: Slurm prolog and epilog (dist/slurm) against real daemons, stub scontrol
+#[path = "e2e/slurm.rs"]
+mod slurm;
 // names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
 #[path = "e2e/sigusr1.rs"]
 mod sigusr1;
