@@ -34,6 +34,9 @@ mod fabric;
 // daemon or GPU driver killed under live imports: revocation and clean-up
 #[path = "e2e/fabric_faults.rs"]
 mod fabric_faults;
+// issue 9: the Kubernetes DaemonSet (dist/kubernetes): its probes against real daemons
+#[path = "e2e/kubernetes.rs"]
+mod kubernetes;
 // kill -9 and restart, clean SIGTERM departure, mismatched node maps
 #[path = "e2e/faults.rs"]
 mod faults;

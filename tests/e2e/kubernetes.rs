@@ -1,0 +1,142 @@
+//! Kubernetes (issue 9, item 7): `dist/kubernetes/openimex-daemonset.yaml`, host-managed mode.
+//! The manifest's probe commands (JSON flow sequences, so they parse without a YAML crate) are
+//! run as written — our binary and the node's socket substituted for the in-pod paths —
+//! against real daemons: the readiness probe passes only when `ctl -q` says READY (not while
+//! unconfigured on a placeholder file), the liveness probe whenever the daemon answers, and
+//! fails once it is gone. The ConfigMap's keys are started with, and the pod keys that matter
+//! (hostNetwork, privileged, the host's /etc/nvidia-imex, a bounded grace period) are there.
+
+use std::path::Path;
+use std::process::Command;
+
+use openimex_harness::{Cluster, Signal};
+
+use crate::common::{FORM, NOTICE, binary, run, spec, text};
+
+const MANIFEST: &str = include_str!("../../dist/kubernetes/openimex-daemonset.yaml");
+const IN_POD_BINARY: &str = "/usr/bin/openimex";
+const IN_POD_SOCKET: &str = "/etc/nvidia-imex/imex_ctrl.sock";
+
+/// The `command:` of the exec probe under `probe:` (e.g. `readinessProbe:`).
+fn probe(probe: &str) -> Vec<String> {
+    let mut lines = MANIFEST.lines().skip_while(|l| l.trim() != probe);
+    assert!(lines.next().is_some(), "{probe} in the manifest");
+    let line = lines
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("command: "))
+        .unwrap_or_else(|| panic!("{probe} has an exec command"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{probe} command {line}: {e}"))
+}
+
+/// The ConfigMap's `config.cfg` as KEY=VALUE pairs.
+fn config_map() -> Vec<(String, String)> {
+    MANIFEST
+        .lines()
+        .skip_while(|l| l.trim() != "config.cfg: |")
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (k, v) = l.split_once('=').expect("KEY=VALUE");
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// Runs a probe command with our binary and `socket` in place of the pod's; true on exit 0.
+fn passes(command: &[String], socket: &Path) -> bool {
+    let args: Vec<String> = command
+        .iter()
+        .map(|a| {
+            a.replace(IN_POD_BINARY, &binary().display().to_string())
+                .replace(IN_POD_SOCKET, &socket.display().to_string())
+        })
+        .collect();
+    run(Command::new(&args[0]).args(&args[1..]))
+        .status
+        .success()
+}
+
+#[test]
+fn the_manifest_has_the_pod_keys_host_managed_mode_needs() {
+    for want in [
+        "kind: DaemonSet",
+        "kind: ConfigMap",
+        "hostNetwork: true",
+        "privileged: true",
+        "path: /etc/nvidia-imex",
+        "terminationGracePeriodSeconds: 30",
+        "IMEX_CMD_UNIX_DOMAIN_PATH=/etc/nvidia-imex/imex_ctrl.sock",
+        "command: [\"/usr/bin/openimex\", \"daemon\", \"-c\", \"/etc/openimex/config.cfg\"]",
+    ] {
+        assert!(
+            MANIFEST.lines().any(|l| l.trim() == want),
+            "the manifest lacks {want:?}"
+        );
+    }
+    let ready = probe("readinessProbe:");
+    assert!(
+        ready
+            .iter()
+            .any(|a| a.contains("ctl -q -u /etc/nvidia-imex/imex_ctrl.sock"))
+    );
+    assert!(ready.iter().any(|a| a.ends_with("= READY ]")), "{ready:?}");
+    assert_eq!(
+        probe("livenessProbe:"),
+        [IN_POD_BINARY, "ctl", "-q", "-u", IN_POD_SOCKET]
+    );
+    let keys: Vec<_> = config_map().into_iter().map(|(k, _)| k).collect();
+    assert!(
+        keys.contains(&"IMEX_NODE_CONFIG_FILE".to_string()),
+        "{keys:?}"
+    );
+}
+
+#[test]
+fn the_probes_follow_a_real_daemon_on_its_unix_socket() {
+    // The ConfigMap's keys, except the paths and ports the harness gives each node.
+    let own = [
+        "IMEX_NODE_CONFIG_FILE",
+        "IMEX_CMD_UNIX_DOMAIN_PATH",
+        "OPENIMEX_PERSIST_FILE",
+        "LOG_FILE_NAME",
+        "SERVER_PORT",
+        "IMEX_CMD_PORT",
+    ];
+    let mut s = spec(2);
+    for (k, v) in config_map() {
+        if !own.contains(&k.as_str()) {
+            s = s.config(k, v);
+        }
+    }
+    let mut cluster = Cluster::prepare(s).expect("prepare 2 nodes");
+    let real = cluster.nodes_lines().to_vec();
+    let mut seed = vec!["##".to_string()];
+    seed.extend(std::iter::repeat_n("0.0.0.0".to_string(), 9));
+    for i in 0..2 {
+        cluster.write_nodes_file(i, &seed).expect("placeholders");
+        cluster.start_node(i).expect("start");
+    }
+    let (ready, live) = (probe("readinessProbe:"), probe("livenessProbe:"));
+    let sock = cluster.node(0).socket_path();
+    cluster
+        .wait_state(0, "UNAVAILABLE", NOTICE)
+        .expect("unconfigured");
+    assert!(!passes(&ready, &sock), "not ready while unconfigured");
+    assert!(passes(&live, &sock), "alive while unconfigured");
+
+    for i in 0..2 {
+        cluster.write_nodes_file(i, &real).expect("real list");
+        cluster.signal(i, Signal::SIGUSR1).expect("SIGUSR1");
+    }
+    cluster.wait_up(0, FORM).expect("domain UP");
+    let out = run(Command::new(binary()).args(["ctl", "-q", "-u"]).arg(&sock));
+    assert_eq!(text(&out.stdout), "READY\n", "exactly READY, as DRA wants");
+    assert!(passes(&ready, &sock), "ready once READY");
+    assert!(passes(&live, &sock), "alive");
+
+    cluster.stop(0, NOTICE).expect("stop node 0");
+    assert!(!passes(&ready, &sock), "not ready once gone");
+    assert!(!passes(&live, &sock), "not alive once gone");
+}
