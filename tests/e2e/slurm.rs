@@ -69,14 +69,7 @@ fn command(
         .env("PATH", path)
         .env("SLURM_JOB_ID", "4242")
         .env("OPENIMEX_NODES_FILE", node.nodes_path())
-        .env(
-            "OPENIMEX_CTL",
-            format!(
-                "{} ctl -c {}",
-                binary().display(),
-                node.config_path().display()
-            ),
-        )
+        .env("OPENIMEX_CTL", ctl_command(cluster, i))
         .env("OPENIMEX_PID_FILE", node.dir().join("daemon.pid"))
         .env(
             "OPENIMEX_RESTART_CMD",
@@ -89,6 +82,17 @@ fn command(
         cmd.env(k, v);
     }
     cmd
+}
+
+/// Node 0's prolog reaches ctl by its config (`-c`), the others by the unix socket (`-u`).
+fn ctl_command(cluster: &Cluster, i: usize) -> String {
+    let node = cluster.node(i);
+    let target = if i == 0 {
+        format!("-c {}", node.config_path().display())
+    } else {
+        format!("-u {}", node.socket_path().display())
+    };
+    format!("{} ctl {target}", binary().display())
 }
 
 /// Where the test's restart command copies the nodes file it restarted the daemon on.
