@@ -185,10 +185,16 @@ if [ "$current" != "$job_nodes" ]; then
 fi
 if [ "$action" = restart ]; then
     imex_log "$OPENIMEX_NODES_FILE named other nodes: restarting the IMEX daemon"
-    imex_restart
+    imex_restart || {
+        imex_log "restarting the IMEX daemon failed"
+        exit 1
+    }
 elif ! imex_reload; then
     imex_log "signalling the IMEX daemon failed: restarting it"
-    imex_restart
+    imex_restart || {
+        imex_log "restarting the IMEX daemon failed"
+        exit 1
+    }
 fi
 
 # Polls ctl until the domain is ready; the poll interval is the only sleep.
