@@ -183,6 +183,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
             openimex_config::GraceTime::Seconds(s) => Some(Duration::from_secs(s)),
         },
         persist_path: Some(cfg.persist_file.clone()),
+        metrics_addr: cfg.metrics_addr,
         nodes_file: Some(cfg.imex_node_config_file.clone()),
     };
     let world = World::bind(

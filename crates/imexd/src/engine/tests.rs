@@ -169,6 +169,7 @@ fn settings() -> Settings {
         peer_any_source: false,
         grace: None,
         persist_path: None,
+        metrics_addr: None,
         nodes_file: None,
     }
 }
