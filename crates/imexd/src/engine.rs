@@ -257,12 +257,6 @@ impl Engine {
         Ok(self)
     }
 
-    /// Publish the node map's entries here whenever they change.
-    pub(crate) fn publish_hosts(mut self, tx: watch::Sender<Arc<Vec<String>>>) -> Self {
-        self.hosts_tx = Some(tx);
-        self
-    }
-
     /// Count events into `metrics` (shared with the metrics server).
     pub(crate) fn count_into(mut self, metrics: crate::metrics::Events) -> Self {
         self.metrics = metrics;

@@ -57,8 +57,9 @@ pub(crate) struct Events {
 }
 
 impl Default for Events {
+    /// Every counter at zero, with the series of known labels present from the start.
     fn default() -> Self {
-        Self {
+        let events = Self {
             imports_answered: Family::default(),
             imports_completed: Family::default(),
             // 0.5 ms to about 16 s.
@@ -69,7 +70,16 @@ impl Default for Events {
             started: Arc::default(),
             cleanups: Family::default(),
             cleanups_seen: Arc::default(),
+        };
+        for ok in [true, false] {
+            let _ = events.imports_answered.get_or_create(&result_label(ok));
+            let _ = events.imports_completed.get_or_create(&result_label(ok));
         }
+        for result in ["delivered", "undelivered"] {
+            let labels = vec![("result", result.to_string())];
+            let _ = events.unimports_sent.get_or_create(&labels);
+        }
+        events
     }
 }
 
