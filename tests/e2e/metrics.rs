@@ -147,6 +147,18 @@ fn metrics_of_a_live_4_node_domain_move_during_imports() {
         assert_eq!(value(text, "openimex_import_duration_seconds_count"), 0.0);
     }
 
+    // Heartbeat round trips: measured by the pair's lower node, which sends the heartbeats.
+    let rtt = |peer| peer_series(&cluster, "openimex_peer_heartbeat_rtt_seconds", peer);
+    let text = wait_scrape(&cluster, 0, "heartbeat round trips to every peer", |t| {
+        (1..4).all(|p| t.lines().any(|l| l.starts_with(&format!("{} ", rtt(p)))))
+    });
+    assert!(value(&text, &rtt(1)) < 5.0, "{text}");
+    let text = scrape(&cluster, 2);
+    assert!(
+        !text.contains(&rtt(0)),
+        "node 0 sends the pair's heartbeats:\n{text}"
+    );
+
     // Node 0 exports; nodes 1 and 2 import and hold.
     let dirs: Vec<_> = (0..4)
         .map(|i| cluster.node(i).dir().to_path_buf())

@@ -15,8 +15,9 @@
 pub(crate) mod http;
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use openimex_core::{ConnStatus, DaemonState, ImportAnswer, NodeId, PeerState};
 use prometheus_client::encoding::text::encode;
@@ -178,7 +179,13 @@ impl Events {
 
     /// Renders every metric as OpenMetrics text, from the engine's snapshot `snap` and the
     /// node map's entries `hosts`.
-    pub(crate) fn render(&self, snap: &PeersSnapshot, hosts: &[String]) -> String {
+    /// `rtts`: the heartbeat round trip of each connected peer whose heartbeats this node sends.
+    pub(crate) fn render(
+        &self,
+        snap: &PeersSnapshot,
+        rtts: &[(NodeId, Duration)],
+        hosts: &[String],
+    ) -> String {
         self.count_cleanups(&snap.peers);
         let mut r = Registry::with_prefix("openimex");
         let state = Family::<Labels, Gauge>::default();
@@ -249,6 +256,16 @@ impl Events {
             "peer_unimports_pending",
             "Unimports the peer has yet to confirm or be told of",
             gauge(|p| i64::try_from(p.unimports_pending).unwrap_or(i64::MAX)),
+        );
+        let rtt = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        for (peer, d) in rtts {
+            rtt.get_or_create(&peer_labels(*peer, hosts))
+                .set(d.as_secs_f64());
+        }
+        r.register(
+            "peer_heartbeat_rtt_seconds",
+            "Round trip of the last heartbeat answered by the peer, on the pair's session; measured by the pair's lower node, which sends the heartbeats",
+            rtt,
         );
         let cleaned = Family::<Labels, Counter>::default();
         for p in &snap.peers {

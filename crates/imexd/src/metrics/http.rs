@@ -11,7 +11,8 @@ use tokio::sync::{Semaphore, mpsc};
 use tracing::debug;
 
 use super::Events;
-use crate::mailbox::{Hosts, Input, ask};
+use crate::mailbox::{Hosts, Input, PeersSnapshot, Stopping, ask};
+use openimex_core::NodeId;
 
 /// The largest request head read; a longer one is answered 431 and closed.
 pub(crate) const MAX_REQUEST: usize = 8 * 1024;
@@ -89,6 +90,20 @@ pub(crate) fn route(head: &[u8]) -> Route {
     }
 }
 
+/// The engine's view of the peers, and the heartbeat round trip of each connected peer whose
+/// heartbeats this node sends.
+async fn gather(
+    engine: &mpsc::Sender<Input>,
+) -> Result<(PeersSnapshot, Vec<(NodeId, Duration)>), Stopping> {
+    let snap = ask(engine, |reply| Input::Peers { reply }).await?;
+    let sessions = ask(engine, |reply| Input::Snapshot { reply }).await?.peers;
+    let rtts = sessions
+        .iter()
+        .filter_map(|(peer, session)| Some((*peer, session.heartbeat_rtt()?)))
+        .collect();
+    Ok((snap, rtts))
+}
+
 async fn one(
     mut stream: TcpStream,
     engine: &mpsc::Sender<Input>,
@@ -115,10 +130,10 @@ async fn one(
         ("431 Request Header Fields Too Large", "text/plain", body)
     } else {
         match route(&head) {
-            Route::Metrics => match ask(engine, |reply| Input::Peers { reply }).await {
-                Ok(snap) => {
+            Route::Metrics => match gather(engine).await {
+                Ok((snap, rtts)) => {
                     let hosts = Arc::clone(&hosts.borrow());
-                    ("200 OK", CONTENT_TYPE, events.render(&snap, &hosts))
+                    ("200 OK", CONTENT_TYPE, events.render(&snap, &rtts, &hosts))
                 }
                 Err(_) => (
                     "503 Service Unavailable",

@@ -42,7 +42,11 @@ fn renders_state_domain_and_peer_gauges() {
         peer(1, ConnStatus::Connected),
         peer(2, ConnStatus::Recovering),
     ];
-    let text = events.render(&snap(DaemonState::Ready, peers), &hosts());
+    let text = events.render(
+        &snap(DaemonState::Ready, peers),
+        &[(NodeId(1), Duration::from_millis(2))],
+        &hosts(),
+    );
     for line in [
         "openimex_daemon_state{state=\"READY\"} 1",
         "openimex_daemon_state{state=\"INIT_GPU\"} 0",
@@ -55,18 +59,19 @@ fn renders_state_domain_and_peer_gauges() {
         "openimex_peer_imports{peer=\"1\",host=\"n1\"} 2",
         "openimex_peer_unimports_pending{peer=\"2\",host=\"n2\"} 1",
         "openimex_peer_cleanups_total{peer=\"1\",host=\"n1\"} 0",
+        "openimex_peer_heartbeat_rtt_seconds{peer=\"1\",host=\"n1\"} 0.002",
         "openimex_import_duration_seconds_count 0",
         "openimex_unimports_received_total 0",
     ] {
         assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
     }
     assert!(text.ends_with("# EOF\n"), "{text}");
-    let up = events.render(&snap(DaemonState::Ready, vec![]), &hosts());
+    let up = events.render(&snap(DaemonState::Ready, vec![]), &[], &hosts());
     assert!(
         up.contains("openimex_domain_status{status=\"UP\"} 1"),
         "{up}"
     );
-    let down = events.render(&snap(DaemonState::InitGpu, vec![]), &hosts());
+    let down = events.render(&snap(DaemonState::InitGpu, vec![]), &[], &hosts());
     assert!(
         down.contains("openimex_domain_status{status=\"DOWN\"} 1"),
         "{down}"
@@ -89,7 +94,7 @@ fn events_move_counters_and_the_histogram() {
     let h = hosts();
     events.link_changed(NodeId(1), ConnStatus::Connected, 1, &h);
     events.link_changed(NodeId(1), ConnStatus::Connected, 2, &h);
-    let text = events.render(&snap(DaemonState::Ready, vec![]), &h);
+    let text = events.render(&snap(DaemonState::Ready, vec![]), &[], &h);
     for line in [
         "openimex_imports_completed_total{result=\"ok\"} 1",
         "openimex_imports_completed_total{result=\"error\"} 1",
@@ -118,7 +123,7 @@ fn cleanups_are_counted_once_by_reason() {
     p.cleanups_total = 3;
     p.cleanups = vec![clean("left")];
     let h = hosts();
-    let text = events.render(&snap(DaemonState::Ready, vec![p.clone()]), &h);
+    let text = events.render(&snap(DaemonState::Ready, vec![p.clone()]), &[], &h);
     assert!(
         text.contains("openimex_cleanups_total{reason=\"left\"} 1"),
         "{text}"
@@ -129,7 +134,7 @@ fn cleanups_are_counted_once_by_reason() {
     );
     p.cleanups_total = 4;
     p.cleanups.push(clean("restarted"));
-    let text = events.render(&snap(DaemonState::Ready, vec![p]), &h);
+    let text = events.render(&snap(DaemonState::Ready, vec![p]), &[], &h);
     assert!(
         text.contains("openimex_cleanups_total{reason=\"left\"} 1"),
         "{text}"
