@@ -34,6 +34,8 @@ type Labels = Vec<(&'static str, String)>;
 
 /// Imports timed at once, at most; one more is not timed (it is still counted).
 const MAX_TIMED_IMPORTS: usize = 65_536;
+/// When the timed imports are full, those sent longer ago than this are forgotten.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 /// The counters and histogram the engine updates as events happen. Cheap to clone (shared).
 #[derive(Clone)]
@@ -106,6 +108,10 @@ impl Events {
     /// This node (importer) sent import request `import_event_id`.
     pub(crate) fn import_sent(&self, import_event_id: u64, at: Instant) {
         let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        if started.len() >= MAX_TIMED_IMPORTS {
+            // Requests whose session never ended nor answered: forget the oldest.
+            started.retain(|_, sent| at.saturating_duration_since(*sent) < FORGET_AFTER);
+        }
         if started.len() < MAX_TIMED_IMPORTS {
             started.insert(import_event_id, at);
         }
