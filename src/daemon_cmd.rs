@@ -183,7 +183,6 @@ fn prepare(args: &Args) -> Result<Prepared> {
             openimex_config::GraceTime::Seconds(s) => Some(Duration::from_secs(s)),
         },
         persist_path: Some(cfg.persist_file.clone()),
-        metrics_addr: cfg.metrics_addr,
         nodes_file: Some(cfg.imex_node_config_file.clone()),
     };
     let world = World::bind(
@@ -191,7 +190,8 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cfg.imex_cmd_bind_interface_ip,
         cfg.imex_cmd_port.filter(|_| cfg.imex_cmd_enabled),
         cmd_unix.as_deref(),
-    )?;
+    )?
+    .with_metrics(cfg.metrics_addr)?;
     Ok(Prepared {
         cfg,
         mode: Mode::Configured {

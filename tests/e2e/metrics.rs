@@ -239,3 +239,29 @@ fn metrics_of_a_live_4_node_domain_move_during_imports() {
     );
     drop((imp1, exp));
 }
+
+#[test]
+fn a_busy_metrics_address_stops_the_daemon_at_start_naming_the_key() {
+    let mut cluster = Cluster::prepare(spec(1)).expect("prepare 1 node");
+    let taken = std::net::TcpListener::bind(addr(&cluster, 0)).expect("take the metrics port");
+    let a = addr(&cluster, 0).to_string();
+    cluster
+        .set_node_config(0, "OPENIMEX_METRICS_ADDR", &a)
+        .expect("set the metrics address");
+    cluster.start_node(0).expect("spawn the daemon");
+    let deadline = Instant::now() + NOTICE;
+    while cluster.is_running(0) {
+        assert!(
+            Instant::now() < deadline,
+            "still running:\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let logs = cluster.logs();
+    assert!(
+        logs.contains(&a) && logs.contains("OPENIMEX_METRICS_ADDR"),
+        "the error names the address and the key:\n{logs}"
+    );
+    drop(taken);
+}

@@ -210,16 +210,11 @@ pub async fn run(
         }
     }));
     let events = metrics::Events::default();
-    if let Some(addr) = settings.metrics_addr {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| {
-            DaemonError::Bind {
-                what: "metrics listener",
-                addr: addr.to_string(),
-                source,
-                fix: "check OPENIMEX_METRICS_ADDR: it must be an address of this host and a free port",
-            }
-        })?;
-        info!("Serving Prometheus metrics on http://{addr}/metrics");
+    if let Some(listener) = world.metrics {
+        let listener = tokio_tcp(listener)?;
+        if let Ok(addr) = listener.local_addr() {
+            info!("Serving Prometheus metrics on http://{addr}/metrics");
+        }
         let serve = metrics::http::serve(listener, tx.clone(), hosts_rx.clone(), events.clone());
         servers.push(tokio::spawn(async move {
             serve.await;

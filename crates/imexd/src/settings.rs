@@ -40,8 +40,6 @@ pub struct Settings {
     pub persist_path: Option<PathBuf>,
     /// `IMEX_NODE_CONFIG_FILE`: read again on SIGUSR1 (`None`: nothing to re-read).
     pub nodes_file: Option<PathBuf>,
-    /// `OPENIMEX_METRICS_ADDR`: where `GET /metrics` is served; `None` serves nothing.
-    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// The default of [`Settings::import_timeout`].

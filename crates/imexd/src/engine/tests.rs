@@ -169,7 +169,6 @@ fn settings() -> Settings {
         peer_any_source: false,
         grace: None,
         persist_path: None,
-        metrics_addr: None,
         nodes_file: None,
     }
 }
