@@ -1,6 +1,7 @@
 //! Prometheus metrics end to end (issue 9 item 2): `GET /metrics` over real HTTP on a live
-//! 4-node domain with simulated GPUs, before and after imports, compared with
-//! `ctl --peers -j`; and no listener when `OPENIMEX_METRICS_ADDR` is unset.
+//! 4-node domain with simulated GPUs, before and after imports and a peer's restart, compared
+//! with `ctl --peers -j`; no listener when `OPENIMEX_METRICS_ADDR` is unset; a busy address
+//! stops the daemon at start.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -236,6 +237,21 @@ fn metrics_of_a_live_4_node_domain_move_during_imports() {
         0,
         &text0,
         &cluster.peers(0).expect("ctl --peers -j"),
+    );
+
+    // Node 3 restarts (kill -9): node 0 counts a reconnect and a clean-up by reason.
+    cluster.restart(3).expect("restart node 3");
+    let reconnects = peer_series(&cluster, "openimex_reconnects_total", 3);
+    let text0 = wait_scrape(&cluster, 0, "node 3 reconnected and cleaned up", |t| {
+        t.contains(&format!("{reconnects} 1"))
+            && t.contains("openimex_cleanups_total{reason=\"restarted\"} 1")
+    });
+    let cleanups = peer_series(&cluster, "openimex_peer_cleanups_total", 3);
+    assert_eq!(value(&text0, &cleanups), 1.0, "{text0}");
+    assert_eq!(
+        value(&text0, "openimex_domain_status{status=\"UP\"}"),
+        1.0,
+        "{text0}"
     );
     drop((imp1, exp));
 }
