@@ -183,9 +183,9 @@ impl Events {
         }
     }
 
-    /// Renders every metric as OpenMetrics text, from the engine's snapshot `snap` and the
-    /// node map's entries `hosts`.
-    /// `rtts`: the heartbeat round trip of each connected peer whose heartbeats this node sends.
+    /// Renders every metric as OpenMetrics text, from the engine's snapshot `snap`, the
+    /// heartbeat round trip of each connected peer whose heartbeats this node sends (`rtts`)
+    /// and the node map's entries `hosts`.
     pub(crate) fn render(
         &self,
         snap: &PeersSnapshot,
