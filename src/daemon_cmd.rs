@@ -190,7 +190,8 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cfg.imex_cmd_bind_interface_ip,
         cfg.imex_cmd_port.filter(|_| cfg.imex_cmd_enabled),
         cmd_unix.as_deref(),
-    )?;
+    )?
+    .with_metrics(cfg.metrics_addr)?;
     Ok(Prepared {
         cfg,
         mode: Mode::Configured {

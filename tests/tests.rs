@@ -61,6 +61,9 @@ mod recovery;
 // issue 13: ctl -N on 1,000 nodes, live nodes among 10,000 node-file entries
 #[path = "e2e/scale.rs"]
 mod scale;
+// issue 9: Prometheus metrics on GET /metrics of a live domain during imports
+#[path = "e2e/metrics.rs"]
+mod metrics;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;

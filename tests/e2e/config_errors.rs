@@ -196,6 +196,18 @@ fn malformed_configs_fail_with_file_line() {
             hint_any: &["expected"],
         },
         Case {
+            name: "bad metrics address",
+            overrides: vec![("OPENIMEX_METRICS_ADDR", "localhost:9464".into())],
+            nodes: None,
+            must_contain: |w| {
+                vec![
+                    w.at("OPENIMEX_METRICS_ADDR"),
+                    "OPENIMEX_METRICS_ADDR".into(),
+                ]
+            },
+            hint_any: &["127.0.0.1:9464"],
+        },
+        Case {
             name: "missing node file",
             overrides: vec![(
                 "IMEX_NODE_CONFIG_FILE",

@@ -289,6 +289,9 @@ pub struct Config {
     /// memory is kept for the RECOVERY quorum (default NVIDIA's
     /// `/var/run/nvidia-imex/persist.dat`).
     pub persist_file: PathBuf,
+    /// `OPENIMEX_METRICS_ADDR`: `address:port` where the daemon serves Prometheus metrics on
+    /// `GET /metrics` over plain HTTP; `None` (empty, default) serves none.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 
     /// `OPENIMEX_VERBOSE_LOG_BUFFER_KB`: size of the in-memory buffer of the messages
     /// `LOG_LEVEL` keeps out of the log, written to the log on SIGHUP and at shutdown; 0 turns
@@ -355,6 +358,7 @@ impl Default for Config {
             host_name: None,
             peer_any_source: false,
             persist_file: PathBuf::from("/var/run/nvidia-imex/persist.dat"),
+            metrics_addr: None,
             verbose_log_buffer_kb: DEFAULT_VERBOSE_LOG_BUFFER_KB,
             sim_node_dir: None,
             notices: Vec::new(),

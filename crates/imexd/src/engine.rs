@@ -76,6 +76,8 @@ pub(crate) struct Engine {
     hosts_tx: Option<watch::Sender<Arc<Vec<String>>>>,
     /// What each entry resolved to when the nodes file was last read (start-up or SIGUSR1).
     resolved: Vec<Vec<std::net::IpAddr>>,
+    /// Counters and histograms of imports, unimports and links (`metrics`).
+    metrics: crate::metrics::Events,
 }
 
 fn now() -> std::time::Instant {
@@ -113,6 +115,7 @@ impl Engine {
             me_cache: None,
             hosts_tx: None,
             resolved: Vec::new(),
+            metrics: crate::metrics::Events::default(),
         })
     }
 
@@ -254,9 +257,9 @@ impl Engine {
         Ok(self)
     }
 
-    /// Publish the node map's entries here whenever they change.
-    pub(crate) fn publish_hosts(mut self, tx: watch::Sender<Arc<Vec<String>>>) -> Self {
-        self.hosts_tx = Some(tx);
+    /// Count events into `metrics` (shared with the metrics server).
+    pub(crate) fn count_into(mut self, metrics: crate::metrics::Events) -> Self {
+        self.metrics = metrics;
         self
     }
 
@@ -416,6 +419,7 @@ impl Engine {
                 import_event_id,
                 reply,
             } => {
+                self.metrics.unimport_received();
                 let id = self.waiting.id();
                 self.waiting.unimports.insert(id, reply);
                 self.node
@@ -433,6 +437,7 @@ impl Engine {
                         e.detail
                     );
                 }
+                (self.metrics).import_completed(import_event_id, answer.is_ok(), now);
                 self.node
                     .handle_import_answer(now, exporter, import_event_id, answer);
             }
@@ -440,9 +445,10 @@ impl Engine {
                 exporter,
                 import_event_id,
                 delivered,
-            } => self
-                .node
-                .handle_unimport_delivered(now, exporter, import_event_id, delivered),
+            } => {
+                self.metrics.unimport_sent(delivered);
+                (self.node).handle_unimport_delivered(now, exporter, import_event_id, delivered);
+            }
             Input::Persisted { seq } => {
                 if let Some(writer) = &mut self.persist {
                     writer.written(seq);
@@ -501,6 +507,7 @@ impl Engine {
                 Action::Mesh(a) => self.perform_mesh(a),
                 Action::SendImport { peer, request } => match self.session(peer) {
                     Some(session) => {
+                        self.metrics.import_sent(request.import_event_id, now());
                         peer_client::import(session, peer, request, self.tx.clone());
                     }
                     None => {
@@ -509,6 +516,7 @@ impl Engine {
                             format!("node {peer} has no session here"),
                         ));
                         let import_event_id = request.import_event_id;
+                        self.metrics.import_completed(import_event_id, false, now());
                         self.node
                             .handle_import_answer(now(), peer, import_event_id, answer);
                     }
@@ -554,6 +562,7 @@ impl Engine {
                     self.driver.call(Call::Release { refs, ack });
                 }
                 Action::AnswerImport { request, answer } => {
+                    self.metrics.import_answered(&answer);
                     if let Some(reply) = self.waiting.imports.remove(&request) {
                         match &mut self.persist {
                             Some(writer) => writer.answer(reply, answer),
@@ -640,7 +649,11 @@ impl Engine {
                 to,
                 reason,
                 times_connected,
-            } => self.log_link(peer, from, to, &reason, times_connected),
+            } => {
+                let hosts = &self.settings.hosts;
+                (self.metrics).link_changed(peer, to, times_connected, hosts);
+                self.log_link(peer, from, to, &reason, times_connected);
+            }
             MeshAction::PeerRestarted { peer, old, new } => warn!(
                 "Node {peer} restarted (instance {old} -> {new}): its previous imports and exports are gone"
             ),
@@ -751,50 +764,9 @@ impl Engine {
             .get(peer.index())
             .map_or("?", String::as_str)
     }
-
-    fn log_link(&self, peer: NodeId, from: ConnStatus, to: ConnStatus, reason: &str, times: u32) {
-        let host = self.host(peer);
-        let port = self.settings.server_port;
-        match to {
-            ConnStatus::Connected => info!(
-                "Connection established to node {peer} with ip address {host}. Number of times connected: {times}"
-            ),
-            ConnStatus::Recovering => {
-                warn!("Connection lost to node {peer}: {host}:{port} ({reason})")
-            }
-            ConnStatus::Disconnected => info!("Node {peer} ({host}) left the domain: {reason}"),
-            ConnStatus::Mismatch(_) => {
-                error!("Node {peer} ({host}:{port}) {to}: {reason}; communication disabled")
-            }
-            _ => info!("Connection to node {peer} ({host}) {from} -> {to}: {reason}"),
-        }
-    }
-
-    /// NVIDIA logs a failing target about once a minute; so do we, with the attempt count.
-    fn log_dial_failure(&mut self, peer: NodeId, error: &str) {
-        let now = Instant::now();
-        let host = self.host(peer).to_string();
-        let port = self.settings.server_port;
-        let entry = self.dial_log.entry(peer).or_insert((0, None));
-        entry.0 += 1;
-        let due = entry
-            .1
-            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60));
-        if due {
-            entry.1 = Some(now);
-            info!(
-                "Attempting connection for target node {peer} - {host}:{port}, attempt #{}: {error}",
-                entry.0
-            );
-        } else {
-            debug!(
-                "connection attempt #{} to node {peer} failed: {error}",
-                entry.0
-            );
-        }
-    }
 }
 
+mod log;
 mod reload;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@
 //! - `peer_client` / `peer_server`: both sides of the daemon-to-daemon gRPC protocol.
 //! - `nodes_file`: SIGUSR1 — the nodes file read again and its names resolved, for the engine.
 //! - `cmd_server`: the command service `ctl` talks to.
+//! - `metrics`: Prometheus metrics on `GET /metrics` (`OPENIMEX_METRICS_ADDR`).
 //! - [`settings`] — what the daemon needs, resolved from the config files.
 //! - [`world`] — the listeners.
 //! - [`daemonize`], [`logging`] — process set-up as NVIDIA's daemon does it.
@@ -30,6 +31,7 @@ mod error;
 pub mod limits;
 pub mod logging;
 mod mailbox;
+mod metrics;
 mod nodes_file;
 pub mod notify;
 mod peer_client;
@@ -207,7 +209,20 @@ pub async fn run(
             Ok(())
         }
     }));
+    let events = metrics::Events::default();
+    if let Some(listener) = world.metrics {
+        let listener = tokio_tcp(listener)?;
+        if let Ok(addr) = listener.local_addr() {
+            info!("Serving Prometheus metrics on http://{addr}/metrics");
+        }
+        let serve = metrics::http::serve(listener, tx.clone(), hosts_rx.clone(), events.clone());
+        servers.push(tokio::spawn(async move {
+            serve.await;
+            Ok(())
+        }));
+    }
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
+        .count_into(events)
         .dial_from(local_ip)
         .persist_to(settings.persist_path.clone(), map_for_record)?
         .publish_hosts(hosts_tx);

@@ -106,6 +106,15 @@ pub(crate) struct SessionTx {
     serving: Arc<AtomicUsize>,
     /// A heartbeat or an answer arrived since the engine last looked ([`SessionTx::heard`]).
     heard: Arc<AtomicBool>,
+    /// The last heartbeat sent here and the round trip of the last one answered.
+    rtt: Arc<Mutex<Rtt>>,
+}
+
+/// Heartbeat round trips, measured by the end that sends them (the pair's lower node).
+#[derive(Default)]
+struct Rtt {
+    sent: Option<(u64, tokio::time::Instant)>,
+    last: Option<std::time::Duration>,
 }
 
 /// Why a request on a session got no answer.
@@ -140,6 +149,7 @@ impl SessionTx {
             stop: Arc::clone(&stop),
             serving: Arc::new(AtomicUsize::new(0)),
             heard: Arc::new(AtomicBool::new(false)),
+            rtt: Arc::default(),
         };
         (tx, Outbound { rx, stop })
     }
@@ -165,6 +175,23 @@ impl SessionTx {
         self.heard.swap(false, Ordering::AcqRel)
     }
 
+    /// The round trip of the last heartbeat sent on this session and answered, if any (only
+    /// the end that sends heartbeats measures them).
+    pub(crate) fn heartbeat_rtt(&self) -> Option<std::time::Duration> {
+        self.rtt.lock().ok().and_then(|r| r.last)
+    }
+
+    /// The answer to heartbeat `seq` arrived.
+    fn heartbeat_answered(&self, seq: u64) {
+        if let Ok(mut rtt) = self.rtt.lock()
+            && let Some((sent, at)) = rtt.sent
+            && sent == seq
+        {
+            rtt.last = Some(at.elapsed());
+            rtt.sent = None;
+        }
+    }
+
     fn busy(&self) -> bool {
         self.serving.load(Ordering::SeqCst) > 0
             || self
@@ -182,6 +209,9 @@ impl SessionTx {
 
     /// Sends a heartbeat (or its answer) if there is room.
     pub(crate) fn heartbeat(&self, seq: u64, ack: bool) {
+        if !ack && let Ok(mut rtt) = self.rtt.lock() {
+            rtt.sent = Some((seq, tokio::time::Instant::now()));
+        }
         let _ = self.out.try_send(SessionMsg {
             heartbeat_seq: seq,
             heartbeat_ack: ack,
@@ -295,7 +325,9 @@ where
             None => {
                 // The pair's sign of life, either way; the engine collects it (`heard`).
                 tx.heard.store(true, Ordering::Release);
-                if !msg.heartbeat_ack {
+                if msg.heartbeat_ack {
+                    tx.heartbeat_answered(msg.heartbeat_seq);
+                } else {
                     tx.heartbeat(msg.heartbeat_seq, true);
                 }
             }
@@ -462,6 +494,14 @@ mod tests {
         assert_eq!((ack.heartbeat_seq, ack.heartbeat_ack), (41, true));
         assert!(tx.heard(), "a heartbeat is a sign of life");
         assert!(!tx.heard(), "taken once");
+        assert_eq!(
+            tx.heartbeat_rtt(),
+            None,
+            "only heartbeats sent here are timed"
+        );
+        tx.heartbeat(42, false);
+        let sent = out_rx.next().await.expect("our heartbeat");
+        assert_eq!((sent.heartbeat_seq, sent.heartbeat_ack), (42, false));
         // An answer is a sign of life too, and is not answered again.
         in_tx
             .send(Ok(SessionMsg {
@@ -480,6 +520,10 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(out_rx.rx.try_recv().is_err(), "an answer is not answered");
+        assert!(
+            tx.heartbeat_rtt().is_some(),
+            "the answer timed its heartbeat"
+        );
         assert!(engine_rx.try_recv().is_err(), "no message per heartbeat");
     }
 

@@ -19,6 +19,8 @@ pub struct World {
     pub cmd_tcp: Option<TcpListener>,
     /// Command service on a unix socket (`IMEX_CMD_UNIX_DOMAIN_PATH`).
     pub cmd_unix: Option<UnixListener>,
+    /// `OPENIMEX_METRICS_ADDR`'s listener ([`World::with_metrics`]); `None` serves no metrics.
+    pub metrics: Option<TcpListener>,
 }
 
 impl World {
@@ -39,7 +41,15 @@ impl World {
             peer: peer_listener,
             cmd_tcp,
             cmd_unix,
+            metrics: None,
         })
+    }
+
+    /// Binds the metrics listener (`OPENIMEX_METRICS_ADDR`) too, if an address is given.
+    pub fn with_metrics(mut self, addr: Option<SocketAddr>) -> Result<Self, DaemonError> {
+        let fix = "check OPENIMEX_METRICS_ADDR: an address of this host and a free port";
+        self.metrics = addr.map(|a| bind_tcp("metrics", a, fix)).transpose()?;
+        Ok(self)
     }
 
     /// Binds the command service's listeners only (an unconfigured daemon has no peer

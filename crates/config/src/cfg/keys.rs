@@ -100,6 +100,19 @@ impl Value<'_> {
         })
     }
 
+    /// An `address:port` to listen on (`127.0.0.1:9464`, `[::1]:9464`), or `None` when empty.
+    fn opt_socket_addr(&self) -> Result<Option<std::net::SocketAddr>> {
+        if self.raw.is_empty() {
+            return Ok(None);
+        }
+        self.raw.parse().map(Some).map_err(|_| {
+            self.invalid(
+                "address",
+                "expected an IP address and port such as 127.0.0.1:9464 or [::1]:9464, or an empty value for none",
+            )
+        })
+    }
+
     fn opt_string(&self) -> Option<String> {
         (!self.raw.is_empty()).then(|| self.raw.to_owned())
     }
@@ -236,6 +249,7 @@ const KEYS: &[Key] = &[
         c.persist_file = v.opt_path().ok_or_else(|| v.invalid("path", "expected the path of the persist record".to_string()))?;
         Ok(())
     } },
+    Key { name: "OPENIMEX_METRICS_ADDR", set: |c, v| { c.metrics_addr = v.opt_socket_addr()?; Ok(()) } },
     Key { name: "OPENIMEX_SIM_NODE_DIR", set: |c, v| { c.sim_node_dir = v.opt_path(); Ok(()) } },
 ];
 

@@ -185,6 +185,20 @@ fn openimex_keys() {
             .persist_file,
         PathBuf::from("/run/n0/persist.dat")
     );
+    assert_eq!(c.metrics_addr, None, "no metrics unless asked");
+    assert_eq!(
+        parse("OPENIMEX_METRICS_ADDR=127.0.0.1:9464")
+            .unwrap()
+            .metrics_addr,
+        Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9464)))
+    );
+    let e = parse("#\nOPENIMEX_METRICS_ADDR=localhost")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("cfg:2: OPENIMEX_METRICS_ADDR=\"localhost\"") && e.contains("127.0.0.1:9464"),
+        "{e}"
+    );
     let e = parse("OPENIMEX_PEER_ANY_SOURCE=yes")
         .unwrap_err()
         .to_string();

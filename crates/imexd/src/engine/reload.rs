@@ -21,6 +21,15 @@ use super::Engine;
 use crate::mailbox::{NodesFile, Reread};
 
 impl Engine {
+    /// Publish the node map's entries here whenever they change.
+    pub(crate) fn publish_hosts(
+        mut self,
+        tx: tokio::sync::watch::Sender<Arc<Vec<String>>>,
+    ) -> Self {
+        self.hosts_tx = Some(tx);
+        self
+    }
+
     /// An outcome of `nodes_file`: the start-up baseline, a re-read, or why none was possible.
     pub(super) fn handle_reread(&mut self, now: std::time::Instant, reread: Reread) {
         let nodes = self.settings.hosts.len();
