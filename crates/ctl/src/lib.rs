@@ -14,6 +14,7 @@
 //! - [`domain_check`] — `domain-check HOST...`.
 //! - [`error`] — [`CtlError`] and exit codes.
 
+pub mod cells;
 pub mod client;
 pub mod domain_check;
 pub mod error;

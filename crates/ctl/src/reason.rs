@@ -9,7 +9,7 @@
 use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport};
 
-use crate::render::row;
+use crate::cells::row;
 
 /// The local node's report, if the reply has it.
 pub fn local(reply: &DomainReply) -> Option<&NodeReport> {

@@ -5,10 +5,10 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport, PeerCleanUp, PeersReply};
 use serde_json::{Value, json};
 
+use crate::cells::row;
 use crate::reason;
 
 /// The legend NVIDIA prints, typo ("triggreed") included, because people diff it.
@@ -22,25 +22,6 @@ A - Authenticating - If GSSAPI enabled, client has initiated mutual authenticati
 !M! - Node map mismatch, communication disabled.
 C - Connected - Ready for operation
 ";
-
-/// A node's row as `(state, changed)` for each of `width` nodes: from its compact cells, or
-/// from `connections` in replies of daemons older than cells. Missing cells are INVALID.
-pub fn row(node: &NodeReport, width: usize) -> Vec<(ConnStatus, bool)> {
-    let mut row = vec![(ConnStatus::Invalid, false); width];
-    if node.cells.is_empty() {
-        // The first entry for a node wins, as it always did.
-        for c in node.connections.iter().rev() {
-            if let Some(slot) = row.get_mut(c.node_id as usize) {
-                *slot = (c.status.parse().unwrap_or(ConnStatus::Invalid), c.changed);
-            }
-        }
-    } else {
-        for (slot, cell) in row.iter_mut().zip(&node.cells) {
-            *slot = ConnStatus::from_cell(*cell);
-        }
-    }
-    row
-}
 
 /// Renders into a string (the writers below go straight to stdout for large domains).
 fn to_string(render: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {

@@ -15,8 +15,8 @@ use std::path::Path;
 use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport, PeerReport, PeersReply};
 
+use crate::cells::row;
 use crate::reason;
-use crate::render::row;
 use crate::{Client, CtlError};
 
 /// READY.

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::session::SessionTx;
+use crate::session_tx::SessionTx;
 use openimex_core::node::Action;
 use openimex_core::{
     Action as MeshAction, ConnId, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId,

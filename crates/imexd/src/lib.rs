@@ -38,6 +38,7 @@ mod peer_client;
 mod peer_server;
 mod persist;
 mod session;
+mod session_tx;
 pub mod settings;
 pub mod unconfigured;
 pub mod world;

@@ -14,7 +14,7 @@ use tokio::task::AbortHandle;
 use tonic::transport::Channel;
 
 use crate::error::DialError;
-use crate::session::SessionTx;
+use crate::session_tx::SessionTx;
 
 /// Messages to the engine.
 pub(crate) enum Input {

@@ -16,7 +16,8 @@ use tonic::transport::{Channel, Endpoint};
 use crate::convert;
 use crate::error::DialError;
 use crate::mailbox::{Input, OutLink};
-use crate::session::{self, CallError, SessionTx};
+use crate::session;
+use crate::session_tx::{CallError, SessionTx};
 
 /// Where and how to dial.
 pub(crate) struct Target {

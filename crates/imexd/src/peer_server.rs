@@ -5,7 +5,6 @@
 use std::net::IpAddr;
 use std::pin::Pin;
 
-use openimex_core::node::PeerRequest;
 use openimex_core::{Hello, NodeId, PeerId, Verdict, Via};
 use openimex_proto::peer::{
     GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, Identity, ImportReply,
@@ -19,7 +18,8 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::conn::ConnInfo;
 use crate::convert;
 use crate::mailbox::{Hosts, Input, Snapshot, ask};
-use crate::session::{self, SessionTx};
+use crate::session;
+use crate::session_tx::SessionTx;
 
 /// The peer gRPC service.
 pub(crate) struct PeerService {
@@ -222,29 +222,8 @@ impl Peer for PeerService {
             conn: conn(&request)?.id,
         };
         let reasons = request.into_inner().reasons;
-        status_row(&self.engine, via, reasons)
+        session::status_row(&self.engine, via, reasons)
             .await
             .map(Response::new)
     }
-}
-
-/// This node's status row for the peer on `conn`, if a session proves it.
-pub(crate) async fn status_row(
-    engine: &mpsc::Sender<Input>,
-    via: Via,
-    reasons: bool,
-) -> Result<NodeStatus, Status> {
-    let ok = ask(engine, |reply| Input::Authenticate {
-        via,
-        what: PeerRequest::Status,
-        reply,
-    })
-    .await?;
-    if !ok {
-        return Err(Status::permission_denied(
-            "no session on this connection; say hello first",
-        ));
-    }
-    let snap = snapshot(engine).await?;
-    Ok(convert::node_status(&snap, &snap.host_name, reasons))
 }

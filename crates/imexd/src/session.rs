@@ -14,288 +14,16 @@
 //! A request is answered by a task of its own, so a slow answer (an import waiting for the
 //! driver) never holds up the heartbeats or the other requests behind it.
 
-use std::collections::HashMap;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
-
 use openimex_core::Via;
+use openimex_core::node::PeerRequest;
 use openimex_proto::peer::session_msg::Body;
-use openimex_proto::peer::{GoodbyeReply, SessionMsg, UnimportReply};
-use tokio::sync::{mpsc, oneshot};
+use openimex_proto::peer::{GoodbyeReply, NodeStatus, SessionMsg, UnimportReply};
+use tokio::sync::mpsc;
+use tonic::Status;
 
 use crate::convert;
 use crate::mailbox::{Input, ask};
-
-/// Frames queued for sending on one session. Requests wait for room (a task each); heartbeats
-/// are dropped when it is full (the peer is not reading; the liveness timeout will tell).
-pub(crate) const QUEUE: usize = 1024;
-
-/// How long a retired session waits for what is in flight on it.
-pub(crate) const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// A session's stop: once set, its reader and its outbound stream end, even while clones of
-/// its sender live on in tasks still answering.
-#[derive(Default)]
-struct Stop {
-    set: AtomicBool,
-    wakers: Mutex<Vec<Waker>>,
-}
-
-impl Stop {
-    fn set(&self) {
-        self.set.store(true, Ordering::SeqCst);
-        let wakers = self.wakers.lock().map(|mut w| std::mem::take(&mut *w));
-        for w in wakers.into_iter().flatten() {
-            w.wake();
-        }
-    }
-
-    fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.set.load(Ordering::SeqCst) {
-            return Poll::Ready(());
-        }
-        if let Ok(mut w) = self.wakers.lock()
-            && !w.iter().any(|k| k.will_wake(cx.waker()))
-        {
-            w.push(cx.waker().clone());
-        }
-        // Set between the first look and the registration: seen now.
-        if self.set.load(Ordering::SeqCst) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }
-}
-
-/// The frames a session sends, as the stream tonic writes: ends at the session's stop.
-pub(crate) struct Outbound {
-    rx: mpsc::Receiver<SessionMsg>,
-    stop: Arc<Stop>,
-}
-
-impl tokio_stream::Stream for Outbound {
-    type Item = SessionMsg;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SessionMsg>> {
-        if self.stop.poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        self.rx.poll_recv(cx)
-    }
-}
-
-/// Requests sent and not answered yet, by id.
-#[derive(Default)]
-struct Pending {
-    next: u64,
-    calls: HashMap<u64, oneshot::Sender<Body>>,
-    /// The session ended: new calls fail at once.
-    closed: bool,
-}
-
-/// The sending side of a session: clone it freely.
-#[derive(Clone)]
-pub(crate) struct SessionTx {
-    out: mpsc::Sender<SessionMsg>,
-    pending: Arc<Mutex<Pending>>,
-    stop: Arc<Stop>,
-    /// The peer's requests being answered here.
-    serving: Arc<AtomicUsize>,
-    /// A heartbeat or an answer arrived since the engine last looked ([`SessionTx::heard`]).
-    heard: Arc<AtomicBool>,
-    /// The last heartbeat sent here and the round trip of the last one answered.
-    rtt: Arc<Mutex<Rtt>>,
-}
-
-/// Heartbeat round trips, measured by the end that sends them (the pair's lower node).
-#[derive(Default)]
-struct Rtt {
-    sent: Option<(u64, tokio::time::Instant)>,
-    last: Option<std::time::Duration>,
-}
-
-/// Why a request on a session got no answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum CallError {
-    /// The session ended before the answer.
-    Closed,
-    /// The peer refused the request, saying why.
-    Refused(String),
-    /// The answer was not the reply the request needs.
-    Unexpected,
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Closed => f.write_str("the session ended before the answer"),
-            Self::Refused(why) => write!(f, "refused: {why}"),
-            Self::Unexpected => f.write_str("the peer answered with the wrong kind of reply"),
-        }
-    }
-}
-
-impl SessionTx {
-    /// A new session, and the stream of frames it sends (for tonic to write).
-    pub(crate) fn new() -> (Self, Outbound) {
-        let (out, rx) = mpsc::channel(QUEUE);
-        let stop = Arc::new(Stop::default());
-        let tx = Self {
-            out,
-            pending: Arc::new(Mutex::new(Pending::default())),
-            stop: Arc::clone(&stop),
-            serving: Arc::new(AtomicUsize::new(0)),
-            heard: Arc::new(AtomicBool::new(false)),
-            rtt: Arc::default(),
-        };
-        (tx, Outbound { rx, stop })
-    }
-
-    /// Ends the session once nothing is in flight on it (our calls answered, the peer's
-    /// requests answered), or after [`RETIRE_WAIT`]: a pair that moves to its other session
-    /// (core's `mesh::pair`) fails no request it had already sent on this one.
-    pub(crate) fn retire(self) {
-        tokio::spawn(async move {
-            let deadline = tokio::time::Instant::now() + RETIRE_WAIT;
-            while self.busy() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            self.shutdown();
-        });
-    }
-
-    /// Whether the pair was heard from on this session since the last call. The engine asks
-    /// every session once per timer of the core node (the heartbeat tick among them) instead of
-    /// being sent a message per heartbeat: at 144 nodes that is ~290 fewer wake-ups a second
-    /// per daemon, for a sign of life credited at most one tick late.
-    pub(crate) fn heard(&self) -> bool {
-        self.heard.swap(false, Ordering::AcqRel)
-    }
-
-    /// The round trip of the last heartbeat sent on this session and answered, if any (only
-    /// the end that sends heartbeats measures them).
-    pub(crate) fn heartbeat_rtt(&self) -> Option<std::time::Duration> {
-        self.rtt.lock().ok().and_then(|r| r.last)
-    }
-
-    /// The answer to heartbeat `seq` arrived.
-    fn heartbeat_answered(&self, seq: u64) {
-        if let Ok(mut rtt) = self.rtt.lock()
-            && let Some((sent, at)) = rtt.sent
-            && sent == seq
-        {
-            rtt.last = Some(at.elapsed());
-            rtt.sent = None;
-        }
-    }
-
-    fn busy(&self) -> bool {
-        self.serving.load(Ordering::SeqCst) > 0
-            || self
-                .pending
-                .lock()
-                .is_ok_and(|p| !p.closed && !p.calls.is_empty())
-    }
-
-    /// Ends the session from this side: its calls fail, its reader and its outbound stream
-    /// end (the peer sees the stream end).
-    pub(crate) fn shutdown(&self) {
-        self.close();
-        self.stop.set();
-    }
-
-    /// Sends a heartbeat (or its answer) if there is room.
-    pub(crate) fn heartbeat(&self, seq: u64, ack: bool) {
-        if !ack && let Ok(mut rtt) = self.rtt.lock() {
-            rtt.sent = Some((seq, tokio::time::Instant::now()));
-        }
-        let _ = self.out.try_send(SessionMsg {
-            heartbeat_seq: seq,
-            heartbeat_ack: ack,
-            ..SessionMsg::default()
-        });
-    }
-
-    /// Sends a request and waits for its answer. No timer here: callers that need one (the
-    /// core node fails imports on its own timeout) bound the wait themselves.
-    pub(crate) async fn call(&self, body: Body) -> Result<Body, CallError> {
-        let (tx, rx) = oneshot::channel();
-        let id = {
-            let Ok(mut p) = self.pending.lock() else {
-                return Err(CallError::Closed);
-            };
-            if p.closed {
-                return Err(CallError::Closed);
-            }
-            p.next += 1;
-            let id = p.next;
-            p.calls.insert(id, tx);
-            id
-        };
-        let frame = SessionMsg {
-            id,
-            body: Some(body),
-            ..SessionMsg::default()
-        };
-        if !self.send(frame).await {
-            self.forget(id);
-            return Err(CallError::Closed);
-        }
-        match rx.await {
-            Ok(Body::Refused(why)) => Err(CallError::Refused(convert::bounded(&why))),
-            Ok(body) => Ok(body),
-            Err(_) => Err(CallError::Closed),
-        }
-    }
-
-    /// Sends the answer to the peer's request `id`.
-    async fn answer(&self, id: u64, body: Body) {
-        let frame = SessionMsg {
-            id,
-            body: Some(body),
-            ..SessionMsg::default()
-        };
-        self.send(frame).await;
-    }
-
-    /// Queues a frame, waiting for room, but not past the session's stop: a full queue that
-    /// nobody reads any more must not hold a caller forever. Whether it was queued.
-    async fn send(&self, frame: SessionMsg) -> bool {
-        tokio::select! {
-            sent = self.out.send(frame) => sent.is_ok(),
-            () = std::future::poll_fn(|cx| self.stop.poll(cx)) => false,
-        }
-    }
-
-    fn forget(&self, id: u64) {
-        if let Ok(mut p) = self.pending.lock() {
-            p.calls.remove(&id);
-        }
-    }
-
-    /// Hands an answer to the call waiting for it; an answer nobody waits for is dropped.
-    fn resolve(&self, id: u64, body: Body) {
-        let waiter = self
-            .pending
-            .lock()
-            .ok()
-            .and_then(|mut p| p.calls.remove(&id));
-        if let Some(w) = waiter {
-            let _ = w.send(body);
-        }
-    }
-
-    /// The session ended: every waiting call fails, and so does every later one.
-    fn close(&self) {
-        if let Ok(mut p) = self.pending.lock() {
-            p.closed = true;
-            p.calls.clear();
-        }
-    }
-}
+use crate::session_tx::SessionTx;
 
 /// Reads `inbound` until it ends: answers heartbeats, reports signs of life to the engine,
 /// hands answers to the calls waiting for them and answers the peer's requests. Returns why
@@ -310,11 +38,10 @@ where
     S: Unpin + tokio_stream::Stream<Item = Result<SessionMsg, tonic::Status>>,
 {
     use tokio_stream::StreamExt;
-    let stop = Arc::clone(&tx.stop);
     let reason = loop {
         let next = tokio::select! {
             next = inbound.next() => next,
-            () = std::future::poll_fn(|cx| stop.poll(cx)) => break "closed here".to_string(),
+            () = tx.stopped() => break "closed here".to_string(),
         };
         let msg = match next {
             Some(Ok(msg)) => msg,
@@ -322,31 +49,21 @@ where
             None => break "peer closed the session".to_string(),
         };
         match msg.body {
-            None => {
-                // The pair's sign of life, either way; the engine collects it (`heard`).
-                tx.heard.store(true, Ordering::Release);
-                if msg.heartbeat_ack {
-                    tx.heartbeat_answered(msg.heartbeat_seq);
-                } else {
-                    tx.heartbeat(msg.heartbeat_seq, true);
-                }
-            }
+            None => tx.received_heartbeat(msg.heartbeat_seq, msg.heartbeat_ack),
+            // The peer's words end up in logs and import errors: made safe here.
+            Some(Body::Refused(why)) => tx.resolve(msg.id, Body::Refused(convert::bounded(&why))),
             Some(
                 body @ (Body::ImportReply(_)
                 | Body::UnimportReply(_)
                 | Body::StatusReply(_)
-                | Body::GoodbyeReply(_)
-                | Body::Refused(_)),
+                | Body::GoodbyeReply(_)),
             ) => tx.resolve(msg.id, body),
             Some(request) => {
-                let (tx, engine) = (tx.clone(), engine.clone());
-                tx.serving.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let answer = serve(request, via, &engine)
+                let engine = engine.clone();
+                tx.answer_later(msg.id, async move {
+                    serve(request, via, &engine)
                         .await
-                        .unwrap_or_else(Body::Refused);
-                    tx.answer(msg.id, answer).await;
-                    tx.serving.fetch_sub(1, Ordering::SeqCst);
+                        .unwrap_or_else(Body::Refused)
                 });
             }
         }
@@ -398,7 +115,7 @@ async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<
                 Err("no session proves that identity on this connection".to_string())
             }
         }
-        Body::Status(req) => crate::peer_server::status_row(engine, via, req.reasons)
+        Body::Status(req) => status_row(engine, via, req.reasons)
             .await
             .map(Body::StatusReply)
             .map_err(|s| s.message().to_string()),
@@ -406,9 +123,32 @@ async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<
     }
 }
 
+/// This node's status row for the peer on `via`, if a session proves it (asked on the session,
+/// or by the unary `Status` RPC of older callers).
+pub(crate) async fn status_row(
+    engine: &mpsc::Sender<Input>,
+    via: Via,
+    reasons: bool,
+) -> Result<NodeStatus, Status> {
+    let ok = ask(engine, |reply| Input::Authenticate {
+        via,
+        what: PeerRequest::Status,
+        reply,
+    })
+    .await?;
+    if !ok {
+        return Err(Status::permission_denied(
+            "no session on this connection; say hello first",
+        ));
+    }
+    let snap = ask(engine, |reply| Input::Snapshot { reply }).await?;
+    Ok(convert::node_status(&snap, &snap.host_name, reasons))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session_tx::CallError;
     use openimex_core::NodeId;
     use openimex_proto::peer::ImportReply;
     use tokio_stream::StreamExt;
@@ -519,7 +259,7 @@ mod tests {
             );
             tokio::task::yield_now().await;
         }
-        assert!(out_rx.rx.try_recv().is_err(), "an answer is not answered");
+        assert!(out_rx.try_next().is_none(), "an answer is not answered");
         assert!(
             tx.heartbeat_rtt().is_some(),
             "the answer timed its heartbeat"
@@ -548,25 +288,5 @@ mod tests {
         assert_eq!(reader.await.expect("join"), "closed here");
         assert_eq!(call.await.expect("join"), Err(CallError::Closed));
         assert!(out.next().await.is_none(), "the outbound stream ends");
-    }
-
-    #[tokio::test]
-    async fn a_call_waiting_for_room_ends_at_the_stop() {
-        let (tx, _out) = SessionTx::new();
-        // Nobody reads the outbound stream: fill its queue.
-        for seq in 0..QUEUE as u64 {
-            tx.heartbeat(seq, false);
-        }
-        let call = tokio::spawn({
-            let tx = tx.clone();
-            async move { tx.call(Body::Unimport(Default::default())).await }
-        });
-        tokio::task::yield_now().await;
-        tx.shutdown();
-        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), call).await;
-        assert_eq!(
-            ended.expect("not held forever").expect("join"),
-            Err(CallError::Closed)
-        );
     }
 }
