@@ -15,7 +15,7 @@ use std::time::Duration;
 use openimex_core::{ConnStatus, DaemonState, NodeId, domain_status_of};
 use openimex_proto::cmd::{
     DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
-    command_server::Command,
+    command_server::{Command, CommandServer},
 };
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{NodeStatus, NodeStatusRequest};
@@ -23,8 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status};
 
 use crate::convert::{node_status, peers_reply, row_cells};
+use crate::error::DaemonError;
 use crate::mailbox::{Hosts, Input, ask};
-use crate::peer_server::snapshot;
 
 /// How long the command service waits for one peer's row.
 const PEER_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -52,7 +52,7 @@ impl Command for CommandService {
         request: Request<DomainRequest>,
     ) -> Result<Response<DomainReply>, Status> {
         let reasons = request.into_inner().reasons;
-        let snap = snapshot(&self.engine).await?;
+        let snap = ask(&self.engine, |reply| Input::Snapshot { reply }).await?;
         let local = snap.local;
         let mine = node_status(&snap, &self.host_name, reasons);
         let asks: Vec<_> = snap
@@ -92,6 +92,65 @@ impl Command for CommandService {
     }
 }
 
+/// The row of a node that could not be asked: UNAVAILABLE, every link INVALID (no cells).
+pub(crate) fn unavailable_row(node_id: u32, host: String) -> NodeReport {
+    NodeReport {
+        node_id,
+        host,
+        state: DaemonState::Unavailable.as_str().to_string(),
+        version: String::new(),
+        host_name: String::new(),
+        reachable: false,
+        instance_id: 0,
+        connections: Vec::new(),
+        refusals: Vec::new(),
+        cells: Vec::new(),
+    }
+}
+
+/// How a command server ended: which one, and why.
+pub(crate) type Ended = Result<(), (&'static str, tonic::transport::Error)>;
+
+/// Serves the command service `svc` (built once per listener) on the TCP listener and the unix
+/// socket at `unix_path`, whichever are given; the configured and the unconfigured daemon both
+/// serve `ctl` this way.
+pub(crate) fn serve<S: Command>(
+    svc: impl Fn() -> S,
+    tcp: Option<std::net::TcpListener>,
+    unix: Option<std::os::unix::net::UnixListener>,
+    unix_path: Option<&std::path::Path>,
+) -> Result<Vec<tokio::task::JoinHandle<Ended>>, DaemonError> {
+    use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+    use tonic::transport::Server;
+    let mut servers = Vec::new();
+    if let Some(l) = tcp {
+        let l = crate::tokio_tcp(l)?;
+        let s = Server::builder()
+            .add_service(CommandServer::new(svc()))
+            .serve_with_incoming(TcpListenerStream::new(l));
+        servers.push(tokio::spawn(async move {
+            s.await.map_err(|source| ("command (TCP)", source))
+        }));
+    }
+    if let Some(l) = unix {
+        let l = tokio::net::UnixListener::from_std(l).map_err(|source| DaemonError::Bind {
+            what: "command socket",
+            addr: unix_path
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            source,
+            fix: "check IMEX_CMD_UNIX_DOMAIN_PATH",
+        })?;
+        let s = Server::builder()
+            .add_service(CommandServer::new(svc()))
+            .serve_with_incoming(UnixListenerStream::new(l));
+        servers.push(tokio::spawn(async move {
+            s.await.map_err(|source| ("command (unix)", source))
+        }));
+    }
+    Ok(servers)
+}
+
 impl CommandService {
     /// The reply, from every node's row (`None`: could not be asked). Rows are moved in.
     fn assemble(&self, local: NodeId, rows: Vec<Option<NodeStatus>>) -> DomainReply {
@@ -114,18 +173,7 @@ impl CommandService {
                         refusals: st.refusals,
                         cells: st.cells,
                     },
-                    None => NodeReport {
-                        node_id: u32::try_from(i).unwrap_or(u32::MAX),
-                        host,
-                        state: DaemonState::Unavailable.as_str().to_string(),
-                        version: String::new(),
-                        host_name: String::new(),
-                        reachable: false,
-                        instance_id: 0,
-                        connections: Vec::new(),
-                        refusals: Vec::new(),
-                        cells: Vec::new(),
-                    },
+                    None => unavailable_row(u32::try_from(i).unwrap_or(u32::MAX), host),
                 }
             })
             .collect();

@@ -47,10 +47,8 @@ use std::future::Future;
 
 use openimex_core::{DaemonState, MeshConfig, Node, NodeConfig, NodeMap};
 use openimex_driver::Driver;
-use openimex_proto::cmd::command_server::CommandServer;
 use openimex_proto::peer::peer_server::PeerServer;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::transport::Server;
 use tracing::info;
 
@@ -156,33 +154,12 @@ pub async fn run(
         hosts: hosts_rx.clone(),
         host_name: settings.host_name.clone(),
     };
-    if let Some(l) = world.cmd_tcp {
-        let l = tokio_tcp(l)?;
-        let s = Server::builder()
-            .add_service(CommandServer::new(cmd()))
-            .serve_with_incoming(TcpListenerStream::new(l));
-        servers.push(tokio::spawn(async move {
-            s.await.map_err(|source| ("command (TCP)", source))
-        }));
-    }
-    if let Some(l) = world.cmd_unix {
-        let l = tokio::net::UnixListener::from_std(l).map_err(|source| DaemonError::Bind {
-            what: "command socket",
-            addr: settings
-                .cmd_unix_path
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            source,
-            fix: "check IMEX_CMD_UNIX_DOMAIN_PATH",
-        })?;
-        let s = Server::builder()
-            .add_service(CommandServer::new(cmd()))
-            .serve_with_incoming(UnixListenerStream::new(l));
-        servers.push(tokio::spawn(async move {
-            s.await.map_err(|source| ("command (unix)", source))
-        }));
-    }
+    servers.extend(cmd_server::serve(
+        cmd,
+        world.cmd_tcp,
+        world.cmd_unix,
+        settings.cmd_unix_path.as_deref(),
+    )?);
     info!(
         "Creating gRPC channels to all peers (nPeers = {}).",
         nodes.saturating_sub(1)
@@ -238,7 +215,7 @@ pub async fn run(
     result
 }
 
-fn tokio_tcp(l: std::net::TcpListener) -> Result<tokio::net::TcpListener, DaemonError> {
+pub(crate) fn tokio_tcp(l: std::net::TcpListener) -> Result<tokio::net::TcpListener, DaemonError> {
     let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
     tokio::net::TcpListener::from_std(l).map_err(|source| DaemonError::Bind {
         what: "TCP listener",

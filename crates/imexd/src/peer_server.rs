@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::conn::ConnInfo;
 use crate::convert;
-use crate::mailbox::{Hosts, Input, Snapshot, ask};
+use crate::mailbox::{Hosts, Input, ask};
 use crate::session;
 use crate::session_tx::SessionTx;
 
@@ -28,11 +28,6 @@ pub(crate) struct PeerService {
     pub(crate) hosts: Hosts,
     /// `OPENIMEX_PEER_ANY_SOURCE`: accept hellos from any address (multi-homed hosts).
     pub(crate) any_source: bool,
-}
-
-/// The engine's current view, for status rows.
-pub(crate) async fn snapshot(engine: &mpsc::Sender<Input>) -> Result<Snapshot, Status> {
-    Ok(ask(engine, |reply| Input::Snapshot { reply }).await?)
 }
 
 /// The sender of a peer request, which every request must name.

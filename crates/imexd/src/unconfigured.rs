@@ -28,12 +28,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use openimex_core::{DaemonState, DomainStatus};
-use openimex_proto::cmd::command_server::{Command, CommandServer};
+use openimex_proto::cmd::command_server::Command;
 use openimex_proto::cmd::{
-    DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
+    DomainReply, DomainRequest, PeersReply, PeersRequest, StateReply, StateRequest,
 };
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
-use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
@@ -80,30 +78,12 @@ pub async fn run(
     warn!(
         "this host matches no entry of the nodes file, which holds placeholder entries (0.0.0.0): running unconfigured (state UNAVAILABLE, domain DOWN, no peers dialled) until the file names this host and SIGUSR1 is sent. {why}"
     );
-    let mut servers = Vec::new();
-    if let Some(l) = listeners.tcp {
-        let l = tokio_listener(l)?;
-        let s = Server::builder()
-            .add_service(CommandServer::new(Unconfigured))
-            .serve_with_incoming(TcpListenerStream::new(l));
-        servers.push(tokio::spawn(s));
-    }
-    if let Some(l) = listeners.unix {
-        let l = tokio::net::UnixListener::from_std(l).map_err(|source| DaemonError::Bind {
-            what: "command socket",
-            addr: listeners
-                .unix_path
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            source,
-            fix: "check IMEX_CMD_UNIX_DOMAIN_PATH",
-        })?;
-        let s = Server::builder()
-            .add_service(CommandServer::new(Unconfigured))
-            .serve_with_incoming(UnixListenerStream::new(l));
-        servers.push(tokio::spawn(s));
-    }
+    let servers = crate::cmd_server::serve(
+        || Unconfigured,
+        listeners.tcp,
+        listeners.unix,
+        listeners.unix_path.as_deref(),
+    )?;
     notify.unconfigured();
     tokio::pin!(shutdown);
     let outcome = loop {
@@ -135,16 +115,6 @@ pub async fn run(
     Ok(outcome)
 }
 
-fn tokio_listener(l: TcpListener) -> Result<tokio::net::TcpListener, DaemonError> {
-    let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    tokio::net::TcpListener::from_std(l).map_err(|source| DaemonError::Bind {
-        what: "command service",
-        addr,
-        source,
-        fix: "this is a bug: the listener could not be registered with the runtime",
-    })
-}
-
 /// The command service of an unconfigured daemon (module docs).
 struct Unconfigured;
 
@@ -152,18 +122,10 @@ struct Unconfigured;
 pub fn domain_reply() -> DomainReply {
     DomainReply {
         local_node_id: 0,
-        nodes: vec![NodeReport {
-            node_id: 0,
-            host: UNCONFIGURED_HOST.to_string(),
-            state: DaemonState::Unavailable.as_str().to_string(),
-            version: String::new(),
-            host_name: String::new(),
-            reachable: false,
-            instance_id: 0,
-            connections: Vec::new(),
-            refusals: Vec::new(),
-            cells: Vec::new(),
-        }],
+        nodes: vec![crate::cmd_server::unavailable_row(
+            0,
+            UNCONFIGURED_HOST.to_string(),
+        )],
         status: DomainStatus::Down.as_str().to_string(),
     }
 }
