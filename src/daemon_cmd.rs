@@ -263,24 +263,13 @@ fn start(args: Args) -> Result<()> {
     } else {
         daemonize::ReadyPipe::none()
     };
-    let target = logging::init(
-        cfg.log_level,
-        cfg.log_file_name.as_deref(),
-        cfg.log_append_to_log || reexecuted,
-        usize::try_from(cfg.verbose_log_buffer_kb)
-            .unwrap_or(usize::MAX)
-            .saturating_mul(1024),
-    );
+    let target = logging::init(&logging::LogOptions::from_config(&cfg, reexecuted));
     if let logging::LogTarget::Stderr(Some(why)) = &target {
         warn!("{why}; logging to stderr");
     }
-    info!(
-        "IMEX version {} (openimex) is running with the following configuration options: config {}, node file {}, bind port {}",
-        env!("CARGO_PKG_VERSION"),
-        args.config.display(),
-        cfg.imex_node_config_file.display(),
-        cfg.server_port
-    );
+    for line in logging::config_dump(&cfg, &args.config) {
+        info!("{line}");
+    }
     for notice in cfg.notices() {
         warn!("{notice}");
     }

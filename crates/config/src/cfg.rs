@@ -174,6 +174,10 @@ pub const DEFAULT_VERBOSE_LOG_BUFFER_KB: u32 = 1024;
 /// Largest `OPENIMEX_VERBOSE_LOG_BUFFER_KB`: 64 MiB, so one dump stays one short write.
 pub const MAX_VERBOSE_LOG_BUFFER_KB: u32 = 64 * 1024;
 
+/// Default of `OPENIMEX_SYSLOG_SOCKET`: where syslog(3) sends, served by systemd-journald or
+/// rsyslog.
+pub const DEFAULT_SYSLOG_SOCKET: &str = "/dev/log";
+
 /// The parsed `config.cfg`. One public field per key (NVIDIA's keys in the order of the
 /// shipped file, then openimex's own), named after the key in snake case. [`Config::default`]
 /// holds the documented defaults, which is also what an empty file yields.
@@ -189,11 +193,13 @@ pub struct Config {
     pub stats_file_name: Option<PathBuf>,
     /// `LOG_APPEND_TO_LOG`: append to the log file (true, default) or overwrite it.
     pub log_append_to_log: bool,
-    /// `LOG_FILE_MAX_SIZE`: log file size cap in MB (default 1024).
+    /// `LOG_FILE_MAX_SIZE`: log file size cap in MB of 2^20 bytes (default 1024); 0: no cap.
     pub log_file_max_size_mb: u64,
-    /// `LOG_MAX_ROTATE_COUNT`: 0 (default) no rotation, N keep N rotated files.
+    /// `LOG_MAX_ROTATE_COUNT`: 0 (default) no rotation, logging stops at the cap; N keeps N
+    /// rotated files (`name.1` newest … `name.N` oldest).
     pub log_max_rotate_count: u32,
-    /// `LOG_USE_SYSLOG`: log to syslog instead of the file (default false).
+    /// `LOG_USE_SYSLOG`: send every log line to syslog (the datagram socket
+    /// [`Config::syslog_socket`]) instead of the file (default false).
     pub log_use_syslog: bool,
     /// `DAEMONIZE`: fork into the background (default true).
     pub daemonize: bool,
@@ -299,6 +305,10 @@ pub struct Config {
     /// [`MAX_VERBOSE_LOG_BUFFER_KB`]). NVIDIA documents no key for its buffer's size.
     pub verbose_log_buffer_kb: u32,
 
+    /// `OPENIMEX_SYSLOG_SOCKET`: the system logger's unix datagram socket that
+    /// `LOG_USE_SYSLOG=1` sends to (default [`DEFAULT_SYSLOG_SOCKET`]).
+    pub syslog_socket: PathBuf,
+
     /// `OPENIMEX_SIM_NODE_DIR`: the node directory of the simulated GPU driver
     /// (`openimex gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
     pub sim_node_dir: Option<PathBuf>,
@@ -360,6 +370,7 @@ impl Default for Config {
             persist_file: PathBuf::from("/var/run/nvidia-imex/persist.dat"),
             metrics_addr: None,
             verbose_log_buffer_kb: DEFAULT_VERBOSE_LOG_BUFFER_KB,
+            syslog_socket: PathBuf::from(DEFAULT_SYSLOG_SOCKET),
             sim_node_dir: None,
             notices: Vec::new(),
             node_config_file_origin: None,

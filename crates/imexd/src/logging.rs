@@ -1,6 +1,8 @@
 //! Logging as NVIDIA's daemon does it: `LOG_LEVEL` 0 (off) … 4 (INFO), to `LOG_FILE_NAME`
-//! (appended or truncated per `LOG_APPEND_TO_LOG`), or stderr when the name is empty or the file
-//! cannot be opened. Lines look like `[Dec 02 2026 15:40:01.123] [INFO] [tid 7] message`.
+//! (appended or truncated per `LOG_APPEND_TO_LOG`, capped and rotated per `LOG_FILE_MAX_SIZE`
+//! and `LOG_MAX_ROTATE_COUNT`: [`log_file`]), or stderr when the name is empty or the file
+//! cannot be opened, or syslog with `LOG_USE_SYSLOG=1` ([`syslog`]); [`sink`] picks and falls
+//! back. Lines look like `[Dec 02 2026 15:40:01.123] [INFO] [tid 7] message`.
 //!
 //! # The verbose buffer (imex-guide §1 LOG_LEVEL, §5 SIGHUP)
 //!
@@ -19,10 +21,14 @@
 //! DEBUG and TRACE are never buffered: NVIDIA's levels end at INFO, and the libraries' trace
 //! events would only cost time.
 
+mod config_dump;
+mod log_file;
+mod sink;
+mod syslog;
+
 use std::collections::VecDeque;
-use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -35,6 +41,9 @@ use tracing_subscriber::layer::{Context, Filter, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
+pub use config_dump::config_dump;
+use sink::{FileSpec, Sink};
+
 /// Where the log went (to say so on stderr when a file could not be opened).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogTarget {
@@ -42,6 +51,45 @@ pub enum LogTarget {
     File(String),
     /// Standard error (empty name, or the file could not be opened: the reason).
     Stderr(Option<String>),
+    /// Syslog, through this socket.
+    Syslog(PathBuf),
+}
+
+/// What [`init`] needs: the logging keys of `config.cfg`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogOptions {
+    /// NVIDIA's `LOG_LEVEL` (0..=4).
+    pub level: u8,
+    /// `LOG_FILE_NAME`; `None`: stderr.
+    pub file: Option<PathBuf>,
+    /// `LOG_APPEND_TO_LOG`.
+    pub append: bool,
+    /// Size of the verbose buffer in bytes (0: none).
+    pub buffer_bytes: usize,
+    /// `LOG_FILE_MAX_SIZE` in bytes; 0: no cap.
+    pub max_bytes: u64,
+    /// `LOG_MAX_ROTATE_COUNT`.
+    pub rotate_count: u32,
+    /// The syslog socket when `LOG_USE_SYSLOG=1`.
+    pub syslog: Option<PathBuf>,
+}
+
+impl LogOptions {
+    /// The options `cfg` sets; `append` also when the image was re-executed (same PID, same
+    /// log).
+    pub fn from_config(cfg: &openimex_config::Config, reexecuted: bool) -> LogOptions {
+        LogOptions {
+            level: cfg.log_level,
+            file: cfg.log_file_name.clone(),
+            append: cfg.log_append_to_log || reexecuted,
+            buffer_bytes: usize::try_from(cfg.verbose_log_buffer_kb)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(1024),
+            max_bytes: cfg.log_file_max_size_mb.saturating_mul(1 << 20),
+            rotate_count: cfg.log_max_rotate_count,
+            syslog: cfg.log_use_syslog.then(|| cfg.syslog_socket.clone()),
+        }
+    }
 }
 
 /// The longest line the verbose buffer keeps; a longer one is cut and ends with `…`.
@@ -51,7 +99,7 @@ pub const MAX_RECORD: usize = 8 * 1024;
 const EMPTY_DUMP_EVERY: Duration = Duration::from_secs(10);
 
 /// The log's destination, shared by every line and by the dumps.
-type Out = Arc<Mutex<Box<dyn Write + Send>>>;
+type Out = Arc<Mutex<Sink>>;
 
 /// What [`dump_verbose`] needs, set once by [`init`].
 struct Verbose {
@@ -75,24 +123,31 @@ fn file_filter(level: u8) -> LevelFilter {
     }
 }
 
-/// Installs the global subscriber. `level` is NVIDIA's LOG_LEVEL (0..=4); `buffer_bytes` the
-/// size of the verbose buffer (0: none).
-pub fn init(level: u8, file: Option<&Path>, append: bool, buffer_bytes: usize) -> LogTarget {
-    let (writer, target): (Box<dyn Write + Send>, LogTarget) = match file {
-        None => (Box::new(std::io::stderr()), LogTarget::Stderr(None)),
-        Some(p) => match OpenOptions::new()
-            .create(true)
-            .append(append)
-            .write(true)
-            .truncate(!append)
-            .open(p)
-        {
-            Ok(f) => (Box::new(f), LogTarget::File(p.display().to_string())),
-            Err(e) => (
-                Box::new(std::io::stderr()),
-                LogTarget::Stderr(Some(format!("cannot open {}: {e}", p.display()))),
+/// Installs the global subscriber.
+pub fn init(opts: &LogOptions) -> LogTarget {
+    let (level, buffer_bytes) = (opts.level, opts.buffer_bytes);
+    let file = FileSpec {
+        path: opts.file.clone(),
+        append: opts.append,
+        cap: opts.max_bytes,
+        keep: opts.rotate_count,
+    };
+    let mut syslog_failed = None;
+    let (writer, target) = match &opts.syslog {
+        Some(socket) => match syslog::Syslog::connect(socket) {
+            Ok(syslog) => (
+                Sink::Syslog {
+                    syslog,
+                    fallback: file,
+                },
+                LogTarget::Syslog(socket.clone()),
             ),
+            Err(e) => {
+                syslog_failed = Some(format!("{} ({e})", socket.display()));
+                file.open()
+            }
         },
+        None => file.open(),
     };
     let out: Out = Arc::new(Mutex::new(writer));
     let ring = Arc::new(Mutex::new(Ring::new(buffer_bytes, since_epoch())));
@@ -129,15 +184,33 @@ pub fn init(level: u8, file: Option<&Path>, append: bool, buffer_bytes: usize) -
             last_empty: Mutex::new(None),
         });
     }
-    if let Some(f) = file.filter(|_| matches!(target, LogTarget::File(_))) {
+    if !matches!(target, LogTarget::Stderr(_)) {
         tracing::info!("IMEX Log initializing at: {}", crate::logging::now_stamp());
         tracing::info!(
             "openimex {} writing log to {}",
             env!("CARGO_PKG_VERSION"),
-            f.display()
+            sink::describe(&target)
+        );
+    }
+    if let Some(why) = syslog_failed {
+        tracing::error!(
+            "LOG_USE_SYSLOG=1 but the syslog socket {why} cannot be used: logging to {} \
+             instead. Fix: start the system logger (systemd-journald or rsyslog), or set \
+             OPENIMEX_SYSLOG_SOCKET to its socket",
+            sink::describe(&target)
         );
     }
     target
+}
+
+/// One log line in the file's format, stamped now, for lines written outside `tracing` (the
+/// stop notice of a capped file, the syslog fallback).
+pub(crate) fn stamped_line(level: &str, msg: &str) -> String {
+    format!(
+        "[{}] [{level}] [tid {}] {msg}\n",
+        log_stamp(),
+        nix::unistd::gettid()
+    )
 }
 
 /// Why the verbose buffer is written.

@@ -151,7 +151,7 @@ const KEYS: &[Key] = &[
     Key { name: "STATS_FILE_NAME", set: |c, v| { c.stats_file_name = v.opt_path(); Ok(()) } },
     Key { name: "LOG_APPEND_TO_LOG", set: |c, v| { c.log_append_to_log = v.bool()?; Ok(()) } },
     Key { name: "LOG_FILE_MAX_SIZE", set: |c, v| {
-        c.log_file_max_size_mb = v.int("size", "expected a size in MB (a non-negative integer)")?;
+        c.log_file_max_size_mb = v.int("size", "expected a size in MB (a non-negative integer; 0: no cap)")?;
         Ok(())
     } },
     Key { name: "LOG_MAX_ROTATE_COUNT", set: |c, v| {
@@ -250,6 +250,12 @@ const KEYS: &[Key] = &[
         Ok(())
     } },
     Key { name: "OPENIMEX_METRICS_ADDR", set: |c, v| { c.metrics_addr = v.opt_socket_addr()?; Ok(()) } },
+    Key { name: "OPENIMEX_SYSLOG_SOCKET", set: |c, v| {
+        c.syslog_socket = v.opt_path().ok_or_else(|| {
+            v.invalid("path", "expected the path of the system logger's datagram socket (default /dev/log)")
+        })?;
+        Ok(())
+    } },
     Key { name: "OPENIMEX_SIM_NODE_DIR", set: |c, v| { c.sim_node_dir = v.opt_path(); Ok(()) } },
 ];
 
@@ -275,9 +281,6 @@ type Matters = fn(&Config, &Config) -> bool;
 #[rustfmt::skip]
 const NOT_SUPPORTED_YET: &[(&str, Matters)] = &[
     ("STATS_FILE_NAME", |c, d| c.stats_file_name != d.stats_file_name),
-    ("LOG_FILE_MAX_SIZE", |c, d| c.log_file_max_size_mb != d.log_file_max_size_mb),
-    ("LOG_MAX_ROTATE_COUNT", |c, d| c.log_max_rotate_count != d.log_max_rotate_count),
-    ("LOG_USE_SYSLOG", |c, d| c.log_use_syslog != d.log_use_syslog),
     ("NETWORK_INTERFACE", |c, d| c.network_interface != d.network_interface),
     // IMEX_ENABLE_AUTH_ENCRYPTION=1 is not ignored: the daemon refuses it until TLS is built
     // (`Config::refuse_unbuilt_features`).

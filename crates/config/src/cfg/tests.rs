@@ -102,17 +102,12 @@ fn nvidia_shipped_layout_parses() {
         ..Config::default()
     };
     assert_eq!(c, want);
-    assert_eq!(
-        notice_keys(&c),
-        [
-            (45, "LOG_MAX_ROTATE_COUNT"),
-            (192, "IMEX_CONN_WAIT_TIMEOUT"),
-        ]
-    );
+    // The log keys are implemented: only the legacy key is noticed.
+    assert_eq!(notice_keys(&c), [(192, "IMEX_CONN_WAIT_TIMEOUT")]);
     assert_eq!(
         c.notices()[0].to_string(),
-        "/etc/nvidia-imex/config.cfg:45: LOG_MAX_ROTATE_COUNT is not supported yet by openimex; \
-         the value is accepted and ignored"
+        "/etc/nvidia-imex/config.cfg:192: IMEX_CONN_WAIT_TIMEOUT is not supported yet by \
+         openimex; the value is accepted and ignored"
     );
 }
 
@@ -643,17 +638,13 @@ fn duplicate_key_later_wins_with_notice() {
 fn not_supported_only_when_not_default() {
     let c = parse("LOG_USE_SYSLOG=0\nLOG_FILE_MAX_SIZE=1024\nNETWORK_INTERFACE=\n").unwrap();
     assert!(c.notices().is_empty(), "{:?}", c.notices());
-    let c = parse("LOG_USE_SYSLOG=1\nNETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\n").unwrap();
+    let c = parse("NETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\n").unwrap();
     assert_eq!(
         notice_keys(&c),
-        [
-            (1, "LOG_USE_SYSLOG"),
-            (2, "NETWORK_INTERFACE"),
-            (3, "IMEX_GSS_TIMEOUT_SEC")
-        ]
+        [(1, "NETWORK_INTERFACE"), (2, "IMEX_GSS_TIMEOUT_SEC")]
     );
     assert_eq!(
-        c.notices()[1].message,
+        c.notices()[0].message,
         "NETWORK_INTERFACE is not supported yet by openimex; the value is accepted and ignored"
     );
 }
@@ -737,4 +728,29 @@ fn verbose_log_buffer_size() {
         );
         assert!(e.contains("KiB") && e.contains("65536"), "{e}");
     }
+}
+
+#[test]
+fn log_keys_are_implemented_and_take_their_values() {
+    let c = parse(
+        "LOG_FILE_MAX_SIZE=1\nLOG_MAX_ROTATE_COUNT=3\nLOG_USE_SYSLOG=1\n\
+         OPENIMEX_SYSLOG_SOCKET=/run/test/log.sock\n",
+    )
+    .unwrap();
+    assert!(c.notices().is_empty(), "{:?}", c.notices());
+    assert_eq!(c.log_file_max_size_mb, 1);
+    assert_eq!(c.log_max_rotate_count, 3);
+    assert!(c.log_use_syslog);
+    assert_eq!(c.syslog_socket, PathBuf::from("/run/test/log.sock"));
+    assert_eq!(
+        parse("").unwrap().syslog_socket,
+        PathBuf::from(DEFAULT_SYSLOG_SOCKET)
+    );
+    let e = err("LOG_LEVEL=4\nOPENIMEX_SYSLOG_SOCKET=");
+    assert!(
+        e.starts_with("cfg:2: OPENIMEX_SYSLOG_SOCKET") && e.contains("/dev/log"),
+        "{e}"
+    );
+    let e = err("LOG_MAX_ROTATE_COUNT=-1");
+    assert!(e.contains("cfg:1") && e.contains("rotated files"), "{e}");
 }
