@@ -43,6 +43,9 @@ mod faults;
 // issue 13: forged peer messages against a live import change nothing and are counted
 #[path = "e2e/forged.rs"]
 mod forged;
+// issue 9: LOG_LEVEL filtering, LOG_FILE_MAX_SIZE / LOG_MAX_ROTATE_COUNT rotation, LOG_USE_SYSLOG
+#[path = "e2e/log_keys.rs"]
+mod log_keys;
 // a domain forms: states, `ctl -q` and `ctl -N -j` output as tools parse them
 #[path = "e2e/formation.rs"]
 mod formation;
