@@ -23,6 +23,8 @@
 
 mod config_dump;
 mod log_file;
+#[cfg(test)]
+mod scratch;
 mod sink;
 mod syslog;
 

@@ -180,7 +180,7 @@ pub(crate) fn rotated(path: &Path, i: u32) -> PathBuf {
 /// The cap as the key gives it (`1 MB`), or in bytes when it is no whole number of MB.
 fn cap_text(cap: u64) -> String {
     const MB: u64 = 1 << 20;
-    if cap % MB == 0 {
+    if cap.is_multiple_of(MB) {
         format!("{} MB", cap / MB)
     } else {
         format!("{cap} bytes")
@@ -191,27 +191,7 @@ fn cap_text(cap: u64) -> String {
 mod tests {
     use super::*;
 
-    /// A fresh directory per test (parallel-safe), removed on drop.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(name: &str) -> Dir {
-            let dir = std::env::temp_dir()
-                .join(format!("openimex-log-file-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("temp dir");
-            Dir(dir)
-        }
-        fn log(&self) -> PathBuf {
-            self.0.join("imex.log")
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::logging::scratch::Dir;
 
     fn read(p: &Path) -> String {
         std::fs::read_to_string(p).unwrap_or_default()
@@ -220,6 +200,13 @@ mod tests {
     /// `line NNNN` padded to 20 bytes with its newline.
     fn line(i: usize) -> String {
         format!("line {i:04} .........\n")
+    }
+
+    /// Writes `line i` for each `i`, one write each.
+    fn write_range(f: &mut LogFile, range: std::ops::Range<usize>) {
+        for i in range {
+            f.write_lines(line(i).as_bytes()).expect("write");
+        }
     }
 
     /// The numbers of the `line NNNN` lines of `text`, in order.
@@ -233,12 +220,10 @@ mod tests {
     #[test]
     fn rotation_keeps_n_files_newest_first_and_purges_the_oldest() {
         let dir = Dir::new("rotate");
-        let log = dir.log();
+        let log = dir.join("imex.log");
         // Five 20-byte lines per file.
         let mut f = LogFile::open(&log, false, 100, 2).expect("open");
-        for i in 0..23 {
-            f.write_lines(line(i).as_bytes()).expect("write");
-        }
+        write_range(&mut f, 0..23);
         let (cur, one, two) = (read(&log), read(&rotated(&log, 1)), read(&rotated(&log, 2)));
         assert_eq!(
             numbers(&two),
@@ -260,7 +245,7 @@ mod tests {
     #[test]
     fn a_multi_line_write_rotates_between_lines_never_inside_one() {
         let dir = Dir::new("multi");
-        let log = dir.log();
+        let log = dir.join("imex.log");
         let mut f = LogFile::open(&log, false, 50, 1).expect("open");
         // 30 bytes, then a 3-line write of 20 + 25 + 20 bytes.
         f.write_lines(b"first line is 30 bytes long..\n")
@@ -280,12 +265,10 @@ mod tests {
     #[test]
     fn count_zero_stops_at_the_cap_with_one_notice() {
         let dir = Dir::new("stop");
-        let log = dir.log();
+        let log = dir.join("imex.log");
         let cap = STOP_RESERVE + 100;
         let mut f = LogFile::open(&log, false, cap, 0).expect("open");
-        for i in 0..50 {
-            f.write_lines(line(i).as_bytes()).expect("write");
-        }
+        write_range(&mut f, 0..50);
         assert!(f.stopped());
         let text = read(&log);
         assert_eq!(
@@ -309,7 +292,7 @@ mod tests {
     #[test]
     fn append_to_a_file_over_the_cap_rotates_it_at_the_first_line() {
         let dir = Dir::new("append");
-        let log = dir.log();
+        let log = dir.join("imex.log");
         std::fs::write(&log, "old\n".repeat(100)).expect("seed");
         let mut f = LogFile::open(&log, true, 100, 3).expect("open");
         f.write_lines(b"banner of the new run\n").expect("w");
@@ -329,11 +312,9 @@ mod tests {
     #[test]
     fn no_cap_never_rotates_and_a_huge_line_gets_a_file_of_its_own() {
         let dir = Dir::new("huge");
-        let log = dir.log();
+        let log = dir.join("imex.log");
         let mut f = LogFile::open(&log, false, 0, 2).expect("open");
-        for i in 0..100 {
-            f.write_lines(line(i).as_bytes()).expect("w");
-        }
+        write_range(&mut f, 0..100);
         assert_eq!(read(&log).len(), 2000);
         assert!(!rotated(&log, 1).exists());
 
@@ -350,13 +331,11 @@ mod tests {
     #[test]
     fn a_failed_rotation_stops_the_log_instead_of_passing_the_cap() {
         let dir = Dir::new("fail");
-        let log = dir.log();
+        let log = dir.join("imex.log");
         let mut f = LogFile::open(&log, false, 40, 1).expect("open");
         // A directory where name.1 must go: the rename fails.
         std::fs::create_dir_all(rotated(&log, 1).join("x")).expect("blocker");
-        for i in 0..4 {
-            f.write_lines(line(i).as_bytes()).expect("w");
-        }
+        write_range(&mut f, 0..4);
         assert!(f.stopped());
         let text = read(&log);
         assert_eq!(numbers(&text), [0, 1], "two lines fill the cap");

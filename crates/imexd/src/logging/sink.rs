@@ -100,3 +100,56 @@ impl Write for Sink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logging::scratch::Dir;
+
+    #[test]
+    fn a_logger_that_goes_away_hands_the_rest_to_the_file_behind_one_line() {
+        let dir = Dir::new("sink");
+        let log = dir.join("imex.log");
+        let (socket, server, syslog) = crate::logging::syslog::tests::logger(&dir);
+        let mut sink = Sink::Syslog {
+            syslog,
+            fallback: FileSpec {
+                path: Some(log.clone()),
+                append: true,
+                cap: 0,
+                keep: 0,
+            },
+        };
+        sink.write_all(b"[s] [INFO] [tid 1] to syslog\n")
+            .expect("write");
+        let mut buf = [0u8; 256];
+        let n = server.recv(&mut buf).expect("recv");
+        assert!(String::from_utf8_lossy(&buf[..n]).ends_with("to syslog"));
+        assert!(!log.exists(), "the file is not touched while syslog works");
+
+        drop(server);
+        std::fs::remove_file(&socket).expect("rm");
+        sink.write_all(b"[s] [INFO] [tid 1] first\n[s] [INFO] [tid 1] second\n")
+            .expect("write");
+        sink.write_all(b"[s] [INFO] [tid 1] third\n")
+            .expect("write");
+        assert!(matches!(sink, Sink::File(_)));
+        let text = std::fs::read_to_string(&log).expect("the fallback file");
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(rows.len(), 4, "{text}");
+        assert!(
+            rows[0].contains("[ERROR]")
+                && rows[0].contains("stopped taking messages")
+                && rows[0].contains(&log.display().to_string()),
+            "{text}"
+        );
+        assert_eq!(
+            &rows[1..],
+            [
+                "[s] [INFO] [tid 1] first",
+                "[s] [INFO] [tid 1] second",
+                "[s] [INFO] [tid 1] third"
+            ]
+        );
+    }
+}

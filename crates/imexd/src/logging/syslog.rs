@@ -190,8 +190,17 @@ fn rfc3164_stamp(now: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::logging::scratch::Dir;
+
+    /// A logger's socket bound in `dir`, and a client connected to it.
+    pub(crate) fn logger(dir: &Dir) -> (PathBuf, UnixDatagram, Syslog) {
+        let path = dir.join("log.sock");
+        let server = UnixDatagram::bind(&path).expect("bind");
+        let log = Syslog::connect(&path).expect("connect");
+        (path, server, log)
+    }
 
     fn text(d: &[u8]) -> &str {
         std::str::from_utf8(d).expect("utf-8")
@@ -234,12 +243,8 @@ mod tests {
 
     #[test]
     fn lines_arrive_one_per_message_and_a_missing_socket_is_an_error() {
-        let dir = std::env::temp_dir().join(format!("openimex-syslog-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("log.sock");
-        let server = UnixDatagram::bind(&path).expect("bind");
-        let mut log = Syslog::connect(&path).expect("connect");
+        let dir = Dir::new("syslog");
+        let (path, server, mut log) = logger(&dir);
         log.send_lines(b"[s] [INFO] [tid 1] one\n[s] [WARNING] [tid 1] two\n")
             .expect("send");
         let mut buf = [0u8; 512];
@@ -258,17 +263,12 @@ mod tests {
         let unsent = log.send_lines(lines).expect_err("no logger");
         assert_eq!(unsent.at, 0);
         assert!(Syslog::connect(&path).is_err());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_full_logger_drops_and_counts_instead_of_stalling() {
-        let dir = std::env::temp_dir().join(format!("openimex-syslog-full-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("log.sock");
-        let server = UnixDatagram::bind(&path).expect("bind");
-        let mut log = Syslog::connect(&path).expect("connect");
+        let dir = Dir::new("syslog-full");
+        let (_, server, mut log) = logger(&dir);
         // Nobody reads: the queue fills, one send waits out the timeout, the rest are dropped.
         let flood: String = (0..2000)
             .map(|i| format!("[s] [INFO] [tid 1] flood {i}\n"))
@@ -295,6 +295,5 @@ mod tests {
         let n = server.recv(&mut buf).expect("line");
         assert!(String::from_utf8_lossy(&buf[..n]).ends_with("after"));
         assert!(!log.congested && log.dropped == 0);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
