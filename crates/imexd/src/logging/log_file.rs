@@ -27,8 +27,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// Room kept under the cap, with count 0, for the stop notice.
-pub(crate) const STOP_RESERVE: u64 = 512;
+/// Room kept under the cap, with count 0, for the stop notice (its text and a path of up to
+/// 256 characters).
+pub(crate) const STOP_RESERVE: u64 = 1024;
 
 /// The capped, rotating log file.
 #[derive(Debug)]
