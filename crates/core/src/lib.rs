@@ -35,6 +35,8 @@ pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
 pub use gpu::{Event, ImportAnswer, ImportError, Pages, Status};
 pub use ids::{ConnId, InstanceId, NodeId};
 pub use mesh::{Action, DialBudget, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict, Via};
-pub use node::{CleanUp, Cleaned, ImportRequest, Node, NodeConfig, PeerId, PeerState, RequestId};
+pub use node::{
+    CleanUp, Cleaned, ImportRequest, Node, NodeConfig, PERSIST_LINGER, PeerId, PeerState, RequestId,
+};
 pub use nodemap::{MapRefusal, NodeMap};
 pub use state::{ConnStatus, DaemonState, DomainStatus, Mismatch, UnknownWord};

@@ -71,6 +71,7 @@ mod remap;
 mod sessions;
 
 pub use peers::{CLEANUPS_KEPT_PER_PEER, CleanUp, Cleaned, PeerState};
+pub use recovery::PERSIST_LINGER;
 pub use sessions::PeerRequest;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -263,6 +264,8 @@ enum Timer {
     RecoveryOver,
     /// Name the nodes the recovery gate still waits for.
     RecoveryLog,
+    /// Drop the nodes that no longer hold references from the persist record.
+    PersistPrune,
 }
 
 /// A describe in flight for a peer's import.
@@ -412,6 +415,8 @@ impl Node {
     pub fn handle_shutdown(&mut self, now: Instant) {
         self.mesh.handle_shutdown(now);
         self.absorb_mesh(now);
+        // Stopping, the record is brought to the truth at once (no linger).
+        self.sync_persist(now);
         let mut finish = Vec::new();
         let peers: Vec<NodeId> = self.mesh.config().map.ids().collect();
         for peer in peers {
@@ -442,13 +447,12 @@ impl Node {
     /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not. Acknowledged, the
     /// references held for its importers are released.
     pub fn handle_goodbye_delivered(&mut self, now: Instant, peer: NodeId, delivered: bool) {
-        let _ = now;
         if !delivered {
             return;
         }
         let refs = self.exports.drain_node(peer);
         if !refs.is_empty() {
-            self.release(refs, None);
+            self.release(now, refs, None);
         }
     }
 
@@ -538,6 +542,7 @@ impl Node {
                 Timer::GraceRelease(peer) => self.grace_release(now, peer),
                 Timer::RecoveryOver => self.recovery_over(now),
                 Timer::RecoveryLog => self.recovery_log(now),
+                Timer::PersistPrune => self.prune_persist(),
             }
         }
     }
@@ -603,7 +608,7 @@ impl Node {
                     self.disarm(Timer::Grace(peer));
                     self.disarm(Timer::GraceRelease(peer));
                     // Its references went with it (a restart) or it released them (a goodbye).
-                    let (_, cleaned) = self.peer_gone(peer, current);
+                    let (_, cleaned) = self.peer_gone(now, peer, current);
                     self.record_cleanup(now, peer, reason, cleaned);
                 }
                 None => {}
@@ -650,10 +655,10 @@ impl Node {
         }
     }
 
-    fn release(&mut self, refs: Vec<u64>, ack: Option<RequestId>) {
+    fn release(&mut self, now: Instant, refs: Vec<u64>, ack: Option<RequestId>) {
         self.actions
             .push_back(Action::ReleaseExportRefs { refs, ack });
-        self.sync_persist();
+        self.sync_persist(now);
     }
 
     fn import_timed_out(&mut self, now: Instant, import_event_id: u64) {

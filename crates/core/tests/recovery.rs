@@ -173,7 +173,75 @@ fn a_failed_describe_drops_the_importer_from_the_record() {
     );
     let a = drain(&mut n);
     assert!(
-        a.contains(&Action::Persist { importers: vec![] }),
-        "node 1 holds nothing: {a:?}"
+        !a.iter().any(|a| matches!(a, Action::Persist { .. })),
+        "the record keeps naming node 1 for a linger: {a:?}"
     );
+    n.handle_timeout(now + PERSIST_LINGER);
+    assert_eq!(
+        persists(&drain(&mut n)),
+        vec![Vec::<NodeId>::new()],
+        "node 1 holds nothing"
+    );
+}
+
+fn persists(actions: &[Action]) -> Vec<Vec<NodeId>> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Persist { importers } => Some(importers.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Import, release, import again from the same node: the record is written for the first
+/// import only (a write on every import's path cost a file write and rename); the node is
+/// dropped once it held nothing for a whole linger, and at once on a clean stop.
+#[test]
+fn a_node_that_imports_again_soon_costs_no_record_write() {
+    let (mut n, mut now) = ready_with_node_1();
+    let via = Via::Accepted { conn: 1 };
+    let pages = || Pages {
+        size: 2 << 20,
+        page_size: 2 << 20,
+        pfns: vec![4],
+        clique_id: 0,
+    };
+    let mut writes = Vec::new();
+    for round in 0..5u64 {
+        let import = ImportRequest {
+            import_event_id: 10 + round,
+            ..IMPORT
+        };
+        n.handle_session_import(now, 100 + 2 * round, via, None, import);
+        n.handle_described(now, 100 + 2 * round, Ok((70 + round, pages())));
+        n.handle_session_unimport(now, 101 + 2 * round, via, None, 10 + round);
+        writes.extend(persists(&drain(&mut n)));
+        now += PERSIST_LINGER / 4;
+        n.handle_timeout(now);
+        writes.extend(persists(&drain(&mut n)));
+    }
+    assert_eq!(n.export_refs_held(), 0);
+    assert_eq!(
+        writes,
+        vec![vec![NodeId(1)]],
+        "one write, for the first import"
+    );
+    // Nothing held for a whole linger after the first release: dropped once.
+    n.handle_timeout(now + PERSIST_LINGER);
+    assert_eq!(persists(&drain(&mut n)), vec![Vec::<NodeId>::new()]);
+    n.handle_timeout(now + 3 * PERSIST_LINGER);
+    assert!(persists(&drain(&mut n)).is_empty(), "written once");
+
+    // A clean stop right after a release leaves the exact record at once.
+    let import = ImportRequest {
+        import_event_id: 50,
+        ..IMPORT
+    };
+    n.handle_session_import(now, 200, via, None, import);
+    n.handle_described(now, 200, Ok((90, pages())));
+    n.handle_session_unimport(now, 201, via, None, 50);
+    assert_eq!(persists(&drain(&mut n)), vec![vec![NodeId(1)]]);
+    n.handle_shutdown(now);
+    assert_eq!(persists(&drain(&mut n)), vec![Vec::<NodeId>::new()]);
 }

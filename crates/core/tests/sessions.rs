@@ -199,10 +199,11 @@ fn a_reference_is_released_only_by_the_instance_that_holds_it() {
                 refs: vec![555],
                 ack: Some(12)
             },
-            // Node 1 holds nothing here any more: the persist record says so.
-            Action::Persist { importers: vec![] }
+            // Node 1 holds nothing here any more: the persist record says so a linger later.
         ]
     );
+    n.handle_timeout(now + PERSIST_LINGER);
+    assert!(drain(&mut n).contains(&Action::Persist { importers: vec![] }));
     assert_eq!(n.export_refs_held(), 0);
 }
 

@@ -69,7 +69,7 @@ impl Node {
         });
         // The record names the importer now, after the describe is asked for, so the engine
         // writes it while the driver describes instead of between the describe and the answer.
-        self.sync_persist();
+        self.sync_persist(now);
     }
 
     /// The driver described an export for `request` (taking `export_ref`), or refused.
@@ -79,18 +79,17 @@ impl Node {
         request: RequestId,
         result: Result<(u64, Pages), ImportError>,
     ) {
-        let _ = now;
         let Some(d) = self.describing.remove(&request) else {
             // Not ours: a reference taken for it must not stay held.
             if let Ok((export_ref, _)) = result {
-                self.release(vec![export_ref], None);
+                self.release(now, vec![export_ref], None);
             }
             return;
         };
         let answer = match result {
             Ok((export_ref, _)) if self.stopping() => {
                 // Stopping: no new reference is handed out.
-                self.release(vec![export_ref], None);
+                self.release(now, vec![export_ref], None);
                 Err(ImportError::new(
                     Status::InvalidState,
                     "exporter is stopping",
@@ -98,12 +97,12 @@ impl Node {
             }
             Ok((export_ref, _)) if !self.knows(d.importer) => {
                 // The importer restarted or left while we described: its import is gone.
-                self.release(vec![export_ref], None);
+                self.release(now, vec![export_ref], None);
                 Err(ImportError::new(Status::InvalidState, "importer restarted"))
             }
             Ok((export_ref, _)) if d.cancelled => {
                 // The importer gave up on it while we described.
-                self.release(vec![export_ref], None);
+                self.release(now, vec![export_ref], None);
                 Err(ImportError::new(
                     Status::InvalidState,
                     "import cancelled by the importer",
@@ -117,15 +116,15 @@ impl Node {
                     export_ref,
                 );
                 if let Some(old) = old {
-                    self.release(vec![old], None);
+                    self.release(now, vec![old], None);
                 }
                 // The record named this importer when its describe began (this only drops
                 // nodes whose other describes ended meanwhile).
-                self.sync_persist();
+                self.sync_persist(now);
                 Ok(pages)
             }
             Err(e) => {
-                self.sync_persist();
+                self.sync_persist(now);
                 Err(e)
             }
         };
@@ -142,12 +141,11 @@ impl Node {
         from: PeerId,
         import_event_id: u64,
     ) {
-        let _ = now;
         match self
             .exports
             .remove(from.node, from.instance, import_event_id)
         {
-            Some(export_ref) => self.release(vec![export_ref], Some(request)),
+            Some(export_ref) => self.release(now, vec![export_ref], Some(request)),
             None => {
                 // An import the importer gave up on may still be being described: the
                 // reference it takes is released when it lands.

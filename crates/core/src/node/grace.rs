@@ -56,11 +56,11 @@ impl Node {
 
     /// The fence margin after a lost peer's grace time is over and it is still away: release
     /// the references held for its importers.
-    pub(super) fn grace_release(&mut self, _now: Instant, peer: NodeId) {
+    pub(super) fn grace_release(&mut self, now: Instant, peer: NodeId) {
         if self.connected(peer).is_some() {
             return;
         }
-        let released = self.release_held_for(peer, None);
+        let released = self.release_held_for(now, peer, None);
         self.cleanups.add_released(peer, released);
     }
 
@@ -70,10 +70,11 @@ impl Node {
     /// Returns the imports that instance may still hold references for, and what was cleaned.
     pub(super) fn peer_gone(
         &mut self,
+        now: Instant,
         peer: NodeId,
         current: Option<InstanceId>,
     ) -> (Vec<u64>, Cleaned) {
-        let exports_released = self.release_held_for(peer, current);
+        let exports_released = self.release_held_for(now, peer, current);
         let (maybe_held, mut cleaned) = self.fence(peer);
         cleaned.exports_released = exports_released;
         (maybe_held, cleaned)
@@ -81,14 +82,19 @@ impl Node {
 
     /// Releases the references held for `peer`'s importers (only those of instances other than
     /// `current`, when given). Returns how many.
-    fn release_held_for(&mut self, peer: NodeId, current: Option<InstanceId>) -> usize {
+    fn release_held_for(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        current: Option<InstanceId>,
+    ) -> usize {
         let refs = match current {
             Some(instance) => self.exports.drain_stale(peer, instance),
             None => self.exports.drain_node(peer),
         };
         let n = refs.len();
         if n > 0 {
-            self.release(refs, None);
+            self.release(now, refs, None);
         }
         n
     }

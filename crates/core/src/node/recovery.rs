@@ -21,6 +21,9 @@ use crate::state::DaemonState;
 /// How often the nodes still awaited are named in the log.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// How long the persist record keeps naming a node after its last reference here ended.
+pub const PERSIST_LINGER: Duration = Duration::from_secs(2);
+
 /// The gate's state.
 #[derive(Debug, Default)]
 pub(super) struct Recovery {
@@ -101,7 +104,7 @@ impl Node {
                 peer,
                 how: "reconnected to this instance and dropped its imports of our memory",
             });
-            self.recovery_check(now);
+            self.recovery_check();
         }
     }
 
@@ -113,7 +116,7 @@ impl Node {
                 how: "declared lost: it did not reconnect within the recovery wait",
             });
         }
-        self.recovery_check(now);
+        self.recovery_check();
     }
 
     pub(super) fn recovery_log(&mut self, now: Instant) {
@@ -126,8 +129,7 @@ impl Node {
         }
     }
 
-    fn recovery_check(&mut self, now: Instant) {
-        let _ = now;
+    fn recovery_check(&mut self) {
         if !self.recovery.active || !self.recovery.awaiting.is_empty() {
             return;
         }
@@ -144,7 +146,8 @@ impl Node {
             self.actions
                 .push_back(Action::Mesh(mesh::Action::InitDriver));
         }
-        self.sync_persist();
+        // The gate's nodes leave the record at once: the wait they stood for is over.
+        self.prune_persist();
     }
 
     /// Writes the persist record again as it stands (its key, the node map, changed).
@@ -153,18 +156,52 @@ impl Node {
         self.actions.push_back(Action::Persist { importers });
     }
 
-    /// Brings the persist record up to date: the nodes holding references now, those whose
+    /// The nodes the persist record must name now: those holding references, those whose
     /// imports are being described (each may hold one the moment its answer goes out), and
     /// those the gate still waits for.
-    pub(super) fn sync_persist(&mut self) {
+    fn persist_needed(&self) -> Vec<NodeId> {
         let mut importers = self.exports.holders();
         importers.extend(self.describing.values().map(|d| d.importer.node));
         importers.extend(self.recovery.awaiting.iter().copied());
         importers.sort_unstable();
         importers.dedup();
-        if importers != self.recovery.persisted {
-            self.recovery.persisted = importers.clone();
-            self.actions.push_back(Action::Persist { importers });
+        importers
+    }
+
+    /// Brings the persist record up to date. A node that must be added is written at once
+    /// (an answer waits for it). A node that only left is dropped [`PERSIST_LINGER`] later
+    /// ([`Timer::PersistPrune`]), or at once when stopping: naming a node that holds nothing
+    /// costs at most a recovery wait for it after a crash, while rewriting the file each time
+    /// an application releases its last import from a node and imports again cost a file
+    /// write and rename on the path of every such import.
+    pub(super) fn sync_persist(&mut self, now: Instant) {
+        let needed = self.persist_needed();
+        if needed == self.recovery.persisted {
+            self.disarm(Timer::PersistPrune);
+            return;
         }
+        let grows = needed
+            .iter()
+            .any(|n| self.recovery.persisted.binary_search(n).is_err());
+        if grows || self.stopping() {
+            self.write_persist(needed);
+        } else if !self.deadlines.contains_key(&Timer::PersistPrune) {
+            self.arm(now + PERSIST_LINGER, Timer::PersistPrune);
+        }
+    }
+
+    /// [`Timer::PersistPrune`]: drops the nodes that no longer hold anything from the record
+    /// (the record becomes exact).
+    pub(super) fn prune_persist(&mut self) {
+        let needed = self.persist_needed();
+        if needed != self.recovery.persisted {
+            self.write_persist(needed);
+        }
+    }
+
+    fn write_persist(&mut self, importers: Vec<NodeId>) {
+        self.disarm(Timer::PersistPrune);
+        self.recovery.persisted = importers.clone();
+        self.actions.push_back(Action::Persist { importers });
     }
 }

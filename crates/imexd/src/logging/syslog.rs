@@ -21,8 +21,10 @@ use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How long one send may wait for room in the logger's queue.
-pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one send may wait for room in the logger's queue. Short: the line is written on
+/// the thread that logged it, and the daemon's sessions and engine share one thread, so a
+/// stuck logger must cost them well under a heartbeat.
+pub(crate) const SEND_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// The tag NVIDIA's daemon logs under.
 const TAG: &str = "nvidia-imex";
