@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use openimex_config::{
-    Config, ConfigError, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum, identify_local,
-};
+use openimex_config::{Config, ConfigError, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum};
 use openimex_core::{Backoff, NodeId, QuorumPolicy};
 use openimex_driver::Backend;
 use openimex_imexd::unconfigured::{self, CmdListeners, Outcome};
@@ -125,13 +123,8 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cfg.server_port = port;
     }
     let nodes = cfg.load_nodes()?;
-    let local = match identify_local(
-        &nodes,
-        cfg.bind_interface_ip,
-        &openimex_config::system_resolve,
-        &openimex_config::system_is_local,
-    ) {
-        Ok(local) => local,
+    let (local, placement) = match locate(&cfg, &nodes) {
+        Ok(found) => found,
         Err(e @ (ConfigError::NoLocalNode { .. } | ConfigError::BindNotInNodes { .. }))
             if nodes.has_placeholder() =>
         {
@@ -184,9 +177,26 @@ fn prepare(args: &Args) -> Result<Prepared> {
         },
         persist_path: Some(cfg.persist_file.clone()),
         nodes_file: Some(cfg.imex_node_config_file.clone()),
+        network_interface: placement.interface.clone(),
+        link_scope: placement.scope_id,
+        conn_wait_timeout: cfg.imex_conn_wait_timeout.map(Duration::from_secs),
+    };
+    let bind = match local.bind_ip {
+        std::net::IpAddr::V6(ip) => std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
+            ip,
+            cfg.server_port,
+            0,
+            // Only a link-local address takes the scope; others bind on every interface.
+            if openimex_config::iface::is_link_local(local.bind_ip) {
+                placement.scope_id
+            } else {
+                0
+            },
+        )),
+        ip => std::net::SocketAddr::new(ip, cfg.server_port),
     };
     let world = World::bind(
-        std::net::SocketAddr::new(local.bind_ip, cfg.server_port),
+        bind,
         cfg.imex_cmd_bind_interface_ip,
         cfg.imex_cmd_port.filter(|_| cfg.imex_cmd_enabled),
         cmd_unix.as_deref(),
@@ -200,6 +210,43 @@ fn prepare(args: &Args) -> Result<Prepared> {
             driver,
         },
     })
+}
+
+/// This node's entry and the peer listener's interface: `NETWORK_INTERFACE` must name an
+/// interface of this host; an IPv6 link-local entry counts as this host's when an interface
+/// holds it (that interface, with the key set), since a test bind needs a scope; with several
+/// entries of this host, the one on that interface is taken (see `openimex_config::iface`).
+fn locate(
+    cfg: &Config,
+    nodes: &NodeConfig,
+) -> Result<
+    (
+        openimex_config::LocalNode,
+        openimex_config::iface::Placement,
+    ),
+    ConfigError,
+> {
+    use openimex_config::iface;
+    let interfaces = iface::system_interfaces();
+    let chosen = iface::configured_interface(cfg, &interfaces)?;
+    let held = |ip: std::net::IpAddr| match chosen {
+        Some(i) => i.addrs.contains(&ip),
+        None => interfaces.iter().any(|i| i.addrs.contains(&ip)),
+    };
+    let is_local = |ip: std::net::IpAddr| match iface::is_link_local(ip) {
+        true => held(ip),
+        false => openimex_config::system_is_local(ip),
+    };
+    let preferred = |ip: std::net::IpAddr| chosen.is_some_and(|i| i.addrs.contains(&ip));
+    let local = openimex_config::identify_local_preferring(
+        nodes,
+        cfg.bind_interface_ip,
+        &openimex_config::system_resolve,
+        &is_local,
+        &preferred,
+    )?;
+    let placement = iface::place(cfg, local.bind_ip, chosen, &interfaces)?;
+    Ok((local, placement))
 }
 
 /// `IMEX_CMD_UNIX_DOMAIN_PATH`, when the command service is enabled.
@@ -233,17 +280,10 @@ fn prepare_unconfigured(cfg: Config, why: String) -> Result<Prepared> {
 
 /// SIGUSR1 in an unconfigured daemon: does the nodes file name this host now?
 fn names_this_host(cfg: &Config) -> unconfigured::Check {
-    let (path, bind) = (cfg.imex_node_config_file.clone(), cfg.bind_interface_ip);
+    let cfg = cfg.clone();
     std::sync::Arc::new(move || {
-        let nodes = NodeConfig::load(&path).map_err(|e| e.to_string())?;
-        identify_local(
-            &nodes,
-            bind,
-            &openimex_config::system_resolve,
-            &openimex_config::system_is_local,
-        )
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+        let nodes = NodeConfig::load(&cfg.imex_node_config_file).map_err(|e| e.to_string())?;
+        locate(&cfg, &nodes).map(|_| ()).map_err(|e| e.to_string())
     })
 }
 

@@ -207,9 +207,11 @@ pub struct Config {
     /// A relative path in the file is resolved against the directory of the config file, so
     /// the result does not depend on the daemon's working directory.
     pub imex_node_config_file: PathBuf,
-    /// `NETWORK_INTERFACE`: interface name for an IPv6 link-local bind address; `None` when
-    /// empty (default).
+    /// `NETWORK_INTERFACE`: the interface of the peer listener, which gives an IPv6
+    /// link-local bind address its scope ([`crate::iface`]); `None` when empty (default).
     pub network_interface: Option<String>,
+    /// Where `NETWORK_INTERFACE` was set (file, line), for errors about it.
+    pub network_interface_at: Option<(PathBuf, usize)>,
     /// `IMEX_WAIT_FOR_QUORUM`: `NONE`, `RECOVERY` (default) or `FULL`, upper case only.
     pub imex_wait_for_quorum: Quorum,
     /// `IMEX_ENABLE_AUTH_ENCRYPTION`: peer authentication and encryption (default false).
@@ -326,6 +328,7 @@ impl Default for Config {
             server_port: 50000,
             imex_node_config_file: PathBuf::from("/etc/nvidia-imex/nodes_config.cfg"),
             network_interface: None,
+            network_interface_at: None,
             imex_wait_for_quorum: Quorum::Recovery,
             imex_enable_auth_encryption: false,
             imex_auth_encryption_mode: Some(AuthMode::SslTls),
@@ -435,6 +438,10 @@ impl Config {
         cfg.notices = notices;
         let node_line = seen.get("IMEX_NODE_CONFIG_FILE").map(|(line, _)| *line);
         cfg.node_config_file_origin = Some((path.to_path_buf(), node_line));
+        cfg.network_interface_at = seen
+            .get("NETWORK_INTERFACE")
+            .filter(|_| cfg.network_interface.is_some())
+            .map(|&(line, _)| (path.to_path_buf(), line));
         cfg.auth_enabled_at = seen
             .get("IMEX_ENABLE_AUTH_ENCRYPTION")
             .filter(|_| cfg.imex_enable_auth_encryption)

@@ -291,6 +291,18 @@ pub enum ConfigError {
         missing: &'static str,
     },
 
+    /// `NETWORK_INTERFACE` names no interface of this host, or the interface cannot give the
+    /// link-local bind IP its scope ([`crate::iface`]).
+    #[error("{set_at}NETWORK_INTERFACE={}: {problem}", Quoted(.value))]
+    Interface {
+        /// `config.cfg:12: ` where the key is set, or the file and a note that it is empty.
+        set_at: String,
+        /// The key's value as written (empty when not set).
+        value: String,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
+
     /// `BIND_INTERFACE_IP` is empty and several entries are addresses of this host.
     #[error(
         "several entries of nodes file {} are addresses of this host ({}): set BIND_INTERFACE_IP \

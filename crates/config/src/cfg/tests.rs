@@ -104,10 +104,8 @@ fn nvidia_shipped_layout_parses() {
     assert_eq!(c, want);
     assert_eq!(
         notice_keys(&c),
-        [
-            (45, "LOG_MAX_ROTATE_COUNT"),
-            (192, "IMEX_CONN_WAIT_TIMEOUT"),
-        ]
+        [(45, "LOG_MAX_ROTATE_COUNT")],
+        "IMEX_CONN_WAIT_TIMEOUT=70 is implemented: no notice"
     );
     assert_eq!(
         c.notices()[0].to_string(),
@@ -643,19 +641,20 @@ fn duplicate_key_later_wins_with_notice() {
 fn not_supported_only_when_not_default() {
     let c = parse("LOG_USE_SYSLOG=0\nLOG_FILE_MAX_SIZE=1024\nNETWORK_INTERFACE=\n").unwrap();
     assert!(c.notices().is_empty(), "{:?}", c.notices());
-    let c = parse("LOG_USE_SYSLOG=1\nNETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\n").unwrap();
+    // NETWORK_INTERFACE and IMEX_CONN_WAIT_TIMEOUT are implemented: no notice for them.
+    let c = parse(
+        "LOG_USE_SYSLOG=1\nNETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\nIMEX_CONN_WAIT_TIMEOUT=70\n",
+    )
+    .unwrap();
     assert_eq!(
         notice_keys(&c),
-        [
-            (1, "LOG_USE_SYSLOG"),
-            (2, "NETWORK_INTERFACE"),
-            (3, "IMEX_GSS_TIMEOUT_SEC")
-        ]
+        [(1, "LOG_USE_SYSLOG"), (3, "IMEX_GSS_TIMEOUT_SEC")]
     );
     assert_eq!(
         c.notices()[1].message,
-        "NETWORK_INTERFACE is not supported yet by openimex; the value is accepted and ignored"
+        "IMEX_GSS_TIMEOUT_SEC is not supported yet by openimex; the value is accepted and ignored"
     );
+    assert_eq!(c.network_interface_at, Some((Path::new("cfg").into(), 2)));
 }
 
 #[test]
