@@ -212,10 +212,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
     })
 }
 
-/// This node's entry and the peer listener's interface: `NETWORK_INTERFACE` must name an
-/// interface of this host; an IPv6 link-local entry counts as this host's when an interface
-/// holds it (that interface, with the key set), since a test bind needs a scope; with several
-/// entries of this host, the one on that interface is taken (see `openimex_config::iface`).
+/// This node's entry and the peer listener's interface, on this host.
 fn locate(
     cfg: &Config,
     nodes: &NodeConfig,
@@ -227,26 +224,7 @@ fn locate(
     ConfigError,
 > {
     use openimex_config::iface;
-    let interfaces = iface::system_interfaces();
-    let chosen = iface::configured_interface(cfg, &interfaces)?;
-    let held = |ip: std::net::IpAddr| match chosen {
-        Some(i) => i.addrs.contains(&ip),
-        None => interfaces.iter().any(|i| i.addrs.contains(&ip)),
-    };
-    let is_local = |ip: std::net::IpAddr| match iface::is_link_local(ip) {
-        true => held(ip),
-        false => openimex_config::system_is_local(ip),
-    };
-    let preferred = |ip: std::net::IpAddr| chosen.is_some_and(|i| i.addrs.contains(&ip));
-    let local = openimex_config::identify_local_preferring(
-        nodes,
-        cfg.bind_interface_ip,
-        &openimex_config::system_resolve,
-        &is_local,
-        &preferred,
-    )?;
-    let placement = iface::place(cfg, local.bind_ip, chosen, &interfaces)?;
-    Ok((local, placement))
+    iface::locate(cfg, nodes, &iface::system_interfaces())
 }
 
 /// `IMEX_CMD_UNIX_DOMAIN_PATH`, when the command service is enabled.
@@ -314,13 +292,15 @@ fn start(args: Args) -> Result<()> {
     if let logging::LogTarget::Stderr(Some(why)) = &target {
         warn!("{why}; logging to stderr");
     }
+    // The configuration dump of NVIDIA's daemon (imex-guide §9), which `ctl -d` prints too.
     info!(
-        "IMEX version {} (openimex) is running with the following configuration options: config {}, node file {}, bind port {}",
-        env!("CARGO_PKG_VERSION"),
-        args.config.display(),
-        cfg.imex_node_config_file.display(),
-        cfg.server_port
+        "IMEX version {} (openimex) is running with the following configuration options",
+        env!("CARGO_PKG_VERSION")
     );
+    info!("Config file = {}", args.config.display());
+    for (label, value) in openimex_config::dump(&cfg) {
+        info!("{label} = {value}");
+    }
     for notice in cfg.notices() {
         warn!("{notice}");
     }

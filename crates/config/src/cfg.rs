@@ -29,6 +29,7 @@
 //!
 //! The daemon must log every notice once at warn level after start ([`Config::notices`]).
 
+mod dump;
 mod keys;
 #[cfg(test)]
 mod tests;
@@ -38,6 +39,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+pub use dump::dump;
 
 use crate::error::Clip;
 use crate::{ConfigError, NodeConfig};

@@ -133,6 +133,38 @@ pub fn place(
     }
 }
 
+/// This node's entry of `nodes` and the peer listener's interface, as the daemon picks them:
+/// `NETWORK_INTERFACE` must name one of `interfaces`; an IPv6 link-local entry counts as this
+/// host's when an interface holds it (that interface, with the key set), since a test bind
+/// needs a scope; with several entries of this host, the one on that interface is taken.
+/// Other entries are tested with [`crate::system_is_local`] and names resolved with
+/// [`crate::system_resolve`].
+pub fn locate(
+    cfg: &Config,
+    nodes: &crate::NodeConfig,
+    interfaces: &[Interface],
+) -> Result<(crate::LocalNode, Placement), ConfigError> {
+    let chosen = configured_interface(cfg, interfaces)?;
+    let held = |ip: IpAddr| match chosen {
+        Some(i) => i.addrs.contains(&ip),
+        None => interfaces.iter().any(|i| i.addrs.contains(&ip)),
+    };
+    let is_local = |ip: IpAddr| match is_link_local(ip) {
+        true => held(ip),
+        false => crate::system_is_local(ip),
+    };
+    let preferred = |ip: IpAddr| chosen.is_some_and(|i| i.addrs.contains(&ip));
+    let local = crate::identify_local_preferring(
+        nodes,
+        cfg.bind_interface_ip,
+        &crate::system_resolve,
+        &is_local,
+        &preferred,
+    )?;
+    let placement = place(cfg, local.bind_ip, chosen, interfaces)?;
+    Ok((local, placement))
+}
+
 /// `it is on eth0 and eth1`, or `no interface holds it`.
 fn holders_text(holders: &[&Interface]) -> String {
     match holders {

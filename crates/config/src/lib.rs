@@ -24,7 +24,7 @@ mod nodes;
 
 pub use cfg::{
     AuthMode, AuthSource, Config, DEFAULT_VERBOSE_LOG_BUFFER_KB, DriverKind, GraceTime,
-    MAX_VERBOSE_LOG_BUFFER_KB, Notice, Quorum,
+    MAX_VERBOSE_LOG_BUFFER_KB, Notice, Quorum, dump,
 };
 pub use error::ConfigError;
 pub use local::{

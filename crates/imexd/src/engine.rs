@@ -587,10 +587,17 @@ impl Engine {
                         );
                     }
                 }
-                Action::PeersWaitOver { missing, waited } => warn!(
-                    "IMEX_CONN_WAIT_TIMEOUT ({} s) passed with nodes {missing:?} still not connected: continuing initialization without them (they join when they come up)",
-                    waited.as_secs()
-                ),
+                Action::PeersWaitOver { missing, waited } => {
+                    let names: Vec<String> = missing
+                        .iter()
+                        .map(|p| format!("{p} ({})", self.host(*p)))
+                        .collect();
+                    warn!(
+                        "IMEX_CONN_WAIT_TIMEOUT ({} s) passed with nodes {} still not connected: continuing initialization without them (they join when they come up)",
+                        waited.as_secs(),
+                        names.join(", ")
+                    );
+                }
                 Action::Recovered { peer, how } => info!("Recovery: node {peer} {how}"),
                 Action::CleanedUp { peer, reason } => warn!(
                     "Node {peer} {reason}: its imports and exports here are cleaned up (importers of its memory disabled, references held for it released)"

@@ -1,0 +1,195 @@
+//! Issue 9, item 1: `NETWORK_INTERFACE` and `IMEX_CONN_WAIT_TIMEOUT` with NVIDIA's meaning.
+//!
+//! - Two daemons in two network namespaces joined by a veth pair, each end holding only an
+//!   IPv6 link-local address (`fe80::1`, `fe80::2`), form an UP domain: one picks its address
+//!   from the nodes file with `NETWORK_INTERFACE` set, the other is given `BIND_INTERFACE_IP`
+//!   and finds the interface itself. Both dial the other's link-local address with the scope.
+//! - An interface name the host does not have fails start-up at the key's line.
+//! - With `IMEX_WAIT_FOR_QUORUM=FULL` and `IMEX_CONN_WAIT_TIMEOUT`, a daemon whose peer never
+//!   comes up goes on to READY after the timeout, with a warning naming the peer.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use openimex_harness::netns::LinkLocalPair;
+use openimex_harness::{Cluster, DomainView, ScratchDir};
+
+use crate::common::{FORM, assert_clean_failure, binary, run, spec, text, wait_for};
+
+/// A daemon started by the test, killed (and reaped) on drop, before its namespace goes.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Node `i`'s config for the link-local domain, its unix socket and its log.
+fn link_local_node(dir: &Path, i: usize, extra: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let node = dir.join(format!("node{i}"));
+    std::fs::create_dir_all(&node).expect("node dir");
+    let (cfg, sock, log) = (
+        node.join("config.cfg"),
+        node.join("imex.sock"),
+        node.join("imex.log"),
+    );
+    std::fs::write(node.join("nodes.cfg"), "fe80::1\nfe80::2\n").expect("nodes file");
+    let text = format!(
+        "DAEMONIZE=0\nLOG_LEVEL=4\nLOG_FILE_NAME={}\nSERVER_PORT=50000\n\
+         IMEX_NODE_CONFIG_FILE={}\nIMEX_WAIT_FOR_QUORUM=NONE\nIMEX_CMD_ENABLED=1\n\
+         IMEX_CMD_UNIX_DOMAIN_PATH={}\nOPENIMEX_DRIVER=nogpu\nOPENIMEX_PERSIST_FILE={}\n\
+         OPENIMEX_HEARTBEAT_INTERVAL_MS=200\nOPENIMEX_PEER_TIMEOUT_MS=2000\n{extra}",
+        log.display(),
+        node.join("nodes.cfg").display(),
+        sock.display(),
+        node.join("persist.dat").display(),
+    );
+    std::fs::write(&cfg, text).expect("config");
+    (cfg, sock, log)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn link_local_domain_forms_up_across_two_namespaces() {
+    let pair = LinkLocalPair::create(
+        "ll",
+        [
+            "fe80::1".parse().expect("ip"),
+            "fe80::2".parse().expect("ip"),
+        ],
+    )
+    .expect("namespaces");
+    let mut dir = ScratchDir::new("netkeys").expect("scratch dir");
+    let if0 = format!("NETWORK_INTERFACE={}\n", LinkLocalPair::IFNAME);
+    let nodes = [
+        // Bind IP picked from the nodes file: a link-local entry is this host's on the interface.
+        link_local_node(dir.path(), 0, &if0),
+        // Bind IP given, interface left empty: the only interface holding it gives the scope.
+        link_local_node(
+            dir.path(),
+            1,
+            "BIND_INTERFACE_IP=fe80::2\nNETWORK_INTERFACE=\n",
+        ),
+    ];
+    let mut daemons = Vec::new();
+    for (ns, (cfg, _, log)) in pair.ns.iter().zip(&nodes) {
+        let child = ns
+            .command(&binary())
+            .arg("daemon")
+            .arg("-c")
+            .arg(cfg)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log.with_extension("stderr")).expect("stderr file"))
+            .spawn()
+            .expect("spawn the daemon in its namespace");
+        daemons.push(Daemon(child));
+    }
+    let sock0 = &nodes[0].1;
+    let mut last = String::new();
+    let up = wait_for(FORM, || {
+        let out = run(std::process::Command::new(binary())
+            .arg("ctl")
+            .arg("-u")
+            .arg(sock0)
+            .args(["-N", "-j"]));
+        last = text(&out.stdout) + &text(&out.stderr);
+        DomainView::parse(&text(&out.stdout)).is_ok_and(|d| d.status == "UP" && d.nodes.len() == 2)
+    });
+    let logs = || {
+        nodes
+            .iter()
+            .map(|(_, _, log)| {
+                format!(
+                    "{}:\n{}{}",
+                    log.display(),
+                    read(log),
+                    read(&log.with_extension("stderr"))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    if !up {
+        dir.keep();
+    }
+    assert!(
+        up,
+        "no UP domain over link-local addresses; last ctl: {last}\n{}",
+        logs()
+    );
+    let log0 = read(&nodes[0].2);
+    assert!(
+        log0.contains(
+            "Identified this node as ID 0, using bind IP of 'fe80::1', and network interface of imex0"
+        ),
+        "{log0}"
+    );
+    let log1 = read(&nodes[1].2);
+    assert!(
+        log1.contains(
+            "Identified this node as ID 1, using bind IP of 'fe80::2', and network interface of imex0"
+        ),
+        "{log1}"
+    );
+    drop(daemons);
+    drop(pair);
+}
+
+#[test]
+fn an_unknown_network_interface_fails_start_up_at_its_line() {
+    let cluster =
+        Cluster::prepare(spec(1).config("NETWORK_INTERFACE", "nosuch-if0")).expect("files");
+    let cfg = cluster.node(0).config_path();
+    let line = read(&cfg)
+        .lines()
+        .position(|l| l.starts_with("NETWORK_INTERFACE="))
+        .expect("the key is written")
+        + 1;
+    let out = run(std::process::Command::new(binary())
+        .arg("daemon")
+        .arg("-c")
+        .arg(&cfg));
+    let stderr = assert_clean_failure(&out, "daemon with an unknown NETWORK_INTERFACE");
+    let want = format!(
+        "{}:{line}: NETWORK_INTERFACE=\"nosuch-if0\": this host has no network interface of that name",
+        cfg.display()
+    );
+    assert!(stderr.contains(&want), "want {want}\ngot {stderr}");
+    assert!(stderr.contains("or leave it empty"), "{stderr}");
+}
+
+#[test]
+fn full_quorum_goes_ready_after_the_conn_wait_timeout_without_a_dead_peer() {
+    let mut cluster = Cluster::prepare(
+        spec(2)
+            .config("IMEX_WAIT_FOR_QUORUM", "FULL")
+            .config("IMEX_CONN_WAIT_TIMEOUT", "2"),
+    )
+    .expect("files");
+    // Node 1 never starts.
+    cluster.start_node(0).expect("start node 0");
+    let ready = cluster.wait_state(0, "READY", Duration::from_secs(60));
+    let log = read(&cluster.node(0).log_path());
+    assert!(ready.is_ok(), "{ready:?}\n{log}");
+    assert!(
+        log.contains(&format!(
+            "IMEX_CONN_WAIT_TIMEOUT (2 s) passed with nodes 1 ({}) still not connected",
+            cluster.addrs().ip(1)
+        )),
+        "{log}"
+    );
+    assert!(log.contains("[WARNING]"), "{log}");
+    let wait_line = log
+        .find("waiting at most 2 s for every peer")
+        .expect("start-up note");
+    let warn_line = log
+        .find("IMEX_CONN_WAIT_TIMEOUT (2 s) passed")
+        .expect("warning");
+    assert!(wait_line < warn_line, "{log}");
+}
