@@ -193,3 +193,51 @@ fn full_quorum_goes_ready_after_the_conn_wait_timeout_without_a_dead_peer() {
         .expect("warning");
     assert!(wait_line < warn_line, "{log}");
 }
+
+/// ctl's `-d` lists the configuration exactly as the daemon logged it at start, and `-m` marks
+/// the daemon's own entry; both say where they come from, as `--help` does.
+#[test]
+fn ctl_dump_matches_the_daemon_log_and_map_marks_this_node() {
+    let cluster = Cluster::start(spec(2).config("IMEX_CONN_WAIT_TIMEOUT", "70")).expect("cluster");
+    cluster.wait_up(1, FORM).expect("domain UP");
+    let out = cluster.ctl(1, &["-d"]).expect("ctl -d");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dump = text(&out.stdout);
+    let log = read(&cluster.node(1).log_path());
+    let mut lines = dump.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|h| h.contains("not read from the running daemon")),
+        "{dump}"
+    );
+    let mut checked = 0;
+    for line in lines {
+        assert!(
+            log.contains(&format!("] {line}\n")),
+            "{line:?} not in the daemon's log:\n{log}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 20, "{dump}");
+    assert!(dump.contains("\nIMEX_CONN_WAIT_TIMEOUT = 70\n"), "{dump}");
+
+    let out = cluster.ctl(1, &["-m"]).expect("ctl -m");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let map = text(&out.stdout);
+    let ip1 = cluster.addrs().ip(1).to_string();
+    let marked: Vec<&str> = map
+        .lines()
+        .filter(|l| l.ends_with("<- this node"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{map}");
+    assert!(
+        marked[0].trim_start().starts_with('1') && marked[0].contains(&ip1),
+        "{map}"
+    );
+
+    let help = run(std::process::Command::new(binary()).args(["ctl", "--help"]));
+    let help = text(&help.stdout);
+    assert!(help.contains("-d") && help.contains("-m"), "{help}");
+    assert!(help.matches("Meaning ours").count() == 2, "{help}");
+}

@@ -4,6 +4,8 @@
 //! `--peers` (what the local daemon holds for, imports from and owes each peer, and its
 //! clean-ups of each with reason and time), `-N --watch` (redraw on change), `-N --svg FILE`
 //! (the domain as a picture) and `domain-check HOST...` (are these hosts READY members?).
+//! `-m` and `-d` are in NVIDIA's usage line without a published meaning; ours are the node map
+//! and the configuration dump, computed from the config file (see [`local_view`]).
 //!
 //! # Layout
 //! - [`client`] — TCP / unix-socket connection and the calls.
@@ -12,12 +14,14 @@
 //! - [`watch`] — `-N --watch`.
 //! - [`svg`] — `-N --svg FILE`.
 //! - [`domain_check`] — `domain-check HOST...`.
+//! - [`local_view`] — `-m` (node map) and `-d` (configuration dump).
 //! - [`error`] — [`CtlError`] and exit codes.
 
 pub mod cells;
 pub mod client;
 pub mod domain_check;
 pub mod error;
+pub mod local_view;
 pub mod reason;
 pub mod render;
 pub mod svg;
@@ -46,7 +50,7 @@ pub const USAGE: &str =
     about = "Query the IMEX daemon (openimex, compatible with nvidia-imex-ctl)",
     disable_version_flag = true,
     disable_help_subcommand = true,
-    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
+    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-c <config.cfg path>] <-d|-m> [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
 )]
 pub struct Args {
     /// Config file: the command endpoint and node file come from it (default /etc/nvidia-imex/config.cfg).
@@ -79,6 +83,15 @@ pub struct Args {
     /// Show host names (with -N/-n/--watch).
     #[arg(short = 'H')]
     pub hostnames: bool,
+    /// Meaning ours (NVIDIA publishes none): print the configuration as the daemon logs it at
+    /// start, computed by ctl from the config file (-c), not asked of the running daemon.
+    #[arg(short = 'd', conflicts_with_all = ["query", "domain_once", "domain_loop", "subscribe", "map"])]
+    pub dump: bool,
+    /// Meaning ours (NVIDIA publishes none): print the node map (node ID, nodes-file entry,
+    /// the addresses it resolves to, which one is this node), computed by ctl from the config
+    /// file (-c) with the daemon's rules, not asked of the running daemon.
+    #[arg(short = 'm', conflicts_with_all = ["query", "domain_once", "domain_loop", "subscribe"])]
+    pub map: bool,
     /// Legacy flag of NVIDIA's Slurm prolog example (`-a -q`); accepted and ignored.
     #[arg(short = 'a', hide = true)]
     pub legacy_a: bool,
@@ -247,6 +260,9 @@ fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
 }
 
 async fn run(args: Args) -> Result<(), CtlError> {
+    if args.dump || args.map {
+        return local_views(&args);
+    }
     let mode = if let Some(Sub::DomainCheck { hosts }) = &args.command {
         Mode::DomainCheck(hosts.clone())
     } else if args.watch {
@@ -355,6 +371,25 @@ async fn run(args: Args) -> Result<(), CtlError> {
             }
         }
     }
+}
+
+/// `-d` / `-m`: read from the config file, so a daemon endpoint (-i, -u) makes no sense.
+fn local_views(args: &Args) -> Result<(), CtlError> {
+    if args.ip.is_some() || args.unix.is_some() {
+        return Err(CtlError::Usage(format!(
+            "-d and -m read the config file, not the daemon: give -c <config.cfg path> (or \
+             nothing for {DEFAULT_CONFIG_PATH}) instead of -i or -u"
+        )));
+    }
+    let path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+    let text = match args.map {
+        true => local_view::node_map(&path, args.json)?,
+        false => local_view::config_dump(&path, args.json)?,
+    };
+    out(&text)
 }
 
 fn stamp() -> String {
