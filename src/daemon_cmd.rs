@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use openimex_config::{Config, ConfigError, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum};
+use openimex_config::{
+    Config, ConfigError, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum, iface,
+};
 use openimex_core::{Backoff, NodeId, QuorumPolicy};
 use openimex_driver::Backend;
 use openimex_imexd::unconfigured::{self, CmdListeners, Outcome};
@@ -123,7 +125,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cfg.server_port = port;
     }
     let nodes = cfg.load_nodes()?;
-    let (local, placement) = match locate(&cfg, &nodes) {
+    let (local, placement) = match iface::locate(&cfg, &nodes, &iface::system_interfaces()) {
         Ok(found) => found,
         Err(e @ (ConfigError::NoLocalNode { .. } | ConfigError::BindNotInNodes { .. }))
             if nodes.has_placeholder() =>
@@ -212,21 +214,6 @@ fn prepare(args: &Args) -> Result<Prepared> {
     })
 }
 
-/// This node's entry and the peer listener's interface, on this host.
-fn locate(
-    cfg: &Config,
-    nodes: &NodeConfig,
-) -> Result<
-    (
-        openimex_config::LocalNode,
-        openimex_config::iface::Placement,
-    ),
-    ConfigError,
-> {
-    use openimex_config::iface;
-    iface::locate(cfg, nodes, &iface::system_interfaces())
-}
-
 /// `IMEX_CMD_UNIX_DOMAIN_PATH`, when the command service is enabled.
 fn cmd_unix_path(cfg: &Config) -> Option<PathBuf> {
     cfg.imex_cmd_unix_domain_path
@@ -261,7 +248,9 @@ fn names_this_host(cfg: &Config) -> unconfigured::Check {
     let cfg = cfg.clone();
     std::sync::Arc::new(move || {
         let nodes = NodeConfig::load(&cfg.imex_node_config_file).map_err(|e| e.to_string())?;
-        locate(&cfg, &nodes).map(|_| ()).map_err(|e| e.to_string())
+        iface::locate(&cfg, &nodes, &iface::system_interfaces())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     })
 }
 

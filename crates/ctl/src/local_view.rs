@@ -167,9 +167,9 @@ mod tests {
 
     /// A directory removed on drop.
     mod tempdir {
-        pub struct Dir(pub std::path::PathBuf);
+        pub(super) struct Dir(pub(super) std::path::PathBuf);
         impl Dir {
-            pub fn new() -> Self {
+            pub(super) fn new() -> Self {
                 static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
                 let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let p = std::env::temp_dir()
