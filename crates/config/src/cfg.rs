@@ -14,8 +14,7 @@
 //!
 //! - A key given twice: the later line wins, and a [`Notice`] names both lines.
 //! - A key this crate does not know is accepted and reported as a [`Notice`] ("unknown key KEY
-//!   ignored"), never silently dropped, because other IMEX versions have keys we lack
-//!   (e.g. `IMEX_CONN_WAIT_TIMEOUT` came and went). An unknown key starting with `OPENIMEX_` is
+//!   ignored"), never silently dropped, because other IMEX versions have keys we lack. An unknown key starting with `OPENIMEX_` is
 //!   an error instead: that prefix is ours, so it is a typo.
 //! - Keys openimex accepts but does not implement yet produce a "not supported yet" [`Notice`]
 //!   when set to something other than their default. The list lives in one table
@@ -266,7 +265,9 @@ pub struct Config {
     pub imex_cmd_unix_domain_path: Option<PathBuf>,
     /// `IMEX_NODE_DISCONNECTED_GRACE_TIME`: -1 forever (default), 0 at once, N seconds.
     pub imex_node_disconnected_grace_time: GraceTime,
-    /// `IMEX_CONN_WAIT_TIMEOUT` (legacy): seconds; `None` when absent or empty.
+    /// `IMEX_CONN_WAIT_TIMEOUT` (legacy, NVIDIA's Slurm example): seconds the FULL quorum
+    /// waits at start for every peer before going on without the missing ones; `None` when
+    /// absent or empty (wait for all).
     pub imex_conn_wait_timeout: Option<u64>,
 
     /// `OPENIMEX_DRIVER`: `nogpu`, `sim`, `nvidia`; empty, absent or `auto` = [`DriverKind::Auto`].

@@ -293,12 +293,11 @@ pub enum ConfigError {
 
     /// `NETWORK_INTERFACE` names no interface of this host, or the interface cannot give the
     /// link-local bind IP its scope ([`crate::iface`]).
-    #[error("{set_at}NETWORK_INTERFACE={}: {problem}", Quoted(.value))]
+    #[error("{key}: {problem}")]
     Interface {
-        /// `config.cfg:12: ` where the key is set, or the file and a note that it is empty.
-        set_at: String,
-        /// The key's value as written (empty when not set).
-        value: String,
+        /// `config.cfg:12: NETWORK_INTERFACE="eth9"` where the key is set, or
+        /// `config.cfg: NETWORK_INTERFACE is not set`.
+        key: String,
         /// What is wrong and how to fix it.
         problem: String,
     },

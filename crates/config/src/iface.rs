@@ -65,8 +65,7 @@ pub fn configured_interface<'a>(
     }
     let names: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
     Err(ConfigError::Interface {
-        set_at: set_at(cfg),
-        value: name.to_owned(),
+        key: key_at(cfg),
         problem: format!(
             "this host has no network interface of that name (it has {}): set NETWORK_INTERFACE \
              to the interface that holds this node's address, or leave it empty",
@@ -102,8 +101,7 @@ pub fn place(
         });
     }
     let err = |problem: String| ConfigError::Interface {
-        set_at: set_at(cfg),
-        value: cfg.network_interface.clone().unwrap_or_default(),
+        key: key_at(cfg),
         problem,
     };
     match (chosen, holders.as_slice()) {
@@ -176,13 +174,21 @@ fn holders_text(holders: &[&Interface]) -> String {
     }
 }
 
-/// `config.cfg:12: ` where `NETWORK_INTERFACE` is set, or `config.cfg: NETWORK_INTERFACE is
-/// not set, so ` when it is empty.
-fn set_at(cfg: &Config) -> String {
-    match (&cfg.network_interface_at, &cfg.node_config_file_origin) {
-        (Some((path, line)), _) => format!("{}:{line}: ", path.display()),
-        (None, Some((path, _))) => format!("{}: (NETWORK_INTERFACE is empty) ", path.display()),
-        (None, None) => String::new(),
+/// `config.cfg:12: NETWORK_INTERFACE="eth9"` where the key is set, or `config.cfg:
+/// NETWORK_INTERFACE is not set` when it is empty.
+fn key_at(cfg: &Config) -> String {
+    let file = cfg
+        .node_config_file_origin
+        .as_ref()
+        .map(|(path, _)| format!("{}: ", path.display()))
+        .unwrap_or_default();
+    match (&cfg.network_interface_at, &cfg.network_interface) {
+        (Some((path, line)), Some(name)) => format!(
+            "{}:{line}: NETWORK_INTERFACE={}",
+            path.display(),
+            crate::error::Quoted(name)
+        ),
+        _ => format!("{file}NETWORK_INTERFACE is not set"),
     }
 }
 
@@ -288,6 +294,10 @@ mod tests {
         let msg = place(&c, ip("fe80::1"), None, &ifaces)
             .unwrap_err()
             .to_string();
+        assert!(
+            msg.starts_with("/etc/nvidia-imex/config.cfg: NETWORK_INTERFACE is not set: "),
+            "{msg}"
+        );
         assert!(msg.contains("it is on eth0 and eth1"), "{msg}");
         assert!(msg.contains("set NETWORK_INTERFACE"), "{msg}");
         // On one interface only, the key is not needed.
