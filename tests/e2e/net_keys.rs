@@ -241,3 +241,63 @@ fn ctl_dump_matches_the_daemon_log_and_map_marks_this_node() {
     assert!(help.contains("-d") && help.contains("-m"), "{help}");
     assert!(help.matches("Meaning ours").count() == 2, "{help}");
 }
+
+/// NVIDIA's case for the key: a link-local bind IP present on several interfaces. Without
+/// `NETWORK_INTERFACE` start-up fails naming both interfaces and the key; with it, the daemon
+/// binds on the named one and comes up.
+#[test]
+fn link_local_on_two_interfaces_needs_network_interface() {
+    let ns = openimex_harness::netns::NetNs::create("two").expect("namespace");
+    // Two veth pairs inside one namespace; the first end of each holds fe80::1.
+    for (dev, peer) in [("lla0", "lla0p"), ("lla1", "lla1p")] {
+        ns.ip(&["link", "add", dev, "type", "veth", "peer", "name", peer])
+            .expect("veth pair");
+        for end in [dev, peer] {
+            ns.ip(&["link", "set", end, "addrgenmode", "none"])
+                .expect("no auto address");
+        }
+        ns.ip(&["addr", "add", "fe80::1/64", "dev", dev, "nodad"])
+            .expect("address");
+        for end in [dev, peer] {
+            ns.ip(&["link", "set", end, "up"]).expect("up");
+        }
+    }
+    let dir = ScratchDir::new("netkeys2").expect("scratch dir");
+    let (cfg, sock, log) = link_local_node(dir.path(), 0, "");
+    let out = run(ns.command(&binary()).arg("daemon").arg("-c").arg(&cfg));
+    let stderr = assert_clean_failure(&out, "link-local bind IP on two interfaces");
+    assert!(
+        stderr.contains("NETWORK_INTERFACE is not set: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("it is on lla0 and lla1"), "{stderr}");
+
+    let mut text_cfg = read(&cfg);
+    text_cfg.push_str("NETWORK_INTERFACE=lla1\n");
+    std::fs::write(&cfg, text_cfg).expect("config");
+    let child = ns
+        .command(&binary())
+        .arg("daemon")
+        .arg("-c")
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let daemon = Daemon(child);
+    let ready = wait_for(FORM, || {
+        let out = run(std::process::Command::new(binary())
+            .arg("ctl")
+            .arg("-u")
+            .arg(&sock)
+            .arg("-q"));
+        text(&out.stdout).trim() == "READY"
+    });
+    let logged = read(&log);
+    assert!(ready, "{logged}");
+    assert!(
+        logged.contains("using bind IP of 'fe80::1', and network interface of lla1"),
+        "{logged}"
+    );
+    drop(daemon);
+}
