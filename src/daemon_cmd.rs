@@ -182,6 +182,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
         network_interface: placement.interface.clone(),
         link_scope: placement.scope_id,
         conn_wait_timeout: cfg.imex_conn_wait_timeout.map(Duration::from_secs),
+        config_dump: (args.config.clone(), openimex_config::dump(&cfg)),
     };
     let bind = match local.bind_ip {
         std::net::IpAddr::V6(ip) => std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
@@ -287,6 +288,7 @@ fn start(args: Args) -> Result<()> {
         env!("CARGO_PKG_VERSION")
     );
     info!("Config file = {}", args.config.display());
+    // The daemon's command service answers `ctl -d` with this same list (Settings).
     for (label, value) in openimex_config::dump(&cfg) {
         info!("{label} = {value}");
     }

@@ -137,6 +137,20 @@ fn link_local_domain_forms_up_across_two_namespaces() {
         ),
         "{log1}"
     );
+    // The daemon's own node map, over its command service: fe80::1 is this node.
+    let out = run(std::process::Command::new(binary())
+        .arg("ctl")
+        .arg("-u")
+        .arg(sock0)
+        .arg("-m"));
+    let map = text(&out.stdout);
+    assert!(
+        map.lines()
+            .any(|l| l.trim_start().starts_with("0  fe80::1")
+                && l.ends_with("fe80::1  <- this node")),
+        "{map}\n{}",
+        text(&out.stderr)
+    );
     drop(daemons);
     drop(pair);
 }
@@ -194,11 +208,13 @@ fn full_quorum_goes_ready_after_the_conn_wait_timeout_without_a_dead_peer() {
     assert!(wait_line < warn_line, "{log}");
 }
 
-/// ctl's `-d` lists the configuration exactly as the daemon logged it at start, and `-m` marks
-/// the daemon's own entry; both say where they come from, as `--help` does.
+/// ctl's `-d` lists the configuration exactly as the daemon logged it at start, and `-m` the
+/// daemon's node map with its own entry marked, both from the running daemon; with the daemon
+/// stopped, ctl computes them from the file and says so. `--help` says the meaning is ours.
 #[test]
 fn ctl_dump_matches_the_daemon_log_and_map_marks_this_node() {
-    let cluster = Cluster::start(spec(2).config("IMEX_CONN_WAIT_TIMEOUT", "70")).expect("cluster");
+    let mut cluster =
+        Cluster::start(spec(2).config("IMEX_CONN_WAIT_TIMEOUT", "70")).expect("cluster");
     cluster.wait_up(1, FORM).expect("domain UP");
     let out = cluster.ctl(1, &["-d"]).expect("ctl -d");
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -208,7 +224,7 @@ fn ctl_dump_matches_the_daemon_log_and_map_marks_this_node() {
     assert!(
         lines
             .next()
-            .is_some_and(|h| h.contains("not read from the running daemon")),
+            .is_some_and(|h| h.contains("the running daemon at")),
         "{dump}"
     );
     let mut checked = 0;
@@ -222,23 +238,40 @@ fn ctl_dump_matches_the_daemon_log_and_map_marks_this_node() {
     assert!(checked > 20, "{dump}");
     assert!(dump.contains("\nIMEX_CONN_WAIT_TIMEOUT = 70\n"), "{dump}");
 
+    let ip1 = cluster.addrs().ip(1).to_string();
+    let this_node = |map: &str| -> Vec<String> {
+        map.lines()
+            .filter(|l| l.ends_with("<- this node"))
+            .map(String::from)
+            .collect()
+    };
     let out = cluster.ctl(1, &["-m"]).expect("ctl -m");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let map = text(&out.stdout);
-    let ip1 = cluster.addrs().ip(1).to_string();
-    let marked: Vec<&str> = map
-        .lines()
-        .filter(|l| l.ends_with("<- this node"))
-        .collect();
+    assert!(
+        map.starts_with("Node map (openimex's -m): the node map of the running daemon"),
+        "{map}"
+    );
+    let marked = this_node(&map);
     assert_eq!(marked.len(), 1, "{map}");
     assert!(
         marked[0].trim_start().starts_with('1') && marked[0].contains(&ip1),
         "{map}"
     );
 
+    cluster.stop(1, FORM).expect("stop node 1");
+    let out = cluster.ctl(1, &["-m", "-j"]).expect("ctl -m -j");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["local_node_id"], 1, "{doc}");
+    let source = doc["source"].as_str().unwrap_or_default();
+    assert!(
+        source.contains("computed by ctl from") && source.contains("the daemon did not answer"),
+        "{doc}"
+    );
+
     let help = run(std::process::Command::new(binary()).args(["ctl", "--help"]));
     let help = text(&help.stdout);
-    assert!(help.contains("-d") && help.contains("-m"), "{help}");
     assert!(help.matches("Meaning ours").count() == 2, "{help}");
 }
 

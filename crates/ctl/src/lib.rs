@@ -5,7 +5,7 @@
 //! clean-ups of each with reason and time), `-N --watch` (redraw on change), `-N --svg FILE`
 //! (the domain as a picture) and `domain-check HOST...` (are these hosts READY members?).
 //! `-m` and `-d` are in NVIDIA's usage line without a published meaning; ours are the node map
-//! and the configuration dump, computed from the config file (see [`local_view`]).
+//! and the configuration dump, asked of the daemon (see [`local_view`]).
 //!
 //! # Layout
 //! - [`client`] — TCP / unix-socket connection and the calls.
@@ -50,7 +50,7 @@ pub const USAGE: &str =
     about = "Query the IMEX daemon (openimex, compatible with nvidia-imex-ctl)",
     disable_version_flag = true,
     disable_help_subcommand = true,
-    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-c <config.cfg path>] <-d|-m> [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
+    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-d|-m> [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
 )]
 pub struct Args {
     /// Config file: the command endpoint and node file come from it (default /etc/nvidia-imex/config.cfg).
@@ -83,13 +83,15 @@ pub struct Args {
     /// Show host names (with -N/-n/--watch).
     #[arg(short = 'H')]
     pub hostnames: bool,
-    /// Meaning ours (NVIDIA publishes none): print the configuration as the daemon logs it at
-    /// start, computed by ctl from the config file (-c), not asked of the running daemon.
+    /// Meaning ours (NVIDIA publishes none): print the running daemon's configuration as it
+    /// logged it at start; if the daemon cannot say, ctl computes it from the config file and
+    /// says so.
     #[arg(short = 'd', conflicts_with_all = ["query", "domain_once", "domain_loop", "subscribe", "map"])]
     pub dump: bool,
-    /// Meaning ours (NVIDIA publishes none): print the node map (node ID, nodes-file entry,
-    /// the addresses it resolves to, which one is this node), computed by ctl from the config
-    /// file (-c) with the daemon's rules, not asked of the running daemon.
+    /// Meaning ours (NVIDIA publishes none): print the running daemon's node map (node ID,
+    /// nodes-file entry, the addresses it resolves to now, which one is this node); if the
+    /// daemon cannot say, ctl computes it from the config file with the daemon's rules and says
+    /// so.
     #[arg(short = 'm', conflicts_with_all = ["query", "domain_once", "domain_loop", "subscribe"])]
     pub map: bool,
     /// Legacy flag of NVIDIA's Slurm prolog example (`-a -q`); accepted and ignored.
@@ -261,7 +263,7 @@ fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
 
 async fn run(args: Args) -> Result<(), CtlError> {
     if args.dump || args.map {
-        return local_views(&args);
+        return local_views(&args).await;
     }
     let mode = if let Some(Sub::DomainCheck { hosts }) = &args.command {
         Mode::DomainCheck(hosts.clone())
@@ -373,21 +375,31 @@ async fn run(args: Args) -> Result<(), CtlError> {
     }
 }
 
-/// `-d` / `-m`: read from the config file, so a daemon endpoint (-i, -u) makes no sense.
-fn local_views(args: &Args) -> Result<(), CtlError> {
-    if args.ip.is_some() || args.unix.is_some() {
-        return Err(CtlError::Usage(format!(
-            "-d and -m read the config file, not the daemon: give -c <config.cfg path> (or \
-             nothing for {DEFAULT_CONFIG_PATH}) instead of -i or -u"
-        )));
-    }
-    let path = args
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
-    let text = match args.map {
-        true => local_view::node_map(&path, args.json)?,
-        false => local_view::config_dump(&path, args.json)?,
+/// `-d` / `-m`: asked of the daemon; computed from the config file when it cannot say and a
+/// config file is at hand (-c, or the default without -i / -u).
+async fn local_views(args: &Args) -> Result<(), CtlError> {
+    let view = match args.map {
+        true => local_view::View::Map,
+        false => local_view::View::Dump,
+    };
+    let file = match (&args.config, args.ip.is_some() || args.unix.is_some()) {
+        (Some(path), _) => Some(path.clone()),
+        (None, false) => Some(PathBuf::from(DEFAULT_CONFIG_PATH)),
+        (None, true) => None,
+    };
+    let asked = async {
+        let target = resolve(args, false)?;
+        let shown = target.to_string();
+        let mut client = Client::connect(target, Duration::from_secs(3)).await?;
+        client.config().await.map(|reply| (reply, shown))
+    };
+    let text = match (asked.await, file) {
+        (Ok((reply, target)), _) => local_view::from_daemon(view, reply, &target, args.json),
+        (Err(e), Some(path)) => {
+            let why = format!("the daemon did not answer: {e}");
+            local_view::from_file(view, &path, &why, args.json)?
+        }
+        (Err(e), None) => return Err(e),
     };
     out(&text)
 }

@@ -146,6 +146,7 @@ pub async fn run(
         any_source: settings.peer_any_source,
     };
     let local_ip = world.peer.local_addr().ok().map(|a| a.ip());
+    let peer_addr = world.peer_addr();
     let incoming = conn::incoming(
         tokio_tcp(world.peer)?,
         conn::ConnLimits::for_domain(nodes),
@@ -163,11 +164,18 @@ pub async fn run(
         peer_server.await.map_err(|source| ("peer", source))
     })];
 
+    let about = std::sync::Arc::new(cmd_server::About {
+        config: settings.config_dump.clone(),
+        local: settings.local,
+        bind: peer_addr,
+        network_interface: settings.network_interface.clone().unwrap_or_default(),
+    });
     let cmd = || cmd_server::CommandService {
         engine: tx.clone(),
         state: state_rx.clone(),
         hosts: hosts_rx.clone(),
         host_name: settings.host_name.clone(),
+        about: about.clone(),
     };
     servers.extend(cmd_server::serve(
         cmd,

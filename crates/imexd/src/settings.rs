@@ -49,6 +49,9 @@ pub struct Settings {
     /// `IMEX_CONN_WAIT_TIMEOUT`: the longest the FULL quorum waits at start for every peer
     /// before going on without the missing ones; `None` waits until they are all connected.
     pub conn_wait_timeout: Option<Duration>,
+    /// The config file the daemon was started with, and its options as logged at start
+    /// (`label`, `value`), served to `ctl -d`.
+    pub config_dump: (PathBuf, Vec<(String, String)>),
 }
 
 /// The default of [`Settings::import_timeout`].
