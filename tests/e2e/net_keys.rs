@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use openimex_harness::netns::LinkLocalPair;
+use openimex_harness::netns::{LinkLocalPair, NetNs};
 use openimex_harness::{Cluster, DomainView, ScratchDir};
 
 use crate::common::{FORM, assert_clean_failure, binary, run, spec, text, wait_for};
@@ -51,6 +51,30 @@ fn link_local_node(dir: &Path, i: usize, extra: &str) -> (PathBuf, PathBuf, Path
     (cfg, sock, log)
 }
 
+/// Starts the daemon on `cfg` inside `ns`, its stderr next to its log.
+fn spawn_in(ns: &NetNs, cfg: &Path, log: &Path) -> Daemon {
+    let stderr = std::fs::File::create(log.with_extension("stderr")).expect("stderr file");
+    let child = ns
+        .command(&binary())
+        .arg("daemon")
+        .arg("-c")
+        .arg(cfg)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn the daemon in its namespace");
+    Daemon(child)
+}
+
+/// `ctl -u <sock> <args>` from the test's namespace (a socket file crosses namespaces).
+fn ctl_u(sock: &Path, args: &[&str]) -> std::process::Output {
+    run(std::process::Command::new(binary())
+        .arg("ctl")
+        .arg("-u")
+        .arg(sock)
+        .args(args))
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
@@ -77,27 +101,16 @@ fn link_local_domain_forms_up_across_two_namespaces() {
             "BIND_INTERFACE_IP=fe80::2\nNETWORK_INTERFACE=\n",
         ),
     ];
-    let mut daemons = Vec::new();
-    for (ns, (cfg, _, log)) in pair.ns.iter().zip(&nodes) {
-        let child = ns
-            .command(&binary())
-            .arg("daemon")
-            .arg("-c")
-            .arg(cfg)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log.with_extension("stderr")).expect("stderr file"))
-            .spawn()
-            .expect("spawn the daemon in its namespace");
-        daemons.push(Daemon(child));
-    }
+    let daemons: Vec<Daemon> = pair
+        .ns
+        .iter()
+        .zip(&nodes)
+        .map(|(ns, (cfg, _, log))| spawn_in(ns, cfg, log))
+        .collect();
     let sock0 = &nodes[0].1;
     let mut last = String::new();
     let up = wait_for(FORM, || {
-        let out = run(std::process::Command::new(binary())
-            .arg("ctl")
-            .arg("-u")
-            .arg(sock0)
-            .args(["-N", "-j"]));
+        let out = ctl_u(sock0, &["-N", "-j"]);
         last = text(&out.stdout) + &text(&out.stderr);
         DomainView::parse(&text(&out.stdout)).is_ok_and(|d| d.status == "UP" && d.nodes.len() == 2)
     });
@@ -138,11 +151,7 @@ fn link_local_domain_forms_up_across_two_namespaces() {
         "{log1}"
     );
     // The daemon's own node map, over its command service: fe80::1 is this node.
-    let out = run(std::process::Command::new(binary())
-        .arg("ctl")
-        .arg("-u")
-        .arg(sock0)
-        .arg("-m"));
+    let out = ctl_u(sock0, &["-m"]);
     let map = text(&out.stdout);
     assert!(
         map.lines()
@@ -280,7 +289,7 @@ fn ctl_dump_matches_the_daemon_log_and_map_marks_this_node() {
 /// binds on the named one and comes up.
 #[test]
 fn link_local_on_two_interfaces_needs_network_interface() {
-    let ns = openimex_harness::netns::NetNs::create("two").expect("namespace");
+    let ns = NetNs::create("two").expect("namespace");
     // Two veth pairs inside one namespace; the first end of each holds fe80::1.
     for (dev, peer) in [("lla0", "lla0p"), ("lla1", "lla1p")] {
         ns.ip(&["link", "add", dev, "type", "veth", "peer", "name", peer])
@@ -308,23 +317,9 @@ fn link_local_on_two_interfaces_needs_network_interface() {
     let mut text_cfg = read(&cfg);
     text_cfg.push_str("NETWORK_INTERFACE=lla1\n");
     std::fs::write(&cfg, text_cfg).expect("config");
-    let child = ns
-        .command(&binary())
-        .arg("daemon")
-        .arg("-c")
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let daemon = Daemon(child);
+    let daemon = spawn_in(&ns, &cfg, &log);
     let ready = wait_for(FORM, || {
-        let out = run(std::process::Command::new(binary())
-            .arg("ctl")
-            .arg("-u")
-            .arg(&sock)
-            .arg("-q"));
-        text(&out.stdout).trim() == "READY"
+        text(&ctl_u(&sock, &["-q"]).stdout).trim() == "READY"
     });
     let logged = read(&log);
     assert!(ready, "{logged}");
