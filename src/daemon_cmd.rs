@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use openimex_config::{
-    Config, ConfigError, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum, identify_local,
+    Config, ConfigError, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum, iface,
 };
 use openimex_core::{Backoff, NodeId, QuorumPolicy};
 use openimex_driver::Backend;
@@ -125,13 +125,8 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cfg.server_port = port;
     }
     let nodes = cfg.load_nodes()?;
-    let local = match identify_local(
-        &nodes,
-        cfg.bind_interface_ip,
-        &openimex_config::system_resolve,
-        &openimex_config::system_is_local,
-    ) {
-        Ok(local) => local,
+    let (local, placement) = match iface::locate(&cfg, &nodes, &iface::system_interfaces()) {
+        Ok(found) => found,
         Err(e @ (ConfigError::NoLocalNode { .. } | ConfigError::BindNotInNodes { .. }))
             if nodes.has_placeholder() =>
         {
@@ -184,9 +179,27 @@ fn prepare(args: &Args) -> Result<Prepared> {
         },
         persist_path: Some(cfg.persist_file.clone()),
         nodes_file: Some(cfg.imex_node_config_file.clone()),
+        network_interface: placement.interface.clone(),
+        link_scope: placement.scope_id,
+        conn_wait_timeout: cfg.imex_conn_wait_timeout.map(Duration::from_secs),
+        config_dump: (args.config.clone(), openimex_config::dump(&cfg)),
+    };
+    let bind = match local.bind_ip {
+        std::net::IpAddr::V6(ip) => std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
+            ip,
+            cfg.server_port,
+            0,
+            // Only a link-local address takes the scope; others bind on every interface.
+            if openimex_config::iface::is_link_local(local.bind_ip) {
+                placement.scope_id
+            } else {
+                0
+            },
+        )),
+        ip => std::net::SocketAddr::new(ip, cfg.server_port),
     };
     let world = World::bind(
-        std::net::SocketAddr::new(local.bind_ip, cfg.server_port),
+        bind,
         cfg.imex_cmd_bind_interface_ip,
         cfg.imex_cmd_port.filter(|_| cfg.imex_cmd_enabled),
         cmd_unix.as_deref(),
@@ -233,17 +246,12 @@ fn prepare_unconfigured(cfg: Config, why: String) -> Result<Prepared> {
 
 /// SIGUSR1 in an unconfigured daemon: does the nodes file name this host now?
 fn names_this_host(cfg: &Config) -> unconfigured::Check {
-    let (path, bind) = (cfg.imex_node_config_file.clone(), cfg.bind_interface_ip);
+    let cfg = cfg.clone();
     std::sync::Arc::new(move || {
-        let nodes = NodeConfig::load(&path).map_err(|e| e.to_string())?;
-        identify_local(
-            &nodes,
-            bind,
-            &openimex_config::system_resolve,
-            &openimex_config::system_is_local,
-        )
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+        let nodes = NodeConfig::load(&cfg.imex_node_config_file).map_err(|e| e.to_string())?;
+        iface::locate(&cfg, &nodes, &iface::system_interfaces())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     })
 }
 
@@ -267,8 +275,15 @@ fn start(args: Args) -> Result<()> {
     if let logging::LogTarget::Stderr(Some(why)) = &target {
         warn!("{why}; logging to stderr");
     }
-    for line in logging::config_dump(&cfg, &args.config) {
-        info!("{line}");
+    // The configuration dump of NVIDIA's daemon (imex-guide §9), which `ctl -d` prints too.
+    info!(
+        "IMEX version {} (openimex) is running with the following configuration options",
+        env!("CARGO_PKG_VERSION")
+    );
+    info!("Config file = {}", args.config.display());
+    // The daemon's command service answers `ctl -d` with this same list (Settings).
+    for (label, value) in openimex_config::dump(&cfg) {
+        info!("{label} = {value}");
     }
     for notice in cfg.notices() {
         warn!("{notice}");

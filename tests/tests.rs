@@ -85,3 +85,7 @@ mod systemd;
 // issue 7: SIGHUP writes the verbose log buffer (messages below LOG_LEVEL); so does a clean stop
 #[path = "e2e/verbose_log.rs"]
 mod verbose_log;
+// issue 9, item 1: NETWORK_INTERFACE (link-local domain in network namespaces),
+// IMEX_CONN_WAIT_TIMEOUT
+#[path = "e2e/net_keys.rs"]
+mod net_keys;

@@ -87,7 +87,7 @@ fn log_level_decides_which_levels_reach_the_file() {
                     "Logging level = 4",
                     "Max Log file size = 1024 (MBs)",
                     "Use Syslog file = 0",
-                    "Max rotated log files = 0",
+                    "LOG_MAX_ROTATE_COUNT = 0",
                 ] {
                     assert!(has("INFO", dump), "config dump line {dump:?}:\n{log}");
                 }

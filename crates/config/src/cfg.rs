@@ -14,8 +14,7 @@
 //!
 //! - A key given twice: the later line wins, and a [`Notice`] names both lines.
 //! - A key this crate does not know is accepted and reported as a [`Notice`] ("unknown key KEY
-//!   ignored"), never silently dropped, because other IMEX versions have keys we lack
-//!   (e.g. `IMEX_CONN_WAIT_TIMEOUT` came and went). An unknown key starting with `OPENIMEX_` is
+//!   ignored"), never silently dropped, because other IMEX versions have keys we lack. An unknown key starting with `OPENIMEX_` is
 //!   an error instead: that prefix is ours, so it is a typo.
 //! - Keys openimex accepts but does not implement yet produce a "not supported yet" [`Notice`]
 //!   when set to something other than their default. The list lives in one table
@@ -29,6 +28,7 @@
 //!
 //! The daemon must log every notice once at warn level after start ([`Config::notices`]).
 
+mod dump;
 mod keys;
 #[cfg(test)]
 mod tests;
@@ -38,6 +38,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+pub use dump::dump;
 
 use crate::error::Clip;
 use crate::{ConfigError, NodeConfig};
@@ -213,9 +215,11 @@ pub struct Config {
     /// A relative path in the file is resolved against the directory of the config file, so
     /// the result does not depend on the daemon's working directory.
     pub imex_node_config_file: PathBuf,
-    /// `NETWORK_INTERFACE`: interface name for an IPv6 link-local bind address; `None` when
-    /// empty (default).
+    /// `NETWORK_INTERFACE`: the interface of the peer listener, which gives an IPv6
+    /// link-local bind address its scope ([`crate::iface`]); `None` when empty (default).
     pub network_interface: Option<String>,
+    /// Where `NETWORK_INTERFACE` was set (file, line), for errors about it.
+    pub network_interface_at: Option<(PathBuf, usize)>,
     /// `IMEX_WAIT_FOR_QUORUM`: `NONE`, `RECOVERY` (default) or `FULL`, upper case only.
     pub imex_wait_for_quorum: Quorum,
     /// `IMEX_ENABLE_AUTH_ENCRYPTION`: peer authentication and encryption (default false).
@@ -267,7 +271,9 @@ pub struct Config {
     pub imex_cmd_unix_domain_path: Option<PathBuf>,
     /// `IMEX_NODE_DISCONNECTED_GRACE_TIME`: -1 forever (default), 0 at once, N seconds.
     pub imex_node_disconnected_grace_time: GraceTime,
-    /// `IMEX_CONN_WAIT_TIMEOUT` (legacy): seconds; `None` when absent or empty.
+    /// `IMEX_CONN_WAIT_TIMEOUT` (legacy, NVIDIA's Slurm example): seconds the FULL quorum
+    /// waits at start for every peer before going on without the missing ones; `None` when
+    /// absent or empty (wait for all).
     pub imex_conn_wait_timeout: Option<u64>,
 
     /// `OPENIMEX_DRIVER`: `nogpu`, `sim`, `nvidia`; empty, absent or `auto` = [`DriverKind::Auto`].
@@ -336,6 +342,7 @@ impl Default for Config {
             server_port: 50000,
             imex_node_config_file: PathBuf::from("/etc/nvidia-imex/nodes_config.cfg"),
             network_interface: None,
+            network_interface_at: None,
             imex_wait_for_quorum: Quorum::Recovery,
             imex_enable_auth_encryption: false,
             imex_auth_encryption_mode: Some(AuthMode::SslTls),
@@ -446,6 +453,10 @@ impl Config {
         cfg.notices = notices;
         let node_line = seen.get("IMEX_NODE_CONFIG_FILE").map(|(line, _)| *line);
         cfg.node_config_file_origin = Some((path.to_path_buf(), node_line));
+        cfg.network_interface_at = seen
+            .get("NETWORK_INTERFACE")
+            .filter(|_| cfg.network_interface.is_some())
+            .map(|&(line, _)| (path.to_path_buf(), line));
         cfg.auth_enabled_at = seen
             .get("IMEX_ENABLE_AUTH_ENCRYPTION")
             .filter(|_| cfg.imex_enable_auth_encryption)

@@ -291,6 +291,17 @@ pub enum ConfigError {
         missing: &'static str,
     },
 
+    /// `NETWORK_INTERFACE` names no interface of this host, or the interface cannot give the
+    /// link-local bind IP its scope ([`crate::iface`]).
+    #[error("{key}: {problem}")]
+    Interface {
+        /// `config.cfg:12: NETWORK_INTERFACE="eth9"` where the key is set, or
+        /// `config.cfg: NETWORK_INTERFACE is not set`.
+        key: String,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
+
     /// `BIND_INTERFACE_IP` is empty and several entries are addresses of this host.
     #[error(
         "several entries of nodes file {} are addresses of this host ({}): set BIND_INTERFACE_IP \

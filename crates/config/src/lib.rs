@@ -5,7 +5,8 @@
 //! name the file, the line, the key and the bad value and say how to fix it. It does not open
 //! log files, bind sockets for the daemon, compute the node-map digest (core does) or watch
 //! files for changes. Its only system calls are reading the two files, and, in
-//! [`system_resolve`] / [`system_is_local`], DNS look-ups and a test bind.
+//! [`system_resolve`] / [`system_is_local`], DNS look-ups and a test bind, and in
+//! [`iface::system_interfaces`], the list of network interfaces.
 //!
 //! # Layout
 //!
@@ -13,18 +14,22 @@
 //! - `cfg`: `config.cfg` ([`Config`]) with NVIDIA's keys and openimex's `OPENIMEX_*` keys.
 //! - `nodes`: `nodes_config.cfg` ([`NodeConfig`]): node ID = index among entry lines.
 //! - `local`: [`identify_local`] picks this node's entry and bind address.
+//! - [`iface`]: `NETWORK_INTERFACE`: the interface and IPv6 link-local scope of the listener.
 
 mod cfg;
 mod error;
+pub mod iface;
 mod local;
 mod nodes;
 
 pub use cfg::{
     AuthMode, AuthSource, Config, DEFAULT_SYSLOG_SOCKET, DEFAULT_VERBOSE_LOG_BUFFER_KB, DriverKind,
-    GraceTime, MAX_VERBOSE_LOG_BUFFER_KB, Notice, Quorum,
+    GraceTime, MAX_VERBOSE_LOG_BUFFER_KB, Notice, Quorum, dump,
 };
 pub use error::ConfigError;
-pub use local::{LocalNode, identify_local, system_is_local, system_resolve};
+pub use local::{
+    LocalNode, identify_local, identify_local_preferring, system_is_local, system_resolve,
+};
 pub use nodes::{NodeConfig, NodeEntry, is_placeholder};
 
 /// Where `nvidia-imex` and `nvidia-imex-ctl` look for the config file when `-c` is not given.

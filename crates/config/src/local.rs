@@ -47,6 +47,19 @@ pub fn identify_local(
     resolve: &dyn Fn(&str) -> Vec<IpAddr>,
     is_local: &dyn Fn(IpAddr) -> bool,
 ) -> Result<LocalNode, ConfigError> {
+    identify_local_preferring(nodes, bind, resolve, is_local, &|_| false)
+}
+
+/// [`identify_local`], where, when several entries are addresses of this host, the only one
+/// that `preferred` accepts is taken (`NETWORK_INTERFACE`: an address on that interface) before
+/// the loopback rule applies.
+pub fn identify_local_preferring(
+    nodes: &NodeConfig,
+    bind: Option<IpAddr>,
+    resolve: &dyn Fn(&str) -> Vec<IpAddr>,
+    is_local: &dyn Fn(IpAddr) -> bool,
+    preferred: &dyn Fn(IpAddr) -> bool,
+) -> Result<LocalNode, ConfigError> {
     let resolved: Vec<(usize, &NodeEntry, Vec<IpAddr>)> = nodes
         .entries
         .iter()
@@ -104,15 +117,19 @@ pub fn identify_local(
             });
         }
         (None, several) => {
+            let mut on_interface = several.iter().filter(|(_, _, ip)| preferred(*ip));
             let mut not_loopback = several.iter().filter(|(_, _, ip)| !ip.is_loopback());
-            match (not_loopback.next(), not_loopback.next()) {
+            match (on_interface.next(), on_interface.next()) {
                 (Some(only), None) => *only,
-                _ => {
-                    return Err(ConfigError::SeveralLocalNodes {
-                        path: nodes.path.clone(),
-                        matches: limit(several.iter().map(describe_match)),
-                    });
-                }
+                _ => match (not_loopback.next(), not_loopback.next()) {
+                    (Some(only), None) => *only,
+                    _ => {
+                        return Err(ConfigError::SeveralLocalNodes {
+                            path: nodes.path.clone(),
+                            matches: limit(several.iter().map(describe_match)),
+                        });
+                    }
+                },
             }
         }
     };
@@ -355,6 +372,20 @@ mod tests {
                 bind_ip: ip("10.0.0.1")
             }
         );
+    }
+
+    #[test]
+    fn auto_prefers_the_only_match_on_the_network_interface() {
+        let n = nodes("10.0.0.1\n10.0.1.1\n10.0.2.1\n");
+        let local = |a: IpAddr| a != ip("10.0.2.1");
+        let on_eth1 = |a: IpAddr| a == ip("10.0.1.1");
+        let got = identify_local_preferring(&n, None, &no_dns, &local, &on_eth1).unwrap();
+        assert_eq!(got.node_id, 1);
+        // Without the preference the same host is ambiguous.
+        assert!(matches!(
+            identify_local(&n, None, &no_dns, &local),
+            Err(ConfigError::SeveralLocalNodes { .. })
+        ));
     }
 
     #[test]

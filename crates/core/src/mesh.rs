@@ -41,6 +41,7 @@ mod budget;
 mod handshake;
 mod liveness;
 mod pair;
+mod quorum;
 mod remap;
 
 pub use budget::DialBudget;
@@ -804,13 +805,5 @@ impl Mesh {
     fn enter_init_gpu(&mut self) {
         self.set_state(DaemonState::InitGpu);
         self.actions.push_back(Action::InitDriver);
-    }
-
-    fn check_quorum(&mut self) {
-        if self.state == DaemonState::WaitingForPeers
-            && self.connected_peers() + 1 + self.cfg.map.placeholders() == self.cfg.map.len()
-        {
-            self.enter_init_gpu();
-        }
     }
 }

@@ -66,6 +66,7 @@ mod exporter;
 mod grace;
 mod importer;
 mod peers;
+mod peers_wait;
 mod recovery;
 mod remap;
 mod sessions;
@@ -107,6 +108,10 @@ pub struct NodeConfig {
     pub recover_from: Vec<NodeId>,
     /// How long the recovery gate waits for them when the grace time is forever.
     pub recovery_wait: Duration,
+    /// `IMEX_CONN_WAIT_TIMEOUT`: the longest the FULL quorum waits at start for every peer;
+    /// then the node goes on without the missing ones ([`Action::PeersWaitOver`]). `None` waits
+    /// until all are connected. It does not shorten the recovery gate (`node/peers_wait.rs`).
+    pub conn_wait_timeout: Option<Duration>,
 }
 
 /// The default of [`NodeConfig::recovery_wait`].
@@ -215,6 +220,14 @@ pub enum Action {
         /// How long it waits in all (zero in the periodic reminders).
         wait: Duration,
     },
+    /// The FULL quorum stopped waiting after `IMEX_CONN_WAIT_TIMEOUT`: the node goes on to
+    /// INIT_GPU without these peers (log it as a warning).
+    PeersWaitOver {
+        /// Peers not connected when the wait ended, in ID order.
+        missing: Vec<NodeId>,
+        /// How long it waited.
+        waited: Duration,
+    },
     /// An awaited node no longer holds anything here (log it).
     Recovered {
         /// The node.
@@ -266,6 +279,8 @@ enum Timer {
     RecoveryLog,
     /// Drop the nodes that no longer hold references from the persist record.
     PersistPrune,
+    /// The FULL quorum's wait for peers ends (`IMEX_CONN_WAIT_TIMEOUT`).
+    PeersWaitOver,
 }
 
 /// A describe in flight for a peer's import.
@@ -302,6 +317,7 @@ pub struct Node {
     cleanups: peers::CleanupLog,
     recovery: recovery::Recovery,
     recovery_wait: Duration,
+    conn_wait_timeout: Option<Duration>,
 }
 
 impl Node {
@@ -325,6 +341,7 @@ impl Node {
             cleanups: peers::CleanupLog::default(),
             recovery: recovery::Recovery::new(&cfg.recover_from),
             recovery_wait: cfg.recovery_wait,
+            conn_wait_timeout: cfg.conn_wait_timeout,
         }
     }
 
@@ -395,6 +412,7 @@ impl Node {
     pub fn handle_start(&mut self, now: Instant) {
         self.start_recovery(now);
         self.mesh.handle_start(now);
+        self.start_peers_wait(now);
         self.absorb_mesh(now);
     }
 
@@ -540,9 +558,10 @@ impl Node {
                 }
                 Timer::Grace(peer) => self.grace_over(now, peer),
                 Timer::GraceRelease(peer) => self.grace_release(now, peer),
-                Timer::RecoveryOver => self.recovery_over(now),
+                Timer::RecoveryOver => self.recovery_over(),
                 Timer::RecoveryLog => self.recovery_log(now),
                 Timer::PersistPrune => self.prune_persist(),
+                Timer::PeersWaitOver => self.peers_wait_over(now),
             }
         }
     }
@@ -590,7 +609,7 @@ impl Node {
             self.actions.push_back(Action::Mesh(action));
             match follow {
                 Some((peer, _, true)) => {
-                    self.recovery_link_up(now, peer);
+                    self.recovery_link_up(peer);
                     // Back (the same instance, or a restart already cleaned): no grace running.
                     // References not yet released after a fence stay: the peer's own unimports
                     // release them (it fenced too), or its importers are still live.

@@ -258,6 +258,7 @@ fn a_node_rewrites_its_persist_record_under_the_grown_map_and_nothing_else() {
             grace: None,
             recover_from: Vec::new(),
             recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
+            conn_wait_timeout: None,
         },
         now,
     );

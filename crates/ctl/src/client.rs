@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use openimex_proto::cmd::command_client::CommandClient;
-use openimex_proto::cmd::{DomainReply, DomainRequest, PeersReply, PeersRequest, StateRequest};
+use openimex_proto::cmd::{
+    ConfigReply, ConfigRequest, DomainReply, DomainRequest, PeersReply, PeersRequest, StateRequest,
+};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::error::CtlError;
@@ -116,6 +118,19 @@ impl Client {
                 secs: limit.as_secs(),
             })?;
         Ok(reply.map_err(|s| self.rpc(s))?.into_inner())
+    }
+
+    /// The daemon's configuration as logged at start and its node map (`-d`, `-m`).
+    pub async fn config(&mut self) -> Result<ConfigReply, CtlError> {
+        // Resolving the node map's names may take a DNS timeout.
+        let limit = self.timeout + Duration::from_secs(5);
+        let call = self.inner.config(ConfigRequest {});
+        let reply = tokio::time::timeout(limit, call)
+            .await
+            .map_err(|_| self.timed_out())?;
+        reply
+            .map(tonic::Response::into_inner)
+            .map_err(|s| self.rpc(s))
     }
 
     /// This node's view of each peer (`--peers`).

@@ -4,6 +4,8 @@
 //! `--peers` (what the local daemon holds for, imports from and owes each peer, and its
 //! clean-ups of each with reason and time), `-N --watch` (redraw on change), `-N --svg FILE`
 //! (the domain as a picture) and `domain-check HOST...` (are these hosts READY members?).
+//! `-m` and `-d` are in NVIDIA's usage line without a published meaning; ours are the node map
+//! and the configuration dump, asked of the daemon (see [`local_view`]).
 //!
 //! # Layout
 //! - [`client`] — TCP / unix-socket connection and the calls.
@@ -12,12 +14,14 @@
 //! - [`watch`] — `-N --watch`.
 //! - [`svg`] — `-N --svg FILE`.
 //! - [`domain_check`] — `domain-check HOST...`.
+//! - [`local_view`] — `-m` (node map) and `-d` (configuration dump).
 //! - [`error`] — [`CtlError`] and exit codes.
 
 pub mod cells;
 pub mod client;
 pub mod domain_check;
 pub mod error;
+pub mod local_view;
 pub mod reason;
 pub mod render;
 pub mod svg;
@@ -46,7 +50,7 @@ pub const USAGE: &str =
     about = "Query the IMEX daemon (openimex, compatible with nvidia-imex-ctl)",
     disable_version_flag = true,
     disable_help_subcommand = true,
-    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
+    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-d|-m> [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
 )]
 pub struct Args {
     /// Config file: the command endpoint and node file come from it (default /etc/nvidia-imex/config.cfg).
@@ -79,6 +83,17 @@ pub struct Args {
     /// Show host names (with -N/-n/--watch).
     #[arg(short = 'H')]
     pub hostnames: bool,
+    /// Meaning ours (NVIDIA publishes none): print the running daemon's configuration as it
+    /// logged it at start; if the daemon cannot say, ctl computes it from the config file and
+    /// says so.
+    #[arg(short = 'd', conflicts_with_all = ["query", "domain_once", "domain_loop", "subscribe", "map"])]
+    pub dump: bool,
+    /// Meaning ours (NVIDIA publishes none): print the running daemon's node map (node ID,
+    /// nodes-file entry, the addresses it resolves to now, which one is this node); if the
+    /// daemon cannot say, ctl computes it from the config file with the daemon's rules and says
+    /// so.
+    #[arg(short = 'm', conflicts_with_all = ["query", "domain_once", "domain_loop", "subscribe"])]
+    pub map: bool,
     /// Legacy flag of NVIDIA's Slurm prolog example (`-a -q`); accepted and ignored.
     #[arg(short = 'a', hide = true)]
     pub legacy_a: bool,
@@ -247,6 +262,9 @@ fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
 }
 
 async fn run(args: Args) -> Result<(), CtlError> {
+    if args.dump || args.map {
+        return local_views(&args).await;
+    }
     let mode = if let Some(Sub::DomainCheck { hosts }) = &args.command {
         Mode::DomainCheck(hosts.clone())
     } else if args.watch {
@@ -355,6 +373,35 @@ async fn run(args: Args) -> Result<(), CtlError> {
             }
         }
     }
+}
+
+/// `-d` / `-m`: asked of the daemon; computed from the config file when it cannot say and a
+/// config file is at hand (-c, or the default without -i / -u).
+async fn local_views(args: &Args) -> Result<(), CtlError> {
+    let view = match args.map {
+        true => local_view::View::Map,
+        false => local_view::View::Dump,
+    };
+    let file = match (&args.config, args.ip.is_some() || args.unix.is_some()) {
+        (Some(path), _) => Some(path.clone()),
+        (None, false) => Some(PathBuf::from(DEFAULT_CONFIG_PATH)),
+        (None, true) => None,
+    };
+    let asked = async {
+        let target = resolve(args, false)?;
+        let shown = target.to_string();
+        let mut client = Client::connect(target, Duration::from_secs(3)).await?;
+        client.config().await.map(|reply| (reply, shown))
+    };
+    let text = match (asked.await, file) {
+        (Ok((reply, target)), _) => local_view::from_daemon(view, reply, &target, args.json),
+        (Err(e), Some(path)) => {
+            let why = format!("the daemon did not answer: {e}");
+            local_view::from_file(view, &path, &why, args.json)?
+        }
+        (Err(e), None) => return Err(e),
+    };
+    out(&text)
 }
 
 fn stamp() -> String {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use openimex_ctl::{Client, CtlError, Target, client::classify};
 use openimex_proto::cmd::command_server::{Command, CommandServer};
 use openimex_proto::cmd::{
-    DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
+    ConfigReply, ConfigRequest, DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest,
+    StateReply, StateRequest,
 };
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
@@ -45,6 +46,10 @@ impl Command for Fake {
 
     /// As a daemon from before `--peers` answers: tonic's default for an unknown method.
     async fn peers(&self, _: Request<PeersRequest>) -> Result<Response<PeersReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {
         Err(Status::unimplemented(""))
     }
 }

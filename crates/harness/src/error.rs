@@ -47,6 +47,17 @@ pub enum HarnessError {
         /// The errno.
         source: nix::Error,
     },
+    /// Setting up or tearing down a network namespace failed (`ip netns ...`).
+    #[error(
+        "cannot {what}: {detail}\n  hint: network namespaces need root (CAP_SYS_ADMIN, \
+         CAP_NET_ADMIN) and the `ip` tool (iproute2)"
+    )]
+    Netns {
+        /// What was being done, e.g. `ip netns add openimex-ll-1`.
+        what: String,
+        /// Its exit status and error output.
+        detail: String,
+    },
     /// No loopback address block could be bound on every address and port.
     #[error(
         "no free loopback address block for {nodes} nodes on ports {ports:?} after {attempts} \

@@ -14,6 +14,8 @@
 //! - [`names`]: names mode ([`ClusterSpec::with_names`]): the nodes file lists names and each
 //!   daemon gets a private `/etc/hosts` (its own mount namespace; needs root). The cluster's
 //!   hosts, spare-address, move and add operations live in `cluster/membership.rs`.
+//! - [`netns`]: network namespaces (`ip netns`) joined by a veth pair with IPv6 link-local
+//!   addresses, removed on drop (needs root).
 //! - [`addr`]: allocation of free loopback address blocks.
 //! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]), `ctl --links -j`
 //!   ([`LinksView`]) and `ctl --peers -j` ([`PeersView`]), and NVIDIA's timestamp format.
@@ -54,6 +56,7 @@ pub mod domain;
 mod error;
 pub mod gpu;
 pub mod names;
+pub mod netns;
 pub mod node;
 pub mod process;
 pub mod proxy;

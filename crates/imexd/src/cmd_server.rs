@@ -8,13 +8,16 @@
 //! `ctl -N` of 3,000 nodes holds about one 9 MB matrix at most, not several.
 //!
 //! `ctl --peers` is answered by this daemon alone: what it holds for, imports from and owes each
-//! peer, and its clean-ups of each, straight from the engine's node.
+//! peer, and its clean-ups of each, straight from the engine's node. So are `ctl -d` and `-m`
+//! ([`About`]): the options as logged at start, and the node map in use with what each entry
+//! resolves to now.
 
 use std::time::Duration;
 
 use openimex_core::{ConnStatus, DaemonState, NodeId, domain_status_of};
 use openimex_proto::cmd::{
-    DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
+    ConfigOption, ConfigReply, ConfigRequest, DomainReply, DomainRequest, MapEntry, NodeReport,
+    PeersReply, PeersRequest, StateReply, StateRequest,
     command_server::{Command, CommandServer},
 };
 use openimex_proto::peer::session_msg::Body;
@@ -36,6 +39,19 @@ pub(crate) struct CommandService {
     /// The node map's entries (they grow when SIGUSR1 appends nodes).
     pub(crate) hosts: Hosts,
     pub(crate) host_name: String,
+    pub(crate) about: std::sync::Arc<About>,
+}
+
+/// What `ctl -d` and `ctl -m` are told that does not change while the daemon runs.
+#[derive(Debug)]
+pub(crate) struct About {
+    /// The config file and its options as logged at start.
+    pub(crate) config: (std::path::PathBuf, Vec<(String, String)>),
+    pub(crate) local: NodeId,
+    /// The peer listener's address.
+    pub(crate) bind: String,
+    /// Its interface (empty when not known).
+    pub(crate) network_interface: String,
 }
 
 #[tonic::async_trait]
@@ -89,6 +105,46 @@ impl Command for CommandService {
         let snap = ask(&self.engine, |reply| Input::Peers { reply }).await?;
         let hosts = std::sync::Arc::clone(&self.hosts.borrow());
         Ok(Response::new(peers_reply(snap, &hosts)))
+    }
+
+    async fn config(
+        &self,
+        _request: Request<ConfigRequest>,
+    ) -> Result<Response<ConfigReply>, Status> {
+        let hosts = std::sync::Arc::clone(&self.hosts.borrow());
+        let addrs = crate::nodes_file::resolve_all(&hosts).await;
+        let nodes = hosts
+            .iter()
+            .zip(addrs)
+            .enumerate()
+            .map(|(id, (host, addrs))| {
+                let placeholder = openimex_config::is_placeholder(host);
+                MapEntry {
+                    node_id: u32::try_from(id).unwrap_or(u32::MAX),
+                    host: host.clone(),
+                    addresses: match placeholder {
+                        true => Vec::new(),
+                        false => addrs.iter().map(ToString::to_string).collect(),
+                    },
+                    placeholder,
+                }
+            })
+            .collect();
+        let (file, options) = &self.about.config;
+        Ok(Response::new(ConfigReply {
+            config_file: file.display().to_string(),
+            options: options
+                .iter()
+                .map(|(label, value)| ConfigOption {
+                    label: label.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            local_node_id: u32::from(self.about.local.0),
+            nodes,
+            bind: self.about.bind.clone(),
+            network_interface: self.about.network_interface.clone(),
+        }))
     }
 }
 

@@ -587,6 +587,17 @@ impl Engine {
                         );
                     }
                 }
+                Action::PeersWaitOver { missing, waited } => {
+                    let names: Vec<String> = missing
+                        .iter()
+                        .map(|p| format!("{p} ({})", self.host(*p)))
+                        .collect();
+                    warn!(
+                        "IMEX_CONN_WAIT_TIMEOUT ({} s) passed with nodes {} still not connected: continuing initialization without them (they join when they come up)",
+                        waited.as_secs(),
+                        names.join(", ")
+                    );
+                }
                 Action::Recovered { peer, how } => info!("Recovery: node {peer} {how}"),
                 Action::CleanedUp { peer, reason } => warn!(
                     "Node {peer} {reason}: its imports and exports here are cleaned up (importers of its memory disabled, references held for it released)"
@@ -749,6 +760,7 @@ impl Engine {
             peer,
             attempt,
             local: self.local_ip,
+            scope: self.settings.link_scope,
             host,
             port: self.settings.server_port,
             timeout: self.settings.dial_timeout(),

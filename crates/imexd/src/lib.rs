@@ -100,22 +100,37 @@ pub async fn run(
         backoff: settings.backoff,
         seed: entropy.seed,
     };
+    let bind_ip = world
+        .peer
+        .local_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    // NVIDIA's words (imex-guide §9), then ours on a line of their own.
     info!(
-        "Identified this node as ID {}, using bind IP of '{}' (instance {instance}, domain {})",
+        "Identified this node as ID {}, using bind IP of '{bind_ip}', and network interface of {}",
         settings.local,
+        settings.network_interface.as_deref().unwrap_or("")
+    );
+    info!(
+        "Peer listener on {}, instance {instance}, domain {}",
         world.peer_addr(),
         cfg.domain_id
     );
     let nodes = settings.hosts.len();
     let map_for_record = cfg.map.clone();
+    let recover_from = recover_from(&settings, &map_for_record);
+    if let Some(wait) = settings.conn_wait_timeout {
+        quorum_wait_note(settings.quorum, wait, !recover_from.is_empty());
+    }
     let mut node = Node::new(
         NodeConfig {
             mesh: cfg,
             import_timeout: settings.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
             grace: settings.grace,
-            recover_from: recover_from(&settings, &map_for_record),
+            recover_from,
             recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
+            conn_wait_timeout: settings.conn_wait_timeout,
         },
         now,
     );
@@ -131,6 +146,7 @@ pub async fn run(
         any_source: settings.peer_any_source,
     };
     let local_ip = world.peer.local_addr().ok().map(|a| a.ip());
+    let peer_addr = world.peer_addr();
     let incoming = conn::incoming(
         tokio_tcp(world.peer)?,
         conn::ConnLimits::for_domain(nodes),
@@ -148,11 +164,18 @@ pub async fn run(
         peer_server.await.map_err(|source| ("peer", source))
     })];
 
+    let about = std::sync::Arc::new(cmd_server::About {
+        config: settings.config_dump.clone(),
+        local: settings.local,
+        bind: peer_addr,
+        network_interface: settings.network_interface.clone().unwrap_or_default(),
+    });
     let cmd = || cmd_server::CommandService {
         engine: tx.clone(),
         state: state_rx.clone(),
         hosts: hosts_rx.clone(),
         host_name: settings.host_name.clone(),
+        about: about.clone(),
     };
     servers.extend(cmd_server::serve(
         cmd,
@@ -223,6 +246,26 @@ pub(crate) fn tokio_tcp(l: std::net::TcpListener) -> Result<tokio::net::TcpListe
         source,
         fix: "this is a bug: the listener could not be registered with the runtime",
     })
+}
+
+/// Says at start what `IMEX_CONN_WAIT_TIMEOUT` bounds here: the FULL wait for peers only.
+fn quorum_wait_note(
+    quorum: openimex_core::QuorumPolicy,
+    wait: std::time::Duration,
+    recovering: bool,
+) {
+    let secs = wait.as_secs();
+    match quorum {
+        openimex_core::QuorumPolicy::Full => info!(
+            "IMEX_CONN_WAIT_TIMEOUT={secs}: waiting at most {secs} s for every peer to connect (IMEX_WAIT_FOR_QUORUM=FULL), then continuing without the missing ones"
+        ),
+        _ if recovering => tracing::warn!(
+            "IMEX_CONN_WAIT_TIMEOUT={secs} does not shorten the recovery wait: nodes that held references to this node's memory may still map it, so the wait for them stays bounded by IMEX_NODE_DISCONNECTED_GRACE_TIME (or the default recovery wait)"
+        ),
+        _ => info!(
+            "IMEX_CONN_WAIT_TIMEOUT={secs} has no effect: it bounds only the IMEX_WAIT_FOR_QUORUM=FULL wait for peers"
+        ),
+    }
 }
 
 /// The importers the previous run's persist record names, when the RECOVERY quorum applies.

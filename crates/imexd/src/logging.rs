@@ -21,7 +21,6 @@
 //! DEBUG and TRACE are never buffered: NVIDIA's levels end at INFO, and the libraries' trace
 //! events would only cost time.
 
-mod config_dump;
 mod log_file;
 #[cfg(test)]
 mod scratch;
@@ -43,7 +42,6 @@ use tracing_subscriber::layer::{Context, Filter, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
-pub use config_dump::config_dump;
 use sink::{FileSpec, Sink};
 
 /// Where the log went (to say so on stderr when a file could not be opened).

@@ -25,6 +25,8 @@ pub(crate) struct Target {
     pub(crate) attempt: u64,
     /// Leave from this address.
     pub(crate) local: Option<std::net::IpAddr>,
+    /// Scope ID for IPv6 link-local addresses (the `NETWORK_INTERFACE`'s index); 0: none.
+    pub(crate) scope: u32,
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) timeout: Duration,
@@ -67,22 +69,63 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
         .ok_or_else(|| DialError::NoAddress {
             host: target.host.clone(),
         })?;
+    let addr = scoped(addr, target.scope);
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| DialError::BadAddress {
             addr: addr.to_string(),
             cause: e.to_string(),
         })?
         .connect_timeout(target.timeout)
-        .local_address(target.local)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(target.keepalive)
         .keep_alive_timeout(target.timeout)
         .keep_alive_while_idle(true);
-    let channel = endpoint.connect().await.map_err(|e| DialError::Connect {
+    let connected = match target.local {
+        // The stock connector binds the source address without a scope, which the kernel
+        // refuses for a link-local one.
+        Some(std::net::IpAddr::V6(local))
+            if openimex_config::iface::is_link_local(local.into()) =>
+        {
+            let from = std::net::SocketAddrV6::new(local, 0, 0, target.scope);
+            endpoint
+                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                    connect_from(from, addr)
+                }))
+                .await
+        }
+        local => endpoint.local_address(local).connect().await,
+    };
+    let channel = connected.map_err(|e| DialError::Connect {
         addr: addr.to_string(),
         cause: openimex_proto::root_cause(&e),
     })?;
     Ok((channel, addr))
+}
+
+/// `addr` with `scope` as its scope ID when it is an IPv6 link-local address without one
+/// (a nodes-file entry such as `fe80::2` means the peer on this node's interface).
+fn scoped(addr: std::net::SocketAddr, scope: u32) -> std::net::SocketAddr {
+    match addr {
+        std::net::SocketAddr::V6(mut v6)
+            if v6.scope_id() == 0 && openimex_config::iface::is_link_local((*v6.ip()).into()) =>
+        {
+            v6.set_scope_id(scope);
+            std::net::SocketAddr::V6(v6)
+        }
+        other => other,
+    }
+}
+
+/// A TCP connection from the link-local `from` (with its scope) to `to`.
+async fn connect_from(
+    from: std::net::SocketAddrV6,
+    to: std::net::SocketAddr,
+) -> std::io::Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>> {
+    let socket = tokio::net::TcpSocket::new_v6()?;
+    socket.bind(from.into())?;
+    let stream = socket.connect(to).await?;
+    stream.set_nodelay(true)?;
+    Ok(hyper_util::rt::TokioIo::new(stream))
 }
 
 async fn handshake(

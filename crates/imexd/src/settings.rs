@@ -40,6 +40,18 @@ pub struct Settings {
     pub persist_path: Option<PathBuf>,
     /// `IMEX_NODE_CONFIG_FILE`: read again on SIGUSR1 (`None`: nothing to re-read).
     pub nodes_file: Option<PathBuf>,
+    /// The peer listener's interface (`NETWORK_INTERFACE`, else the one holding the bind IP),
+    /// for the log; `None` when not known.
+    pub network_interface: Option<String>,
+    /// The scope ID (interface index) IPv6 link-local addresses of the nodes file are dialled
+    /// with, and dials leave a link-local bind IP with; 0 when none is known.
+    pub link_scope: u32,
+    /// `IMEX_CONN_WAIT_TIMEOUT`: the longest the FULL quorum waits at start for every peer
+    /// before going on without the missing ones; `None` waits until they are all connected.
+    pub conn_wait_timeout: Option<Duration>,
+    /// The config file the daemon was started with, and its options as logged at start
+    /// (`label`, `value`), served to `ctl -d`.
+    pub config_dump: (PathBuf, Vec<(String, String)>),
 }
 
 /// The default of [`Settings::import_timeout`].

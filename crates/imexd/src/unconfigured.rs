@@ -30,7 +30,8 @@ use std::sync::Arc;
 use openimex_core::{DaemonState, DomainStatus};
 use openimex_proto::cmd::command_server::Command;
 use openimex_proto::cmd::{
-    DomainReply, DomainRequest, PeersReply, PeersRequest, StateReply, StateRequest,
+    ConfigReply, ConfigRequest, DomainReply, DomainRequest, PeersReply, PeersRequest, StateReply,
+    StateRequest,
 };
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
@@ -151,6 +152,12 @@ impl Command for Unconfigured {
             state: DaemonState::Unavailable.as_str().to_string(),
             peers: Vec::new(),
         }))
+    }
+
+    async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {
+        Err(Status::failed_precondition(
+            "the daemon is unconfigured: its nodes file does not name this host yet",
+        ))
     }
 }
 

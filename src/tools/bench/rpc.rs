@@ -13,7 +13,8 @@ use anyhow::{Context as _, Result, bail};
 use openimex_harness::bench::ReadyChild;
 use openimex_proto::cmd::command_server::{Command, CommandServer};
 use openimex_proto::cmd::{
-    DomainReply, DomainRequest, PeersReply, PeersRequest, StateReply, StateRequest,
+    ConfigReply, ConfigRequest, DomainReply, DomainRequest, PeersReply, PeersRequest, StateReply,
+    StateRequest,
 };
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -45,6 +46,10 @@ impl Command for Constant {
         Err(Status::unimplemented(
             "the raw RPC baseline answers State only",
         ))
+    }
+
+    async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {
+        Err(Status::unimplemented(""))
     }
 }
 

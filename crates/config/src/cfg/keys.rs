@@ -281,7 +281,6 @@ type Matters = fn(&Config, &Config) -> bool;
 #[rustfmt::skip]
 const NOT_SUPPORTED_YET: &[(&str, Matters)] = &[
     ("STATS_FILE_NAME", |c, d| c.stats_file_name != d.stats_file_name),
-    ("NETWORK_INTERFACE", |c, d| c.network_interface != d.network_interface),
     // IMEX_ENABLE_AUTH_ENCRYPTION=1 is not ignored: the daemon refuses it until TLS is built
     // (`Config::refuse_unbuilt_features`).
     // Only a real choice of another mode: an empty or unknown value gets its own notice.
@@ -299,7 +298,6 @@ const NOT_SUPPORTED_YET: &[(&str, Matters)] = &[
     ("IMEX_GSS_RETRY_INTERVAL_SEC", |c, d| c.imex_gss_retry_interval_sec != d.imex_gss_retry_interval_sec),
     ("IMEX_GSS_SEC_CONTEXT_LIFETIME_SEC", |c, d| c.imex_gss_sec_context_lifetime_sec != d.imex_gss_sec_context_lifetime_sec),
     ("IMEX_GSS_SHUTDOWN_ON_FAILURE", |c, d| c.imex_gss_shutdown_on_failure != d.imex_gss_shutdown_on_failure),
-    ("IMEX_CONN_WAIT_TIMEOUT", |c, d| c.imex_conn_wait_timeout != d.imex_conn_wait_timeout),
 ];
 
 /// The "not supported yet" notices for `cfg`, per [`NOT_SUPPORTED_YET`].

@@ -102,13 +102,8 @@ fn nvidia_shipped_layout_parses() {
         ..Config::default()
     };
     assert_eq!(c, want);
-    // The log keys are implemented: only the legacy key is noticed.
-    assert_eq!(notice_keys(&c), [(192, "IMEX_CONN_WAIT_TIMEOUT")]);
-    assert_eq!(
-        c.notices()[0].to_string(),
-        "/etc/nvidia-imex/config.cfg:192: IMEX_CONN_WAIT_TIMEOUT is not supported yet by \
-         openimex; the value is accepted and ignored"
-    );
+    // The log keys, NETWORK_INTERFACE and IMEX_CONN_WAIT_TIMEOUT=70 are implemented.
+    assert_eq!(notice_keys(&c), []);
 }
 
 #[test]
@@ -638,15 +633,15 @@ fn duplicate_key_later_wins_with_notice() {
 fn not_supported_only_when_not_default() {
     let c = parse("LOG_USE_SYSLOG=0\nLOG_FILE_MAX_SIZE=1024\nNETWORK_INTERFACE=\n").unwrap();
     assert!(c.notices().is_empty(), "{:?}", c.notices());
-    let c = parse("NETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\n").unwrap();
-    assert_eq!(
-        notice_keys(&c),
-        [(1, "NETWORK_INTERFACE"), (2, "IMEX_GSS_TIMEOUT_SEC")]
-    );
+    // NETWORK_INTERFACE and IMEX_CONN_WAIT_TIMEOUT are implemented: no notice for them.
+    let c = parse("NETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\nIMEX_CONN_WAIT_TIMEOUT=70\n")
+        .unwrap();
+    assert_eq!(notice_keys(&c), [(2, "IMEX_GSS_TIMEOUT_SEC")]);
     assert_eq!(
         c.notices()[0].message,
-        "NETWORK_INTERFACE is not supported yet by openimex; the value is accepted and ignored"
+        "IMEX_GSS_TIMEOUT_SEC is not supported yet by openimex; the value is accepted and ignored"
     );
+    assert_eq!(c.network_interface_at, Some((Path::new("cfg").into(), 1)));
 }
 
 #[test]

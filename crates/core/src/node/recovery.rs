@@ -98,7 +98,7 @@ impl Node {
     }
 
     /// `peer`'s link came up: if it was awaited, it has dropped what it held.
-    pub(super) fn recovery_link_up(&mut self, now: Instant, peer: NodeId) {
+    pub(super) fn recovery_link_up(&mut self, peer: NodeId) {
         if self.recovery.active && self.recovery.awaiting.remove(&peer) {
             self.actions.push_back(Action::Recovered {
                 peer,
@@ -109,7 +109,7 @@ impl Node {
     }
 
     /// The gate's deadline: every node still awaited is declared lost.
-    pub(super) fn recovery_over(&mut self, now: Instant) {
+    pub(super) fn recovery_over(&mut self) {
         for peer in std::mem::take(&mut self.recovery.awaiting) {
             self.actions.push_back(Action::Recovered {
                 peer,

@@ -500,6 +500,7 @@ impl World {
                 Vec::new()
             },
             recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
+            conn_wait_timeout: None,
         };
         let mut node = Node::new(cfg, self.now);
         node.handle_start(self.now);
@@ -828,7 +829,9 @@ impl World {
             // departures are checked through the mesh actions above.
             Action::CleanedUp { .. } => {}
             Action::Persist { importers } => self.slots[i].persist = importers,
-            Action::RecoveryWait { .. } | Action::Recovered { .. } => {}
+            Action::RecoveryWait { .. }
+            | Action::Recovered { .. }
+            | Action::PeersWaitOver { .. } => {}
             // Every peer here is honest and says hello first: a refusal is a bookkeeping bug.
             Action::Refused { reason, detail, .. } => {
                 self.violate(format!(

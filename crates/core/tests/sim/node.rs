@@ -15,6 +15,7 @@ pub struct Setup {
     pub max_describes: usize,
     pub recover_from: Vec<NodeId>,
     pub recovery_wait: Duration,
+    pub conn_wait_timeout: Option<Duration>,
 }
 
 impl Default for Setup {
@@ -26,6 +27,7 @@ impl Default for Setup {
             max_describes: 16,
             recover_from: Vec::new(),
             recovery_wait: DEFAULT_RECOVERY_WAIT,
+            conn_wait_timeout: None,
         }
     }
 }
@@ -49,6 +51,7 @@ pub fn node(setup: Setup) -> (Node, Instant, Vec<Hello>) {
         grace: setup.grace,
         recover_from: setup.recover_from,
         recovery_wait: setup.recovery_wait,
+        conn_wait_timeout: setup.conn_wait_timeout,
     };
     (Node::new(cfg, now), now, hellos)
 }

@@ -170,6 +170,10 @@ fn settings() -> Settings {
         grace: None,
         persist_path: None,
         nodes_file: None,
+        network_interface: None,
+        link_scope: 0,
+        conn_wait_timeout: None,
+        config_dump: Default::default(),
     }
 }
 
@@ -204,6 +208,7 @@ fn start(driver: Recorder) -> Running {
             grace: None,
             recover_from: Vec::new(),
             recovery_wait: openimex_core::node::DEFAULT_RECOVERY_WAIT,
+            conn_wait_timeout: None,
         },
         now,
     );
