@@ -27,12 +27,13 @@ fn seed() -> Vec<String> {
 }
 
 /// Every key path of `v` in document order, with the leaf values; `hostName` (a 580-series
-/// key NVIDIA's 570 sample lacks, empty without -H) and the timestamp's value left out.
+/// key NVIDIA's 570 sample lacks, empty without -H), our `reason` keys and the timestamp's
+/// value left out.
 fn shape(v: &Value, at: &str, out: &mut Vec<String>) {
     match v {
         Value::Object(map) => {
             for (k, child) in map {
-                if k == "hostName" {
+                if k == "hostName" || k == "reason" {
                     continue;
                 }
                 let path = format!("{at}/{k}");
@@ -71,6 +72,9 @@ fn a_placeholder_file_starts_unconfigured_then_sigusr1_brings_the_domain_up() {
     shape(&ours, "", &mut a);
     shape(&nvidia, "", &mut b);
     assert_eq!(a, b, "key order and values of the unconfigured sample");
+    // Ours on top: the node says it is not configured (no IMEX work), not that it is broken.
+    let why = ours["nodes"]["0"]["reason"].as_str().unwrap_or_default();
+    assert!(why.starts_with("not configured: "), "node reason: {why:?}");
     let d = cluster.domain(0).expect("parse -N -j");
     assert_eq!(d.status, "DOWN");
 

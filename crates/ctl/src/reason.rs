@@ -4,7 +4,10 @@
 //! link's reason of its last change; it gives no reason for a state. This module derives one
 //! from what the reply does carry: a node that could not be asked is explained by the local
 //! node's link to it, a node waiting for its peers by how many of its links are up, and so on.
-//! `--links`, `domain-check` and `--svg` show these; `-N` and `-N -j` keep NVIDIA's format.
+//! A daemon that knows better says so in the node's `state_reason` (an unconfigured daemon: "not
+//! configured: ..."), which wins. `--links`, `domain-check` and `--svg` show these; `-N` adds
+//! them after the `Domain State` line and `-N -j` as `reason` keys, only when something is not
+//! READY or UP, so a healthy domain's output stays NVIDIA's byte for byte.
 
 use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport};
@@ -47,6 +50,9 @@ fn status_with(status: ConnStatus, why: &str) -> String {
 pub fn node(reply: &DomainReply, node: &NodeReport) -> Option<String> {
     if node.state == "READY" && node.reachable {
         return None;
+    }
+    if !node.state_reason.is_empty() {
+        return Some(node.state_reason.clone());
     }
     if !node.reachable {
         let asker = reply.local_node_id;

@@ -31,7 +31,8 @@ fn to_string(render: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The `-N` text table. `hostnames` is `-H`.
+/// The `-N` text table. `hostnames` is `-H`. Ours: when the domain is not UP, a `Why:` line
+/// and one line per node that is not READY follow NVIDIA's last line (none when healthy).
 pub fn table(reply: &DomainReply, timestamp: &str, hostnames: bool) -> String {
     to_string(|out| write_table(out, reply, timestamp, hostnames))
 }
@@ -88,12 +89,23 @@ pub fn write_table(
         writeln!(out, "{}", line.trim_end())?;
     }
     writeln!(out)?;
-    writeln!(out, "Domain State: {}", reply.status)
+    writeln!(out, "Domain State: {}", reply.status)?;
+    // Ours, after NVIDIA's last line and only when something is wrong: why.
+    if let Some(why) = reason::domain(reply) {
+        writeln!(out, "Why: {why}")?;
+        for n in &reply.nodes {
+            if let Some(why) = reason::node(reply, n) {
+                writeln!(out, "  Node #{}: {why}", n.node_id)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The `-N -j` JSON, compact, one line: `nodes` (every configured node keyed by index, with
 /// its connections including itself), then `timestamp`, then `status` — DCGM takes the *last*
-/// `"status":` in the text, so the order is part of the contract.
+/// `"status":` in the text, so the order is part of the contract. Ours: a `reason` key on each
+/// node that is not READY and before `timestamp` when the domain is not UP (none when healthy).
 pub fn json(reply: &DomainReply, timestamp: &str, hostnames: bool) -> String {
     to_string(|out| write_json(out, reply, timestamp, hostnames))
 }
@@ -145,15 +157,25 @@ pub fn write_json(
         };
         write!(
             out,
-            "}},\"changed\":{},\"version\":{},\"hostName\":{}}}",
+            "}},\"changed\":{},\"version\":{},\"hostName\":{}",
             n.reachable,
             quoted(&n.version)?,
             quoted(host_name)?
         )?;
+        // Ours, last, only on a node that is not READY: why.
+        if let Some(why) = reason::node(reply, n) {
+            write!(out, ",\"reason\":{}", quoted(&why)?)?;
+        }
+        out.write_all(b"}")?;
+    }
+    out.write_all(b"}")?;
+    // Ours, only when the domain is not UP, before `timestamp` and `status`, which stay last.
+    if let Some(why) = reason::domain(reply) {
+        write!(out, ",\"reason\":{}", quoted(&why)?)?;
     }
     write!(
         out,
-        "}},\"timestamp\":{},\"status\":{}}}",
+        ",\"timestamp\":{},\"status\":{}}}",
         quoted(timestamp)?,
         quoted(&reply.status)?
     )

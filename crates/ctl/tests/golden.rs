@@ -63,6 +63,7 @@ fn node(id: u32, host: &str, state: &str, version: &str, cells: &[(&str, bool)])
             .collect(),
         refusals: Vec::new(),
         cells: Vec::new(),
+        state_reason: String::new(),
     }
 }
 
@@ -127,6 +128,18 @@ fn strip_host_name(v: &mut Value) {
     }
 }
 
+/// Removes our `reason` keys (the domain's and each node's), returning how many there were:
+/// what is left must be NVIDIA's document.
+fn strip_reasons(v: &mut Value) -> usize {
+    let mut n = usize::from(v.as_object_mut().unwrap().remove("reason").is_some());
+    if let Some(nodes) = v.get_mut("nodes").and_then(Value::as_object_mut) {
+        for node in nodes.values_mut() {
+            n += usize::from(node.as_object_mut().unwrap().remove("reason").is_some());
+        }
+    }
+    n
+}
+
 #[test]
 fn table_matches_nvidia_570_byte_for_byte() {
     let reply = two_healthy(["172.31.48.81", "172.31.48.98"], "570.172");
@@ -157,6 +170,11 @@ fn json_matches_nvidia_samples() {
     assert!(!got.contains('\n'), "one line, like live output");
     let mut ours: Value = serde_json::from_str(&got).unwrap();
     strip_host_name(&mut ours);
+    assert_eq!(
+        strip_reasons(&mut ours),
+        0,
+        "a healthy domain has no reasons"
+    );
     let nvidia: Value = serde_json::from_str(&read("ctl-N-j.570.172.healthy.json")).unwrap();
     assert_eq!(canonical(&ours), canonical(&nvidia));
 
@@ -168,6 +186,8 @@ fn json_matches_nvidia_samples() {
     let mut ours: Value =
         serde_json::from_str(&render::json(&down, "8/11/2025 20:08:55.625", false)).unwrap();
     strip_host_name(&mut ours);
+    // Ours on top of NVIDIA's: why the domain is DOWN and why node 0 is UNAVAILABLE.
+    assert_eq!(strip_reasons(&mut ours), 2);
     let nvidia: Value = serde_json::from_str(&read("ctl-N-j.570.172.unconfigured.json")).unwrap();
     assert_eq!(canonical(&ours), canonical(&nvidia));
 }
@@ -242,14 +262,21 @@ fn degraded_domain_goldens() {
         status: "DEGRADED".into(),
     };
     let ts = "12/2/2026 09:00:00.000";
-    // Replies with status words per link (daemons before compact rows) and with compact
-    // cells (today's) print the same bytes.
-    for reply in [reply.clone(), compact(&reply)] {
-        golden("golden-N-degraded.txt", &render::table(&reply, ts, false));
-        golden("golden-N-H-degraded.txt", &render::table(&reply, ts, true));
-        golden(
-            "golden-N-j-degraded.json",
-            &(render::json(&reply, ts, false) + "\n"),
+    // Today's daemons answer `-N` with compact cells and no link reasons.
+    let today = compact(&reply);
+    golden("golden-N-degraded.txt", &render::table(&today, ts, false));
+    golden("golden-N-H-degraded.txt", &render::table(&today, ts, true));
+    golden(
+        "golden-N-j-degraded.json",
+        &(render::json(&today, ts, false) + "\n"),
+    );
+    // Replies with status words per link (daemons before compact rows) print the same table;
+    // only our `Why` lines may say more (those replies carry each link's reason).
+    let nvidia_part = |t: String| t[..t.find("Why:").unwrap_or(t.len())].to_string();
+    for hostnames in [false, true] {
+        assert_eq!(
+            nvidia_part(render::table(&reply, ts, hostnames)),
+            nvidia_part(render::table(&today, ts, hostnames))
         );
     }
     golden(

@@ -161,6 +161,7 @@ pub(crate) fn unavailable_row(node_id: u32, host: String) -> NodeReport {
         connections: Vec::new(),
         refusals: Vec::new(),
         cells: Vec::new(),
+        state_reason: String::new(),
     }
 }
 
@@ -228,6 +229,7 @@ impl CommandService {
                         connections: st.connections,
                         refusals: st.refusals,
                         cells: st.cells,
+                        state_reason: String::new(),
                     },
                     None => unavailable_row(u32::try_from(i).unwrap_or(u32::MAX), host),
                 }

@@ -80,7 +80,7 @@ pub async fn run(
         "this host matches no entry of the nodes file, which holds placeholder entries (0.0.0.0): running unconfigured (state UNAVAILABLE, domain DOWN, no peers dialled) until the file names this host and SIGUSR1 is sent. {why}"
     );
     let servers = crate::cmd_server::serve(
-        || Unconfigured,
+        || Unconfigured { why: why.clone() },
         listeners.tcp,
         listeners.unix,
         listeners.unix_path.as_deref(),
@@ -117,16 +117,23 @@ pub async fn run(
 }
 
 /// The command service of an unconfigured daemon (module docs).
-struct Unconfigured;
+struct Unconfigured {
+    /// Why this host matched no entry of the nodes file.
+    why: String,
+}
 
-/// The `-N` reply of an unconfigured daemon: the unconfigured sample's content.
-pub fn domain_reply() -> DomainReply {
+/// The `-N` reply of an unconfigured daemon: the unconfigured sample's content, and (ours)
+/// the node's `state_reason` saying it is not configured, and why, rather than broken.
+pub fn domain_reply(why: &str) -> DomainReply {
+    let mut node = crate::cmd_server::unavailable_row(0, UNCONFIGURED_HOST.to_string());
+    node.state_reason = format!(
+        "not configured: the nodes file holds placeholder entries (0.0.0.0) and none names \
+         this host, so this daemon serves no IMEX domain; write the node list and send SIGUSR1 \
+         (or restart). {why}"
+    );
     DomainReply {
         local_node_id: 0,
-        nodes: vec![crate::cmd_server::unavailable_row(
-            0,
-            UNCONFIGURED_HOST.to_string(),
-        )],
+        nodes: vec![node],
         status: DomainStatus::Down.as_str().to_string(),
     }
 }
@@ -143,7 +150,7 @@ impl Command for Unconfigured {
         &self,
         _request: Request<DomainRequest>,
     ) -> Result<Response<DomainReply>, Status> {
-        Ok(Response::new(domain_reply()))
+        Ok(Response::new(domain_reply(&self.why)))
     }
 
     async fn peers(&self, _request: Request<PeersRequest>) -> Result<Response<PeersReply>, Status> {
@@ -167,12 +174,18 @@ mod tests {
 
     #[test]
     fn the_reply_is_the_unconfigured_sample() {
-        let r = domain_reply();
+        let r = domain_reply("this host is 10.0.0.9");
         assert_eq!(r.status, "DOWN");
         assert_eq!(r.nodes.len(), 1);
         let n = &r.nodes[0];
         assert_eq!((n.node_id, n.host.as_str()), (0, "0.0.0.0"));
         assert_eq!((n.state.as_str(), n.version.as_str()), ("UNAVAILABLE", ""));
         assert!(!n.reachable && n.cells.is_empty());
+        assert!(
+            n.state_reason.starts_with("not configured: ")
+                && n.state_reason.ends_with("this host is 10.0.0.9"),
+            "{}",
+            n.state_reason
+        );
     }
 }
