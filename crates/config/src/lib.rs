@@ -20,8 +20,8 @@ mod local;
 mod nodes;
 
 pub use cfg::{
-    AuthMode, AuthSource, Config, DEFAULT_VERBOSE_LOG_BUFFER_KB, DriverKind, GraceTime,
-    MAX_VERBOSE_LOG_BUFFER_KB, Notice, Quorum,
+    AuthMode, AuthSource, Config, DEFAULT_STATS_INTERVAL_SEC, DEFAULT_VERBOSE_LOG_BUFFER_KB,
+    DriverKind, GraceTime, MAX_VERBOSE_LOG_BUFFER_KB, Notice, Quorum,
 };
 pub use error::ConfigError;
 pub use local::{LocalNode, identify_local, system_is_local, system_resolve};

@@ -250,6 +250,10 @@ const KEYS: &[Key] = &[
         Ok(())
     } },
     Key { name: "OPENIMEX_METRICS_ADDR", set: |c, v| { c.metrics_addr = v.opt_socket_addr()?; Ok(()) } },
+    Key { name: "OPENIMEX_STATS_INTERVAL_SEC", set: |c, v| {
+        c.stats_interval_sec = v.int("interval", "expected a number of seconds between records of the stats file, or 0 for no stats file (default 30)")?;
+        Ok(())
+    } },
     Key { name: "OPENIMEX_SIM_NODE_DIR", set: |c, v| { c.sim_node_dir = v.opt_path(); Ok(()) } },
 ];
 
@@ -274,7 +278,6 @@ type Matters = fn(&Config, &Config) -> bool;
 /// Remove an entry when the feature lands.
 #[rustfmt::skip]
 const NOT_SUPPORTED_YET: &[(&str, Matters)] = &[
-    ("STATS_FILE_NAME", |c, d| c.stats_file_name != d.stats_file_name),
     ("LOG_FILE_MAX_SIZE", |c, d| c.log_file_max_size_mb != d.log_file_max_size_mb),
     ("LOG_MAX_ROTATE_COUNT", |c, d| c.log_max_rotate_count != d.log_max_rotate_count),
     ("LOG_USE_SYSLOG", |c, d| c.log_use_syslog != d.log_use_syslog),
