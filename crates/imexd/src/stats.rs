@@ -149,6 +149,14 @@ impl Kind {
         }
     }
 
+    /// A request: answered by the other end.
+    fn is_request(self) -> bool {
+        matches!(
+            self,
+            Kind::ImportRequest | Kind::UnimportRequest | Kind::StatusRequest | Kind::Goodbye
+        )
+    }
+
     fn index(self) -> usize {
         self as usize
     }
@@ -226,10 +234,7 @@ pub(crate) fn watch_mailbox(tx: &mpsc::Sender<Input>) {
 /// or an answer, handled at once.
 pub(crate) fn arrived(msg: &SessionMsg) {
     let kind = Kind::of(msg);
-    if !matches!(
-        kind,
-        Kind::ImportRequest | Kind::UnimportRequest | Kind::StatusRequest | Kind::Goodbye
-    ) {
+    if !kind.is_request() {
         STATS.add(Dir::In, kind, Duration::ZERO, Duration::ZERO);
     }
 }
@@ -339,7 +344,12 @@ impl Drop for Trip {
         }
         if let Some(sent) = self.sent {
             let queue = sent.saturating_duration_since(self.built);
-            STATS.add(Dir::Out, self.kind, queue, sent.elapsed());
+            // Only a request waits for something once sent: its answer.
+            let oper = match self.kind.is_request() {
+                true => sent.elapsed(),
+                false => Duration::ZERO,
+            };
+            STATS.add(Dir::Out, self.kind, queue, oper);
         }
     }
 }
