@@ -201,3 +201,59 @@ async fn mailbox_depth_is_read_without_keeping_it_open() {
         "the weak handle is gone with the mailbox"
     );
 }
+
+/// A fresh directory for one test (removed at the end of it).
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("openimex-stats-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn options(path: &std::path::Path, append: bool) -> StatsOptions {
+    StatsOptions {
+        path: Some(path.to_path_buf()),
+        log_path: Some(path.with_file_name("imex.log")),
+        append,
+        interval_sec: 3600,
+    }
+}
+
+#[test]
+fn the_stop_writes_a_last_record_appended_or_over_the_old_file() {
+    let dir = scratch("stop");
+    let path = dir.join("imex-stats.log");
+    std::fs::write(&path, "old\n").expect("write");
+    drop(StatsFile::start(options(&path, true)).expect("a writer"));
+    let text = std::fs::read_to_string(&path).expect("read");
+    assert!(
+        text.starts_with("old\nPerformance statistics for last 0 seconds  : {"),
+        "{text}"
+    );
+    assert_eq!(text.matches("Performance statistics").count(), 1, "{text}");
+
+    drop(StatsFile::start(options(&path, false)).expect("a writer"));
+    let text = std::fs::read_to_string(&path).expect("read");
+    assert!(
+        text.starts_with("Performance statistics for last 0 seconds  : {"),
+        "truncated: {text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn interval_zero_writes_nothing_and_unopenable_is_not_fatal() {
+    let dir = scratch("off");
+    let path = dir.join("imex-stats.log");
+    let off = StatsOptions {
+        interval_sec: 0,
+        ..options(&path, true)
+    };
+    assert!(StatsFile::start(off).is_none());
+    assert!(!path.exists(), "no file for interval 0");
+    // A directory that does not exist: the records go to stderr instead; the daemon goes on.
+    let missing = dir.join("missing").join("imex-stats.log");
+    drop(StatsFile::start(options(&missing, true)).expect("a writer on stderr"));
+    assert!(!missing.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
