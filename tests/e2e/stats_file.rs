@@ -1,8 +1,8 @@
 //! The performance statistics file (issue 9 item 1, imex-guide §6): real daemons with
 //! simulated GPUs write NVIDIA's record format every `OPENIMEX_STATS_INTERVAL_SEC`, their
 //! message counts cover the imports and unimports done, a last record is written at a clean
-//! stop, `STATS_FILE_NAME` equal to `LOG_FILE_NAME` puts the records into the main log, and an
-//! interval of 0 writes no stats file.
+//! stop, `STATS_FILE_NAME` equal to `LOG_FILE_NAME` puts the records into the main log (both
+//! empty: on stderr, between the log's lines), and an interval of 0 writes no stats file.
 
 use std::path::Path;
 
@@ -204,10 +204,31 @@ fn records_every_second_count_the_imports_and_unimports_done() {
     assert_eq!(last["PendingFreeQueue"]["queueDepth"], "0", "{last}");
 }
 
+/// The one record in `log` (a log with its records among its lines), written at the stop,
+/// standing between whole log lines.
+#[track_caller]
+fn lone_record(log: &str, what: &str) -> Found {
+    let mut found = records(log, what);
+    // The interval is an hour: the only record is the last one, written at the stop.
+    assert_eq!(found.len(), 1, "{what}:\n{log}");
+    let record = found.remove(0);
+    check_format(&record, what);
+    assert!(record.seconds < 3600, "{what}: the stop's partial interval");
+    let at = log.find(PREFIX).expect("a record");
+    assert!(at == 0 || log[..at].ends_with('\n'), "{what}:\n{log}");
+    let after = &log[at..];
+    let end = after.find("\n}\n").expect("the record's last line") + 3;
+    assert!(
+        after[end..].is_empty() || after[end..].starts_with('['),
+        "{what}: a log line follows the record:\n{log}"
+    );
+    record
+}
+
 #[test]
 fn same_name_as_the_log_puts_records_in_the_log_and_zero_writes_none() {
-    let spec: ClusterSpec = spec(2).config("OPENIMEX_STATS_INTERVAL_SEC", "3600");
-    let mut cluster = Cluster::prepare(spec).expect("prepare 2 nodes");
+    let spec: ClusterSpec = spec(3).config("OPENIMEX_STATS_INTERVAL_SEC", "3600");
+    let mut cluster = Cluster::prepare(spec).expect("prepare 3 nodes");
     let log0 = cluster.node(0).log_path().display().to_string();
     cluster
         .set_node_config(0, "STATS_FILE_NAME", &log0)
@@ -215,35 +236,28 @@ fn same_name_as_the_log_puts_records_in_the_log_and_zero_writes_none() {
     cluster
         .set_node_config(1, "OPENIMEX_STATS_INTERVAL_SEC", "0")
         .expect("no stats file");
-    for i in 0..2 {
+    // Both empty, as the Kubernetes DRA driver sets them: log and records on stderr.
+    for key in ["LOG_FILE_NAME", "STATS_FILE_NAME"] {
+        cluster.set_node_config(2, key, "").expect("empty name");
+    }
+    for i in 0..3 {
         cluster.start_node(i).expect("start a node");
     }
     cluster.wait_up(0, FORM).expect("domain UP");
     cluster.shutdown().expect("clean stop");
 
-    for i in 0..2 {
+    for i in 0..3 {
         let stats = cluster.node(i).stats_path();
         assert!(!stats.exists(), "node {i} wrote {}", stats.display());
     }
     let log = read(&cluster.node(0).log_path());
-    let found = records(&log, "node 0's log");
-    // The interval is an hour: the only record is the last one, written at the stop.
-    assert_eq!(found.len(), 1, "{log}");
-    check_format(&found[0], "node 0's log");
-    assert!(found[0].seconds < 3600, "the stop's partial interval");
+    let found = [lone_record(&log, "node 0's log")];
     assert!(
         total(&found, "OutgoingMessages", "StatusRequest") > 0,
-        "node 0 asked node 1's status row for ctl -N:\n{log}"
+        "node 0 asked the other rows for ctl -N:\n{log}"
     );
-    // The record sits between whole log lines.
-    let at = log.find(PREFIX).expect("a record");
-    assert!(at == 0 || log[..at].ends_with('\n'), "{log}");
-    let after = &log[at..];
-    let end = after.find("\n}\n").expect("the record's last line") + 3;
-    assert!(
-        after[end..].is_empty() || after[end..].starts_with('['),
-        "a log line follows the record:\n{log}"
-    );
+    let stderr = read(&cluster.node(2).stderr_path());
+    lone_record(&stderr, "node 2's stderr");
     let node1 = read(&cluster.node(1).log_path());
     assert!(
         !node1.contains(PREFIX),

@@ -5,7 +5,8 @@
 //! is (`LOG_APPEND_TO_LOG`); standard error when the name is empty or the file cannot be
 //! opened; the main log when the name is `LOG_FILE_NAME`'s, written through the log's own
 //! writer ([`crate::logging::write_to_log`]) so the two never interleave within a line or
-//! fight over one file with two handles. A plain thread, not a task: the last record is
+//! fight over one file with two handles (both names empty: both on stderr, so through the
+//! log's writer too). A plain thread, not a task: the last record is
 //! written after the async runtime is gone.
 
 use std::fs::{File, OpenOptions};
@@ -40,7 +41,12 @@ enum Sink {
 impl Sink {
     fn open(options: &StatsOptions) -> Sink {
         let Some(path) = options.path.as_deref() else {
-            return Sink::Stderr;
+            // Both empty (the Kubernetes DRA driver's setting): the log is on stderr too, and
+            // its writer keeps a record and a log line from interleaving there.
+            return match options.log_path {
+                None => Sink::MainLog,
+                Some(_) => Sink::Stderr,
+            };
         };
         if options
             .log_path
