@@ -275,6 +275,13 @@ fn start(args: Args) -> Result<()> {
     if let logging::LogTarget::Stderr(Some(why)) = &target {
         warn!("{why}; logging to stderr");
     }
+    // NVIDIA's performance statistics (imex-guide §6); dropped at the stop: the last record.
+    let stats = openimex_imexd::stats::StatsFile::start(openimex_imexd::stats::StatsOptions {
+        path: cfg.stats_file_name.clone(),
+        log_path: cfg.log_file_name.clone(),
+        append: cfg.log_append_to_log || reexecuted,
+        interval_sec: cfg.stats_interval_sec,
+    });
     // The configuration dump of NVIDIA's daemon (imex-guide §9), which `ctl -d` prints too.
     info!(
         "IMEX version {} (openimex) is running with the following configuration options",
@@ -337,6 +344,7 @@ fn start(args: Args) -> Result<()> {
     });
     // Tasks still blocked on a hung peer must not hold the exit past the 5 s promise.
     runtime.shutdown_timeout(Duration::from_millis(500));
+    drop(stats);
     // NVIDIA flushes the verbose buffer at shutdown (imex-guide §5); the runtime is gone, so
     // this write blocks nothing.
     if matches!(result, Ok(Outcome::Configured)) {

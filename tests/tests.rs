@@ -79,6 +79,9 @@ mod slurm;
 // names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
 #[path = "e2e/sigusr1.rs"]
 mod sigusr1;
+// issue 9: NVIDIA's performance statistics file (STATS_FILE_NAME) during imports; in the main log
+#[path = "e2e/stats_file.rs"]
+mod stats_file;
 // issue 9: systemd Type=notify (STATUS, READY=1 only when READY, RELOADING=1, STOPPING=1), the unit
 #[path = "e2e/systemd.rs"]
 mod systemd;

@@ -173,6 +173,8 @@ impl fmt::Display for Notice {
 
 /// Default of `OPENIMEX_VERBOSE_LOG_BUFFER_KB`: 1 MiB, some 8000 lines of 120 bytes.
 pub const DEFAULT_VERBOSE_LOG_BUFFER_KB: u32 = 1024;
+/// Default of `OPENIMEX_STATS_INTERVAL_SEC`: NVIDIA's sample record covers 30 seconds.
+pub const DEFAULT_STATS_INTERVAL_SEC: u64 = 30;
 /// Largest `OPENIMEX_VERBOSE_LOG_BUFFER_KB`: 64 MiB, so one dump stays one short write.
 pub const MAX_VERBOSE_LOG_BUFFER_KB: u32 = 64 * 1024;
 
@@ -315,6 +317,11 @@ pub struct Config {
     /// `LOG_USE_SYSLOG=1` sends to (default [`DEFAULT_SYSLOG_SOCKET`]).
     pub syslog_socket: PathBuf,
 
+    /// `OPENIMEX_STATS_INTERVAL_SEC`: seconds between two records of the performance
+    /// statistics file (`STATS_FILE_NAME`); 0 writes no stats file. Default
+    /// [`DEFAULT_STATS_INTERVAL_SEC`], the interval of NVIDIA's sample, which documents no key.
+    pub stats_interval_sec: u64,
+
     /// `OPENIMEX_SIM_NODE_DIR`: the node directory of the simulated GPU driver
     /// (`openimex gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
     pub sim_node_dir: Option<PathBuf>,
@@ -378,6 +385,7 @@ impl Default for Config {
             metrics_addr: None,
             verbose_log_buffer_kb: DEFAULT_VERBOSE_LOG_BUFFER_KB,
             syslog_socket: PathBuf::from(DEFAULT_SYSLOG_SOCKET),
+            stats_interval_sec: DEFAULT_STATS_INTERVAL_SEC,
             sim_node_dir: None,
             notices: Vec::new(),
             node_config_file_origin: None,

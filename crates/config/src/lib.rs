@@ -23,8 +23,9 @@ mod local;
 mod nodes;
 
 pub use cfg::{
-    AuthMode, AuthSource, Config, DEFAULT_SYSLOG_SOCKET, DEFAULT_VERBOSE_LOG_BUFFER_KB, DriverKind,
-    GraceTime, MAX_VERBOSE_LOG_BUFFER_KB, Notice, Quorum, dump,
+    AuthMode, AuthSource, Config, DEFAULT_STATS_INTERVAL_SEC, DEFAULT_SYSLOG_SOCKET,
+    DEFAULT_VERBOSE_LOG_BUFFER_KB, DriverKind, GraceTime, MAX_VERBOSE_LOG_BUFFER_KB, Notice,
+    Quorum, dump,
 };
 pub use error::ConfigError;
 pub use local::{

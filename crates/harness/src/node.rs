@@ -139,6 +139,10 @@ impl Node {
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("imex.log")
     }
+    /// `<dir>/imex-stats.log` (`STATS_FILE_NAME`): never the machine's `/var/log`.
+    pub fn stats_path(&self) -> PathBuf {
+        self.dir.join("imex-stats.log")
+    }
     /// `<dir>/imex.sock` (`IMEX_CMD_UNIX_DOMAIN_PATH`).
     pub fn socket_path(&self) -> PathBuf {
         self.dir.join("imex.sock")
@@ -184,6 +188,7 @@ impl Node {
             ("DAEMONIZE", "0".to_string()),
             ("LOG_LEVEL", "4".to_string()),
             ("LOG_FILE_NAME", d(self.log_path())),
+            ("STATS_FILE_NAME", d(self.stats_path())),
             ("LOG_APPEND_TO_LOG", "1".to_string()),
             ("BIND_INTERFACE_IP", self.ip.to_string()),
             ("SERVER_PORT", self.server_port.to_string()),

@@ -82,6 +82,7 @@ fn prepare_writes_config_and_nodes_files() {
             ("DAEMONIZE", "0".into()),
             ("LOG_LEVEL", "2".into()),
             ("LOG_FILE_NAME", d(n.log_path())),
+            ("STATS_FILE_NAME", d(n.stats_path())),
             ("LOG_APPEND_TO_LOG", "1".into()),
             ("BIND_INTERFACE_IP", ip.into()),
             ("SERVER_PORT", "50000".into()),

@@ -277,6 +277,7 @@ impl Engine {
     }
 
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
+        crate::stats::taken(&input);
         let now = now();
         match input {
             Input::Hello {

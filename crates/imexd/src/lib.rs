@@ -14,6 +14,7 @@
 //! - `nodes_file`: SIGUSR1 — the nodes file read again and its names resolved, for the engine.
 //! - `cmd_server`: the command service `ctl` talks to.
 //! - `metrics`: Prometheus metrics on `GET /metrics` (`OPENIMEX_METRICS_ADDR`).
+//! - [`stats`]: NVIDIA's performance statistics file (`STATS_FILE_NAME`).
 //! - [`settings`] — what the daemon needs, resolved from the config files.
 //! - [`world`] — the listeners.
 //! - [`daemonize`], [`logging`] — process set-up as NVIDIA's daemon does it.
@@ -40,6 +41,7 @@ mod persist;
 mod session;
 mod session_tx;
 pub mod settings;
+pub mod stats;
 pub mod unconfigured;
 pub mod world;
 
@@ -136,6 +138,7 @@ pub async fn run(
     );
     node.set_heartbeat_phase(heartbeat_phase(now, settings.heartbeat_interval));
     let (tx, rx) = mpsc::channel(1024);
+    stats::watch_mailbox(&tx);
     let (state_tx, state_rx) = watch::channel(DaemonState::Initializing);
     let (hosts_tx, hosts_rx) = watch::channel(std::sync::Arc::new(settings.hosts.clone()));
 

@@ -264,6 +264,17 @@ pub fn dump_verbose(reason: DumpReason) -> Option<DumpReport> {
     })
 }
 
+/// Writes `text` into the log as it is, in one write between two lines, through the log's own
+/// writer: the stats file when `STATS_FILE_NAME` is the log's name. Returns false when no log
+/// is installed or the write failed. Blocks for one write: not from an async task.
+pub fn write_to_log(text: &[u8]) -> bool {
+    let Some(v) = VERBOSE.get() else {
+        return false;
+    };
+    let mut out = lock(&v.out);
+    out.write_all(text).and_then(|()| out.flush()).is_ok()
+}
+
 /// The header, the lines and the end line of one dump.
 fn render(dump: &Dump, reason: DumpReason, level: u8, capacity: usize, now: Duration) -> Vec<u8> {
     let bytes: usize = dump.records.iter().map(|r| r.line.len()).sum();

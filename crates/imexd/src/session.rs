@@ -48,6 +48,7 @@ where
             Some(Err(status)) => break status.message().to_string(),
             None => break "peer closed the session".to_string(),
         };
+        crate::stats::arrived(&msg);
         match msg.body {
             None => tx.received_heartbeat(msg.heartbeat_seq, msg.heartbeat_ack),
             // The peer's words end up in logs and import errors: made safe here.
@@ -60,11 +61,15 @@ where
             ) => tx.resolve(msg.id, body),
             Some(request) => {
                 let engine = engine.clone();
-                tx.answer_later(msg.id, async move {
-                    serve(request, via, &engine)
-                        .await
-                        .unwrap_or_else(Body::Refused)
-                });
+                let kind = crate::stats::Kind::of_body(&request);
+                tx.answer_later(
+                    msg.id,
+                    crate::stats::served(kind, async move {
+                        serve(request, via, &engine)
+                            .await
+                            .unwrap_or_else(Body::Refused)
+                    }),
+                );
             }
         }
     };

@@ -252,16 +252,22 @@ impl SessionTx {
         if !ack && let Ok(mut rtt) = self.rtt.lock() {
             rtt.sent = Some((seq, tokio::time::Instant::now()));
         }
-        let _ = self.out.try_send(SessionMsg {
-            heartbeat_seq: seq,
-            heartbeat_ack: ack,
-            ..SessionMsg::default()
-        });
+        let trip = crate::stats::Trip::heartbeat(ack);
+        trip.sent_if(
+            self.out
+                .try_send(SessionMsg {
+                    heartbeat_seq: seq,
+                    heartbeat_ack: ack,
+                    ..SessionMsg::default()
+                })
+                .is_ok(),
+        );
     }
 
     /// Sends a request and waits for its answer. No timer here: callers that need one (the
     /// core node fails imports on its own timeout) bound the wait themselves.
     pub(crate) async fn call(&self, body: Body) -> Result<Body, CallError> {
+        let mut trip = crate::stats::Trip::out(&body);
         let (tx, rx) = oneshot::channel();
         let id = {
             let Ok(mut p) = self.pending.lock() else {
@@ -284,6 +290,7 @@ impl SessionTx {
             self.forget(id);
             return Err(CallError::Closed);
         }
+        trip.sent();
         match rx.await {
             // Made safe to log by the reader (`session::run`) before it got here.
             Ok(Body::Refused(why)) => Err(CallError::Refused(why)),
@@ -294,12 +301,13 @@ impl SessionTx {
 
     /// Sends the answer to the peer's request `id`.
     async fn answer(&self, id: u64, body: Body) {
+        let trip = crate::stats::Trip::out(&body);
         let frame = SessionMsg {
             id,
             body: Some(body),
             ..SessionMsg::default()
         };
-        self.send(frame).await;
+        trip.sent_if(self.send(frame).await);
     }
 
     /// Queues a frame, waiting for room, but not past the session's stop: a full queue that

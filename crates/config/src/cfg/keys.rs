@@ -256,6 +256,10 @@ const KEYS: &[Key] = &[
         })?;
         Ok(())
     } },
+    Key { name: "OPENIMEX_STATS_INTERVAL_SEC", set: |c, v| {
+        c.stats_interval_sec = v.int("interval", "expected a number of seconds between records of the stats file, or 0 for no stats file (default 30)")?;
+        Ok(())
+    } },
     Key { name: "OPENIMEX_SIM_NODE_DIR", set: |c, v| { c.sim_node_dir = v.opt_path(); Ok(()) } },
 ];
 
@@ -280,7 +284,6 @@ type Matters = fn(&Config, &Config) -> bool;
 /// Remove an entry when the feature lands.
 #[rustfmt::skip]
 const NOT_SUPPORTED_YET: &[(&str, Matters)] = &[
-    ("STATS_FILE_NAME", |c, d| c.stats_file_name != d.stats_file_name),
     // IMEX_ENABLE_AUTH_ENCRYPTION=1 is not ignored: the daemon refuses it until TLS is built
     // (`Config::refuse_unbuilt_features`).
     // Only a real choice of another mode: an empty or unknown value gets its own notice.

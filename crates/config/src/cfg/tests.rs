@@ -128,9 +128,8 @@ fn dra_style_values() {
     assert_eq!(c.imex_wait_for_quorum, Quorum::None);
     assert_eq!(c.imex_node_disconnected_grace_time, GraceTime::Seconds(30));
     assert_eq!(c.bind_interface_ip, Some("fd00::5".parse().unwrap()));
-    // The empty stats file differs from the default: not written yet, so a notice. The grace
-    // time is implemented: no notice.
-    assert_eq!(notice_keys(&c), [(2, "STATS_FILE_NAME")]);
+    // The empty stats file (stderr) and the grace time are implemented: no notice.
+    assert!(c.notices().is_empty(), "{:?}", c.notices());
 }
 
 #[test]
@@ -748,4 +747,30 @@ fn log_keys_are_implemented_and_take_their_values() {
     );
     let e = err("LOG_MAX_ROTATE_COUNT=-1");
     assert!(e.contains("cfg:1") && e.contains("rotated files"), "{e}");
+}
+
+#[test]
+fn stats_file_and_interval() {
+    let c = parse("").unwrap();
+    assert_eq!(c.stats_interval_sec, DEFAULT_STATS_INTERVAL_SEC);
+    assert_eq!(DEFAULT_STATS_INTERVAL_SEC, 30, "NVIDIA's sample interval");
+    let c = parse("STATS_FILE_NAME=/tmp/s.log\nOPENIMEX_STATS_INTERVAL_SEC=0\n").unwrap();
+    assert_eq!(c.stats_file_name, Some(PathBuf::from("/tmp/s.log")));
+    assert_eq!(c.stats_interval_sec, 0, "0 turns the stats file off");
+    assert!(
+        c.notices().is_empty(),
+        "implemented: no notice {:?}",
+        c.notices()
+    );
+    for raw in ["-1", "30s", ""] {
+        let e = err(&format!("OPENIMEX_STATS_INTERVAL_SEC={raw}"));
+        assert!(
+            e.contains("cfg:1") && e.contains("OPENIMEX_STATS_INTERVAL_SEC"),
+            "{e}"
+        );
+        assert!(
+            e.contains("seconds") && e.contains("0 for no stats file"),
+            "{e}"
+        );
+    }
 }

@@ -1,0 +1,403 @@
+//! The performance statistics of NVIDIA's stats file (imex-guide §6, `STATS_FILE_NAME`): what
+//! is counted, where, and the record taken from it every interval.
+//!
+//! This module owns the counting; [`record`] owns the text of one record and [`writer`] the
+//! thread that writes a record every `OPENIMEX_STATS_INTERVAL_SEC` and a last one at the stop.
+//!
+//! # What each figure is here
+//!
+//! - `IncomingMessages` / `OutgoingMessages`, keyed by the peer-to-peer message's type
+//!   ([`Kind`]): every frame of a session stream, counted once per interval (the counts are
+//!   reset by each record).
+//!   - An incoming request (import, unimport, status, goodbye) is *received* when its session's
+//!     reader takes the frame, *starts* when the engine takes it from its mailbox, and is
+//!     *answered* when its answer is ready: `avgQueueTimeMillis` is received→started,
+//!     `avgOperTimeMillis` started→answered (an import's includes the driver's describe),
+//!     `avgTotalTimeMillis` received→answered. The reader notes the request ([`served`]); the
+//!     engine marks the start ([`taken`]) of the oldest noted request of the same kind: the
+//!     mailbox is first in, first out, so that is the one it took, unless two readers raced to
+//!     the mailbox with requests of one kind a few microseconds apart.
+//!   - Heartbeats, their answers and the answers to our requests are handled by the reader as
+//!     they arrive, without a queue: counted, with zero times.
+//!   - An outgoing message ([`Trip`]) is queued from the moment it is built until the session's
+//!     send queue takes it (the wait there is the peer's back-pressure); for a request, the
+//!     operation is the wait for the peer's answer; answers and heartbeats have none.
+//! - `QueueStats`:
+//!   - `ProcessorQueue` is the engine's mailbox, the queue of work not yet processed:
+//!     `queueDepth` is every input waiting in it, `oldestDurationMillis` the age of the oldest
+//!     peer request waiting in it (only peer requests carry their arrival time).
+//!   - `PendingFreeQueue` is the daemon's analogue of NVIDIA's frees waiting to complete: the
+//!     unimports this node sent to exporters and whose confirmation it still awaits (the GPU
+//!     driver holds the application's free until then).
+//!
+//! Recording is cheap: one short `Mutex` section per message, never held across an await.
+//! The hooks in the message paths are one-line calls into this module.
+
+pub mod record;
+pub mod writer;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use openimex_core::node::PeerRequest;
+use openimex_proto::peer::SessionMsg;
+use openimex_proto::peer::session_msg::Body;
+use tokio::sync::mpsc;
+
+use crate::mailbox::Input;
+pub use record::{Group, MessageStat, QueueStat, Record};
+pub use writer::{StatsFile, StatsOptions};
+
+/// A peer-to-peer message type, as the stats file names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// An importer asks the exporter for an import.
+    ImportRequest,
+    /// The exporter's answer to an import.
+    ImportResponse,
+    /// An importer tells the exporter it unimported.
+    UnimportRequest,
+    /// The exporter's confirmation of an unimport.
+    UnimportResponse,
+    /// A status row asked for `ctl -N`.
+    StatusRequest,
+    /// A status row.
+    StatusResponse,
+    /// A peer leaving cleanly.
+    Goodbye,
+    /// The acknowledgement of a goodbye.
+    GoodbyeResponse,
+    /// A heartbeat (sent by the pair's lower node).
+    Heartbeat,
+    /// The answer to a heartbeat.
+    HeartbeatAck,
+    /// A request refused by the other end.
+    Refused,
+}
+
+/// Every kind, in the order a record lists them.
+pub const KINDS: [Kind; 11] = [
+    Kind::ImportRequest,
+    Kind::ImportResponse,
+    Kind::UnimportRequest,
+    Kind::UnimportResponse,
+    Kind::StatusRequest,
+    Kind::StatusResponse,
+    Kind::Goodbye,
+    Kind::GoodbyeResponse,
+    Kind::Heartbeat,
+    Kind::HeartbeatAck,
+    Kind::Refused,
+];
+
+impl Kind {
+    /// The name in the stats file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::ImportRequest => "ImportRequest",
+            Kind::ImportResponse => "ImportResponse",
+            Kind::UnimportRequest => "UnimportRequest",
+            Kind::UnimportResponse => "UnimportResponse",
+            Kind::StatusRequest => "StatusRequest",
+            Kind::StatusResponse => "StatusResponse",
+            Kind::Goodbye => "Goodbye",
+            Kind::GoodbyeResponse => "GoodbyeResponse",
+            Kind::Heartbeat => "Heartbeat",
+            Kind::HeartbeatAck => "HeartbeatAck",
+            Kind::Refused => "Refused",
+        }
+    }
+
+    /// The kind of a session frame's body.
+    pub(crate) fn of_body(body: &Body) -> Kind {
+        match body {
+            Body::Import(_) => Kind::ImportRequest,
+            Body::ImportReply(_) => Kind::ImportResponse,
+            Body::Unimport(_) => Kind::UnimportRequest,
+            Body::UnimportReply(_) => Kind::UnimportResponse,
+            Body::Status(_) => Kind::StatusRequest,
+            Body::StatusReply(_) => Kind::StatusResponse,
+            Body::Goodbye(_) => Kind::Goodbye,
+            Body::GoodbyeReply(_) => Kind::GoodbyeResponse,
+            Body::Refused(_) => Kind::Refused,
+        }
+    }
+
+    /// The kind of a session frame (no body: a heartbeat or its answer).
+    fn of(msg: &SessionMsg) -> Kind {
+        match &msg.body {
+            Some(body) => Kind::of_body(body),
+            None if msg.heartbeat_ack => Kind::HeartbeatAck,
+            None => Kind::Heartbeat,
+        }
+    }
+
+    /// The peer request an engine input starts, if it is one [`served`] notes.
+    fn of_input(input: &Input) -> Option<Kind> {
+        match input {
+            Input::PeerImport { .. } => Some(Kind::ImportRequest),
+            Input::PeerUnimport { .. } => Some(Kind::UnimportRequest),
+            Input::Goodbye { .. } => Some(Kind::Goodbye),
+            Input::Authenticate {
+                what: PeerRequest::Status,
+                ..
+            } => Some(Kind::StatusRequest),
+            _ => None,
+        }
+    }
+
+    /// A request: answered by the other end.
+    fn is_request(self) -> bool {
+        matches!(
+            self,
+            Kind::ImportRequest | Kind::UnimportRequest | Kind::StatusRequest | Kind::Goodbye
+        )
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The sums of one direction and kind since the last record.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Sums {
+    count: u64,
+    queue: Duration,
+    oper: Duration,
+    total: Duration,
+}
+
+impl Sums {
+    fn add(&mut self, queue: Duration, oper: Duration) {
+        self.count += 1;
+        self.queue += queue;
+        self.oper += oper;
+        self.total += queue + oper;
+    }
+}
+
+/// Which way a message went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    In,
+    Out,
+}
+
+/// An incoming request noted by [`served`], waiting for the engine to take it.
+struct Slot {
+    received: Instant,
+    started: OnceLock<Instant>,
+}
+
+/// Everything counted, shared by the whole daemon.
+#[derive(Default)]
+struct Stats {
+    /// Per direction and kind since the last record.
+    sums: Mutex<[[Sums; KINDS.len()]; 2]>,
+    /// Incoming requests not yet taken by the engine, per kind, oldest first.
+    waiting: Mutex<[VecDeque<Arc<Slot>>; KINDS.len()]>,
+    /// The engine's mailbox, to read its depth without keeping it open.
+    mailbox: Mutex<Option<mpsc::WeakSender<Input>>>,
+    /// Unimports sent and not yet confirmed, by a sequence number: the first is the oldest.
+    unimports: Mutex<BTreeMap<u64, Instant>>,
+    next_unimport: AtomicU64,
+}
+
+static STATS: LazyLock<Stats> = LazyLock::new(Stats::default);
+
+/// A lock whose holder panicked still guards consistent counters: go on with them.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Stats {
+    fn add(&self, dir: Dir, kind: Kind, queue: Duration, oper: Duration) {
+        let d = match dir {
+            Dir::In => 0,
+            Dir::Out => 1,
+        };
+        lock(&self.sums)[d][kind.index()].add(queue, oper);
+    }
+}
+
+/// The engine's mailbox is `tx`'s: its depth is `ProcessorQueue`'s (held weakly, so the stats
+/// never keep the engine's mailbox open).
+pub(crate) fn watch_mailbox(tx: &mpsc::Sender<Input>) {
+    *lock(&STATS.mailbox) = Some(tx.downgrade());
+}
+
+/// Hook of the session reader, for a frame that is not a request (see [`served`]): a heartbeat
+/// or an answer, handled at once.
+pub(crate) fn arrived(msg: &SessionMsg) {
+    let kind = Kind::of(msg);
+    if !kind.is_request() {
+        STATS.add(Dir::In, kind, Duration::ZERO, Duration::ZERO);
+    }
+}
+
+/// Hook of the session reader: `answer` answers an incoming request of `kind`, received now.
+/// Counts the request when its answer is ready, timed per the module doc.
+pub(crate) fn served<F>(kind: Kind, answer: F) -> impl Future<Output = Body>
+where
+    F: Future<Output = Body>,
+{
+    let slot = Arc::new(Slot {
+        received: Instant::now(),
+        started: OnceLock::new(),
+    });
+    lock(&STATS.waiting)[kind.index()].push_back(slot.clone());
+    async move {
+        let body = answer.await;
+        let done = Instant::now();
+        // Answered without reaching the engine (a malformed request, a stopping daemon):
+        // not waiting any more, and all of its time was its own handling.
+        let started = *slot.started.get_or_init(|| {
+            lock(&STATS.waiting)[kind.index()].retain(|s| !Arc::ptr_eq(s, &slot));
+            slot.received
+        });
+        STATS.add(
+            Dir::In,
+            kind,
+            started.saturating_duration_since(slot.received),
+            done.saturating_duration_since(started),
+        );
+        body
+    }
+}
+
+/// Hook of the engine, as it takes `input` from its mailbox: a peer request's processing
+/// starts.
+pub(crate) fn taken(input: &Input) {
+    let Some(kind) = Kind::of_input(input) else {
+        return;
+    };
+    let now = Instant::now();
+    if let Some(slot) = lock(&STATS.waiting)[kind.index()].pop_front() {
+        let _ = slot.started.set(now);
+    }
+}
+
+/// One outgoing message, from when it is built to when it left (and, for a request, was
+/// answered). Counted when dropped, if it was sent.
+pub(crate) struct Trip {
+    kind: Kind,
+    built: Instant,
+    sent: Option<Instant>,
+    /// Its entry among the unimports awaiting confirmation.
+    unimport: Option<u64>,
+}
+
+impl Trip {
+    /// An outgoing frame with `body`, built now.
+    pub(crate) fn out(body: &Body) -> Trip {
+        let kind = Kind::of_body(body);
+        let built = Instant::now();
+        let unimport = (kind == Kind::UnimportRequest).then(|| {
+            let seq = STATS.next_unimport.fetch_add(1, Ordering::Relaxed);
+            lock(&STATS.unimports).insert(seq, built);
+            seq
+        });
+        Trip {
+            kind,
+            built,
+            sent: None,
+            unimport,
+        }
+    }
+
+    /// An outgoing heartbeat (`ack`: the answer to one), built now.
+    pub(crate) fn heartbeat(ack: bool) -> Trip {
+        Trip {
+            kind: if ack {
+                Kind::HeartbeatAck
+            } else {
+                Kind::Heartbeat
+            },
+            built: Instant::now(),
+            sent: None,
+            unimport: None,
+        }
+    }
+
+    /// The session's send queue took it; a request now waits for its answer.
+    pub(crate) fn sent(&mut self) {
+        self.sent = Some(Instant::now());
+    }
+
+    /// It was sent if `ok`; nothing more to wait for. Returns `ok`.
+    pub(crate) fn sent_if(mut self, ok: bool) -> bool {
+        if ok {
+            self.sent();
+        }
+        ok
+    }
+}
+
+impl Drop for Trip {
+    fn drop(&mut self) {
+        if let Some(seq) = self.unimport {
+            lock(&STATS.unimports).remove(&seq);
+        }
+        if let Some(sent) = self.sent {
+            let queue = sent.saturating_duration_since(self.built);
+            // Only a request waits for something once sent: its answer.
+            let oper = match self.kind.is_request() {
+                true => sent.elapsed(),
+                false => Duration::ZERO,
+            };
+            STATS.add(Dir::Out, self.kind, queue, oper);
+        }
+    }
+}
+
+/// The record of the interval that ends now, over `seconds` seconds; the counts start again
+/// from zero.
+pub fn take(seconds: u64) -> Record {
+    STATS.take(seconds)
+}
+
+impl Stats {
+    fn take(&self, seconds: u64) -> Record {
+        let now = Instant::now();
+        let sums = std::mem::take(&mut *lock(&self.sums));
+        let (waiting, oldest_waiting) = {
+            let w = lock(&self.waiting);
+            let oldest = w.iter().filter_map(|q| q.front().map(|s| s.received)).min();
+            (w.iter().map(VecDeque::len).sum::<usize>(), oldest)
+        };
+        let mailbox = lock(&self.mailbox)
+            .as_ref()
+            .and_then(mpsc::WeakSender::upgrade)
+            .map_or(0, |tx| tx.max_capacity() - tx.capacity());
+        let (unimports, oldest_unimport) = {
+            let u = lock(&self.unimports);
+            (u.len(), u.values().next().copied())
+        };
+        let age =
+            |t: Option<Instant>| t.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        let group = |d: usize| -> Group {
+            KINDS
+                .iter()
+                .filter(|k| sums[d][k.index()].count > 0)
+                .map(|&k| {
+                    let s = sums[d][k.index()];
+                    (k, MessageStat::average(s.count, s.queue, s.oper, s.total))
+                })
+                .collect()
+        };
+        Record {
+            seconds,
+            processor: QueueStat::new(mailbox.max(waiting), age(oldest_waiting)),
+            pending_free: QueueStat::new(unimports, age(oldest_unimport)),
+            incoming: group(0),
+            outgoing: group(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
