@@ -250,6 +250,10 @@ where
         started: OnceLock::new(),
     });
     lock(&STATS.waiting)[kind.index()].push_back(slot.clone());
+    // Boxed: an `async` block keeps a captured future next to the one it awaits, which
+    // doubled every request task (about 1.5 KB each; 15 MiB more with 10,000 imports in
+    // flight at an exporter).
+    let answer = Box::pin(answer);
     async move {
         let body = answer.await;
         let done = Instant::now();
