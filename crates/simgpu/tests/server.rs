@@ -148,13 +148,14 @@ fn subscription_needs_a_descriptor_of_this_nodes_channel_file() {
     let ch0 = File::open(channel_path(&node_a, 0)).unwrap();
     let r = proto::call(&c.0, &Request::SubscribeChannel, &[ch0.as_raw_fd()]).unwrap();
     assert_eq!(status(r), NvStatus::StateInUse);
-    // Channel files are world-accessible as created.
+    // Channel files are created owner-only (§2: the file permissions are the whole access
+    // policy, so a world-writable default would share every job's memory with every user).
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(channel_path(&node_a, 0))
             .unwrap()
             .permissions(),
     );
-    assert_eq!(mode & 0o777, 0o666);
+    assert_eq!(mode & 0o777, 0o600);
     drop(b);
 }
 
