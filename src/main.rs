@@ -1,8 +1,8 @@
 //! `openimex`: the open IMEX service in one binary.
 //!
 //! Subcommands: `daemon` (NVIDIA's `nvidia-imex`), `ctl` (`nvidia-imex-ctl`), `install-links`,
-//! `demo`, `bench`, `channels`. Invoked through a link named `nvidia-imex` or `nvidia-imex-ctl`, it behaves
-//! as that program, so systemd units, Slurm prologs, Kubernetes probes and DCGM work unchanged.
+//! `demo`, `bench`, `channels`. Invoked through a link named `nvidia-imex` or
+//! `nvidia-imex-ctl`, it behaves as that program, so systemd units, Slurm prologs, Kubernetes probes and DCGM work unchanged.
 
 mod daemon_cmd;
 mod demo;

@@ -1,5 +1,6 @@
 //! `openimex channels create N`: the IMEX channel files of a node, as an administrator
-//! creates them (`imex-guide.md` §8, `driver-interface.md` §2): `DIR/channel0..channel{N-1}`,
+//! creates them (`imex-guide.md` §8, `driver-interface.md` §2): `DIR/channel0..channel{N-1}`
+//! (or N channels from `--first F`, e.g. one channel for one job),
 //! each the character device `c <major> <n>` where the major is the one `/proc/devices` lists
 //! for `nvidia-caps-imex-channels`; on a node without that driver, the simulated driver's
 //! channel files (regular files: see `openimex_simgpu::channels`).
@@ -33,10 +34,14 @@ pub(crate) enum ChannelsCommand {
 /// `openimex channels create`.
 #[derive(Debug, Args)]
 pub(crate) struct CreateArgs {
-    /// How many channels: channel0 to channel{N-1}.
+    /// How many channels: channel0 to channel{N-1} (from --first).
     #[arg(value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_IMEX_CHANNEL_COUNT)))]
     count: u32,
+    /// The first channel's number (a scheduler's per-job channel: --first K with N = 1).
+    #[arg(long, value_name = "K", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..i64::from(MAX_IMEX_CHANNEL_COUNT)))]
+    first: u32,
     /// The channel directory (created if missing).
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DIR)]
     dir: PathBuf,
@@ -94,6 +99,15 @@ pub(crate) fn channels(cmd: &ChannelsCommand) -> Result<()> {
 }
 
 fn create(a: &CreateArgs) -> Result<()> {
+    let end = a.first.saturating_add(a.count);
+    if end > MAX_IMEX_CHANNEL_COUNT {
+        bail!(
+            "channels {} to {} go past the driver's last channel number {}; lower N or --first",
+            a.first,
+            end - 1,
+            MAX_IMEX_CHANNEL_COUNT - 1
+        );
+    }
     let mode = a
         .mode
         .unwrap_or(if a.gid.is_some() { 0o660 } else { 0o600 });
@@ -129,7 +143,7 @@ fn create(a: &CreateArgs) -> Result<()> {
     })?;
     // Owner root unless told otherwise, whoever runs this.
     let (uid, gid) = (a.uid.unwrap_or(0), a.gid.unwrap_or(0));
-    for n in 0..a.count {
+    for n in a.first..end {
         let path = a.dir.join(channel_file_name(n));
         let created = match major {
             Some(major) => create_device(&path, major, n, mode, uid, gid)?,
