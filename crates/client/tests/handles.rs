@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use common::{Domain, NODE_A, NODE_B};
 use openimex_client::{Context, CuError, FabricHandleBytes, pattern};
+use openimex_simgpu::testing::case_budget;
 use openimex_simproto::handle::FabricHandle;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -118,10 +119,7 @@ fn random_and_mutated_handles_fail_cleanly_and_map_nothing() {
     let valid_bytes = *handle.as_bytes();
     let valid = FabricHandle::from_bytes(&valid_bytes).expect("a real handle decodes");
 
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CASES);
+    let cases = case_budget(CASES);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use openimex_harness::ScratchDir;
 use openimex_simgpu::server::{DriverConfig, Server};
+use openimex_simgpu::testing::case_budget;
 use openimex_simproto::node_dir::channel_path;
 use openimex_simproto::proto::{
     self, DEFAULT_IMEX_CHANNEL_COUNT, MAX_MESSAGE, PAGE_SIZE, Request, Response,
@@ -189,10 +190,7 @@ fn hostile_messages_never_stop_the_driver_serving() {
     let server = Server::bind(&config).expect("bind").spawn().expect("spawn");
     let socket = server.socket_path().to_path_buf();
 
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CASES);
+    let cases = case_budget(CASES);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
