@@ -7,16 +7,19 @@
 //!
 //! A channel's file permissions are its whole access policy, so the defaults are tight: mode
 //! 0600 (0660 with `--gid`: the group is meant to use it), owner root unless `--uid`/`--gid`.
-//! A world-writable `--mode` is refused unless `--allow-world`, and then warned about.
+//! A `--mode` others may read or write is refused unless `--allow-world`, and then warned
+//! about (any open descriptor is the channel, so read access is as open as write).
 //! Existing files are kept as they are (a scheduler may have given one to a job), but a
-//! world-writable one is warned about.
+//! one others may open is warned about.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use openimex_simgpu::channels::{WORLD_WRITABLE, create_channel_file, world_writable};
+use openimex_simgpu::channels::{
+    OTHERS_ACCESS, create_channel_file, describe_open_mode, open_to_all,
+};
 use openimex_simproto::node_dir::{CHANNELS_DIR, channel_file_name};
 use openimex_simproto::proto::MAX_IMEX_CHANNEL_COUNT;
 
@@ -27,7 +30,7 @@ const DEFAULT_DIR: &str = "/dev/nvidia-caps-imex-channels";
 #[derive(Debug, Subcommand)]
 pub(crate) enum ChannelsCommand {
     /// Create channel0..channel{N-1} in DIR (character devices of the nvidia-caps-imex-channels
-    /// driver; without it, the simulated driver's channel files), not world-writable.
+    /// driver; without it, the simulated driver's channel files), not open to others.
     Create(CreateArgs),
 }
 
@@ -54,7 +57,8 @@ pub(crate) struct CreateArgs {
     /// Octal mode of the new files [default: 0600, or 0660 with --gid].
     #[arg(long, value_name = "MODE", value_parser = parse_mode)]
     mode: Option<u32>,
-    /// Allow a world-writable --mode (every local user can then share memory on the channel).
+    /// Allow a --mode that others may read or write (every local user can then share memory
+    /// on the channel).
     #[arg(long)]
     allow_world: bool,
     /// (testing) Where the character-device majors are listed.
@@ -111,17 +115,19 @@ fn create(a: &CreateArgs) -> Result<()> {
     let mode = a
         .mode
         .unwrap_or(if a.gid.is_some() { 0o660 } else { 0o600 });
-    if mode & WORLD_WRITABLE != 0 {
+    if mode & OTHERS_ACCESS != 0 {
+        let open = describe_open_mode(mode);
         if !a.allow_world {
             bail!(
-                "--mode {mode:04o} is world-writable: every local user could export and import \
-                 fabric memory on these channels, across jobs; use 0600 or 0660 with \
-                 --uid/--gid for the job's user, or pass --allow-world if that is really meant"
+                "--mode {mode:04o} is {open}: every local user could export and import fabric \
+                 memory on these channels, across jobs (a descriptor of any open mode is the \
+                 channel); use 0600 or 0660 with --uid/--gid for the job's user, or pass \
+                 --allow-world if that is really meant"
             );
         }
         eprintln!(
-            "WARNING: creating world-writable IMEX channels (mode {mode:04o}): every local user \
-             can share fabric memory with every job on them"
+            "WARNING: creating {open} IMEX channels (mode {mode:04o}): every local user can \
+             share fabric memory with every job on them"
         );
     }
     // An unreadable /proc/devices is a node without the driver, as a missing entry is.
@@ -164,13 +170,13 @@ fn create(a: &CreateArgs) -> Result<()> {
             println!("kept {} (exists)", path.display());
         }
     }
-    let open =
-        world_writable(&a.dir).with_context(|| format!("cannot list {}", a.dir.display()))?;
+    let open = open_to_all(&a.dir).with_context(|| format!("cannot list {}", a.dir.display()))?;
     for w in &open {
         eprintln!(
-            "WARNING: {} is world-writable (mode {:04o}): every local user can share fabric \
-             memory on channel {}; chmod 0600 it and chown it to the user who should have it",
+            "WARNING: {} is {} (mode {:04o}): every local user can share fabric memory on \
+             channel {}; chmod 0600 it and chown it to the user who should have it",
             w.path.display(),
+            describe_open_mode(w.mode),
             w.mode,
             w.channel
         );

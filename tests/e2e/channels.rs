@@ -59,6 +59,9 @@ fn channels_create_makes_tight_files_and_refuses_world_writable_modes() {
         "{err}"
     );
     assert!(!other.join("channel0").exists(), "nothing created");
+    // Read access is access (any open descriptor is the channel): refused as well.
+    let err = assert_clean_failure(&create(&other, &["1", "--mode", "0644"]), "readable");
+    assert!(err.contains("world-readable"), "{err}");
     let out = create(&other, &["1", "--mode", "0666", "--allow-world"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(

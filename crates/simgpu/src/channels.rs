@@ -7,7 +7,10 @@
 //! file per channel with the same meaning. A world-writable channel lets every local user
 //! share fabric memory with every job on that channel, which is what the kernel module's
 //! `NVreg_CreateImexChannel0=1` does (mode 0666, with a security warning in the kernel log):
-//! the default here is owner-only, and [`world_writable`] finds what an operator should fix.
+//! the default here is owner-only, and [`open_to_all`] finds what an operator should fix.
+//! Read permission is as good as write: the driver takes any descriptor open on the channel's
+//! inode, whatever its open mode (§2: "a channel is authenticated purely by 'this fd is open on
+//! an nv-caps-imex inode'"), so a world-readable channel is as open as a world-writable one.
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -20,8 +23,18 @@ use openimex_simproto::node_dir::parse_channel_file_name;
 /// applications of a test cluster run) read and write, nobody else.
 pub const DEFAULT_CHANNEL_MODE: u32 = 0o600;
 
-/// The "others may write" bit: a channel file with it is open to every local user.
-pub const WORLD_WRITABLE: u32 = 0o002;
+/// The "others may read" and "others may write" bits: a channel file with either is open to
+/// every local user (a read-only descriptor subscribes as well as a read-write one).
+pub const OTHERS_ACCESS: u32 = 0o006;
+
+/// "world-writable" or "world-readable", for a mode with [`OTHERS_ACCESS`] bits.
+pub fn describe_open_mode(mode: u32) -> &'static str {
+    if mode & 0o002 != 0 {
+        "world-writable"
+    } else {
+        "world-readable"
+    }
+}
 
 /// Creates the regular file `path` as a simulated channel with exactly `mode` (whatever the
 /// umask) and, if given, the owner `uid`/`gid`. Returns `false`, changing nothing, if the
@@ -51,9 +64,9 @@ pub fn create_channel_file(
     Ok(true)
 }
 
-/// A channel file that every local user may write.
+/// A channel file that every local user may open.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorldWritable {
+pub struct OpenToAll {
     /// The channel number (the file name's suffix).
     pub channel: u32,
     /// The file.
@@ -62,10 +75,11 @@ pub struct WorldWritable {
     pub mode: u32,
 }
 
-/// The channel files (`channelN`) in `dir` whose mode lets others write, lowest number first.
+/// The channel files (`channelN`) in `dir` whose mode lets others read or write, lowest
+/// number first.
 /// A missing directory has none. Symbolic links are followed, as an application opening the
 /// channel would.
-pub fn world_writable(dir: &Path) -> io::Result<Vec<WorldWritable>> {
+pub fn open_to_all(dir: &Path) -> io::Result<Vec<OpenToAll>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -82,8 +96,8 @@ pub fn world_writable(dir: &Path) -> io::Result<Vec<WorldWritable>> {
             continue;
         };
         let mode = meta.mode() & 0o7777;
-        if mode & WORLD_WRITABLE != 0 {
-            found.push(WorldWritable {
+        if mode & OTHERS_ACCESS != 0 {
+            found.push(OpenToAll {
                 channel,
                 path,
                 mode,
@@ -94,19 +108,20 @@ pub fn world_writable(dir: &Path) -> io::Result<Vec<WorldWritable>> {
     Ok(found)
 }
 
-/// Logs a warning per world-writable channel file in `dir` (see [`world_writable`]); returns
-/// how many there were.
-pub fn warn_world_writable(dir: &Path) -> usize {
-    match world_writable(dir) {
+/// Logs a warning per channel file in `dir` that every local user may open (see
+/// [`open_to_all`]); returns how many there were.
+pub fn warn_open_to_all(dir: &Path) -> usize {
+    match open_to_all(dir) {
         Ok(found) => {
             for w in &found {
                 tracing::warn!(
                     channel = w.channel,
                     path = %w.path.display(),
-                    "IMEX channel {} is world-writable (mode {:04o}): every local user can \
-                     export and import fabric memory on it, across jobs; give each job its own \
-                     channel owned by the job's user, e.g. chmod 0600 {} and chown it",
+                    "IMEX channel {} is {} (mode {:04o}): every local user can export and \
+                     import fabric memory on it, across jobs; give each job its own channel \
+                     owned by the job's user, e.g. chmod 0600 {} and chown it",
                     w.channel,
+                    describe_open_mode(w.mode),
                     w.mode,
                     w.path.display()
                 );
@@ -154,30 +169,37 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// `reference/driver-interface.md` §2: the file permissions are the whole policy, and any
+    /// open descriptor is the channel, so others' read bit counts as much as their write bit.
     #[test]
-    fn only_world_writable_channel_files_are_reported() {
+    fn only_channel_files_others_may_open_are_reported() {
         let dir = scratch("audit");
-        assert_eq!(world_writable(&dir.join("missing")).unwrap(), vec![]);
+        assert_eq!(open_to_all(&dir.join("missing")).unwrap(), vec![]);
         for (name, m) in [
             ("channel3", 0o666),
             ("channel1", 0o602),
             ("channel0", 0o660),
             ("channel2", 0o644),
+            ("channel4", 0o601),
             ("other9", 0o666),
         ] {
             let p = dir.join(name);
             fs::write(&p, b"").unwrap();
             fs::set_permissions(&p, fs::Permissions::from_mode(m)).unwrap();
         }
-        let found = world_writable(&dir).unwrap();
+        let found = open_to_all(&dir).unwrap();
         assert_eq!(
             found
                 .iter()
                 .map(|w| (w.channel, w.mode))
                 .collect::<Vec<_>>(),
-            vec![(1, 0o602), (3, 0o666)]
+            vec![(1, 0o602), (2, 0o644), (3, 0o666)]
         );
-        assert_eq!(warn_world_writable(&dir), 2);
+        assert_eq!(
+            (describe_open_mode(0o644), describe_open_mode(0o602)),
+            ("world-readable", "world-writable")
+        );
+        assert_eq!(warn_open_to_all(&dir), 3);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

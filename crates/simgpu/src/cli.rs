@@ -56,7 +56,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     clique_id: u32,
     /// Channel files channel0..channel{N-1} to create (mode 0600, this user's) if missing; a
-    /// world-writable channel file found at start is warned about.
+    /// channel file others may read or write is warned about at start.
     #[arg(long, value_name = "N", default_value_t = 1)]
     channels: u32,
     /// The kernel module's NVreg_ImexChannelCount: channel numbers below N are IMEX channels;

@@ -14,7 +14,7 @@
 //!
 //! # Layout
 //! - [`fabric`] — fabric addresses: which GPU's HBM file and offset a PFN names.
-//! - [`channels`] — channel files: tight creation, the world-writable audit.
+//! - [`channels`] — channel files: tight creation, the audit of channels open to every user.
 //! - [`rm`] — the driver's state (sessions, exports, import descriptors, events, HBM) as a
 //!   synchronous state machine with no sockets and no threads.
 //! - [`server`] — the socket server: one thread per connection around a shared [`rm::Rm`],

@@ -26,7 +26,7 @@ use openimex_simproto::node_dir::{channel_files, channel_path, channels_dir, soc
 use openimex_simproto::proto::{self, DriverStats, NvStatus, Request, Response, WireError};
 use sha2::{Digest, Sha256};
 
-use crate::channels::{DEFAULT_CHANNEL_MODE, create_channel_file, warn_world_writable};
+use crate::channels::{DEFAULT_CHANNEL_MODE, create_channel_file, warn_open_to_all};
 use crate::rm::{ClientId, ImportState, Released, Rm, RmConfig};
 
 /// Longest a blocked call sleeps before re-checking for shutdown or a hung-up peer.
@@ -100,7 +100,7 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> S
 
 /// Creates the node directory layout and the channel files `channel0..channel{channels-1}`
 /// (mode [`DEFAULT_CHANNEL_MODE`], owned by this process's user; existing files are kept as
-/// they are), then warns about every world-writable channel file in the directory.
+/// they are), then warns about every channel file in the directory that others may open.
 pub fn prepare_node_dir(node_dir: &Path, channels: u32) -> Result<(), ServerError> {
     let dir = channels_dir(node_dir);
     fs::create_dir_all(&dir).map_err(io_err("cannot create", &dir))?;
@@ -109,7 +109,7 @@ pub fn prepare_node_dir(node_dir: &Path, channels: u32) -> Result<(), ServerErro
         create_channel_file(&path, DEFAULT_CHANNEL_MODE, None, None)
             .map_err(io_err("cannot create channel file", &path))?;
     }
-    warn_world_writable(&dir);
+    warn_open_to_all(&dir);
     Ok(())
 }
 

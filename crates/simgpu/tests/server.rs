@@ -143,6 +143,8 @@ fn subscription_needs_a_descriptor_of_this_nodes_channel_file() {
         NvStatus::InsufficientPermissions,
         "another node's channel"
     );
+    // A read-only descriptor is the channel as well (§2: "authenticated purely by 'this fd is
+    // open on an nv-caps-imex inode'"): read permission on the file is access to the channel.
     c.subscribe(&node_a, 1);
     c.subscribe(&node_a, 1);
     let ch0 = File::open(channel_path(&node_a, 0)).unwrap();
