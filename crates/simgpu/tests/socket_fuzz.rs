@@ -1,16 +1,17 @@
 //! Hostile input on the driver's socket (issue 10, item 5): random bytes, frames with random
 //! bodies, valid requests with bytes flipped, frames whose length lies (truncated, oversized,
-//! beyond the protocol's limit), and well-formed requests with random field values, each on a
-//! connection of its own that then closes. The driver must answer only with well-formed
+//! beyond the protocol's limit), and well-formed requests with random field values, with
+//! descriptors attached to any byte, each on a connection of its own that then closes. The driver must answer only with well-formed
 //! response frames, close the connection once the client is gone (no hang), never crash, and
-//! afterwards serve a well-behaved client with nothing left over from the hostile ones.
+//! afterwards serve a well-behaved client with nothing left over from the hostile ones (no
+//! allocation, no session, no descriptor).
 //!
 //! The case budget is fixed ([`CASES`]); `PROPTEST_CASES` overrides it for a longer run.
 
 use std::cell::Cell;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -145,13 +146,28 @@ fn responses_are_well_formed(mut out: &[u8]) -> Result<usize, TestCaseError> {
     Ok(n)
 }
 
-/// One hostile client: connects, writes, closes its side, reads until the driver closes.
-fn hostile(socket: &std::path::Path, bytes: &[u8]) -> Result<usize, TestCaseError> {
+/// One hostile client: connects, writes (the first `split` bytes in one message carrying
+/// `fds`, the rest after), closes its side, reads until the driver closes.
+fn hostile(
+    socket: &std::path::Path,
+    bytes: &[u8],
+    split: usize,
+    fds: &[RawFd],
+) -> Result<usize, TestCaseError> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
     let s = UnixStream::connect(socket)
         .map_err(|e| TestCaseError::fail(format!("the driver stopped accepting: {e}")))?;
     s.set_read_timeout(Some(HANG)).map_err(fail)?;
     // The driver may close first (e.g. after an oversized header): a failed write is fine.
-    let _ = (&s).write_all(bytes);
+    let (head, tail) = bytes.split_at(split.min(bytes.len()));
+    if !head.is_empty() {
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+        let iov = [std::io::IoSlice::new(head)];
+        let sent = sendmsg::<()>(s.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None).unwrap_or(0);
+        let _ = (&s).write_all(&head[sent.min(head.len())..]);
+    }
+    let _ = (&s).write_all(tail);
     let _ = s.shutdown(std::net::Shutdown::Write);
     let started = Instant::now();
     let mut out = Vec::new();
@@ -167,6 +183,28 @@ fn hostile(socket: &std::path::Path, bytes: &[u8]) -> Result<usize, TestCaseErro
         }
     }
     responses_are_well_formed(&out)
+}
+
+/// Descriptors open in this process.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// How many open descriptors point at what (for a failure message).
+fn fd_kinds() -> std::collections::BTreeMap<String, usize> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let target = std::fs::read_link(e.path()).map_or("?".into(), |t| {
+            let t = t.display().to_string();
+            t.split(':').next().unwrap_or_default().to_owned()
+        });
+        *kinds.entry(target).or_insert(0) += 1;
+    }
+    kinds
 }
 
 fn fail(e: impl std::fmt::Display) -> TestCaseError {
@@ -196,9 +234,20 @@ fn hostile_messages_never_stop_the_driver_serving() {
         failure_persistence: None,
         ..Config::default()
     });
+    // Descriptors ride along: a channel's, one that is no channel, several, on any byte.
+    let channel = File::open(channel_path(&config.node_dir, 0)).expect("channel file");
+    let null = File::open("/dev/null").expect("/dev/null");
+    let pool = [channel.as_raw_fd(), null.as_raw_fd()];
+    let fds_before = open_fds();
     let answered = Cell::new(0usize);
-    let result = runner.run(&hostile_bytes(), |bytes| {
-        let n = hostile(&socket, &bytes)?;
+    let strategy = (
+        hostile_bytes(),
+        any::<prop::sample::Index>(),
+        proptest::collection::vec(0usize..2, 0..8),
+    );
+    let result = runner.run(&strategy, |(bytes, split, picks)| {
+        let fds: Vec<RawFd> = picks.iter().map(|&i| pool[i]).collect();
+        let n = hostile(&socket, &bytes, split.index(bytes.len() + 1), &fds)?;
         answered.set(answered.get() + n);
         Ok(())
     });
@@ -219,6 +268,17 @@ fn hostile_messages_never_stop_the_driver_serving() {
         (0, 0, 0, false),
         "{s:?}"
     );
+    // No descriptor passed in (or its connection) is kept (the driver runs in this process).
+    let deadline = Instant::now() + HANG;
+    while open_fds() > fds_before {
+        assert!(
+            Instant::now() < deadline,
+            "{} descriptors open, {fds_before} before: {:?}",
+            open_fds(),
+            fd_kinds()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     // A well-behaved client is served as before.
     let conn = UnixStream::connect(&socket).expect("connect");
