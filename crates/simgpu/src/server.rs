@@ -484,6 +484,19 @@ fn disconnect(shared: &Shared, client: ClientId) {
         .remove(&client);
 }
 
+/// May the peer of `stream` open the IMEX session? The real driver grants it only with a
+/// descriptor of the fabric-imex-mgmt capability, a root-only file
+/// (`reference/driver-interface.md` §1.4, §1.5: NV_IMEX_SESSION's `capDescriptor`, validated
+/// by osRmCapAcquire). The simulation has no capability file, so it asks the kernel who is
+/// calling: root, or the user the driver itself runs as. Otherwise any local user could take
+/// the session while no daemon holds it and answer imports with any node's memory.
+fn may_manage_fabric(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    // /proc/self belongs to this process's effective user.
+    let own = fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    getsockopt(stream, PeerCredentials).is_ok_and(|c| c.uid() == 0 || Some(c.uid()) == own)
+}
+
 fn error(status: NvStatus, detail: impl Into<String>) -> Response {
     Response::Error {
         status,
@@ -634,9 +647,17 @@ fn handle(
             Err(s) => Err(s),
         },
         Request::Stats => Ok(Response::Stats(rm.stats())),
-        Request::OpenSession { node_id } => rm
-            .open_session(client, node_id)
-            .map(|token| Response::Session { token }),
+        Request::OpenSession { node_id } => {
+            if !may_manage_fabric(stream) {
+                return error(
+                    NvStatus::InsufficientPermissions,
+                    "opening the IMEX session needs the fabric-imex-mgmt capability: only root \
+                     or the user the driver runs as may; run the IMEX daemon as root",
+                );
+            }
+            rm.open_session(client, node_id)
+                .map(|token| Response::Session { token })
+        }
         Request::GetEvents {
             token,
             max,
