@@ -12,8 +12,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use openimex_harness::ScratchDir;
-use openimex_simgpu::server::{DriverConfig, Server};
-use openimex_simproto::proto::{self, DEFAULT_IMEX_CHANNEL_COUNT, NvStatus, Request};
+mod common;
+
+use common::config;
+use openimex_simgpu::server::Server;
+use openimex_simproto::proto::{self, NvStatus, Request};
 
 const CHILD_SOCKET: &str = "OPENIMEX_SIMGPU_TEST_SESSION_SOCKET";
 
@@ -42,17 +45,7 @@ fn session_child() {
 #[test]
 fn only_root_opens_the_imex_session() {
     let dir = ScratchDir::new("simgpu-session").expect("scratch dir");
-    let config = DriverConfig {
-        node_dir: dir.path().join("node"),
-        fabric_dir: dir.path().join("fabric"),
-        slot: 0,
-        gpus: 1,
-        hbm_bytes: 8 << 20,
-        cluster_uuid: [5; 16],
-        clique_id: 1,
-        channels: 1,
-        imex_channel_count: DEFAULT_IMEX_CHANNEL_COUNT,
-    };
+    let config = config(dir.path(), 0);
     let server = Server::bind(&config).expect("bind").spawn().expect("spawn");
     let out = Command::new(std::env::current_exe().expect("this binary"))
         .args([

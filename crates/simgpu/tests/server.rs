@@ -10,13 +10,15 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use openimex_simgpu::server::{DriverConfig, Server, ServerError, ServerHandle};
+mod common;
+
+use common::config;
+use openimex_simgpu::server::{Server, ServerError, ServerHandle};
 use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::handle::{ExportUuid, FabricHandle};
 use openimex_simproto::node_dir::channel_path;
 use openimex_simproto::proto::{
-    self, DEFAULT_IMEX_CHANNEL_COUNT, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request,
-    Response,
+    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response,
 };
 
 const MIB: u64 = 1 << 20;
@@ -28,20 +30,6 @@ impl TempDir {
     fn new(name: &str) -> Self {
         let s = openimex_harness::ScratchDir::new(&format!("simgpu-it-{name}")).unwrap();
         Self(s.path().to_path_buf(), s)
-    }
-}
-
-fn config(dir: &Path, slot: u16) -> DriverConfig {
-    DriverConfig {
-        node_dir: dir.join(format!("node{slot}")),
-        fabric_dir: dir.join("fabric"),
-        slot,
-        gpus: 2,
-        hbm_bytes: 64 * MIB,
-        cluster_uuid: [3; 16],
-        clique_id: 1,
-        channels: 2,
-        imex_channel_count: DEFAULT_IMEX_CHANNEL_COUNT,
     }
 }
 

@@ -16,12 +16,13 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use openimex_harness::ScratchDir;
-use openimex_simgpu::server::{DriverConfig, Server};
+mod common;
+
+use common::config;
+use openimex_simgpu::server::Server;
 use openimex_simgpu::testing::case_budget;
 use openimex_simproto::node_dir::channel_path;
-use openimex_simproto::proto::{
-    self, DEFAULT_IMEX_CHANNEL_COUNT, MAX_MESSAGE, PAGE_SIZE, Request, Response,
-};
+use openimex_simproto::proto::{self, MAX_MESSAGE, PAGE_SIZE, Request, Response};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -214,17 +215,7 @@ fn fail(e: impl std::fmt::Display) -> TestCaseError {
 #[test]
 fn hostile_messages_never_stop_the_driver_serving() {
     let dir = ScratchDir::new("simgpu-fuzz").expect("scratch dir");
-    let config = DriverConfig {
-        node_dir: dir.path().join("node"),
-        fabric_dir: dir.path().join("fabric"),
-        slot: 0,
-        gpus: 2,
-        hbm_bytes: 64 << 20,
-        cluster_uuid: [9; 16],
-        clique_id: 1,
-        channels: 1,
-        imex_channel_count: DEFAULT_IMEX_CHANNEL_COUNT,
-    };
+    let config = config(dir.path(), 0);
     let server = Server::bind(&config).expect("bind").spawn().expect("spawn");
     let socket = server.socket_path().to_path_buf();
 
