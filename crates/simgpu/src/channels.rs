@@ -47,20 +47,22 @@ pub fn create_channel_file(
 ) -> io::Result<bool> {
     // Created owner-only, then opened up to `mode`: no moment in which a loose umask leaves
     // the file more open than asked.
-    match OpenOptions::new()
+    // Owner and mode are set through the descriptor, so they land on the file just created
+    // even if the name is swapped meanwhile (create_new never follows a symbolic link).
+    let file = match OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
     {
-        Ok(_) => {}
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
         Err(e) => return Err(e),
-    }
+    };
     if uid.is_some() || gid.is_some() {
-        std::os::unix::fs::chown(path, uid, gid)?;
+        std::os::unix::fs::fchown(&file, uid, gid)?;
     }
-    fs::set_permissions(path, fs::Permissions::from_mode(mode & 0o7777))?;
+    file.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
     Ok(true)
 }
 
