@@ -13,6 +13,13 @@ mod clean_stop;
 // an import storm of real app processes; `demo --chaos --json`
 #[path = "e2e/chaos.rs"]
 mod chaos;
+// issue 10: `channels create` (tight modes, devices of the driver's major); the GPU driver's
+// world-writable channel warning
+#[path = "e2e/channels.rs"]
+mod channels;
+// issue 10: the command service: root-only unix socket, TCP on the configured address only
+#[path = "e2e/cmd_access.rs"]
+mod cmd_access;
 // ctl without a daemon, nvidia-imex / nvidia-imex-ctl links, DAEMONIZE=1
 #[path = "e2e/cli.rs"]
 mod cli;

@@ -9,113 +9,19 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use openimex_client::node_dir::{channel_path, channels_dir, socket_path};
-use openimex_client::{Context, CuError, DriverStats, FabricHandleBytes, Mappable, pattern};
+use openimex_client::{Context, FabricHandleBytes, Mappable, pattern};
 use openimex_harness::ScratchDir;
-use openimex_simgpu::server::{DriverConfig, Server, ServerHandle};
-use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::proto::{DEFAULT_IMEX_CHANNEL_COUNT, PAGE_SIZE};
 
-/// IMEX node ID of node A (the exporter in most tests) and node B (the importer).
-const NODE_A: u16 = 3;
-const NODE_B: u16 = 4;
+mod common;
 
-/// One simulated node: its driver, serving in this process.
-struct Node {
-    server: ServerHandle,
-    dir: PathBuf,
-}
-
-impl Node {
-    /// A node's driver on `slot` (one GPU), with IMEX channel files `channel7` and `channel3`
-    /// and a file `channelx` that is no channel, and `imex_channel_count` channels.
-    fn start(base: &Path, fabric_dir: &Path, slot: u16, imex_channel_count: u32) -> Node {
-        let node_dir = base.join(format!("node{slot}"));
-        std::fs::create_dir_all(channels_dir(&node_dir)).expect("channel dir");
-        for name in ["channel7", "channel3", "channelx"] {
-            std::fs::write(channels_dir(&node_dir).join(name), b"").expect("channel file");
-        }
-        let config = DriverConfig {
-            node_dir: node_dir.clone(),
-            fabric_dir: fabric_dir.to_path_buf(),
-            slot,
-            gpus: 1,
-            hbm_bytes: 64 << 20,
-            cluster_uuid: [1; 16],
-            clique_id: 1,
-            // The files above are the channels; the driver creates none of its own.
-            channels: 0,
-            imex_channel_count,
-        };
-        let server = Server::bind(&config)
-            .expect("bind the driver")
-            .spawn()
-            .expect("start the driver");
-        Node {
-            server,
-            dir: node_dir,
-        }
-    }
-
-    /// The driver's counters, read in-process (no client connection of its own).
-    fn stats(&self) -> DriverStats {
-        self.server.stats()
-    }
-
-    fn arg(&self) -> String {
-        self.dir.display().to_string()
-    }
-}
-
-/// Two nodes with their daemons. Fields drop in order: the daemons (closing their sessions),
-/// then the drivers (closing every connection, removing the sockets), then the directory.
-struct Domain {
-    daemons: LoopbackDaemons,
-    a: Node,
-    b: Node,
-    dir: ScratchDir,
-}
-
-impl Domain {
-    /// Nodes A (slot 0) and B (slot 1), one GPU each, with IMEX channel files `channel7` and
-    /// `channel3` and a file `channelx` that is no channel; both daemons' sessions are open.
-    fn start(label: &str) -> Domain {
-        let dir = ScratchDir::new(&format!("client-it-{label}")).expect("scratch dir");
-        let fabric_dir = dir.path().join("fabric");
-        let (a, b) = (
-            Node::start(dir.path(), &fabric_dir, 0, DEFAULT_IMEX_CHANNEL_COUNT),
-            Node::start(dir.path(), &fabric_dir, 1, DEFAULT_IMEX_CHANNEL_COUNT),
-        );
-        let daemons = LoopbackDaemons::start(&[
-            (a.server.socket_path(), NODE_A),
-            (b.server.socket_path(), NODE_B),
-        ])
-        .expect("open the IMEX sessions");
-        Domain { daemons, a, b, dir }
-    }
-
-    /// Asserts that no driver answer surprised the daemons.
-    fn check_daemons(&self) {
-        assert_eq!(self.daemons.failures(), Vec::<String>::new());
-    }
-}
-
-fn code<T: std::fmt::Debug>(r: Result<T, CuError>) -> u32 {
-    r.expect_err("expected a CUDA error").code()
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use common::{Domain, NODE_A, NODE_B, Node, code, eventually};
 
 #[test]
 fn no_driver_is_no_device() {
@@ -490,7 +396,17 @@ struct Proc {
 
 impl Proc {
     fn spawn(args: &[&str]) -> Proc {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        Self::spawn_as(args, None)
+    }
+
+    /// As [`Proc::spawn`], as user `uid` if given (the tests run as root).
+    fn spawn_as(args: &[&str], uid: Option<u32>) -> Proc {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+            std::os::unix::process::CommandExt::gid(&mut cmd, uid);
+        }
+        let mut child = cmd
             .args([
                 "--exact",
                 "cli_child",
@@ -573,6 +489,62 @@ fn run(args: &[&str]) -> (i32, String, String) {
 
 fn path_arg(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// The user the permission tests run their applications as.
+const NOBODY: u32 = 65534;
+
+/// §2 (and the guide's §8): the channel files' permissions are the whole access policy. A
+/// process that can open no channel file read-write (user nobody; the files are root's, 0644
+/// and 0600) subscribes to none, and fabric export and import fail with NOT_PERMITTED (the
+/// driver's NV_ERR_INSUFFICIENT_PERMISSIONS) before any memory is touched. Once a channel file
+/// is the user's, its subscription goes through.
+#[test]
+fn cli_a_user_who_cannot_open_a_channel_is_not_permitted() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Domain::start("perm");
+    let root = Context::open(&d.a.dir).unwrap();
+    assert_eq!(root.channel(), Some(3), "root opens any channel file");
+    let handle = root
+        .export(&root.mem_create(0, PAGE_SIZE).unwrap())
+        .unwrap();
+    for ch in [3, 7] {
+        let p = channel_path(&d.b.dir, ch);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let node_b = d.b.arg();
+    let hex = handle.to_hex();
+    let as_nobody = |args: &[&str]| Proc::spawn_as(args, Some(NOBODY)).finish();
+    let (rc, _, err) = as_nobody(&["import", "--node-dir", &node_b, "--handle", &hex]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(
+        err.contains("import failed: CUDA_ERROR_NOT_PERMITTED (800)"),
+        "{err}"
+    );
+    let export = [
+        "export",
+        "--node-dir",
+        &node_b,
+        "--size",
+        "2M",
+        "--pattern",
+        "1",
+    ];
+    let (rc, _, err) = as_nobody(&export);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("CUDA_ERROR_NOT_PERMITTED (800)"), "{err}");
+    // Naming a channel file the user cannot open is refused too, and names the file.
+    let ch7 = path_arg(&channel_path(&d.b.dir, 7));
+    let (rc, _, err) = as_nobody(&["stats", "--node-dir", &node_b, "--channel", &ch7]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("channel7"), "{err}");
+    // The same file, given to the user: the subscription succeeds.
+    std::os::unix::fs::chown(channel_path(&d.b.dir, 7), Some(NOBODY), Some(NOBODY)).unwrap();
+    let (rc, out, err) = as_nobody(&["stats", "--node-dir", &node_b, "--channel", &ch7]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("allocations"), "{out}");
+    assert_eq!(d.b.stats().import_descriptors, 0, "nothing was imported");
+    d.check_daemons();
 }
 
 #[test]

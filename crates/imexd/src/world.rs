@@ -97,12 +97,15 @@ fn bind_tcp(
 /// Mode of the command service's unix socket, whatever the umask: owner and group read and
 /// write (connecting to a unix socket needs write permission), others nothing.
 ///
-/// The daemon runs as root in every deployment we know, and its clients (the Kubernetes DRA
-/// driver's readiness probe `nvidia-imex-ctl -q --u=…`, Slurm prologs, systemd checks) run as
-/// root too, so root alone would do; the group bit lets a site grant `ctl` to a monitoring
-/// group (a daemon run with that group, or a set-group-ID socket directory) without opening
-/// the socket to every local user. NVIDIA documents no mode; before this, the mode followed the
-/// daemon's umask (0755 under the usual 022, which let only root connect; 0777 under 000).
+/// Root-only by default: the daemon runs as root in every deployment we know, so the socket
+/// is root:root and only root (and members of group root) can connect. Its clients (the
+/// Kubernetes DRA driver's readiness probe `nvidia-imex-ctl -q --u=…`, Slurm prologs, systemd
+/// checks) run as root too. 0660 rather than 0600 so a site can grant `ctl` to a monitoring
+/// group by giving the socket (or the daemon) that group, without opening it to every local
+/// user. Every command (`State`, `Domain`, `Peers`, `Config`) only reads, so this is about
+/// what the domain discloses, not who may change it. NVIDIA documents no mode; before this,
+/// the mode followed the daemon's umask (0755 under the usual 022, which let only root
+/// connect; 0777 under 000).
 pub const CMD_SOCKET_MODE: u32 = 0o660;
 
 /// Binds the unix socket, replacing a stale socket file left by a crashed daemon, but never a

@@ -55,7 +55,8 @@ struct Args {
     /// The GPUs' clique ID.
     #[arg(long, value_name = "N", default_value_t = 1)]
     clique_id: u32,
-    /// Channel files channel0..channel{N-1} to create (mode 0666) if missing.
+    /// Channel files channel0..channel{N-1} to create (mode 0600, this user's) if missing; a
+    /// channel file others may read or write is warned about at start.
     #[arg(long, value_name = "N", default_value_t = 1)]
     channels: u32,
     /// The kernel module's NVreg_ImexChannelCount: channel numbers below N are IMEX channels;

@@ -14,6 +14,7 @@
 //!
 //! # Layout
 //! - [`fabric`] — fabric addresses: which GPU's HBM file and offset a PFN names.
+//! - [`channels`] — channel files: tight creation, the audit of channels open to every user.
 //! - [`rm`] — the driver's state (sessions, exports, import descriptors, events, HBM) as a
 //!   synchronous state machine with no sockets and no threads.
 //! - [`server`] — the socket server: one thread per connection around a shared [`rm::Rm`],
@@ -22,6 +23,7 @@
 //! - `testing` (feature `testing`) — a loopback stand-in for the IMEX daemons of in-process
 //!   nodes, for the tests of code that talks to the driver.
 
+pub mod channels;
 pub mod cli;
 pub mod fabric;
 pub mod rm;

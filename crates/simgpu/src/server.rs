@@ -11,7 +11,7 @@
 //! session the session is torn down.
 
 use std::collections::HashMap;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -26,6 +26,7 @@ use openimex_simproto::node_dir::{channel_files, channel_path, channels_dir, soc
 use openimex_simproto::proto::{self, DriverStats, NvStatus, Request, Response, WireError};
 use sha2::{Digest, Sha256};
 
+use crate::channels::{DEFAULT_CHANNEL_MODE, create_channel_file, warn_open_to_all};
 use crate::rm::{ClientId, ImportState, Released, Rm, RmConfig};
 
 /// Longest a blocked call sleeps before re-checking for shutdown or a hung-up peer.
@@ -49,7 +50,7 @@ pub struct DriverConfig {
     pub cluster_uuid: [u8; 16],
     /// Clique ID of the GPUs.
     pub clique_id: u32,
-    /// Channel files `channel0..channel{N-1}` to create (mode 0666) if missing. Channel files
+    /// Channel files `channel0..channel{N-1}` to create (mode 0600) if missing. Channel files
     /// already in the directory are kept and count as well, if numbered below
     /// `imex_channel_count`.
     pub channels: u32,
@@ -98,19 +99,17 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> S
 }
 
 /// Creates the node directory layout and the channel files `channel0..channel{channels-1}`
-/// (mode 0666; existing files are kept as they are).
+/// (mode [`DEFAULT_CHANNEL_MODE`], owned by this process's user; existing files are kept as
+/// they are), then warns about every channel file in the directory that others may open.
 pub fn prepare_node_dir(node_dir: &Path, channels: u32) -> Result<(), ServerError> {
     let dir = channels_dir(node_dir);
     fs::create_dir_all(&dir).map_err(io_err("cannot create", &dir))?;
     for n in 0..channels {
         let path = channel_path(node_dir, n);
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(_) => fs::set_permissions(&path, fs::Permissions::from_mode(0o666))
-                .map_err(io_err("cannot set mode 0666 on", &path))?,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err("cannot create channel file", &path)(e)),
-        }
+        create_channel_file(&path, DEFAULT_CHANNEL_MODE, None, None)
+            .map_err(io_err("cannot create channel file", &path))?;
     }
+    warn_open_to_all(&dir);
     Ok(())
 }
 
@@ -485,6 +484,19 @@ fn disconnect(shared: &Shared, client: ClientId) {
         .remove(&client);
 }
 
+/// May the peer of `stream` open the IMEX session? The real driver grants it only with a
+/// descriptor of the fabric-imex-mgmt capability, a root-only file
+/// (`reference/driver-interface.md` §1.4, §1.5: NV_IMEX_SESSION's `capDescriptor`, validated
+/// by osRmCapAcquire). The simulation has no capability file, so it asks the kernel who is
+/// calling: root, or the user the driver itself runs as. Otherwise any local user could take
+/// the session while no daemon holds it and answer imports with any node's memory.
+fn may_manage_fabric(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    // /proc/self belongs to this process's effective user.
+    let own = fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    getsockopt(stream, PeerCredentials).is_ok_and(|c| c.uid() == 0 || Some(c.uid()) == own)
+}
+
 fn error(status: NvStatus, detail: impl Into<String>) -> Response {
     Response::Error {
         status,
@@ -635,9 +647,17 @@ fn handle(
             Err(s) => Err(s),
         },
         Request::Stats => Ok(Response::Stats(rm.stats())),
-        Request::OpenSession { node_id } => rm
-            .open_session(client, node_id)
-            .map(|token| Response::Session { token }),
+        Request::OpenSession { node_id } => {
+            if !may_manage_fabric(stream) {
+                return error(
+                    NvStatus::InsufficientPermissions,
+                    "opening the IMEX session needs the fabric-imex-mgmt capability: only root \
+                     or the user the driver runs as may; run the IMEX daemon as root",
+                );
+            }
+            rm.open_session(client, node_id)
+                .map(|token| Response::Session { token })
+        }
         Request::GetEvents {
             token,
             max,

@@ -364,3 +364,12 @@ impl Drop for LoopbackDaemons {
         }
     }
 }
+
+/// The case budget of a property test: `PROPTEST_CASES` when set (a longer run), else
+/// `default` (the fixed budget CI runs).
+pub fn case_budget(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

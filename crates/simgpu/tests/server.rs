@@ -10,13 +10,15 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use openimex_simgpu::server::{DriverConfig, Server, ServerError, ServerHandle};
+mod common;
+
+use common::config;
+use openimex_simgpu::server::{Server, ServerError, ServerHandle};
 use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::handle::{ExportUuid, FabricHandle};
 use openimex_simproto::node_dir::channel_path;
 use openimex_simproto::proto::{
-    self, DEFAULT_IMEX_CHANNEL_COUNT, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request,
-    Response,
+    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response,
 };
 
 const MIB: u64 = 1 << 20;
@@ -28,20 +30,6 @@ impl TempDir {
     fn new(name: &str) -> Self {
         let s = openimex_harness::ScratchDir::new(&format!("simgpu-it-{name}")).unwrap();
         Self(s.path().to_path_buf(), s)
-    }
-}
-
-fn config(dir: &Path, slot: u16) -> DriverConfig {
-    DriverConfig {
-        node_dir: dir.join(format!("node{slot}")),
-        fabric_dir: dir.join("fabric"),
-        slot,
-        gpus: 2,
-        hbm_bytes: 64 * MIB,
-        cluster_uuid: [3; 16],
-        clique_id: 1,
-        channels: 2,
-        imex_channel_count: DEFAULT_IMEX_CHANNEL_COUNT,
     }
 }
 
@@ -143,18 +131,21 @@ fn subscription_needs_a_descriptor_of_this_nodes_channel_file() {
         NvStatus::InsufficientPermissions,
         "another node's channel"
     );
+    // A read-only descriptor is the channel as well (§2: "authenticated purely by 'this fd is
+    // open on an nv-caps-imex inode'"): read permission on the file is access to the channel.
     c.subscribe(&node_a, 1);
     c.subscribe(&node_a, 1);
     let ch0 = File::open(channel_path(&node_a, 0)).unwrap();
     let r = proto::call(&c.0, &Request::SubscribeChannel, &[ch0.as_raw_fd()]).unwrap();
     assert_eq!(status(r), NvStatus::StateInUse);
-    // Channel files are world-accessible as created.
+    // Channel files are created owner-only (§2: the file permissions are the whole access
+    // policy, so a world-writable default would share every job's memory with every user).
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(channel_path(&node_a, 0))
             .unwrap()
             .permissions(),
     );
-    assert_eq!(mode & 0o777, 0o666);
+    assert_eq!(mode & 0o777, 0o600);
     drop(b);
 }
 

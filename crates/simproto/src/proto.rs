@@ -440,6 +440,9 @@ pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[RawFd]) -> Result<(
     Ok(())
 }
 
+/// Linux's SCM_MAX_FD: the most descriptors one SCM_RIGHTS message carries.
+const SCM_MAX_FD: usize = 253;
+
 /// Reads one message and the descriptors that came with it.
 pub fn recv<T: for<'de> Deserialize<'de>>(
     sock: &UnixStream,
@@ -451,7 +454,11 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
         // The length in one call when it is all there (it is, as `send` writes a frame at
         // once); the descriptors come with its first byte.
         let mut iov = [IoSliceMut::new(&mut header)];
-        let mut space = nix::cmsg_space!([RawFd; 4]);
+        // Room for the most descriptors one message can carry (the kernel's SCM_MAX_FD):
+        // with less, a peer sending more gets the message truncated (MSG_CTRUNC), nix then
+        // refuses to list the descriptors the kernel did install in this process, and they
+        // would leak, one connection after another, until the table is full.
+        let mut space = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
         let msg = recvmsg::<()>(
             sock.as_raw_fd(),
             &mut iov,
@@ -506,6 +513,19 @@ mod tests {
         assert!(fds2.is_empty());
         drop(a);
         assert!(matches!(recv::<Request>(&b), Err(WireError::Closed)));
+    }
+
+    /// A peer may attach more descriptors than any request uses: every one the kernel
+    /// installs is owned (and closed with the message), none is left open in the receiver.
+    #[test]
+    fn every_descriptor_received_is_owned_up_to_the_kernels_limit() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let file = std::fs::File::open("/dev/null").unwrap();
+        for n in [5, SCM_MAX_FD] {
+            send(&a, &Request::Stats, &vec![file.as_raw_fd(); n]).unwrap();
+            let (r, fds): (Request, _) = recv(&b).unwrap();
+            assert_eq!((r, fds.len()), (Request::Stats, n));
+        }
     }
 
     /// A frame larger than the socket buffer goes in several writes; its descriptors still
