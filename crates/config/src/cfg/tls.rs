@@ -114,10 +114,13 @@ impl Config {
         for key in KEYS {
             reader.value(key)?;
         }
+        // In the file's order: each key before its certificate.
+        let server_key = reader.read(SERVER_KEY)?;
         let server_certs = reader.certs(SERVER_CERT)?;
-        let server_key = reader.key(SERVER_KEY, SERVER_CERT, &server_certs)?;
+        let server_key = reader.key(server_key, SERVER_CERT, &server_certs)?;
+        let client_key = reader.read(CLIENT_KEY)?;
         let client_certs = reader.certs(CLIENT_CERT)?;
-        let client_key = reader.key(CLIENT_KEY, CLIENT_CERT, &client_certs)?;
+        let client_key = reader.key(client_key, CLIENT_CERT, &client_certs)?;
         Ok(Some(TlsMaterial {
             server: TlsIdentity {
                 certs: server_certs,
@@ -300,14 +303,13 @@ impl Reader<'_> {
         })
     }
 
-    /// The private key of `key`'s PEM, checked against the first of `certs` (from `cert_key`).
+    /// The private key in `found`, checked against the first of `certs` (from `cert_key`).
     fn key(
         &self,
-        key: &'static str,
+        found: Found,
         cert_key: &str,
         certs: &[CertificateDer<'static>],
     ) -> Result<PrivateKeyDer<'static>, ConfigError> {
-        let found = self.read(key)?;
         let path = self.config_path();
         let der = PrivateKeyDer::from_pem_slice(&found.pem).map_err(|e| {
             found.error(

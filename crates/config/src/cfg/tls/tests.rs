@@ -147,7 +147,7 @@ fn env_sources_name_variables() {
     // An unset variable: named, with the way to set it.
     let msg = c.tls_material_from(&no_env).unwrap_err().to_string();
     assert!(
-        msg.starts_with("cfg:5: IMEX_SERVER_CERT=\"C\": environment variable C is not set"),
+        msg.starts_with("cfg:4: IMEX_SERVER_KEY=\"K\": environment variable K is not set"),
         "{msg}"
     );
     assert!(msg.contains("Environment="), "{msg}");
