@@ -1,7 +1,7 @@
 //! `openimex`: the open IMEX service in one binary.
 //!
 //! Subcommands: `daemon` (NVIDIA's `nvidia-imex`), `ctl` (`nvidia-imex-ctl`), `install-links`,
-//! `demo`, `bench`. Invoked through a link named `nvidia-imex` or `nvidia-imex-ctl`, it behaves
+//! `demo`, `bench`, `certs`. Invoked through a link named `nvidia-imex` or `nvidia-imex-ctl`, it behaves
 //! as that program, so systemd units, Slurm prologs, Kubernetes probes and DCGM work unchanged.
 
 mod daemon_cmd;
@@ -40,6 +40,9 @@ enum Command {
     /// Measure, as ratios to a baseline taken in the same run.
     #[command(subcommand)]
     Bench(tools::BenchCommand),
+    /// Make a CA and per-node certificates for mutual TLS between daemons, and print the
+    /// config.cfg lines that use them.
+    Certs(tools::CertsArgs),
     /// (internal) Listen on IP:PORT and accept connections: the baseline process of `bench formation`.
     #[command(hide = true)]
     ListenProbe {
@@ -120,6 +123,7 @@ fn main() -> ExitCode {
         Command::InstallLinks { dir, force } => tools::install_links(&dir, force),
         Command::Demo(a) => demo::run(&a),
         Command::Bench(b) => tools::bench(&b),
+        Command::Certs(a) => tools::certs(&a),
         Command::ListenProbe { addr } => tools::listen_probe(addr),
     };
     match result {

@@ -1,7 +1,8 @@
-//! The binary's own tools: `install-links`, `bench` (in [`bench`](mod@bench)), and the hidden
-//! `listen-probe`.
+//! The binary's own tools: `install-links`, `bench` (in [`bench`](mod@bench)), `certs` (in
+//! [`certs`](mod@certs)), and the hidden `listen-probe`.
 
 mod bench;
+mod certs;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -10,6 +11,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 pub(crate) use bench::{BenchCommand, bench};
+pub(crate) use certs::{CertsArgs, run as certs};
 
 /// Creates `nvidia-imex` and `nvidia-imex-ctl` symlinks to this binary in `dir`, which must
 /// exist.

@@ -269,3 +269,57 @@ fn rotated_certificates_take_effect_on_sigusr1_with_live_imports_intact() {
     exp.exit();
     wait_all_released(&cluster, "after the import and the export ended");
 }
+
+#[test]
+fn openimex_certs_makes_a_domain_and_refuses_to_overwrite() {
+    let dir = openimex_harness::ScratchDir::new("certs-cli").expect("scratch");
+    let nodes = dir.path().join("nodes_config.cfg");
+    std::fs::write(&nodes, "10.1.2.3\nnode-b.example\n").expect("nodes file");
+    let out_dir = dir.path().join("certs");
+    let certs_cmd = || {
+        let mut cmd = std::process::Command::new(crate::common::binary());
+        cmd.arg("certs")
+            .arg("--nodes")
+            .arg(&nodes)
+            .arg("--out")
+            .arg(&out_dir);
+        cmd
+    };
+    let out = crate::common::run(certs_cmd().args(["--days", "7"]));
+    let stdout = crate::common::text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        crate::common::text(&out.stderr)
+    );
+    for needle in [
+        "# node 1 (node-b.example)",
+        "IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS",
+        "IMEX_AUTH_SOURCE=FILE",
+        &format!("IMEX_CLIENT_CERT={}", out_dir.join("node1.pem").display()),
+        &format!("IMEX_SERVER_CERT_AUTH={}", out_dir.join("ca.pem").display()),
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} in {stdout}");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for key in ["ca.key", "node0.key", "node1.key"] {
+        let mode = std::fs::metadata(out_dir.join(key))
+            .expect(key)
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{key}");
+    }
+    let again = crate::common::run(&mut certs_cmd());
+    let stderr = crate::common::text(&again.stderr);
+    assert!(!again.status.success(), "must refuse to overwrite");
+    assert!(
+        stderr.contains("exists already") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    let forced = crate::common::run(certs_cmd().arg("--force"));
+    assert!(
+        forced.status.success(),
+        "{}",
+        crate::common::text(&forced.stderr)
+    );
+}
