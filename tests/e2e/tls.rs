@@ -6,45 +6,16 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
 
 use openimex_harness::certs::{self, Ca};
 use openimex_harness::{Cluster, GpuSpec, LinksView, Signal};
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, spec};
-
-/// Node `i`'s imex.log.
-fn log(cluster: &Cluster, i: usize) -> String {
-    std::fs::read_to_string(cluster.node(i).log_path()).unwrap_or_default()
-}
+use crate::common::{FORM, NOTICE, log, spec, wait_log_line};
 
 /// How many connections node `node` (as `v` shows it) refused for `reason`.
 fn refused(v: &LinksView, node: usize, reason: &str) -> u64 {
-    v.raw["nodes"][node]["refused"][reason]
-        .as_u64()
-        .unwrap_or(0)
-}
-
-/// Waits until node `i`'s log has a line with every one of `needles`; returns it.
-#[track_caller]
-fn wait_log_line(cluster: &Cluster, i: usize, from: usize, needles: &[&str]) -> String {
-    let until = Instant::now() + NOTICE;
-    loop {
-        let text = log(cluster, i);
-        let fresh = text.get(from..).unwrap_or_default();
-        if let Some(line) = fresh
-            .lines()
-            .find(|l| needles.iter().all(|n| l.contains(n)))
-        {
-            return line.to_owned();
-        }
-        assert!(
-            Instant::now() < until,
-            "node {i} never logged a line with {needles:?}; its log:\n{fresh}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::forged::refused(&v.raw, node, reason)
 }
 
 /// Every link among `nodes` is CONNECTED, as node `i` sees them.
