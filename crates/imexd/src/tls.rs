@@ -11,6 +11,8 @@
 //! were made with: a reload only changes what new connections use.
 
 mod reload;
+#[cfg(test)]
+mod tests;
 
 use std::sync::{Arc, RwLock};
 
