@@ -251,6 +251,8 @@ pub struct Config {
     /// The lines of the six `IMEX_{SERVER,CLIENT}_{KEY,CERT,CERT_AUTH}` keys that are set, so
     /// errors about the material they name point at them ([`Config::tls_material`]).
     pub tls_key_lines: Vec<(&'static str, usize)>,
+    /// The line of `IMEX_SECURITY_TARGET_OVERRIDE` (0 when not set).
+    pub override_line: usize,
     /// `IMEX_SECURITY_TARGET_OVERRIDE`: name to check peer certificates against instead of
     /// the peer's address; `None` when empty.
     pub imex_security_target_override: Option<String>,
@@ -367,6 +369,7 @@ impl Default for Config {
             imex_client_cert_auth: None,
             auth_enabled_at: None,
             tls_key_lines: Vec::new(),
+            override_line: 0,
             imex_security_target_override: None,
             imex_gss_service_name: "host".to_owned(),
             imex_gss_timeout_sec: -1,
@@ -475,6 +478,10 @@ impl Config {
             .get("IMEX_ENABLE_AUTH_ENCRYPTION")
             .filter(|_| cfg.imex_enable_auth_encryption)
             .map(|&(line, _)| (path.to_path_buf(), line));
+        cfg.override_line = seen
+            .get("IMEX_SECURITY_TARGET_OVERRIDE")
+            .filter(|(_, raw)| !raw.is_empty())
+            .map_or(0, |&(line, _)| line);
         cfg.tls_key_lines = tls::KEYS
             .iter()
             .filter_map(|key| {

@@ -121,6 +121,7 @@ impl Config {
         let client_key = reader.read(CLIENT_KEY)?;
         let client_certs = reader.certs(CLIENT_CERT)?;
         let client_key = reader.key(client_key, CLIENT_CERT, &client_certs)?;
+        let target_override = self.target_override()?;
         Ok(Some(TlsMaterial {
             server: TlsIdentity {
                 certs: server_certs,
@@ -132,8 +133,37 @@ impl Config {
                 key: client_key,
             },
             client_roots: Arc::new(reader.roots(CLIENT_CA)?),
-            target_override: self.imex_security_target_override.clone(),
+            target_override,
         }))
+    }
+
+    /// `IMEX_SECURITY_TARGET_OVERRIDE` as the name certificates are checked against: NVIDIA's
+    /// examples write it `CN=name`, so that prefix is dropped. It must be a DNS name or an IP
+    /// address, since that is what a certificate's subject alternative names hold.
+    fn target_override(&self) -> Result<Option<String>, ConfigError> {
+        const KEY: &str = "IMEX_SECURITY_TARGET_OVERRIDE";
+        let Some(raw) = &self.imex_security_target_override else {
+            return Ok(None);
+        };
+        let name = raw.strip_prefix("CN=").unwrap_or(raw);
+        if rustls::pki_types::ServerName::try_from(name).is_ok() {
+            return Ok(Some(name.to_owned()));
+        }
+        Err(ConfigError::TlsMaterial {
+            path: self
+                .auth_enabled_at
+                .as_ref()
+                .map(|(p, _)| p.clone())
+                .unwrap_or_default(),
+            line: self.override_line,
+            key: KEY,
+            value: raw.clone(),
+            problem: "it is neither a DNS name nor an IP address, so no certificate can carry it"
+                .to_owned(),
+            fix: "give the name the peers' certificates carry (e.g. localhost), or leave it \
+                  empty to check each peer under its nodes-file entry"
+                .to_owned(),
+        })
     }
 
     fn tls_value(&self, key: &str) -> Option<&String> {

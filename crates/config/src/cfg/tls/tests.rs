@@ -164,3 +164,33 @@ fn a_missing_key_is_named_at_the_enable_line() {
     let msg = c.tls_material_from(&no_env).unwrap_err().to_string();
     assert!(msg.starts_with("cfg:1: IMEX_ENABLE_AUTH_ENCRYPTION=1 with IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS needs IMEX_SERVER_KEY"), "{msg}");
 }
+
+#[test]
+fn the_target_override_is_a_name_a_certificate_can_carry() {
+    let made = make();
+    let dir = files(&made, "override");
+    let [key, cert, ca] = paths(&dir);
+    let with = |value: &str| {
+        let mut c = config("FILE", &key, &cert, &ca);
+        let text = format!("IMEX_SECURITY_TARGET_OVERRIDE={value}\n");
+        c.imex_security_target_override = Config::parse(&text, Path::new("cfg"))
+            .unwrap()
+            .imex_security_target_override;
+        c.override_line = 10;
+        c
+    };
+    let m = with("CN=localhost")
+        .tls_material_from(&no_env)
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.target_override.as_deref(), Some("localhost"));
+    let msg = with("not a name!")
+        .tls_material_from(&no_env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.starts_with("cfg:10: IMEX_SECURITY_TARGET_OVERRIDE=\"not a name!\": it is neither"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
