@@ -121,6 +121,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
     let mut cfg = Config::load(&args.config)?;
     // Fail closed: a daemon asked for peer authentication must not come up in plaintext.
     cfg.refuse_unbuilt_features()?;
+    let tls = tls_from(&cfg)?;
     if let Some(port) = args.port {
         cfg.server_port = port;
     }
@@ -182,6 +183,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
         network_interface: placement.interface.clone(),
         link_scope: placement.scope_id,
         conn_wait_timeout: cfg.imex_conn_wait_timeout.map(Duration::from_secs),
+        tls,
         config_dump: (args.config.clone(), openimex_config::dump(&cfg)),
     };
     let bind = match local.bind_ip {
@@ -213,6 +215,25 @@ fn prepare(args: &Args) -> Result<Prepared> {
             driver,
         },
     })
+}
+
+/// Mutual TLS between daemons when the config turns it on: the six files read and checked now
+/// (an error stops the start, naming the file, line and key), and read again from the same
+/// config on SIGUSR1 unless they come from the environment (`ENV_VAL`).
+fn tls_from(cfg: &Config) -> Result<Option<openimex_imexd::tls::Tls>> {
+    let Some(material) = cfg.tls_material()? else {
+        return Ok(None);
+    };
+    let loader = cfg.tls_reloadable().then(|| {
+        let cfg = cfg.clone();
+        let loader: openimex_imexd::tls::Loader = std::sync::Arc::new(move || {
+            cfg.tls_material()
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "TLS is off in the config".to_owned())
+        });
+        loader
+    });
+    Ok(Some(openimex_imexd::tls::Tls::new(material, loader)?))
 }
 
 /// `IMEX_CMD_UNIX_DOMAIN_PATH`, when the command service is enabled.
@@ -358,8 +379,8 @@ fn start(args: Args) -> Result<()> {
 /// (imex-guide §5; see [`logging`]). SIGUSR1 re-reads the nodes file and re-resolves its DNS
 /// names without a restart (NVIDIA's behaviour without TLS, which the Kubernetes DRA driver's
 /// DNS-name mode relies on): each one is a request on the returned channel, which the daemon
-/// serves one at a time (see `openimex_imexd::Reloads`). Credential reload does not apply: TLS is
-/// not built, and a daemon asked for it refuses to start. Every other signal whose default
+/// serves one at a time (see `openimex_imexd::Reloads`). With TLS on, the daemon reloads its keys
+/// and certificates first (at most once every 5 s; see `openimex_imexd::tls`). Every other signal whose default
 /// action would end the daemon is blocked from the start and logged by [`signals`], which also
 /// says why the synchronous fault signals are left alone.
 fn shutdown_signal() -> Result<(

@@ -1,8 +1,9 @@
 //! `openimex`: the open IMEX service in one binary.
 //!
 //! Subcommands: `daemon` (NVIDIA's `nvidia-imex`), `ctl` (`nvidia-imex-ctl`), `install-links`,
-//! `demo`, `bench`, `channels`. Invoked through a link named `nvidia-imex` or
-//! `nvidia-imex-ctl`, it behaves as that program, so systemd units, Slurm prologs, Kubernetes probes and DCGM work unchanged.
+//! `demo`, `bench`, `channels`, `certs`. Invoked through a link named `nvidia-imex` or
+//! `nvidia-imex-ctl`, it behaves as that program, so systemd units, Slurm prologs, Kubernetes
+//! probes and DCGM work unchanged.
 
 mod daemon_cmd;
 mod demo;
@@ -43,6 +44,9 @@ enum Command {
     /// Create IMEX channel files (channel devices), not world-writable by default.
     #[command(subcommand)]
     Channels(tools::ChannelsCommand),
+    /// Make a CA and per-node certificates for mutual TLS between daemons, and print the
+    /// config.cfg lines that use them.
+    Certs(tools::CertsArgs),
     /// (internal) Listen on IP:PORT and accept connections: the baseline process of `bench formation`.
     #[command(hide = true)]
     ListenProbe {
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(&a),
         Command::Bench(b) => tools::bench(&b),
         Command::Channels(c) => tools::channels(&c),
+        Command::Certs(a) => tools::certs(&a),
         Command::ListenProbe { addr } => tools::listen_probe(addr),
     };
     match result {

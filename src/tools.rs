@@ -1,7 +1,9 @@
 //! The binary's own tools: `install-links`, `bench` (in [`bench`](mod@bench)), `channels`
-//! (in [`channels`](mod@channels)), and the hidden `listen-probe`.
+//! (in [`channels`](mod@channels)), `certs` (in [`certs`](mod@certs)), and the hidden
+//! `listen-probe`.
 
 mod bench;
+mod certs;
 mod channels;
 
 use std::io::Write;
@@ -11,6 +13,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 pub(crate) use bench::{BenchCommand, bench};
+pub(crate) use certs::{CertsArgs, run as certs};
 pub(crate) use channels::{ChannelsCommand, channels};
 
 /// Creates `nvidia-imex` and `nvidia-imex-ctl` symlinks to this binary in `dir`, which must

@@ -83,6 +83,9 @@ mod placeholders;
 // issue 9: Slurm prolog and epilog (dist/slurm) against real daemons, stub scontrol
 #[path = "e2e/slurm.rs"]
 mod slurm;
+// issue 10: mutual TLS between daemons: formation, refusals with named reasons, rotation
+#[path = "e2e/tls.rs"]
+mod tls;
 // names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
 #[path = "e2e/sigusr1.rs"]
 mod sigusr1;

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use openimex_harness::process::{find_pids_with_args, run_with_timeout, send_signal};
-use openimex_harness::{ClusterSpec, Signal};
+use openimex_harness::{Cluster, ClusterSpec, Signal};
 
 /// Time allowed for a domain to form (18 daemons on a loaded 2-core machine included).
 pub(crate) const FORM: Duration = Duration::from_secs(60);
@@ -83,4 +83,31 @@ pub(crate) fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool 
         std::thread::sleep(Duration::from_millis(50));
     }
     cond()
+}
+
+/// Node `i`'s imex.log.
+pub(crate) fn log(cluster: &Cluster, i: usize) -> String {
+    std::fs::read_to_string(cluster.node(i).log_path()).unwrap_or_default()
+}
+
+/// Waits until node `i`'s imex.log, past its first `from` bytes, has a line containing every
+/// one of `needles`; returns that line.
+#[track_caller]
+pub(crate) fn wait_log_line(cluster: &Cluster, i: usize, from: usize, needles: &[&str]) -> String {
+    let until = Instant::now() + NOTICE;
+    loop {
+        let text = log(cluster, i);
+        let fresh = text.get(from..).unwrap_or_default();
+        if let Some(line) = fresh
+            .lines()
+            .find(|l| needles.iter().all(|n| l.contains(n)))
+        {
+            return line.to_owned();
+        }
+        assert!(
+            Instant::now() < until,
+            "node {i} never logged a line with {needles:?}; its log since the signal:\n{fresh}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -261,37 +261,53 @@ fn malformed_configs_fail_with_file_line() {
     );
 }
 
-/// Fail closed on auth (issue 7, item 5): `IMEX_ENABLE_AUTH_ENCRYPTION=1` with a key file that
-/// does not exist used to bring the daemon up, and the domain UP, in plaintext with only a
-/// warning. Until TLS is built the daemon refuses to start, before binding anything, with a
-/// message naming the file and line, the key, the key file and that TLS is not built yet.
+/// Fail closed on auth (issue 7, item 5; issue 10): `IMEX_ENABLE_AUTH_ENCRYPTION=1` with a
+/// key file that does not exist used to bring the daemon up, and the domain UP, in plaintext
+/// with only a warning. With TLS built, the daemon reads the six files before binding anything
+/// and refuses to start on a missing one, naming the file and line of its key, the key, the
+/// path and how to make the files.
 #[test]
-fn auth_asked_for_before_tls_is_built_refuses_to_start() {
+fn auth_with_a_missing_key_file_refuses_to_start() {
     let key_file = "/nonexistent/openimex-test/server.key";
     let case = Case {
-        name: "auth without TLS",
+        name: "auth with a missing key file",
         overrides: vec![
             ("IMEX_ENABLE_AUTH_ENCRYPTION", "1".into()),
+            ("IMEX_AUTH_ENCRYPTION_MODE", "SSL_TLS".into()),
             ("IMEX_AUTH_SOURCE", "FILE".into()),
             ("IMEX_SERVER_KEY", key_file.into()),
+            (
+                "IMEX_SERVER_CERT",
+                "/nonexistent/openimex-test/server.pem".into(),
+            ),
+            (
+                "IMEX_SERVER_CERT_AUTH",
+                "/nonexistent/openimex-test/ca.pem".into(),
+            ),
+            ("IMEX_CLIENT_KEY", key_file.into()),
+            (
+                "IMEX_CLIENT_CERT",
+                "/nonexistent/openimex-test/server.pem".into(),
+            ),
+            (
+                "IMEX_CLIENT_CERT_AUTH",
+                "/nonexistent/openimex-test/ca.pem".into(),
+            ),
         ],
         nodes: None,
         must_contain: |w| {
             vec![
-                w.at("IMEX_ENABLE_AUTH_ENCRYPTION"),
-                "IMEX_ENABLE_AUTH_ENCRYPTION=1".into(),
-                "/nonexistent/openimex-test/server.key".into(),
-                "TLS is not built into openimex yet".into(),
-                "refuses to start".into(),
+                format!("{}: IMEX_SERVER_KEY=", w.at("IMEX_SERVER_KEY")),
+                "/nonexistent/openimex-test/server.key does not exist".into(),
             ]
         },
-        hint_any: &["set IMEX_ENABLE_AUTH_ENCRYPTION=0"],
+        hint_any: &["openimex certs"],
     };
     assert!(!std::path::Path::new(key_file).exists());
     let problems = check(&case);
     assert!(
         problems.is_empty(),
-        "auth without TLS handled badly:\n  {}",
+        "auth with a missing key file handled badly:\n  {}",
         problems.join("\n  ")
     );
 }

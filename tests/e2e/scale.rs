@@ -134,7 +134,10 @@ fn ctl_n_answers_for_a_thousand_node_domain() {
     // NVIDIA's table ends at the domain state; ours follows: why, and a line per down node.
     let (nvidia, why) = table.split_at(table.find("Why: ").expect("a Why line"));
     assert!(nvidia.ends_with("Domain State: DEGRADED\n"));
-    assert_eq!(why.lines().filter(|l| l.starts_with("  Node #")).count(), N - 2);
+    assert_eq!(
+        why.lines().filter(|l| l.starts_with("  Node #")).count(),
+        N - 2
+    );
 }
 
 #[test]

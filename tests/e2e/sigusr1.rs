@@ -9,40 +9,12 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use openimex_harness::{Cluster, GpuSpec, Signal};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, spec};
-
-/// Node `i`'s imex.log.
-fn log(cluster: &Cluster, i: usize) -> String {
-    std::fs::read_to_string(cluster.node(i).log_path()).unwrap_or_default()
-}
-
-/// Waits until node `i`'s imex.log, past its first `from` bytes, has a line containing every
-/// one of `needles`; returns that line.
-#[track_caller]
-fn wait_log_line(cluster: &Cluster, i: usize, from: usize, needles: &[&str]) -> String {
-    let until = Instant::now() + NOTICE;
-    loop {
-        let text = log(cluster, i);
-        let fresh = text.get(from..).unwrap_or_default();
-        if let Some(line) = fresh
-            .lines()
-            .find(|l| needles.iter().all(|n| l.contains(n)))
-        {
-            return line.to_owned();
-        }
-        assert!(
-            Instant::now() < until,
-            "node {i} never logged a line with {needles:?}; its log since the signal:\n{fresh}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use crate::common::{FORM, log, spec, wait_log_line};
 
 /// Lines of `text` that speak of node `j` ("node 1", "Node 1 (", not "node 10").
 fn lines_about(text: &str, j: usize) -> Vec<String> {

@@ -22,9 +22,10 @@
 //! - `IMEX_AUTH_ENCRYPTION_MODE` and `IMEX_AUTH_SOURCE` with an empty or unknown value are an
 //!   error only when `IMEX_ENABLE_AUTH_ENCRYPTION=1` (as NVIDIA documents); otherwise they are
 //!   ignored with a notice.
-//! - `IMEX_ENABLE_AUTH_ENCRYPTION=1` parses (`ctl` reads the same file), but the daemon refuses
-//!   to start on it until TLS is built ([`Config::refuse_unbuilt_features`]): failing closed
-//!   beats running the domain in plaintext with a warning.
+//! - `IMEX_ENABLE_AUTH_ENCRYPTION=1` parses (`ctl` reads the same file). With `SSL_TLS` the
+//!   daemon loads the six key/certificate/CA values ([`Config::tls_material`], module `tls`);
+//!   with a GSSAPI mode it refuses to start ([`Config::refuse_unbuilt_features`]): failing
+//!   closed beats running the domain in plaintext with a warning.
 //!
 //! The daemon must log every notice once at warn level after start ([`Config::notices`]).
 
@@ -32,6 +33,7 @@ mod dump;
 mod keys;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod unbuilt;
 
 use std::collections::HashMap;
@@ -40,6 +42,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 pub use dump::dump;
+pub use tls::{EnvLookup, TlsIdentity, TlsMaterial};
 
 use crate::error::Clip;
 use crate::{ConfigError, NodeConfig};
@@ -244,8 +247,12 @@ pub struct Config {
     /// `IMEX_CLIENT_CERT_AUTH` (CA), interpreted per `IMEX_AUTH_SOURCE`; `None` when empty.
     pub imex_client_cert_auth: Option<String>,
     /// Where `IMEX_ENABLE_AUTH_ENCRYPTION=1` was set (file, line); `None` while auth is off.
-    /// The daemon refuses to start on it until TLS is built ([`Config::refuse_unbuilt_features`]).
     pub auth_enabled_at: Option<(PathBuf, usize)>,
+    /// The lines of the six `IMEX_{SERVER,CLIENT}_{KEY,CERT,CERT_AUTH}` keys that are set, so
+    /// errors about the material they name point at them ([`Config::tls_material`]).
+    pub tls_key_lines: Vec<(&'static str, usize)>,
+    /// The line of `IMEX_SECURITY_TARGET_OVERRIDE` (0 when not set).
+    pub override_line: usize,
     /// `IMEX_SECURITY_TARGET_OVERRIDE`: name to check peer certificates against instead of
     /// the peer's address; `None` when empty.
     pub imex_security_target_override: Option<String>,
@@ -361,6 +368,8 @@ impl Default for Config {
             imex_client_cert: None,
             imex_client_cert_auth: None,
             auth_enabled_at: None,
+            tls_key_lines: Vec::new(),
+            override_line: 0,
             imex_security_target_override: None,
             imex_gss_service_name: "host".to_owned(),
             imex_gss_timeout_sec: -1,
@@ -469,6 +478,18 @@ impl Config {
             .get("IMEX_ENABLE_AUTH_ENCRYPTION")
             .filter(|_| cfg.imex_enable_auth_encryption)
             .map(|&(line, _)| (path.to_path_buf(), line));
+        cfg.override_line = seen
+            .get("IMEX_SECURITY_TARGET_OVERRIDE")
+            .filter(|(_, raw)| !raw.is_empty())
+            .map_or(0, |&(line, _)| line);
+        cfg.tls_key_lines = tls::KEYS
+            .iter()
+            .filter_map(|key| {
+                seen.get(key)
+                    .filter(|(_, raw)| !raw.is_empty())
+                    .map(|&(line, _)| (*key, line))
+            })
+            .collect();
         Ok(cfg)
     }
 

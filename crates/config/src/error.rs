@@ -266,14 +266,15 @@ pub enum ConfigError {
     },
 
     /// The config asks for something this build cannot do, and doing without it would be
-    /// unsafe: peer authentication and encryption before TLS is built. The daemon refuses to
-    /// start rather than run in plaintext.
+    /// unsafe: GSSAPI peer authentication. The daemon refuses to start rather than run in
+    /// plaintext.
     #[error(
         "{}:{line}: {key}={value} asks for authenticated, encrypted peer connections ({asked}), \
          but {missing} is not built into openimex yet, so the daemon refuses to start rather \
-         than run the IMEX domain unauthenticated and in plaintext: set {key}=0 to run without \
-         peer authentication on a network you trust (anyone who can reach SERVER_PORT can then \
-         speak for a node), or run a build with {missing}",
+         than run the IMEX domain unauthenticated and in plaintext: use \
+         IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS (mutual TLS; `openimex certs` makes the \
+         certificates), or set {key}=0 to run without peer authentication on a network you \
+         trust (anyone who can reach SERVER_PORT can then speak for a node)",
         shown(.path)
     )]
     NotBuilt {
@@ -289,6 +290,25 @@ pub enum ConfigError {
         asked: String,
         /// What is not built, e.g. `TLS`.
         missing: &'static str,
+    },
+
+    /// A TLS key, certificate or CA named by `IMEX_{SERVER,CLIENT}_{KEY,CERT,CERT_AUTH}` cannot
+    /// be used: missing or unreadable file, unset environment variable, not PEM, a key that
+    /// does not belong to its certificate.
+    #[error("{}:{line}: {key}={}: {problem}; {fix}", shown(.path), Quoted(.value))]
+    TlsMaterial {
+        /// The config file.
+        path: PathBuf,
+        /// 1-based line number of `key`.
+        line: usize,
+        /// The key.
+        key: &'static str,
+        /// Its value as written (a path or a variable name, never key material).
+        value: String,
+        /// What is wrong.
+        problem: String,
+        /// How to fix it.
+        fix: String,
     },
 
     /// `NETWORK_INTERFACE` names no interface of this host, or the interface cannot give the

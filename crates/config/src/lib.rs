@@ -24,8 +24,8 @@ mod nodes;
 
 pub use cfg::{
     AuthMode, AuthSource, Config, DEFAULT_STATS_INTERVAL_SEC, DEFAULT_SYSLOG_SOCKET,
-    DEFAULT_VERBOSE_LOG_BUFFER_KB, DriverKind, GraceTime, MAX_VERBOSE_LOG_BUFFER_KB, Notice,
-    Quorum, dump,
+    DEFAULT_VERBOSE_LOG_BUFFER_KB, DriverKind, EnvLookup, GraceTime, MAX_VERBOSE_LOG_BUFFER_KB,
+    Notice, Quorum, TlsIdentity, TlsMaterial, dump,
 };
 pub use error::ConfigError;
 pub use local::{

@@ -3,6 +3,7 @@
 //! wait for a domain state) and clean-up that never leaves a daemon behind.
 
 mod membership;
+mod tls;
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
@@ -63,6 +64,8 @@ pub struct ClusterSpec {
     /// Names mode: the nodes file lists names ([`crate::names::node_name`]) and each daemon
     /// resolves them through a private `/etc/hosts` (`<node dir>/hosts`). Needs root.
     pub names: bool,
+    /// Mutual TLS between the daemons ([`ClusterSpec::with_tls`]).
+    pub tls: bool,
 }
 
 impl ClusterSpec {
@@ -79,7 +82,16 @@ impl ClusterSpec {
             cmd_port: DEFAULT_CMD_PORT,
             gpus: None,
             names: false,
+            tls: false,
         }
+    }
+
+    /// Mutual TLS: a CA and a certificate per node are made in the cluster directory
+    /// (`certs/`, see [`crate::certs`]) and every node's config turns TLS on with them
+    /// (`IMEX_AUTH_SOURCE=FILE`); keys given with [`ClusterSpec::config`] override them.
+    pub fn with_tls(mut self) -> Self {
+        self.tls = true;
+        self
     }
 
     /// Names mode (see [`ClusterSpec::names`]).
@@ -126,6 +138,8 @@ pub struct Cluster {
     lines: Vec<String>,
     /// Names mode: each node's hosts file entries (empty otherwise).
     hosts: Vec<Vec<(String, Ipv4Addr)>>,
+    /// With TLS: the certificate files and the CA that signed them.
+    tls: Option<(crate::certs::DomainFiles, crate::certs::Ca)>,
     /// Dropped after the processes (fields drop after `Drop::drop`).
     dir: ScratchDir,
 }
@@ -171,7 +185,12 @@ impl Cluster {
             }
             nodes.push(node);
         }
+        let tls = match spec.tls {
+            true => Some(tls::make(&lines, dir.path())?),
+            false => None,
+        };
         let cluster = Self {
+            tls,
             node_extra: vec![Vec::new(); nodes.len()],
             hosts: vec![map; nodes.len()],
             lines,
@@ -265,6 +284,9 @@ impl Cluster {
                 "OPENIMEX_SIM_NODE_DIR".into(),
                 node.dir().display().to_string(),
             ));
+        }
+        if let Some((files, _)) = &self.tls {
+            pairs.extend(files.config_lines(i).unwrap_or_default());
         }
         pairs.extend(self.spec.extra_config.iter().cloned());
         pairs.extend(self.node_extra[i].iter().cloned());

@@ -16,6 +16,8 @@
 //!   hosts, spare-address, move and add operations live in `cluster/membership.rs`.
 //! - [`netns`]: network namespaces (`ip netns`) joined by a veth pair with IPv6 link-local
 //!   addresses, removed on drop (needs root).
+//! - [`certs`]: a per-domain CA and per-node certificates for mutual TLS between daemons
+//!   (`openimex certs`, and [`ClusterSpec::with_tls`]).
 //! - [`addr`]: allocation of free loopback address blocks.
 //! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]), `ctl --links -j`
 //!   ([`LinksView`]) and `ctl --peers -j` ([`PeersView`]), and NVIDIA's timestamp format.
@@ -50,6 +52,7 @@
 
 pub mod addr;
 pub mod bench;
+pub mod certs;
 pub mod chaos;
 pub mod cluster;
 pub mod domain;

@@ -2,7 +2,10 @@
 //! carries (so a peer's identity belongs to the connection whose hello proved it), a deadline
 //! for that hello, and limits before it: connections in all, and not-yet-greeted connections
 //! per source address. Its end is reported to the engine. The accept loop backs off on errors
-//! such as running out of descriptors instead of spinning.
+//! such as running out of descriptors instead of spinning. With TLS on (`tls`), each admitted
+//! connection's handshake runs in a task of its own under the same hello deadline; a failed
+//! handshake is a refusal counted under its named reason, and the connection never reaches
+//! the peer service.
 
 use std::collections::HashMap;
 use std::io;
@@ -22,7 +25,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 use tracing::{debug, warn};
 
+use tokio_rustls::TlsAcceptor;
+
 use crate::mailbox::Input;
+use crate::tls::{self, Tls};
 
 /// Limits on inbound peer connections (defaults in [`ConnLimits::for_domain`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +59,9 @@ pub(crate) struct ConnInfo {
     pub(crate) id: ConnId,
     /// The peer's address.
     pub(crate) remote: SocketAddr,
+    /// With TLS: the certificate the peer presented (verified against the CA), whose names
+    /// the hello's node must match.
+    pub(crate) peer_cert: Option<Arc<rustls::pki_types::CertificateDer<'static>>>,
     greeted: Arc<AtomicBool>,
 }
 
@@ -70,9 +79,32 @@ struct Counts {
     ungreeted: HashMap<IpAddr, usize>,
 }
 
+/// The bytes of a connection: plain TCP (auth off, the default) or TLS over it.
+enum PeerIo {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// Between taking the TCP stream for the handshake and putting the TLS stream back.
+    Handshaking,
+}
+
+fn handshaking() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "TLS handshake not finished")
+}
+
+/// Forwards a poll to the stream inside a [`PeerIo`].
+macro_rules! on_io {
+    ($io:expr, $s:ident => $call:expr) => {
+        match $io {
+            PeerIo::Plain($s) => $call,
+            PeerIo::Tls($s) => $call,
+            PeerIo::Handshaking => Poll::Ready(Err(handshaking())),
+        }
+    };
+}
+
 /// An accepted connection.
 pub(crate) struct PeerConn {
-    io: TcpStream,
+    io: PeerIo,
     info: ConnInfo,
     deadline: Option<Pin<Box<Sleep>>>,
     counts: Arc<Mutex<Counts>>,
@@ -157,7 +189,7 @@ impl AsyncRead for PeerConn {
         if let Err(e) = self.check_deadline(cx) {
             return Poll::Ready(Err(e));
         }
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        on_io!(&mut self.io, s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
@@ -167,15 +199,15 @@ impl AsyncWrite for PeerConn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        on_io!(&mut self.io, s => Pin::new(s).poll_write(cx, buf))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        on_io!(&mut self.io, s => Pin::new(s).poll_flush(cx))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        on_io!(&mut self.io, s => Pin::new(s).poll_shutdown(cx))
     }
 
     fn poll_write_vectored(
@@ -183,11 +215,15 @@ impl AsyncWrite for PeerConn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        on_io!(&mut self.io, s => Pin::new(s).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        match &self.io {
+            PeerIo::Plain(s) => s.is_write_vectored(),
+            PeerIo::Tls(s) => s.is_write_vectored(),
+            PeerIo::Handshaking => false,
+        }
     }
 }
 
@@ -197,6 +233,7 @@ pub(crate) fn incoming(
     listener: TcpListener,
     limits: ConnLimits,
     engine: mpsc::Sender<Input>,
+    tls: Option<Tls>,
 ) -> ReceiverStream<io::Result<PeerConn>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
@@ -241,10 +278,11 @@ pub(crate) fn incoming(
             }
             let _ = io.set_nodelay(true);
             let conn = PeerConn {
-                io,
+                io: PeerIo::Plain(io),
                 info: ConnInfo {
                     id: next.fetch_add(1, Ordering::Relaxed) + 1,
                     remote,
+                    peer_cert: None,
                     greeted: Arc::new(AtomicBool::new(false)),
                 },
                 deadline: Some(Box::pin(tokio::time::sleep(limits.hello_deadline))),
@@ -252,10 +290,58 @@ pub(crate) fn incoming(
                 counted_ungreeted: true,
                 engine: engine.clone(),
             };
+            if let Some(tls) = &tls {
+                // Off the accept loop: a slow or silent client must not hold up the others.
+                tokio::spawn(handshake(conn, tls.sides().acceptor, tx.clone()));
+                continue;
+            }
             if tx.send(Ok(conn)).await.is_err() {
                 return;
             }
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// Runs the TLS handshake of `conn` within its hello deadline, then hands it to the peer
+/// service; a failed handshake is counted under its named reason and the connection closed.
+async fn handshake(
+    mut conn: PeerConn,
+    acceptor: TlsAcceptor,
+    tx: mpsc::Sender<io::Result<PeerConn>>,
+) {
+    let PeerIo::Plain(tcp) = std::mem::replace(&mut conn.io, PeerIo::Handshaking) else {
+        return;
+    };
+    let remote = conn.info.remote;
+    let result = match conn.deadline.as_mut() {
+        Some(deadline) => tokio::select! {
+            r = acceptor.accept(tcp) => Some(r),
+            _ = deadline.as_mut() => None,
+        },
+        None => Some(acceptor.accept(tcp).await),
+    };
+    let (reason, detail) = match result {
+        Some(Ok(stream)) => {
+            conn.info.peer_cert = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .map(|c| Arc::new(c.clone().into_owned()));
+            conn.io = PeerIo::Tls(Box::new(stream));
+            let _ = tx.send(Ok(conn)).await;
+            return;
+        }
+        Some(Err(e)) => (
+            tls::refusal(tls::Side::Accepting, tls::find_rustls(&e)),
+            format!("closed a connection from {remote}: TLS handshake failed: {e}"),
+        ),
+        None => (
+            "connection: no hello in time",
+            format!("closed {remote}: no TLS handshake in time"),
+        ),
+    };
+    conn.deadline = None;
+    let _ = conn.engine.try_send(Input::Refused { reason, detail });
 }

@@ -23,7 +23,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::convert;
 use crate::driver_io::{Call, DriverThreads};
-use crate::error::DaemonError;
+use crate::error::{DaemonError, DialError};
 use crate::mailbox::{DriverInput, Input, OutLink, PeersSnapshot, Snapshot};
 use crate::peer_client;
 use crate::settings::Settings;
@@ -331,6 +331,13 @@ impl Engine {
                 attempt,
                 error,
             } => {
+                if let DialError::Tls { reason, .. } = &error {
+                    // Counted like the accepting side's refusals: a peer whose certificate we
+                    // refuse (or that refuses ours) shows in `ctl --links -j` as one.
+                    let host = self.host(peer).to_string();
+                    self.node
+                        .refused(reason, format!("node {peer} ({host}): {error}"));
+                }
                 let error = error.to_string();
                 self.log_dial_failure(peer, &error);
                 self.node.handle_dial_failed(now, peer, attempt, error);
@@ -766,6 +773,7 @@ impl Engine {
             port: self.settings.server_port,
             timeout: self.settings.dial_timeout(),
             keepalive: crate::transport_keepalive(self.settings.peer_timeout),
+            tls: self.settings.tls.as_ref().map(|t| t.sides()),
         };
         let me = self.cached_identity();
         tokio::spawn(peer_client::dial(target, me, self.tx.clone()));

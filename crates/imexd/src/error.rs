@@ -67,6 +67,14 @@ pub enum DaemonError {
         /// Why it cannot be used.
         reason: String,
     },
+    /// The TLS material cannot make a TLS configuration.
+    #[error("cannot set up TLS between daemons: {cause}; {fix}")]
+    Tls {
+        /// What rustls said.
+        cause: String,
+        /// What to do.
+        fix: &'static str,
+    },
     /// The engine stopped unexpectedly.
     #[error(
         "the daemon engine stopped unexpectedly; this is a bug: report it with the log, and restart the daemon"
@@ -101,6 +109,14 @@ pub(crate) enum DialError {
     /// The session stream was refused.
     #[error("session refused: {0}")]
     Session(String),
+    /// The TLS handshake failed, or the peer closed the connection over our certificate.
+    #[error("{reason} ({detail})")]
+    Tls {
+        /// The named reason it is counted under (`tls::refusal`).
+        reason: &'static str,
+        /// What rustls said.
+        detail: String,
+    },
     /// Nothing within the dial timeout.
     #[error("no answer from {host}:{port} within {ms} ms")]
     Timeout { host: String, port: u16, ms: u128 },

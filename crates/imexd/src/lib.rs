@@ -42,6 +42,7 @@ mod session;
 mod session_tx;
 pub mod settings;
 pub mod stats;
+pub mod tls;
 pub mod unconfigured;
 pub mod world;
 
@@ -147,6 +148,7 @@ pub async fn run(
         engine: tx.clone(),
         hosts: hosts_rx.clone(),
         any_source: settings.peer_any_source,
+        tls: settings.tls.clone(),
     };
     let local_ip = world.peer.local_addr().ok().map(|a| a.ip());
     let peer_addr = world.peer_addr();
@@ -154,6 +156,7 @@ pub async fn run(
         tokio_tcp(world.peer)?,
         conn::ConnLimits::for_domain(nodes),
         tx.clone(),
+        settings.tls.clone(),
     );
     let peer_server = Server::builder()
         .tcp_nodelay(true)
@@ -203,6 +206,11 @@ pub async fn run(
             settings.hosts.clone(),
             tx.clone(),
         );
+        // With TLS on, SIGUSR1 reloads the key material first (`tls::reload`).
+        let reloads = match &settings.tls {
+            Some(tls) => tls::before_rereads(tls.clone(), reloads),
+            None => reloads,
+        };
         // With a service manager to tell, re-reads pass through `notify` on both sides.
         let (reloads, tx) = match notify.is_enabled() {
             true => notify::around_rereads(notify.clone(), reloads, tx),

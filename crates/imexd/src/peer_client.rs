@@ -31,6 +31,8 @@ pub(crate) struct Target {
     pub(crate) port: u16,
     pub(crate) timeout: Duration,
     pub(crate) keepalive: Duration,
+    /// Mutual TLS (the configurations as they were when the dial began); `None`: plaintext.
+    pub(crate) tls: Option<crate::tls::Sides>,
 }
 
 /// Dials `target` and reports the outcome to the engine.
@@ -80,6 +82,9 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
         .http2_keep_alive_interval(target.keepalive)
         .keep_alive_timeout(target.timeout)
         .keep_alive_while_idle(true);
+    if let Some(tls) = &target.tls {
+        return connect_tls(target, tls, endpoint, addr).await;
+    }
     let connected = match target.local {
         // The stock connector binds the source address without a scope, which the kernel
         // refuses for a link-local one.
@@ -102,6 +107,82 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
     Ok((channel, addr))
 }
 
+/// [`connect`] over TLS: TCP from the same source address as a plaintext dial, then the
+/// handshake, checking the peer's certificate under its nodes-file entry. A failed handshake
+/// is a [`DialError::Tls`] with its named reason.
+async fn connect_tls(
+    target: &Target,
+    tls: &crate::tls::Sides,
+    endpoint: Endpoint,
+    addr: std::net::SocketAddr,
+) -> Result<(Channel, std::net::SocketAddr), DialError> {
+    let name = tls
+        .server_name(&target.host)
+        .map_err(|detail| DialError::Tls {
+            reason: "tls: node entry is no certificate name",
+            detail,
+        })?;
+    let from = match target.local {
+        Some(std::net::IpAddr::V6(local))
+            if openimex_config::iface::is_link_local(local.into()) =>
+        {
+            Some(std::net::SocketAddrV6::new(local, 0, 0, target.scope).into())
+        }
+        local => local.map(|ip| std::net::SocketAddr::new(ip, 0)),
+    };
+    // The connector's own error, kept: tonic reports only its text.
+    let failed = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let connector = {
+        let (connector, failed) = (tls.connector.clone(), failed.clone());
+        tower::service_fn(move |_: tonic::transport::Uri| {
+            let (connector, name, failed) = (connector.clone(), name.clone(), failed.clone());
+            async move {
+                let tcp = tcp_from(from, addr).await?;
+                match connector.connect(name, tcp).await {
+                    Ok(stream) => Ok(hyper_util::rt::TokioIo::new(stream)),
+                    Err(e) => {
+                        let reason = crate::tls::refusal(
+                            crate::tls::Side::Dialling,
+                            crate::tls::find_rustls(&e),
+                        );
+                        if let Ok(mut slot) = failed.lock() {
+                            *slot = Some((reason, e.to_string()));
+                        }
+                        Err(e)
+                    }
+                }
+            }
+        })
+    };
+    match endpoint.connect_with_connector(connector).await {
+        Ok(channel) => Ok((channel, addr)),
+        Err(e) => Err(match failed.lock().ok().and_then(|mut s| s.take()) {
+            Some((reason, detail)) => DialError::Tls { reason, detail },
+            None => DialError::Connect {
+                addr: addr.to_string(),
+                cause: openimex_proto::root_cause(&e),
+            },
+        }),
+    }
+}
+
+/// A TCP connection to `to`, leaving from `from` when given.
+async fn tcp_from(
+    from: Option<std::net::SocketAddr>,
+    to: std::net::SocketAddr,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = match to {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    if let Some(from) = from {
+        socket.bind(from)?;
+    }
+    let stream = socket.connect(to).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
 /// `addr` with `scope` as its scope ID when it is an IPv6 link-local address without one
 /// (a nodes-file entry such as `fe80::2` means the peer on this node's interface).
 fn scoped(addr: std::net::SocketAddr, scope: u32) -> std::net::SocketAddr {
@@ -121,11 +202,9 @@ async fn connect_from(
     from: std::net::SocketAddrV6,
     to: std::net::SocketAddr,
 ) -> std::io::Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>> {
-    let socket = tokio::net::TcpSocket::new_v6()?;
-    socket.bind(from.into())?;
-    let stream = socket.connect(to).await?;
-    stream.set_nodelay(true)?;
-    Ok(hyper_util::rt::TokioIo::new(stream))
+    Ok(hyper_util::rt::TokioIo::new(
+        tcp_from(Some(from.into()), to).await?,
+    ))
 }
 
 async fn handshake(
@@ -142,7 +221,10 @@ async fn handshake(
             to_node_id: u32::from(peer.0),
         })
         .await
-        .map_err(|s| DialError::Handshake(s.message().to_string()))?
+        .map_err(|s| match &target.tls {
+            Some(_) => crate::tls::hello_failed(&s),
+            None => DialError::Handshake(s.message().to_string()),
+        })?
         .into_inner();
     let refusal = Refusal::try_from(reply.refusal).unwrap_or(Refusal::WrongNode);
     if refusal != Refusal::None {

@@ -28,6 +28,8 @@ pub(crate) struct PeerService {
     pub(crate) hosts: Hosts,
     /// `OPENIMEX_PEER_ANY_SOURCE`: accept hellos from any address (multi-homed hosts).
     pub(crate) any_source: bool,
+    /// With TLS: a hello naming node N must come with a certificate for N's entry.
+    pub(crate) tls: Option<crate::tls::Tls>,
 }
 
 /// The sender of a peer request, which every request must name.
@@ -80,6 +82,40 @@ impl PeerService {
     }
 }
 
+impl PeerService {
+    /// With TLS, refuses (and counts) a hello whose certificate does not name the node the
+    /// hello claims to be: any certificate of the domain's CA would otherwise speak for any
+    /// node.
+    async fn check_certificate(&self, info: &ConnInfo, node: NodeId) -> Result<(), Status> {
+        let (Some(tls), Some(cert)) = (&self.tls, &info.peer_cert) else {
+            return Ok(());
+        };
+        let host = self.hosts.borrow().get(node.index()).cloned();
+        let checked = match &host {
+            Some(host) => crate::tls::names_entry(&tls.sides(), cert, host),
+            None => Err(format!("there is no node {node} in the nodes file")),
+        };
+        let Err(why) = checked else {
+            return Ok(());
+        };
+        let reason = "tls: client certificate does not name the node's entry";
+        let _ = self
+            .engine
+            .send(Input::Refused {
+                reason,
+                detail: format!(
+                    "a hello from {} as node {node} ({}): its certificate {why}",
+                    info.remote,
+                    host.as_deref().unwrap_or("?")
+                ),
+            })
+            .await;
+        Err(Status::permission_denied(format!(
+            "{reason}: the certificate this connection presented does not name node {node}'s entry"
+        )))
+    }
+}
+
 type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionMsg, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -90,6 +126,7 @@ impl Peer for PeerService {
     ) -> Result<Response<HelloResponse>, Status> {
         let info = conn(&request)?;
         let hello = sender(request.into_inner().from, "hello")?;
+        self.check_certificate(&info, hello.node).await?;
         let from_node_address = self.is_node_address(hello.node, info.remote.ip()).await;
         let (verdict, me) = ask(&self.engine, |reply| Input::Hello {
             hello,

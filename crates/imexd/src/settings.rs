@@ -49,6 +49,9 @@ pub struct Settings {
     /// `IMEX_CONN_WAIT_TIMEOUT`: the longest the FULL quorum waits at start for every peer
     /// before going on without the missing ones; `None` waits until they are all connected.
     pub conn_wait_timeout: Option<Duration>,
+    /// `IMEX_ENABLE_AUTH_ENCRYPTION=1` with `SSL_TLS`: mutual TLS on every peer connection;
+    /// `None`: plaintext (the default).
+    pub tls: Option<crate::tls::Tls>,
     /// The config file the daemon was started with, and its options as logged at start
     /// (`label`, `value`), served to `ctl -d`.
     pub config_dump: (PathBuf, Vec<(String, String)>),

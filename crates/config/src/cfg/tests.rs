@@ -544,57 +544,45 @@ fn auth_checks_only_when_enabled() {
         parse("IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_SOURCE=FILE\nIMEX_SERVER_KEY=/k").unwrap();
     assert_eq!(c.imex_auth_source, Some(AuthSource::File));
     assert_eq!(c.imex_server_key.as_deref(), Some("/k"));
-    // Parsed (ctl reads the same file), but the daemon refuses it: see the next test.
-    assert_eq!(
-        notice_keys(&c),
-        [(2, "IMEX_AUTH_SOURCE"), (3, "IMEX_SERVER_KEY")]
-    );
+    // The TLS keys are built: no "not supported yet" notice; their lines are kept.
+    assert!(notice_keys(&c).is_empty(), "{:?}", c.notices());
+    assert_eq!(c.tls_key_lines, [("IMEX_SERVER_KEY", 3)]);
     let c =
         parse("IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_ENCRYPTION_MODE=GSS_AUTH_ONLY").unwrap();
     assert_eq!(c.imex_auth_encryption_mode, Some(AuthMode::GssAuthOnly));
 }
 
 #[test]
-fn auth_is_refused_until_tls_is_built() {
+fn only_gssapi_is_refused_as_not_built() {
     // Off (the default, or 0): nothing to refuse.
     assert!(parse("").unwrap().refuse_unbuilt_features().is_ok());
     let off = parse("IMEX_ENABLE_AUTH_ENCRYPTION=0\nIMEX_AUTH_SOURCE=FILE").unwrap();
     assert_eq!(off.auth_enabled_at, None);
     assert!(off.refuse_unbuilt_features().is_ok());
+    assert!(!off.tls_enabled());
 
-    // On, with a key file that does not exist: refused, naming the file, the line, the key, the
-    // key file and that TLS is not built; the fix is to turn it off.
-    let c = parse(
-        "LOG_LEVEL=4\nIMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_SOURCE=FILE\n\
-         IMEX_SERVER_KEY=/nonexistent/server.key",
-    )
-    .unwrap();
+    // SSL_TLS is built: not refused here (its material is checked by `tls_material`).
+    let c = parse("LOG_LEVEL=4\nIMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_SOURCE=FILE").unwrap();
     assert_eq!(c.auth_enabled_at, Some((PathBuf::from("cfg"), 2)));
+    assert!(c.refuse_unbuilt_features().is_ok());
+    assert!(c.tls_enabled());
+
+    // GSSAPI is not built: refused, naming the line and the way out.
+    let c =
+        parse("IMEX_AUTH_ENCRYPTION_MODE=GSS_AUTH_ONLY\nIMEX_ENABLE_AUTH_ENCRYPTION=1").unwrap();
     let e = c.refuse_unbuilt_features().unwrap_err();
     assert!(matches!(e, ConfigError::NotBuilt { line: 2, .. }), "{e:?}");
     let msg = e.to_string();
-    assert!(
-        msg.starts_with("cfg:2: IMEX_ENABLE_AUTH_ENCRYPTION=1 asks for authenticated"),
-        "{msg}"
-    );
     for needle in [
-        "IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS",
-        "IMEX_SERVER_KEY file \"/nonexistent/server.key\"",
-        "TLS is not built into openimex yet",
-        "refuses to start",
+        "cfg:2: IMEX_ENABLE_AUTH_ENCRYPTION=1 asks for authenticated",
+        "IMEX_AUTH_ENCRYPTION_MODE=GSS_AUTH_ONLY",
+        "GSSAPI (Kerberos) is not built",
+        "use IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS",
         "set IMEX_ENABLE_AUTH_ENCRYPTION=0",
     ] {
         assert!(msg.contains(needle), "{needle:?} in {msg}");
     }
-
-    // GSSAPI is not built either.
-    let c =
-        parse("IMEX_AUTH_ENCRYPTION_MODE=GSS_AUTH_ONLY\nIMEX_ENABLE_AUTH_ENCRYPTION=1").unwrap();
-    let msg = c.refuse_unbuilt_features().unwrap_err().to_string();
-    assert!(
-        msg.starts_with("cfg:2: ") && msg.contains("GSSAPI (Kerberos) is not built"),
-        "{msg}"
-    );
+    assert!(!c.tls_enabled());
 }
 
 #[test]

@@ -173,6 +173,7 @@ fn settings() -> Settings {
         network_interface: None,
         link_scope: 0,
         conn_wait_timeout: None,
+        tls: None,
         config_dump: Default::default(),
     }
 }
