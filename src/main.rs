@@ -1,7 +1,7 @@
 //! `openimex`: the open IMEX service in one binary.
 //!
 //! Subcommands: `daemon` (NVIDIA's `nvidia-imex`), `ctl` (`nvidia-imex-ctl`), `install-links`,
-//! `demo`, `bench`, `channels`, `certs`. Invoked through a link named `nvidia-imex` or
+//! `demo`, `bench`, `channels`, `certs`, `init`. Invoked through a link named `nvidia-imex` or
 //! `nvidia-imex-ctl`, it behaves as that program, so systemd units, Slurm prologs, Kubernetes
 //! probes and DCGM work unchanged.
 
@@ -47,6 +47,9 @@ enum Command {
     /// Make a CA and per-node certificates for mutual TLS between daemons, and print the
     /// config.cfg lines that use them.
     Certs(tools::CertsArgs),
+    /// Write a working, secure domain: per node a config.cfg (mutual TLS on, root-only command
+    /// socket), the nodes file and its certificates, ready to copy to /etc/nvidia-imex.
+    Init(tools::InitArgs),
     /// (internal) Listen on IP:PORT and accept connections: the baseline process of `bench formation`.
     #[command(hide = true)]
     ListenProbe {
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => tools::bench(&b),
         Command::Channels(c) => tools::channels(&c),
         Command::Certs(a) => tools::certs(&a),
+        Command::Init(a) => tools::init(&a),
         Command::ListenProbe { addr } => tools::listen_probe(addr),
     };
     match result {

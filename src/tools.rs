@@ -1,10 +1,11 @@
 //! The binary's own tools: `install-links`, `bench` (in [`bench`](mod@bench)), `channels`
-//! (in [`channels`](mod@channels)), `certs` (in [`certs`](mod@certs)), and the hidden
-//! `listen-probe`.
+//! (in [`channels`](mod@channels)), `certs` (in [`certs`](mod@certs)), `init` (in
+//! [`init`](mod@init)), and the hidden `listen-probe`.
 
 mod bench;
 mod certs;
 mod channels;
+mod init;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use anyhow::{Context, Result, bail};
 pub(crate) use bench::{BenchCommand, bench};
 pub(crate) use certs::{CertsArgs, run as certs};
 pub(crate) use channels::{ChannelsCommand, channels};
+pub(crate) use init::{InitArgs, run as init};
 
 /// Creates `nvidia-imex` and `nvidia-imex-ctl` symlinks to this binary in `dir`, which must
 /// exist.

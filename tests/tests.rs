@@ -86,6 +86,9 @@ mod slurm;
 // issue 10: mutual TLS between daemons: formation, refusals with named reasons, rotation
 #[path = "e2e/tls.rs"]
 mod tls;
+// issue 10: openimex init writes a domain (TLS on, root-only command socket) that forms UP
+#[path = "e2e/init.rs"]
+mod init;
 // names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
 #[path = "e2e/sigusr1.rs"]
 mod sigusr1;
