@@ -38,6 +38,8 @@ pub mod notify;
 mod peer_client;
 mod peer_server;
 mod persist;
+#[cfg(test)]
+mod prop_wire;
 mod session;
 mod session_tx;
 pub mod settings;
