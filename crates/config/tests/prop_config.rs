@@ -268,10 +268,7 @@ fn valid_set() -> impl Strategy<Value = Vec<String>> {
         kv("OPENIMEX_VERBOSE_LOG_BUFFER_KB", num(0, 65536)),
     ];
     // Each key in or out, in a shuffled order.
-    let chosen: Vec<_> = fields
-        .into_iter()
-        .map(|f| proptest::option::of(f))
-        .collect();
+    let chosen: Vec<_> = fields.into_iter().map(proptest::option::of).collect();
     chosen
         .prop_map(|v| v.into_iter().flatten().collect::<Vec<_>>())
         .prop_shuffle()

@@ -29,8 +29,8 @@ fn budget() -> ProptestConfig {
 
 const PATH: &str = "nodes_config.cfg";
 
-fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
-    NodeConfig::parse(text, Path::new(PATH))
+fn parse(text: &str) -> Result<NodeConfig, Box<ConfigError>> {
+    NodeConfig::parse(text, Path::new(PATH)).map_err(Box::new)
 }
 
 /// What makes two entries the same node: the address, or the name in lower case.
@@ -72,7 +72,7 @@ fn check_any(text: &str) -> Result<(), TestCaseError> {
         }
         Err(e) => {
             let msg = e.to_string();
-            let line = match &e {
+            let line = match &*e {
                 ConfigError::InvalidNode { line, .. }
                 | ConfigError::DuplicateNode { line, .. }
                 | ConfigError::TooManyNodes { line, .. } => Some(*line),
@@ -98,7 +98,7 @@ fn check_any(text: &str) -> Result<(), TestCaseError> {
                 line,
                 value,
                 ..
-            } = &e
+            } = &*e
             {
                 prop_assert!(first_line < line);
                 let first = lines[first_line - 1]
@@ -171,7 +171,7 @@ proptest! {
             let any = lines
                 .iter()
                 .any(|l| !l.split('#').next().unwrap_or_default().trim().is_empty());
-            match parse(&text) {
+            match parse(&text).map_err(|e| *e) {
                 Ok(_) => prop_assert!(any && !dup),
                 Err(ConfigError::DuplicateNode { .. }) => prop_assert!(dup),
                 Err(ConfigError::NoNodes { .. }) => prop_assert!(!any),
