@@ -162,7 +162,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         (at.clone(), ".{0,40}").prop_map(|(a, s)| Edit::Replace(a, s)),
         (at.clone(), "[A-Z_]{1,12}=[ -~]{0,12}").prop_map(|(a, s)| Edit::Insert(a, s)),
         at.clone().prop_map(Edit::LowerKey),
-        (at, 1usize..200_000).prop_map(|(a, n)| Edit::Grow(a, n)),
+        (at, 1usize..20_000).prop_map(|(a, n)| Edit::Grow(a, n)),
     ]
 }
 
