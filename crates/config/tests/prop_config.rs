@@ -5,6 +5,9 @@
 //! Each property runs [`CASES`] cases; `PROPTEST_CASES=N` runs `N` instead (the longer run the
 //! README describes).
 
+#[path = "../../core/tests/prop_budget/mod.rs"]
+mod prop_budget;
+
 use std::path::Path;
 
 use openimex_config::{Config, ConfigError, dump};
@@ -12,18 +15,6 @@ use proptest::prelude::*;
 
 /// Cases per property in CI.
 const CASES: u32 = 12_000;
-
-fn budget() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(CASES);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 const PATH: &str = "/etc/nvidia-imex/config.cfg";
 
@@ -275,7 +266,7 @@ fn valid_set() -> impl Strategy<Value = Vec<String>> {
 }
 
 proptest! {
-    #![proptest_config(budget())]
+    #![proptest_config(prop_budget::budget(CASES))]
 
     /// Arbitrary bytes (as the daemon would read them, lossily) never panic the parser.
     #[test]

@@ -5,6 +5,9 @@
 //!
 //! Each property runs [`CASES`] cases; `PROPTEST_CASES=N` runs `N` instead.
 
+#[path = "../../core/tests/prop_budget/mod.rs"]
+mod prop_budget;
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
@@ -14,18 +17,6 @@ use proptest::prelude::*;
 
 /// Cases per property in CI.
 const CASES: u32 = 15_000;
-
-fn budget() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(CASES);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 const PATH: &str = "nodes_config.cfg";
 
@@ -134,7 +125,7 @@ fn line() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(budget())]
+    #![proptest_config(prop_budget::budget(CASES))]
 
     /// Arbitrary bytes (read lossily) never panic the parser.
     #[test]

@@ -9,6 +9,9 @@
 //!
 //! Each property runs [`CASES`] cases; `PROPTEST_CASES=N` runs `N` instead.
 
+#[path = "prop_budget/mod.rs"]
+mod prop_budget;
+
 #[path = "sim/mod.rs"]
 mod sim;
 
@@ -21,18 +24,6 @@ use proptest::prelude::*;
 
 /// Cases in CI (each a sequence of up to 60 inputs).
 const CASES: u32 = 10_000;
-
-fn budget() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(CASES);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// How a hello differs from the honest one of its node.
 #[derive(Debug, Clone, Copy)]
@@ -371,7 +362,7 @@ impl Harness {
 }
 
 proptest! {
-    #![proptest_config(budget())]
+    #![proptest_config(prop_budget::budget(CASES))]
 
     #[test]
     fn random_inputs_keep_the_mesh_contract(

@@ -18,6 +18,9 @@
 //!
 //! Each property runs [`CASES`] cases; `PROPTEST_CASES=N` runs `N` instead.
 
+#[path = "prop_budget/mod.rs"]
+mod prop_budget;
+
 mod sim;
 
 use std::collections::{HashMap, HashSet};
@@ -30,18 +33,6 @@ use sim::node::Setup;
 
 /// Cases in CI (each a sequence of up to 50 requests and events).
 const CASES: u32 = 8_000;
-
-fn budget() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(CASES);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// Most describes in flight per importer in these runs.
 const MAX_DESCRIBES: usize = 3;
@@ -377,7 +368,7 @@ impl Harness {
 }
 
 proptest! {
-    #![proptest_config(budget())]
+    #![proptest_config(prop_budget::budget(CASES))]
 
     #[test]
     fn hostile_requests_keep_the_reference_books(

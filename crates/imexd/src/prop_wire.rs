@@ -30,18 +30,6 @@ const CASES: u32 = 10_000;
 /// Cases of the session property.
 const SESSION_CASES: u32 = 5_000;
 
-fn budget(default: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
 /// A string of `0..=max` characters, sometimes just over the daemon's bound.
 fn text(max: usize) -> impl Strategy<Value = String> {
     prop_oneof![
@@ -288,7 +276,7 @@ fn run_session(
 }
 
 proptest! {
-    #![proptest_config(budget(CASES))]
+    #![proptest_config(crate::prop_budget::budget(CASES))]
 
     /// Arbitrary bytes decoded as any peer message never panic, and whatever decodes is
     /// checked as the daemon checks it.
@@ -350,7 +338,7 @@ fn answers_request(req: &Body, ans: &Body) -> bool {
 }
 
 proptest! {
-    #![proptest_config(budget(SESSION_CASES))]
+    #![proptest_config(crate::prop_budget::budget(SESSION_CASES))]
 
     /// Random frames on a session: each request frame is answered once, under its ID, with
     /// the engine's answer or a refusal that says why; a bad import never reaches the engine;

@@ -22,18 +22,6 @@ use crate::convert::row_cells;
 /// Cases per property in CI.
 const CASES: u32 = 8_000;
 
-fn budget() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(CASES);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
 /// Status words as peers send them: known ones, other case, junk.
 fn word() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -99,7 +87,7 @@ fn service(n: usize, state: DaemonState) -> CommandService {
 }
 
 proptest! {
-    #![proptest_config(budget())]
+    #![proptest_config(crate::prop_budget::budget(CASES))]
 
     /// A peer's row, whatever its width and words, becomes exactly `n` cells: its own cells
     /// kept, missing ones INVALID; an old-style row's words land at their node IDs.
