@@ -76,7 +76,7 @@ fn input(n: u16) -> impl Strategy<Value = Input> {
     prop_oneof![
         1 => Just(Input::Start),
         1 => Just(Input::DriverReady),
-        1 => Just(Input::Shutdown).prop_filter("rare", |_| true),
+        1 => Just(Input::Shutdown),
         6 => (peer.clone(), attempt.clone(), inst.clone(), lie.clone())
             .prop_map(|(p, a, i, l)| Input::DialOk(p, a, i, l)),
         4 => (peer.clone(), attempt.clone()).prop_map(|(p, a)| Input::DialFailed(p, a)),
