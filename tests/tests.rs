@@ -56,6 +56,9 @@ mod log_keys;
 // a domain forms: states, `ctl -q` and `ctl -N -j` output as tools parse them
 #[path = "e2e/formation.rs"]
 mod formation;
+// issue 10: a hostile peer (floods, random bytes, oversized frames) while imports are served
+#[path = "e2e/hostile.rs"]
+mod hostile;
 // issue 13: ignored signals logged, socket mode, bounded echoes and reads, refused port 0
 #[path = "e2e/hardening.rs"]
 mod hardening;

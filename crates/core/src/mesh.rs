@@ -535,6 +535,8 @@ impl Mesh {
     /// a stale goodbye must not take down a restarted peer's link. The pair's session no
     /// longer carries it but is not closed: the goodbye is answered on it, the leaving peer may
     /// still hand back imports on it ([`Mesh::proven_by`]), and it closes it when it exits.
+    /// A goodbye naming a placeholder is ignored: no node is there to leave, and its link must
+    /// stay INVALID and undialled.
     pub fn handle_goodbye(
         &mut self,
         now: Instant,
@@ -542,6 +544,9 @@ impl Mesh {
         instance: InstanceId,
         reason: &str,
     ) {
+        if self.cfg.map.is_placeholder(peer) {
+            return;
+        }
         let Some(link) = self.link(peer) else { return };
         if link.instance.is_some_and(|known| known != instance) {
             return;

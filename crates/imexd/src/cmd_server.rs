@@ -29,6 +29,9 @@ use crate::convert::{node_status, peers_reply, row_cells};
 use crate::error::DaemonError;
 use crate::mailbox::{Hosts, Input, ask};
 
+#[cfg(test)]
+mod prop;
+
 /// How long the command service waits for one peer's row.
 const PEER_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 

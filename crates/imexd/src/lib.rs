@@ -38,6 +38,12 @@ pub mod notify;
 mod peer_client;
 mod peer_server;
 mod persist;
+// The case budget shared by every crate's property suites.
+#[cfg(test)]
+#[path = "../../core/tests/prop_budget/mod.rs"]
+mod prop_budget;
+#[cfg(test)]
+mod prop_wire;
 mod session;
 mod session_tx;
 pub mod settings;
