@@ -1,7 +1,9 @@
 //! The raw gRPC baseline of `import` and `storm`: a process (`openimex bench rpc-server`)
 //! serving the command service's unary `State` call with a constant answer, on the stack and
-//! runtime shape the daemon's servers use (tonic over TCP with TCP_NODELAY, a tokio runtime of
-//! 2 workers), and the clients that time calls to it over loopback. What it costs is what any
+//! runtime shape the daemon's servers used when it was set (tonic over TCP with TCP_NODELAY, a
+//! tokio runtime of 2 workers; the daemon now runs on one thread, and the baseline stays as it
+//! was so figures compare across runs: a one-thread server measured slower, which would only
+//! flatter the ratios), and the clients that time calls to it over loopback. What it costs is what any
 //! unary RPC costs here; what an import costs above it is the daemons' and driver's own work.
 
 use std::io::Write as _;
