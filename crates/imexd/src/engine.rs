@@ -277,7 +277,7 @@ impl Engine {
     }
 
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
-        crate::stats::taken(&input);
+        crate::stats::taken(input.request_kind());
         let now = now();
         match input {
             Input::Hello {

@@ -145,7 +145,7 @@ pub async fn run(
     );
     node.set_heartbeat_phase(heartbeat_phase(now, settings.heartbeat_interval));
     let (tx, rx) = mpsc::channel(1024);
-    stats::watch_mailbox(&tx);
+    stats::watch_mailbox(mailbox::depth_of(&tx));
     let (state_tx, state_rx) = watch::channel(DaemonState::Initializing);
     let (hosts_tx, hosts_rx) = watch::channel(std::sync::Arc::new(settings.hosts.clone()));
 

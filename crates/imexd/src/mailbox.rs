@@ -220,3 +220,31 @@ impl From<Stopping> for tonic::Status {
         tonic::Status::unavailable("daemon is stopping")
     }
 }
+
+impl Input {
+    /// The peer request this input starts, if it is one the stats file times
+    /// (`stats::served`).
+    pub(crate) fn request_kind(&self) -> Option<crate::stats::Kind> {
+        use crate::stats::Kind;
+        match self {
+            Input::PeerImport { .. } => Some(Kind::ImportRequest),
+            Input::PeerUnimport { .. } => Some(Kind::UnimportRequest),
+            Input::Goodbye { .. } => Some(Kind::Goodbye),
+            Input::Authenticate {
+                what: PeerRequest::Status,
+                ..
+            } => Some(Kind::StatusRequest),
+            _ => None,
+        }
+    }
+}
+
+/// The depth of the mailbox `tx` sends to, read through a weak handle (so whoever holds it
+/// never keeps the mailbox open; 0 once it is gone).
+pub(crate) fn depth_of(tx: &mpsc::Sender<Input>) -> crate::stats::Depth {
+    let weak = tx.downgrade();
+    Box::new(move || {
+        weak.upgrade()
+            .map_or(0, |tx| tx.max_capacity() - tx.capacity())
+    })
+}

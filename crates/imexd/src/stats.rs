@@ -42,12 +42,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use openimex_core::node::PeerRequest;
 use openimex_proto::peer::SessionMsg;
 use openimex_proto::peer::session_msg::Body;
-use tokio::sync::mpsc;
-
-use crate::mailbox::Input;
 pub use record::{Group, MessageStat, QueueStat, Record};
 pub use writer::{StatsFile, StatsOptions};
 
@@ -135,20 +131,6 @@ impl Kind {
         }
     }
 
-    /// The peer request an engine input starts, if it is one [`served`] notes.
-    fn of_input(input: &Input) -> Option<Kind> {
-        match input {
-            Input::PeerImport { .. } => Some(Kind::ImportRequest),
-            Input::PeerUnimport { .. } => Some(Kind::UnimportRequest),
-            Input::Goodbye { .. } => Some(Kind::Goodbye),
-            Input::Authenticate {
-                what: PeerRequest::Status,
-                ..
-            } => Some(Kind::StatusRequest),
-            _ => None,
-        }
-    }
-
     /// A request: answered by the other end.
     fn is_request(self) -> bool {
         matches!(
@@ -200,8 +182,8 @@ struct Stats {
     sums: Mutex<[[Sums; KINDS.len()]; 2]>,
     /// Incoming requests not yet taken by the engine, per kind, oldest first.
     waiting: Mutex<[VecDeque<Arc<Slot>>; KINDS.len()]>,
-    /// The engine's mailbox, to read its depth without keeping it open.
-    mailbox: Mutex<Option<mpsc::WeakSender<Input>>>,
+    /// The depth of the engine's mailbox (see [`watch_mailbox`]).
+    mailbox: Mutex<Option<Depth>>,
     /// Unimports sent and not yet confirmed, by a sequence number: the first is the oldest.
     unimports: Mutex<BTreeMap<u64, Instant>>,
     next_unimport: AtomicU64,
@@ -224,10 +206,14 @@ impl Stats {
     }
 }
 
-/// The engine's mailbox is `tx`'s: its depth is `ProcessorQueue`'s (held weakly, so the stats
-/// never keep the engine's mailbox open).
-pub(crate) fn watch_mailbox(tx: &mpsc::Sender<Input>) {
-    *lock(&STATS.mailbox) = Some(tx.downgrade());
+/// How many inputs wait in the engine's mailbox now.
+pub(crate) type Depth = Box<dyn Fn() -> usize + Send + Sync>;
+
+/// `depth` tells `ProcessorQueue`'s depth: the engine's mailbox, read through a weak handle by
+/// the caller so the stats never keep it open (`mailbox::depth_of`). Taken as a function, not
+/// the mailbox, so the stats need not know the engine's inputs.
+pub(crate) fn watch_mailbox(depth: Depth) {
+    *lock(&STATS.mailbox) = Some(depth);
 }
 
 /// Hook of the session reader, for a frame that is not a request (see [`served`]): a heartbeat
@@ -273,10 +259,10 @@ where
     }
 }
 
-/// Hook of the engine, as it takes `input` from its mailbox: a peer request's processing
-/// starts.
-pub(crate) fn taken(input: &Input) {
-    let Some(kind) = Kind::of_input(input) else {
+/// Hook of the engine, as it takes an input from its mailbox: the processing of a peer
+/// request of `kind` starts (`None`: not a request [`served`] notes).
+pub(crate) fn taken(kind: Option<Kind>) {
+    let Some(kind) = kind else {
         return;
     };
     let now = Instant::now();
@@ -373,10 +359,7 @@ impl Stats {
             let oldest = w.iter().filter_map(|q| q.front().map(|s| s.received)).min();
             (w.iter().map(VecDeque::len).sum::<usize>(), oldest)
         };
-        let mailbox = lock(&self.mailbox)
-            .as_ref()
-            .and_then(mpsc::WeakSender::upgrade)
-            .map_or(0, |tx| tx.max_capacity() - tx.capacity());
+        let mailbox = lock(&self.mailbox).as_ref().map_or(0, |depth| depth());
         let (unimports, oldest_unimport) = {
             let u = lock(&self.unimports);
             (u.len(), u.values().next().copied())

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use tokio::sync::mpsc;
+
 use super::*;
+use crate::mailbox::Input;
 
 /// Splits a record into its interval and its JSON, checking the prefix on the way.
 fn parse(text: &str) -> (u64, serde_json::Value) {
@@ -188,7 +191,7 @@ fn queues_report_depth_and_oldest_age() {
 async fn mailbox_depth_is_read_without_keeping_it_open() {
     let stats = Stats::default();
     let (tx, mut rx) = mpsc::channel::<Input>(8);
-    *stats.mailbox.lock().expect("lock") = Some(tx.downgrade());
+    *stats.mailbox.lock().expect("lock") = Some(crate::mailbox::depth_of(&tx));
     for _ in 0..3 {
         tx.send(Input::ConnClosed { conn: 1 }).await.expect("send");
     }
