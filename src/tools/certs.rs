@@ -15,7 +15,7 @@ pub(crate) struct CertsArgs {
     /// The nodes file: one certificate per entry, named for the entry (IP or DNS name).
     #[arg(long, value_name = "FILE")]
     nodes: PathBuf,
-    /// Directory for ca.pem, ca.key, node<ID>.pem and node<ID>.key (created if missing).
+    /// Directory for ca.pem, ca.key, `node<ID>.pem` and `node<ID>.key` (created if missing).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// Validity of the CA and the certificates, in days.

@@ -1,7 +1,7 @@
 //! Logging as NVIDIA's daemon does it: `LOG_LEVEL` 0 (off) … 4 (INFO), to `LOG_FILE_NAME`
 //! (appended or truncated per `LOG_APPEND_TO_LOG`, capped and rotated per `LOG_FILE_MAX_SIZE`
-//! and `LOG_MAX_ROTATE_COUNT`: [`log_file`]), or stderr when the name is empty or the file
-//! cannot be opened, or syslog with `LOG_USE_SYSLOG=1` ([`syslog`]); [`sink`] picks and falls
+//! and `LOG_MAX_ROTATE_COUNT`: `log_file`), or stderr when the name is empty or the file
+//! cannot be opened, or syslog with `LOG_USE_SYSLOG=1` (`syslog`); `sink` picks and falls
 //! back. Lines look like `[Dec 02 2026 15:40:01.123] [INFO] [tid 7] message`.
 //!
 //! # The verbose buffer (imex-guide §1 LOG_LEVEL, §5 SIGHUP)

@@ -13,13 +13,13 @@
 //!     reader takes the frame, *starts* when the engine takes it from its mailbox, and is
 //!     *answered* when its answer is ready: `avgQueueTimeMillis` is received→started,
 //!     `avgOperTimeMillis` started→answered (an import's includes the driver's describe),
-//!     `avgTotalTimeMillis` received→answered. The reader notes the request ([`served`]); the
-//!     engine marks the start ([`taken`]) of the oldest noted request of the same kind: the
+//!     `avgTotalTimeMillis` received→answered. The reader notes the request (`served`); the
+//!     engine marks the start (`taken`) of the oldest noted request of the same kind: the
 //!     mailbox is first in, first out, so that is the one it took, unless two readers raced to
 //!     the mailbox with requests of one kind a few microseconds apart.
 //!   - Heartbeats, their answers and the answers to our requests are handled by the reader as
 //!     they arrive, without a queue: counted, with zero times.
-//!   - An outgoing message ([`Trip`]) is queued from the moment it is built until the session's
+//!   - An outgoing message (`Trip`) is queued from the moment it is built until the session's
 //!     send queue takes it (the wait there is the peer's back-pressure); for a request, the
 //!     operation is the wait for the peer's answer; answers and heartbeats have none.
 //! - `QueueStats`:

@@ -1,7 +1,7 @@
 //! Mutual TLS between daemons (`IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS`): the rustls
 //! configurations of both sides built from the config crate's [`TlsMaterial`], swapped on
 //! SIGUSR1 ([`Tls::reload`]), and the named reasons a failed handshake is refused and counted
-//! under ([`refusal`]).
+//! under (`refusal`).
 //!
 //! TLS 1.3 only, ring as the only crypto provider. The accepting side requires a client
 //! certificate that chains to `IMEX_SERVER_CERT_AUTH`; the dialling side presents its client
