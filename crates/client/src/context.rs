@@ -341,7 +341,7 @@ impl Context {
     }
 
     /// One call on the connection; a driver error becomes its CUDA error.
-    fn call(
+    pub(crate) fn call(
         &self,
         req: &Request,
         fds: &[std::os::fd::RawFd],
@@ -384,7 +384,7 @@ impl Context {
     }
 }
 
-fn unexpected(req: &str, resp: &Response) -> CuError {
+pub(crate) fn unexpected(req: &str, resp: &Response) -> CuError {
     CuError::Unknown(format!("driver answered {resp:?} to {req}"))
 }
 

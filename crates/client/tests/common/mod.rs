@@ -47,6 +47,7 @@ impl Node {
             hbm_bytes: 64 << 20,
             cluster_uuid: [1; 16],
             clique_id: 1,
+            probe: Default::default(),
             // The files above are the channels; the driver creates none of its own.
             channels: 0,
             imex_channel_count,
