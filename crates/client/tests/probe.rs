@@ -10,7 +10,6 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -20,6 +19,8 @@ use openimex_client::{Context, HealthSummary, ProbeState};
 use openimex_harness::ScratchDir;
 use openimex_simproto::probe::{CAP_MC_SUPPORTED, ProbeInfo};
 use openimex_simproto::proto::{self, NvStatus, Request, Response};
+
+mod common;
 
 /// `KIND\x1fARG\x1fARG…`: what the re-run binary is.
 const CHILD: &str = "OPENIMEX_CLIENT_PROBE_TEST_CHILD";
@@ -59,22 +60,9 @@ fn prefixed(name: &str, args: Vec<OsString>) -> Vec<OsString> {
 }
 
 fn child_command(kind: &str, args: &[&str], uid: Option<u32>) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().expect("this binary"));
-    if let Some(uid) = uid {
-        cmd.uid(uid).gid(uid);
-    }
     let spec: Vec<&str> = std::iter::once(kind).chain(args.iter().copied()).collect();
-    cmd.args([
-        "--exact",
-        "child",
-        "--nocapture",
-        "--quiet",
-        "--test-threads=1",
-    ])
-    .env(CHILD, spec.join("\u{1f}"))
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut cmd = common::rerun_as("child", (CHILD, spec.join("\u{1f}")), uid);
+    cmd.stdin(Stdio::null());
     cmd
 }
 
