@@ -130,7 +130,8 @@ impl Context {
         self.node_id
     }
 
-    /// The node's GPUs.
+    /// The node's GPUs, as the driver reported them when this context opened; their fabric
+    /// probe may have moved on since ([`Context::gpu_fabric_info`] reads it now).
     pub fn gpus(&self) -> &[GpuInfo] {
         &self.gpus
     }
