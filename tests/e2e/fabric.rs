@@ -543,7 +543,7 @@ fn gpus_report_their_fabric_probe() {
     let mut seen = Vec::new();
     for i in 0..2 {
         let mut cmd = app("gpus", cluster.node(i).dir());
-        cmd.arg("--no-channel");
+        cmd.args(["--no-channel", "-j"]);
         let out = run(&mut cmd);
         assert!(out.status.success(), "app gpus: {}", text(&out.stderr));
         let gpus: Vec<Value> = text(&out.stdout)

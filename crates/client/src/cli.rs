@@ -5,7 +5,7 @@
 //! openimex app import --node-dir DIR --handle HEX|@FILE [--verify SEED] [--write SEED]
 //!                     [--hold] [--no-release] [--timeout SECS] [--import-id ID]
 //! openimex app stats  --node-dir DIR
-//! openimex app gpus   --node-dir DIR
+//! openimex app gpus   --node-dir DIR [-j]
 //! openimex app churn  --node-dir DIR --handle-file FILE [--gpu N] [--size SIZE] …
 //! openimex app reader --node-dir DIR --source FILE… [--interval-ms MS] …
 //! ```
@@ -25,8 +25,9 @@
 //! - `stats` prints the driver's counters as one JSON line.
 //! - `churn` and `reader` are the fault-injection workload, with a line protocol of their own
 //!   (the `workload` module's docs describe it).
-//! - `gpus` prints each GPU (UUID, HBM, fabric probe state, clusterUuid, cliqueId, health,
-//!   fabric base address) as one JSON line, what NVML's fabric info gives NCCL and NVSHMEM.
+//! - `gpus` prints each GPU as NVML's fabric info gives it to NCCL and NVSHMEM (UUID,
+//!   clusterUuid, cliqueId, fabric probe state, health summary), as a table, or with `-j` as
+//!   one JSON line each (also HBM, probe status, partition, health mask, fabric base address).
 //!
 //! With `--hold`, the memory stays mapped until standard input ends, a SIGTERM or SIGINT
 //! arrives, or an `exit` line is read; it is then released and the command exits 0 (`import`
@@ -54,6 +55,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{Context, CuError, FabricHandleBytes, Mappable, Mapping, pattern};
 
+mod gpus;
 mod workload;
 
 #[derive(Debug, Parser)]
@@ -79,9 +81,9 @@ enum Command {
     Churn(workload::ChurnArgs),
     /// Import what `app churn` publishes and check it continuously (fault-injection workload).
     Reader(workload::ReaderArgs),
-    /// Print the node's GPUs and their fabric probe (UUID, HBM, state, clusterUuid, cliqueId,
-    /// health, fabric base address), one JSON object per line, as NVML reports them.
-    Gpus(NodeArgs),
+    /// Print the node's GPUs and their fabric probe (UUID, clusterUuid, cliqueId, state,
+    /// health) as NVML reports them: a table, or one JSON object per line with -j.
+    Gpus(gpus::GpusArgs),
 }
 
 #[derive(Debug, Args)]
@@ -176,7 +178,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Stats(node) => stats(&node),
         Command::Churn(a) => return workload::churn(&a),
         Command::Reader(a) => return workload::reader(&a),
-        Command::Gpus(node) => gpus(&node),
+        Command::Gpus(a) => gpus::gpus(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -278,16 +280,6 @@ fn stats(node: &NodeArgs) -> Result<(), Failure> {
     let line = serde_json::to_string(&s)
         .map_err(|e| Failure::Io(format!("cannot encode the stats: {e}")))?;
     say(&line);
-    Ok(())
-}
-
-fn gpus(node: &NodeArgs) -> Result<(), Failure> {
-    let ctx = open(node)?;
-    for g in ctx.gpus() {
-        let line = serde_json::to_string(g)
-            .map_err(|e| Failure::Io(format!("cannot encode the GPU info: {e}")))?;
-        say(&line);
-    }
     Ok(())
 }
 

@@ -130,7 +130,8 @@ impl Context {
         self.node_id
     }
 
-    /// The node's GPUs.
+    /// The node's GPUs, as the driver reported them when this context opened; their fabric
+    /// probe may have moved on since ([`Context::gpu_fabric_info`] reads it now).
     pub fn gpus(&self) -> &[GpuInfo] {
         &self.gpus
     }
@@ -341,7 +342,7 @@ impl Context {
     }
 
     /// One call on the connection; a driver error becomes its CUDA error.
-    fn call(
+    pub(crate) fn call(
         &self,
         req: &Request,
         fds: &[std::os::fd::RawFd],
@@ -384,7 +385,7 @@ impl Context {
     }
 }
 
-fn unexpected(req: &str, resp: &Response) -> CuError {
+pub(crate) fn unexpected(req: &str, resp: &Response) -> CuError {
     CuError::Unknown(format!("driver answered {resp:?} to {req}"))
 }
 

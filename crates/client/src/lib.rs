@@ -25,6 +25,9 @@
 //! # Ok::<(), openimex_client::CuError>(())
 //! ```
 //!
+//! [`Context::gpu_fabric_info`] reads a GPU's fabric probe as NVML presents it; fabric memory
+//! cannot be created on a GPU whose probe has not completed.
+//!
 //! Memory lives until [`Context::release`] or until its context closes (the driver frees a
 //! client's objects when its connection goes, as at process exit). [`pattern`] fills and
 //! checks deterministic test data; [`cli`] is `openimex app`; [`node_dir`] says where a node's
@@ -36,12 +39,15 @@
 pub mod cli;
 mod context;
 pub mod error;
+mod fabric_info;
 pub mod pattern;
 
 pub use context::{
     Allocation, Context, DEFAULT_IMPORT_TIMEOUT, FabricHandleBytes, Imported, Mappable, Mapping,
 };
 pub use error::CuError;
+pub use fabric_info::GpuFabricInfo;
 /// Where a node's driver socket and IMEX channel files are (the simulated driver's `/dev`).
 pub use openimex_simproto::node_dir;
+pub use openimex_simproto::probe::{HealthSummary, ProbeState};
 pub use openimex_simproto::proto::{DriverStats, GpuInfo};

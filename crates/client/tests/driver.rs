@@ -10,7 +10,7 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::process::{Child, ChildStdin, ExitCode};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
@@ -401,23 +401,7 @@ impl Proc {
 
     /// As [`Proc::spawn`], as user `uid` if given (the tests run as root).
     fn spawn_as(args: &[&str], uid: Option<u32>) -> Proc {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        if let Some(uid) = uid {
-            std::os::unix::process::CommandExt::uid(&mut cmd, uid);
-            std::os::unix::process::CommandExt::gid(&mut cmd, uid);
-        }
-        let mut child = cmd
-            .args([
-                "--exact",
-                "cli_child",
-                "--nocapture",
-                "--quiet",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ARGS, args.join("\u{1f}"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+        let mut child = common::rerun_as("cli_child", (CHILD_ARGS, args.join("\u{1f}")), uid)
             .spawn()
             .unwrap();
         let (tx, lines) = channel();

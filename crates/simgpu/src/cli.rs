@@ -24,6 +24,7 @@ use nix::libc;
 use openimex_simproto::handle::decode_hex_array;
 use openimex_simproto::proto::{DEFAULT_IMEX_CHANNEL_COUNT, MAX_IMEX_CHANNEL_COUNT};
 
+use crate::rm::ProbeStart;
 use crate::server::{DriverConfig, Server, default_cluster_uuid};
 
 /// Command-line arguments of `openimex gpu`.
@@ -55,6 +56,12 @@ struct Args {
     /// The GPUs' clique ID.
     #[arg(long, value_name = "N", default_value_t = 1)]
     clique_id: u32,
+    /// The GPUs' fabric probe at start: `complete` (with --cluster-uuid and --clique-id, as if
+    /// a Fabric Manager answered at once), `pending` (IN_PROGRESS until a CompleteFabricProbe
+    /// control from root answers it) or `not-started`. Fabric memory cannot be allocated on a
+    /// GPU before its probe completes.
+    #[arg(long, value_name = "STATE", value_enum, default_value_t = ProbeArg::Complete)]
+    probe: ProbeArg,
     /// Channel files channel0..channel{N-1} to create (mode 0600, this user's) if missing; a
     /// channel file others may read or write is warned about at start.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -64,6 +71,24 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_IMEX_CHANNEL_COUNT,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_IMEX_CHANNEL_COUNT)))]
     imex_channel_count: u32,
+}
+
+/// `--probe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProbeArg {
+    Complete,
+    Pending,
+    NotStarted,
+}
+
+impl From<ProbeArg> for ProbeStart {
+    fn from(a: ProbeArg) -> Self {
+        match a {
+            ProbeArg::Complete => ProbeStart::Complete,
+            ProbeArg::Pending => ProbeStart::Pending,
+            ProbeArg::NotStarted => ProbeStart::NotStarted,
+        }
+    }
 }
 
 fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
@@ -117,6 +142,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         hbm_bytes,
         cluster_uuid,
         clique_id: args.clique_id,
+        probe: args.probe.into(),
         channels: args.channels,
         imex_channel_count: args.imex_channel_count,
     };
@@ -140,6 +166,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         gpus = config.gpus,
         hbm_mib = hbm_bytes >> 20,
         imex_channel_count = config.imex_channel_count,
+        probe = ?config.probe,
         socket = %sock.display(),
         "simulated GPU driver listening"
     );

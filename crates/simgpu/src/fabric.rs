@@ -8,6 +8,8 @@ use openimex_simproto::proto::PAGE_SIZE;
 
 /// Bits of offset within one GPU's window.
 const WINDOW_BITS: u32 = 40;
+/// Bytes of one GPU's window: the FLA range its fabric probe hands it.
+pub const WINDOW_BYTES: u64 = 1 << WINDOW_BITS;
 /// GPUs per node the address plan leaves room for.
 pub const MAX_GPUS_PER_NODE: u32 = 64;
 

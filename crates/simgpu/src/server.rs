@@ -27,7 +27,7 @@ use openimex_simproto::proto::{self, DriverStats, NvStatus, Request, Response, W
 use sha2::{Digest, Sha256};
 
 use crate::channels::{DEFAULT_CHANNEL_MODE, create_channel_file, warn_open_to_all};
-use crate::rm::{ClientId, ImportState, Released, Rm, RmConfig};
+use crate::rm::{ClientId, ImportState, NO_FLA_RANGE, ProbeStart, Released, Rm, RmConfig};
 
 /// Longest a blocked call sleeps before re-checking for shutdown or a hung-up peer.
 const SLICE: Duration = Duration::from_millis(100);
@@ -50,6 +50,8 @@ pub struct DriverConfig {
     pub cluster_uuid: [u8; 16],
     /// Clique ID of the GPUs.
     pub clique_id: u32,
+    /// Where the GPUs' fabric probes stand at start.
+    pub probe: ProbeStart,
     /// Channel files `channel0..channel{N-1}` to create (mode 0600) if missing. Channel files
     /// already in the directory are kept and count as well, if numbered below
     /// `imex_channel_count`.
@@ -217,6 +219,7 @@ impl Server {
             fabric_dir: fabric_dir.clone(),
             cluster_uuid: config.cluster_uuid,
             clique_id: config.clique_id,
+            probe: config.probe,
             imex_channel_count: config.imex_channel_count,
         })
         .map_err(io_err("cannot create the HBM files in", &fabric_dir))?;
@@ -455,6 +458,8 @@ fn wakes_waiters(req: &Request) -> bool {
             | Request::WaitImport { .. }
             | Request::GetEvents { .. }
             | Request::DescribeExport { .. }
+            | Request::FabricProbeInfo { .. }
+            | Request::CompleteFabricProbe { .. }
     )
 }
 
@@ -587,12 +592,27 @@ fn handle(
                 Err(s) => Err(s),
             }
         }
-        Request::Create { gpu, size } => rm.create(client, gpu, size).map(|c| Response::Created {
-            mem: c.mem,
-            size: c.location.size,
-            file: c.location.file.to_string_lossy().into_owned(),
-            offset: c.location.offset,
-        }),
+        Request::Create { gpu, size } => match rm.create(client, gpu, size) {
+            Ok(c) => Ok(Response::Created {
+                mem: c.mem,
+                size: c.location.size,
+                file: c.location.file.to_string_lossy().into_owned(),
+                offset: c.location.offset,
+            }),
+            Err(NvStatus::InvalidState) if rm.allow_fabric_alloc() => {
+                let state = rm.probe_info(gpu).map(|p| p.state.nvml_name());
+                return error(
+                    NvStatus::InvalidState,
+                    format!(
+                        "{NO_FLA_RANGE} GPU {gpu}'s fabric probe is {}: no Fabric Manager has \
+                         answered it; complete the probe (CompleteFabricProbe) or start the \
+                         driver without `--probe pending`",
+                        state.unwrap_or("unknown")
+                    ),
+                );
+            }
+            Err(s) => Err(s),
+        },
         Request::Export { mem } => rm
             .export(client, mem)
             .map(|handle| Response::Exported { handle }),
@@ -706,6 +726,17 @@ fn handle(
             .map(|()| Response::Ok),
         Request::DisableImporters { token, node } => {
             rm.disable_importers(token, node).map(|()| Response::Ok)
+        }
+        Request::FabricProbeInfo { gpu } => rm.probe_info(gpu).map(Response::FabricProbeInfo),
+        Request::CompleteFabricProbe { gpu, info } => {
+            if !may_manage_fabric(stream) {
+                return error(
+                    NvStatus::InsufficientPermissions,
+                    "completing a GPU's fabric probe is the Fabric Manager's: only root or the \
+                     user the driver runs as may; run the Fabric Manager as root",
+                );
+            }
+            rm.complete_probe(gpu, info).map(|()| Response::Ok)
         }
     };
     result.unwrap_or_else(|s| error(s, s.to_string()))

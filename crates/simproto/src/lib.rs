@@ -9,6 +9,8 @@
 //!   including the channel descriptors passed with SCM_RIGHTS.
 //! - [`handle`] — the 64-byte fabric handle, the 16-byte export UUID and the hex codec of the
 //!   text forms.
+//! - [`probe`] — the GPU fabric probe: states, the Fabric Manager's response, the
+//!   GET_GPU_FABRIC_PROBE_INFO answer.
 //! - [`node_dir`] — where a node's driver socket and IMEX channel files live, and the channel
 //!   file names (`channelN`).
 
@@ -16,4 +18,5 @@
 
 pub mod handle;
 pub mod node_dir;
+pub mod probe;
 pub mod proto;

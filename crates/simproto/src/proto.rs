@@ -17,6 +17,8 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
+use crate::probe::{FabricProbeInfo, ProbeInfo};
+
 /// Node ID of a driver with no daemon session (the real driver's 0xFFFF).
 pub const NO_NODE: u16 = 0xFFFF;
 /// Fabric page size: every allocation and every PFN is in 2 MiB units.
@@ -311,6 +313,19 @@ pub enum Request {
         /// The lost exporter node.
         node: u16,
     },
+    /// NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO on `gpu`: any client may ask.
+    FabricProbeInfo {
+        /// GPU index on this node.
+        gpu: u32,
+    },
+    /// The Fabric Manager's probe response for `gpu`: completes its probe. Root or the
+    /// driver's own user only, as the IMEX session.
+    CompleteFabricProbe {
+        /// GPU index on this node.
+        gpu: u32,
+        /// The response.
+        info: ProbeInfo,
+    },
 }
 
 /// The driver's answer.
@@ -381,6 +396,8 @@ pub enum Response {
         /// The pages.
         pages: FabricPages,
     },
+    /// To `FabricProbeInfo`.
+    FabricProbeInfo(FabricProbeInfo),
     /// Success with nothing to report.
     Ok,
     /// Failure.

@@ -47,6 +47,7 @@ impl Node {
             hbm_bytes: 64 << 20,
             cluster_uuid: [1; 16],
             clique_id: 1,
+            probe: Default::default(),
             // The files above are the channels; the driver creates none of its own.
             channels: 0,
             imex_channel_count,
@@ -102,6 +103,33 @@ impl Domain {
     pub(crate) fn check_daemons(&self) {
         assert_eq!(self.daemons.failures(), Vec::<String>::new());
     }
+}
+
+/// This test binary run again, as user `uid` if given, to run only the test `entry` (which
+/// reads what to be from `env`), with piped stdin, stdout and stderr.
+pub(crate) fn rerun_as(
+    entry: &str,
+    env: (&str, String),
+    uid: Option<u32>,
+) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("this binary"));
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    cmd.args([
+        "--exact",
+        entry,
+        "--nocapture",
+        "--quiet",
+        "--test-threads=1",
+    ])
+    .env(env.0, env.1)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    cmd
 }
 
 pub(crate) fn code<T: std::fmt::Debug>(r: Result<T, CuError>) -> u32 {

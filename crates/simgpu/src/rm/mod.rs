@@ -21,6 +21,7 @@
 
 mod hbm;
 mod import;
+mod probe;
 mod session;
 #[cfg(test)]
 mod tests;
@@ -33,12 +34,14 @@ use sha2::{Digest, Sha256};
 
 use crate::fabric::GpuAddr;
 use openimex_simproto::handle::{ExportUuid, FabricHandle, encode_hex};
+use openimex_simproto::probe::ProbeState;
 use openimex_simproto::proto::{
     DriverStats, FabricEvent, FabricPages, GpuInfo, MAX_IMEX_CHANNEL_COUNT, NO_NODE, NvStatus,
     PAGE_SIZE,
 };
 
 use hbm::Hbm;
+pub use probe::{NO_FLA_RANGE, ProbeStart};
 pub use session::ABRUPT_SHUTDOWN_LOG;
 
 /// A connected client (one socket connection: an application process or a daemon connection).
@@ -60,6 +63,9 @@ pub struct RmConfig {
     pub cluster_uuid: [u8; 16],
     /// The GPUs' clique ID.
     pub clique_id: u32,
+    /// Where the GPUs' fabric probes stand at start ([`ProbeStart::Complete`]: done, with
+    /// `cluster_uuid` and `clique_id`).
+    pub probe: ProbeStart,
     /// `NVreg_ImexChannelCount`: channel numbers below it are channels; 0 disables IMEX
     /// channels (subscription is NV_ERR_NOT_SUPPORTED), `reference/driver-interface.md` §2.
     pub imex_channel_count: u32,
@@ -212,6 +218,8 @@ pub struct Rm {
     /// Clients disabled since the server last asked ([`Rm::take_revoked`]): their processes
     /// are killed, as the real driver RCs their channels and the job dies.
     revoked: Vec<ClientId>,
+    /// Each GPU's fabric probe, by index.
+    probes: Vec<probe::Probe>,
 }
 
 impl Rm {
@@ -248,7 +256,8 @@ impl Rm {
             config.gpus,
             config.hbm_bytes,
         )?;
-        Ok(Self {
+        let probes = vec![probe::Probe::at_start(config.probe); config.gpus as usize];
+        let mut rm = Self {
             config,
             hbm,
             node_id: NO_NODE,
@@ -269,7 +278,16 @@ impl Rm {
             import_cache: HashMap::new(),
             unimports: HashMap::new(),
             revoked: Vec::new(),
-        })
+            probes,
+        };
+        if rm.config.probe == ProbeStart::Complete {
+            for gpu in 0..rm.config.gpus {
+                let info = rm.default_probe_info(gpu);
+                rm.complete_probe(gpu, info)
+                    .map_err(|s| io::Error::new(io::ErrorKind::InvalidInput, s.to_string()))?;
+            }
+        }
+        Ok(rm)
     }
 
     /// Clients disabled (RC'd) since the last call, for the server to kill their processes.
@@ -298,18 +316,28 @@ impl Rm {
         self.clients.get(&client).is_some_and(|c| c.disabled)
     }
 
-    /// The node's GPUs as the driver reports them (fabric probe COMPLETED, healthy).
+    /// The node's GPUs as the driver reports them: the fabric fields come from each GPU's
+    /// probe (an all-zero clusterUuid, clique 0 and no health before it completes, as NVML
+    /// reports them).
     pub fn gpus(&self) -> Vec<GpuInfo> {
         (0..self.hbm.gpu_count())
-            .map(|index| GpuInfo {
-                index,
-                uuid: gpu_uuid(&self.config.cluster_uuid, self.config.slot, index),
-                hbm_bytes: self.hbm.bytes_per_gpu(),
-                fabric_state: "COMPLETED".into(),
-                cluster_uuid: encode_hex(&self.config.cluster_uuid),
-                clique_id: self.config.clique_id,
-                health: "HEALTHY".into(),
-                fabric_base: self.gpu_addr(index).base(),
+            .map(|index| {
+                let probe = self.probes.get(index as usize);
+                let info = probe.and_then(|p| p.info.as_ref());
+                GpuInfo {
+                    index,
+                    uuid: gpu_uuid(&self.config.cluster_uuid, self.config.slot, index),
+                    hbm_bytes: self.hbm.bytes_per_gpu(),
+                    fabric_state: probe
+                        .map_or(ProbeState::Unsupported, |p| p.state)
+                        .nvml_name()
+                        .into(),
+                    cluster_uuid: info
+                        .map_or_else(|| encode_hex(&[0; 16]), |i| i.cluster_uuid.clone()),
+                    clique_id: info.map_or(0, |i| i.clique_id),
+                    health: info.map_or("", |i| i.health_summary.name()).into(),
+                    fabric_base: self.gpu_addr(index).base(),
+                }
             })
             .collect()
     }
@@ -392,6 +420,7 @@ impl Rm {
         if size == 0 || gpu >= self.hbm.gpu_count() {
             return Err(NvStatus::InvalidArgument);
         }
+        self.check_fla_range(gpu)?;
         let pages = size.div_ceil(PAGE_SIZE);
         let size = pages
             .checked_mul(PAGE_SIZE)

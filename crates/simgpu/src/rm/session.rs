@@ -96,7 +96,7 @@ impl Rm {
             size: a.size,
             page_size: PAGE_SIZE,
             pfns,
-            clique_id: self.config.clique_id,
+            clique_id: self.gpu_clique(a.gpu),
         };
         if let Some(a) = self.allocs.get_mut(&id) {
             a.refs += 1;

@@ -16,6 +16,7 @@ pub(crate) fn config(dir: &Path, slot: u16) -> DriverConfig {
         hbm_bytes: 64 << 20,
         cluster_uuid: [3; 16],
         clique_id: 1,
+        probe: Default::default(),
         channels: 2,
         imex_channel_count: DEFAULT_IMEX_CHANNEL_COUNT,
     }

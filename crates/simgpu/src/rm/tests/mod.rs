@@ -10,6 +10,7 @@ use openimex_simproto::proto::Validation;
 
 mod fidelity;
 mod lifecycle;
+mod probe;
 
 const MIB: u64 = 1 << 20;
 
@@ -39,6 +40,7 @@ fn node_with_channels(dir: &TempDir, slot: u16, imex_channel_count: u32) -> Rm {
         fabric_dir: dir.0.clone(),
         cluster_uuid: [7; 16],
         clique_id: 1,
+        probe: Default::default(),
         imex_channel_count,
     })
     .unwrap()
