@@ -14,7 +14,7 @@
 //!
 //! Names are letters, digits, `.`, `_` and `-`, unique across the file. Compute trays take
 //! slots in file order. A link names switch trays declared above it. Every rack with compute
-//! trays must reach a switch tray. [`print`] writes a topology in this format; parsing its
+//! trays must reach a switch tray. [`print()`] writes a topology in this format; parsing its
 //! output gives the same topology back.
 
 use std::collections::HashMap;
@@ -330,7 +330,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Topology, FabricError> {
     Ok(p.topo)
 }
 
-/// Writes `topo` in the file format; [`parse`] reads it back unchanged.
+/// Writes `topo` in the file format; [`parse()`] reads it back unchanged.
 pub fn print(topo: &Topology) -> String {
     let mut out = String::new();
     // Writing to a String cannot fail.

@@ -96,6 +96,18 @@ mod tests {
         }
     }
 
+    /// Every switch tray of rack `r` down.
+    fn rack_down(t: &Topology, r: usize) -> Faults {
+        Faults {
+            switch_trays_down: t.racks[r]
+                .switch_trays
+                .iter()
+                .map(|s| s.name.clone())
+                .collect(),
+            ..Faults::default()
+        }
+    }
+
     #[test]
     fn no_faults_is_healthy() {
         let t = preset("nvl72").expect("preset");
@@ -120,13 +132,7 @@ mod tests {
     #[test]
     fn all_switch_trays_down_is_unhealthy() {
         let t = preset("nvl72").expect("preset");
-        let names: Vec<String> = t.racks[0]
-            .switch_trays
-            .iter()
-            .map(|s| s.name.clone())
-            .collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let h = health(&t, &down(&refs));
+        let h = health(&t, &rack_down(&t, 0));
         assert!(h.values().all(|g| g.summary == HealthSummary::Unhealthy
             && g.mask.is(HealthField::ConnectionUnhealthy)));
     }
@@ -134,13 +140,7 @@ mod tests {
     #[test]
     fn a_racks_switch_trays_down_cut_off_that_rack_only() {
         let t = preset("nvl36x2").expect("preset");
-        let names: Vec<String> = t.racks[1]
-            .switch_trays
-            .iter()
-            .map(|s| s.name.clone())
-            .collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let h = health(&t, &down(&refs));
+        let h = health(&t, &rack_down(&t, 1));
         for (gpu, g) in &h {
             let want = if gpu.slot < 9 {
                 HealthSummary::LimitedCapacity

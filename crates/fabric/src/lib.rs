@@ -3,7 +3,7 @@
 //! - [`topology`]: racks, compute trays (2 Grace CPUs + N GPUs), NVLink switch trays (2 NVSwitch
 //!   chips, with or without OSFP ports), the OSFP links joining racks, and named presets
 //!   (`nvl36`, `nvl36x2`, `nvl72`, `nvl576`).
-//! - [`file`]: the topology file format for custom layouts, its parser and printer.
+//! - [`file`](mod@file): the topology file format for custom layouts, its parser and printer.
 //! - [`probe`]: the numeric encodings of the GPU fabric probe (driver-interface §5) and the
 //!   per-GPU probe answer.
 //! - [`partition`]: fabric partitions of whole compute trays, each with its own cliqueId, and
