@@ -73,4 +73,10 @@ pub enum FabricError {
         /// Compute trays in the domain.
         trays: usize,
     },
+    /// Partition ids are u16 and the highest is taken.
+    #[error("no partition id left: partition {max} exists; delete partitions before creating more")]
+    TooManyPartitions {
+        /// The highest id in use.
+        max: u16,
+    },
 }

@@ -88,17 +88,7 @@ impl Layout {
         if usize::from(slot) >= trays {
             return Err(FabricError::UnknownTray { slot, trays });
         }
-        if !self.partitions.iter().any(|p| p.id == to) {
-            return Err(FabricError::UnknownPartition {
-                id: to,
-                known: self
-                    .partitions
-                    .iter()
-                    .map(|p| p.id.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
+        self.known(to)?;
         let mut out = self.clone();
         for p in &mut out.partitions {
             p.trays.retain(|s| *s != slot);
@@ -108,6 +98,62 @@ impl Layout {
             }
         }
         Ok(out)
+    }
+}
+
+impl Layout {
+    /// This layout with a new partition of the compute trays `slots` (taken out of the
+    /// partitions they were in); its id is one above the highest, and its clique follows.
+    /// Returns the layout and the new id.
+    pub fn create(&self, topo: &Topology, slots: &[u16]) -> Result<(Layout, u16), FabricError> {
+        let trays = topo.compute_tray_count();
+        if let Some(&slot) = slots.iter().find(|s| usize::from(**s) >= trays) {
+            return Err(FabricError::UnknownTray { slot, trays });
+        }
+        let id = match self.partitions.iter().map(|p| p.id).max() {
+            None => 0,
+            Some(max) => max
+                .checked_add(1)
+                .ok_or(FabricError::TooManyPartitions { max })?,
+        };
+        let mut out = self.clone();
+        for p in &mut out.partitions {
+            p.trays.retain(|s| !slots.contains(s));
+        }
+        let mut mine = slots.to_vec();
+        mine.sort_unstable();
+        mine.dedup();
+        out.partitions.push(Partition {
+            id,
+            clique_id: clique_for(id),
+            trays: mine,
+        });
+        Ok((out, id))
+    }
+
+    /// This layout without partition `id`; its trays are left in no partition (cliqueId
+    /// [`NO_CLIQUE`], PARTITION_ASSIGNED false) until moved.
+    pub fn delete(&self, id: u16) -> Result<Layout, FabricError> {
+        self.known(id)?;
+        let mut out = self.clone();
+        out.partitions.retain(|p| p.id != id);
+        Ok(out)
+    }
+
+    /// Ok if partition `id` exists, else the error listing those that do.
+    fn known(&self, id: u16) -> Result<(), FabricError> {
+        if self.partitions.iter().any(|p| p.id == id) {
+            return Ok(());
+        }
+        Err(FabricError::UnknownPartition {
+            id,
+            known: self
+                .partitions
+                .iter()
+                .map(|p| p.id.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
     }
 }
 
@@ -179,6 +225,59 @@ mod tests {
                 .iter()
                 .all(|c| c.gpu.slot >= 9 && c.from == 1 && c.to == 2)
         );
+    }
+
+    #[test]
+    fn create_and_delete_partitions() {
+        let t = nvl72();
+        let one = default_layout(&t);
+        let (two, id) = one.create(&t, &[17, 16, 16]).expect("create");
+        assert_eq!(id, 1);
+        assert_eq!(two.partitions[0].trays.len(), 16);
+        assert_eq!(two.partitions[1].trays, [16, 17]);
+        assert_eq!(clique_changes(&t, &one, &two).len(), 8);
+        let gone = two.delete(1).expect("delete");
+        assert_eq!(gone.clique_of(17), NO_CLIQUE);
+        assert!(
+            clique_changes(&t, &two, &gone)
+                .iter()
+                .all(|c| c.to == NO_CLIQUE)
+        );
+        assert!(matches!(
+            two.delete(5),
+            Err(FabricError::UnknownPartition { id: 5, .. })
+        ));
+        assert!(matches!(
+            one.create(&t, &[18]),
+            Err(FabricError::UnknownTray { slot: 18, .. })
+        ));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+        /// A split puts every tray in exactly one partition, sizes within one of each other,
+        /// with distinct cliques; a change seen backwards is the same GPUs with from/to swapped.
+        #[test]
+        fn split_covers_every_tray_once(k in 1usize..=18, slot in 0u16..18, to in 0usize..18) {
+            let t = nvl72();
+            let l = split(&t, k).expect("split");
+            let mut all: Vec<u16> = l.partitions.iter().flat_map(|p| p.trays.clone()).collect();
+            all.sort_unstable();
+            proptest::prop_assert_eq!(all, (0..18).collect::<Vec<u16>>());
+            let sizes: Vec<usize> = l.partitions.iter().map(|p| p.trays.len()).collect();
+            proptest::prop_assert!(sizes.iter().max().unwrap_or(&0) - sizes.iter().min().unwrap_or(&0) <= 1);
+            let mut cliques: Vec<u32> = l.partitions.iter().map(|p| p.clique_id).collect();
+            cliques.dedup();
+            proptest::prop_assert_eq!(cliques.len(), k);
+            let target = l.partitions[to % k].id;
+            let moved = l.move_tray(&t, slot, target).expect("move");
+            let fwd = clique_changes(&t, &l, &moved);
+            let back = clique_changes(&t, &moved, &l);
+            proptest::prop_assert_eq!(fwd.len(), back.len());
+            proptest::prop_assert!(fwd.iter().zip(&back).all(|(a, b)| a.gpu == b.gpu && a.from == b.to && a.to == b.from));
+            proptest::prop_assert!(fwd.iter().all(|c| c.gpu.slot == slot));
+            proptest::prop_assert_eq!(fwd.is_empty(), l.partition_of(slot).map(|p| p.id) == Some(target));
+        }
     }
 
     #[test]
