@@ -5,7 +5,8 @@
 //! fabric through their OSFP links. It keeps working while one switch tray of its rack is
 //! usable, at lower bandwidth (DEGRADED_BW, LIMITED_CAPACITY) whenever any switch tray or
 //! link of its fabric it would use is lost; with none of its rack's switch trays usable it is
-//! cut off (CONNECTION_UNHEALTHY, UNHEALTHY).
+//! cut off (CONNECTION_UNHEALTHY, UNHEALTHY). Route updates and access-timeout recovery are
+//! states the caller reports; they limit capacity while they last.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +24,17 @@ pub struct Faults {
     pub gpu_links_down: BTreeSet<(GpuId, String)>,
     /// Failed OSFP links, by index in [`Topology::links`].
     pub osfp_links_down: BTreeSet<usize>,
+    /// The FM is reprogramming routes (after a switch tray went down or came back): every
+    /// GPU reports ROUTE_UPDATE and LIMITED_CAPACITY while it lasts.
+    pub rerouting: bool,
+    /// GPUs recovering from an NVLink access timeout (ACCESS_TIMEOUT_RECOVERY,
+    /// LIMITED_CAPACITY).
+    pub access_timeout_recovery: BTreeSet<GpuId>,
+}
+
+/// TRUE or FALSE.
+fn flag(b: bool) -> Flag {
+    if b { Flag::True } else { Flag::False }
 }
 
 /// One GPU's fabric health.
@@ -61,24 +73,22 @@ pub fn health(topo: &Topology, faults: &Faults) -> BTreeMap<GpuId, GpuHealth> {
                     || faults.gpu_links_down.contains(&(gpu, name.clone()))
             };
             let usable = direct.iter().filter(|s| !lost(&s.name)).count();
-            let h = if usable == 0 {
-                GpuHealth {
-                    mask: healthy
-                        .with(HealthField::DegradedBw, Flag::True)
-                        .with(HealthField::ConnectionUnhealthy, Flag::True),
-                    summary: HealthSummary::Unhealthy,
-                }
-            } else if usable < direct.len() || degraded_fabric[fabric[rack]] {
-                GpuHealth {
-                    mask: healthy.with(HealthField::DegradedBw, Flag::True),
-                    summary: HealthSummary::LimitedCapacity,
-                }
+            let cut = usable == 0;
+            let lost = cut || usable < direct.len() || degraded_fabric[fabric[rack]];
+            let timeout = faults.access_timeout_recovery.contains(&gpu);
+            let mask = healthy
+                .with(HealthField::DegradedBw, flag(lost))
+                .with(HealthField::ConnectionUnhealthy, flag(cut))
+                .with(HealthField::RouteUpdate, flag(faults.rerouting))
+                .with(HealthField::AccessTimeoutRecovery, flag(timeout));
+            let summary = if cut {
+                HealthSummary::Unhealthy
+            } else if lost || faults.rerouting || timeout {
+                HealthSummary::LimitedCapacity
             } else {
-                GpuHealth {
-                    mask: healthy,
-                    summary: HealthSummary::Healthy,
-                }
+                HealthSummary::Healthy
             };
+            let h = GpuHealth { mask, summary };
             (gpu, h)
         })
         .collect()
@@ -149,6 +159,34 @@ mod tests {
             };
             assert_eq!(g.summary, want, "{gpu:?}");
         }
+    }
+
+    #[test]
+    fn rerouting_and_timeout_recovery_limit_capacity() {
+        let t = preset("nvl36").expect("preset");
+        let g = GpuId { slot: 4, gpu: 2 };
+        let f = Faults {
+            access_timeout_recovery: [g].into(),
+            ..Faults::default()
+        };
+        let h = health(&t, &f);
+        assert!(h[&g].mask.is(HealthField::AccessTimeoutRecovery));
+        assert_eq!(h[&g].summary, HealthSummary::LimitedCapacity);
+        assert_eq!(
+            h[&GpuId { slot: 4, gpu: 1 }].summary,
+            HealthSummary::Healthy
+        );
+        let mut f = rack_down(&t, 0);
+        f.switch_trays_down.pop_first();
+        f.rerouting = true;
+        assert!(
+            health(&t, &f)
+                .values()
+                .all(|v| v.mask.is(HealthField::RouteUpdate)
+                    && v.mask.is(HealthField::DegradedBw)
+                    && !v.mask.is(HealthField::ConnectionUnhealthy)
+                    && v.summary == HealthSummary::LimitedCapacity)
+        );
     }
 
     #[test]

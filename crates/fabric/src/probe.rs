@@ -22,6 +22,23 @@ pub enum ProbeState {
     Complete = 3,
 }
 
+/// `TryFrom<u32>` for a field enum: the variant a driver reports as the value, or the value
+/// back when it is none of them.
+macro_rules! decode_u32 {
+    ($t:ident: $($v:ident),+) => {
+        impl TryFrom<u32> for $t {
+            type Error = u32;
+
+            fn try_from(value: u32) -> Result<Self, u32> {
+                [$(Self::$v),+].into_iter().find(|s| *s as u32 == value).ok_or(value)
+            }
+        }
+    };
+}
+
+decode_u32!(ProbeState: Unsupported, NotStarted, InProgress, Complete);
+decode_u32!(HealthSummary: NotSupported, Healthy, Unhealthy, LimitedCapacity);
+
 /// Fabric caps bits (§5: "caps MC_SUPPORTED=bit0, MC_MULTINODE_SUPPORTED=bit1,
 /// UC_LOOPBACK_SUPPORTED=bit2").
 pub mod caps {
@@ -244,6 +261,11 @@ mod tests {
         // Healthy: 2-bit fields FALSE (0b10), config NONE, partition TRUE.
         assert_eq!(HealthMask::healthy(true).0, 0x11aa);
         assert_eq!(HealthSummary::LimitedCapacity as u32, 3);
+        for v in 0..4 {
+            assert_eq!(ProbeState::try_from(v).map(|s| s as u32), Ok(v));
+            assert_eq!(HealthSummary::try_from(v).map(|s| s as u32), Ok(v));
+        }
+        assert_eq!(ProbeState::try_from(4), Err(4));
     }
 
     #[test]
