@@ -66,9 +66,10 @@ fn topology(args: &TopologyArgs) -> Result<()> {
                 })
             })
             .collect();
+        let uuid = probes.values().next().map(|p| p.cluster_uuid);
         let doc = json!({
             "topology": topo.name,
-            "cluster_uuid": uuid_string(&probes.values().next().map(|p| p.cluster_uuid).unwrap_or_default()),
+            "cluster_uuid": uuid_string(&uuid.unwrap_or_default()),
             "racks": topo.racks.len(),
             "compute_trays": topo.compute_tray_count(),
             "gpus": topo.gpu_count(),

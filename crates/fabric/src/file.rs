@@ -280,7 +280,9 @@ impl Parser<'_> {
                 });
             }
             _ => {
-                return Err(self.err(line, keyword, "unknown keyword", "lines start with topology, rack, compute-tray, switch-tray or link (# for comments)"));
+                let fix = "lines start with topology, rack, compute-tray, switch-tray or link \
+                           (# for comments)";
+                return Err(self.err(line, keyword, "unknown keyword", fix));
             }
         }
         Ok(())
@@ -323,7 +325,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Topology, FabricError> {
                 p.rack_lines[r],
                 &rack.name,
                 "rack with compute trays but no switch tray to reach",
-                "add a `switch-tray NAME` line to the rack, or link a switch tray of it to another rack",
+                "add a `switch-tray NAME` line to the rack, or link a switch tray of it to \
+                 another rack",
             ));
         }
     }
