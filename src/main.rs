@@ -1,7 +1,7 @@
 //! `openimex`: the open IMEX service in one binary.
 //!
 //! Subcommands: `daemon` (NVIDIA's `nvidia-imex`), `ctl` (`nvidia-imex-ctl`), `install-links`,
-//! `demo`, `bench`, `channels`, `certs`, `init`. Invoked through a link named `nvidia-imex` or
+//! `demo`, `bench`, `channels`, `fabric`, `certs`, `init`. Invoked through a link named `nvidia-imex` or
 //! `nvidia-imex-ctl`, it behaves as that program, so systemd units, Slurm prologs, Kubernetes
 //! probes and DCGM work unchanged.
 
@@ -44,6 +44,9 @@ enum Command {
     /// Create IMEX channel files (channel devices), not world-writable by default.
     #[command(subcommand)]
     Channels(tools::ChannelsCommand),
+    /// The NVLink fabric: topologies (presets and files), partitions, cliques.
+    #[command(subcommand)]
+    Fabric(tools::FabricCommand),
     /// Make a CA and per-node certificates for mutual TLS between daemons, and print the
     /// config.cfg lines that use them.
     Certs(tools::CertsArgs),
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(&a),
         Command::Bench(b) => tools::bench(&b),
         Command::Channels(c) => tools::channels(&c),
+        Command::Fabric(f) => tools::fabric(&f),
         Command::Certs(a) => tools::certs(&a),
         Command::Init(a) => tools::init(&a),
         Command::ListenProbe { addr } => tools::listen_probe(addr),

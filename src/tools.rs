@@ -1,10 +1,12 @@
 //! The binary's own tools: `install-links`, `bench` (in [`bench`](mod@bench)), `channels`
-//! (in [`channels`](mod@channels)), `certs` (in [`certs`](mod@certs)), `init` (in
+//! (in [`channels`](mod@channels)), `fabric` (in
+//! [`fabric`](mod@fabric)), `certs` (in [`certs`](mod@certs)), `init` (in
 //! [`init`](mod@init)), and the hidden `listen-probe`.
 
 mod bench;
 mod certs;
 mod channels;
+mod fabric;
 mod init;
 
 use std::io::Write;
@@ -16,6 +18,7 @@ use anyhow::{Context, Result, bail};
 pub(crate) use bench::{BenchCommand, bench};
 pub(crate) use certs::{CertsArgs, run as certs};
 pub(crate) use channels::{ChannelsCommand, channels};
+pub(crate) use fabric::{FabricCommand, fabric};
 pub(crate) use init::{InitArgs, run as init};
 
 /// Creates `nvidia-imex` and `nvidia-imex-ctl` symlinks to this binary in `dir`, which must

@@ -41,6 +41,9 @@ mod fabric;
 // daemon or GPU driver killed under live imports: revocation and clean-up
 #[path = "e2e/fabric_faults.rs"]
 mod fabric_faults;
+// issue 14: `fabric topology`: presets, topology files, partitions' cliques
+#[path = "e2e/fabric_topology.rs"]
+mod fabric_topology;
 // issue 9: the Kubernetes DaemonSet (dist/kubernetes): its probes against real daemons
 #[path = "e2e/kubernetes.rs"]
 mod kubernetes;

@@ -1,0 +1,172 @@
+//! `openimex fabric topology [NAME | --file FILE] [--json]`: the layout of an NVLink domain
+//! (racks, compute trays, GPUs, switch trays, OSFP links) and, per GPU, the cliqueId and FLA
+//! base the Fabric Manager would hand it. The data model lives in the `openimex-fabric` crate.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use openimex_fabric::answer::answers;
+use openimex_fabric::health::Faults;
+use openimex_fabric::partition::split;
+use openimex_fabric::probe::uuid_string;
+use openimex_fabric::topology::{
+    CPUS_PER_COMPUTE_TRAY, DEFAULT_PRESET, PRESETS, SWITCH_CHIPS_PER_TRAY, preset,
+};
+use openimex_fabric::{Topology, file};
+use serde_json::json;
+
+/// `openimex fabric …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum FabricCommand {
+    /// Print an NVLink domain's layout: racks, trays, GPUs, switch trays, and per GPU its
+    /// cliqueId and FLA base.
+    Topology(TopologyArgs),
+}
+
+/// `openimex fabric topology`.
+#[derive(Debug, Args)]
+pub(crate) struct TopologyArgs {
+    /// A preset: nvl72 (default), nvl36, nvl36x2, nvl576.
+    #[arg(value_name = "NAME", conflicts_with = "file")]
+    name: Option<String>,
+    /// A topology file (format in the README, "NVLink topologies").
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Split the domain into K partitions of whole compute trays (each its own clique).
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    partitions: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `openimex fabric …`.
+pub(crate) fn fabric(cmd: &FabricCommand) -> Result<()> {
+    match cmd {
+        FabricCommand::Topology(a) => topology(a),
+    }
+}
+
+fn topology(args: &TopologyArgs) -> Result<()> {
+    let topo = match (&args.file, &args.name) {
+        (Some(path), _) => file::load(path)?,
+        (None, name) => preset(name.as_deref().unwrap_or(DEFAULT_PRESET))?,
+    };
+    let layout = split(&topo, args.partitions)?;
+    let probes = answers(&topo, &layout, &Faults::default());
+    if args.json {
+        let gpus: Vec<_> = probes
+            .iter()
+            .map(|(g, p)| {
+                json!({
+                    "slot": g.slot, "gpu": g.gpu, "partition": p.partition_id,
+                    "clique_id": p.clique_id, "fla_base": format!("{:#x}", p.fla_base),
+                    "fla_range": format!("{:#x}", p.fla_range),
+                })
+            })
+            .collect();
+        let uuid = probes.values().next().map(|p| p.cluster_uuid);
+        let doc = json!({
+            "topology": topo.name,
+            "cluster_uuid": uuid_string(&uuid.unwrap_or_default()),
+            "racks": topo.racks.len(),
+            "compute_trays": topo.compute_tray_count(),
+            "gpus": topo.gpu_count(),
+            "switch_trays": topo.switch_tray_count(),
+            "fabrics": topo.fabric_count(),
+            "layout": serde_json::to_value(&topo)?,
+            "partitions": serde_json::to_value(&layout)?,
+            "gpu_fabric": gpus,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    print!("{}", describe(&topo, &layout, &probes));
+    Ok(())
+}
+
+/// The text listing.
+fn describe(
+    topo: &Topology,
+    layout: &openimex_fabric::partition::Layout,
+    probes: &std::collections::BTreeMap<openimex_fabric::GpuId, openimex_fabric::probe::ProbeInfo>,
+) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "topology {}: {} racks, {} compute trays, {} GPUs, {} switch trays, {} fabric(s)",
+        topo.name,
+        topo.racks.len(),
+        topo.compute_tray_count(),
+        topo.gpu_count(),
+        topo.switch_tray_count(),
+        topo.fabric_count()
+    );
+    if let Some(p) = probes.values().next() {
+        let _ = writeln!(out, "clusterUuid {}", uuid_string(&p.cluster_uuid));
+    }
+    for p in &layout.partitions {
+        let _ = writeln!(
+            out,
+            "partition {}: cliqueId {}, {} compute trays",
+            p.id,
+            p.clique_id,
+            p.trays.len()
+        );
+    }
+    let mut trays = topo.compute_trays().peekable();
+    for (r, rack) in topo.racks.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "rack {}: {} switch trays, {} compute trays",
+            rack.name,
+            rack.switch_trays.len(),
+            rack.compute_trays.len()
+        );
+        for s in &rack.switch_trays {
+            let _ = writeln!(
+                out,
+                "  switch-tray {}: {SWITCH_CHIPS_PER_TRAY} NVSwitch chips, {} OSFP ports",
+                s.name, s.osfp
+            );
+        }
+        while let Some(t) = trays.next_if(|t| t.rack == r) {
+            let _ = writeln!(
+                out,
+                "  compute-tray {} (slot {}): {CPUS_PER_COMPUTE_TRAY} Grace CPUs, {} GPUs",
+                t.tray.name, t.slot, t.tray.gpus
+            );
+            for (g, p) in probes.range(
+                openimex_fabric::GpuId {
+                    slot: t.slot,
+                    gpu: 0,
+                }..=openimex_fabric::GpuId {
+                    slot: t.slot,
+                    gpu: u32::MAX,
+                },
+            ) {
+                let _ = writeln!(
+                    out,
+                    "    gpu {}: cliqueId {}, FLA base {:#018x}",
+                    g.gpu, p.clique_id, p.fla_base
+                );
+            }
+        }
+    }
+    for l in &topo.links {
+        let _ = writeln!(out, "link {} <-> {} (OSFP)", l.a, l.b);
+    }
+    let _ = writeln!(
+        out,
+        "presets: {}",
+        PRESETS
+            .iter()
+            .map(|p| p.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    out
+}
