@@ -3,7 +3,8 @@
 //! driver's NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO.
 
 use openimex_simproto::handle::decode_hex_array;
-use openimex_simproto::probe::{FabricProbeInfo, HealthSummary, ProbeState};
+use openimex_simproto::probe::{HealthSummary, ProbeState};
+use openimex_simproto::proto::FabricProbeInfo;
 use openimex_simproto::proto::{NvStatus, Request, Response};
 
 use crate::context::unexpected;

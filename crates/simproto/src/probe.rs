@@ -11,8 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::proto::NvStatus;
-
 /// NV2080_CTRL_GPU_FABRIC_PROBE_STATE_* (§5). NVML's `nvmlGpuFabricState_t` has the same
 /// values (NOT_SUPPORTED=0 … COMPLETED=3, NCCL `nvmlwrap.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,23 +99,6 @@ pub struct ProbeInfo {
     pub health_mask: u32,
     /// The summary.
     pub health_summary: HealthSummary,
-}
-
-/// The NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO answer for one GPU.
-///
-/// Until the state is [`ProbeState::Complete`] only `state` means anything: `status` is
-/// NV_ERR_NOT_READY (no Fabric Manager response to report) and `info` is `None`. Once
-/// complete, `status` is `None` (NV_OK) and `info` holds the response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FabricProbeInfo {
-    /// GPU index on the node.
-    pub gpu: u32,
-    /// The probe's state.
-    pub state: ProbeState,
-    /// The probe's status: `None` is NV_OK.
-    pub status: Option<NvStatus>,
-    /// The response, once complete.
-    pub info: Option<ProbeInfo>,
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
-use crate::probe::{FabricProbeInfo, ProbeInfo};
+use crate::probe::{ProbeInfo, ProbeState};
 
 /// Node ID of a driver with no daemon session (the real driver's 0xFFFF).
 pub const NO_NODE: u16 = 0xFFFF;
@@ -510,6 +510,23 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
 pub fn call(sock: &UnixStream, req: &Request, fds: &[RawFd]) -> Result<Response, WireError> {
     send(sock, req, fds)?;
     Ok(recv::<Response>(sock)?.0)
+}
+
+/// The NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO answer for one GPU.
+///
+/// Until the state is [`ProbeState::Complete`] only `state` means anything: `status` is
+/// NV_ERR_NOT_READY (no Fabric Manager response to report) and `info` is `None`. Once
+/// complete, `status` is `None` (NV_OK) and `info` holds the response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricProbeInfo {
+    /// GPU index on the node.
+    pub gpu: u32,
+    /// The probe's state.
+    pub state: ProbeState,
+    /// The probe's status: `None` is NV_OK.
+    pub status: Option<NvStatus>,
+    /// The response, once complete.
+    pub info: Option<ProbeInfo>,
 }
 
 #[cfg(test)]

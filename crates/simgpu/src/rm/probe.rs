@@ -8,10 +8,9 @@
 
 use openimex_simproto::handle::encode_hex;
 use openimex_simproto::probe::{
-    CAP_MC_MULTINODE_SUPPORTED, CAP_MC_SUPPORTED, FabricProbeInfo, HealthSummary, ProbeInfo,
-    ProbeState,
+    CAP_MC_MULTINODE_SUPPORTED, CAP_MC_SUPPORTED, HealthSummary, ProbeInfo, ProbeState,
 };
-use openimex_simproto::proto::NvStatus;
+use openimex_simproto::proto::{FabricProbeInfo, NvStatus};
 
 use super::Rm;
 use crate::fabric::GpuAddr;
