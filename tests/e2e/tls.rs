@@ -143,6 +143,14 @@ fn a_daemon_with_a_certificate_of_another_ca_is_refused() {
     for i in 0..3 {
         assert_eq!(d.node_status(i), Some("READY"), "{}", d.compact());
     }
+    // `ctl -N` says why the domain is not UP, in the link's own words.
+    let out = cluster.ctl(0, &["-N"]).expect("ctl -N");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let why = &table[table.find("Why: ").expect("a Why line")..];
+    assert!(
+        why.contains("Node #3: ") && why.contains(reason_out),
+        "ctl -N names the refusal:\n{table}"
+    );
 }
 
 #[test]

@@ -338,7 +338,12 @@ async fn run(args: Args) -> Result<(), CtlError> {
         Mode::Svg(path) => svg::run(&mut client, &path).await,
         Mode::DomainCheck(hosts) => domain_check::run(&mut client, &hosts, args.json).await,
         Mode::Domain { repeat } => loop {
-            let reply = client.domain(false).await?;
+            let mut reply = client.domain(false).await?;
+            // Something is wrong: ask again with each link's reason, so the `Why` lines can say
+            // what a refused or lost link said (one more round trip, only when not UP).
+            if reply.status != "UP" {
+                reply = client.domain(true).await?;
+            }
             let stamp = stamp();
             // Streamed: a large domain's matrix is never held as text.
             write_out(|w| {
