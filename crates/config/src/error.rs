@@ -312,7 +312,7 @@ pub enum ConfigError {
     },
 
     /// `NETWORK_INTERFACE` names no interface of this host, or the interface cannot give the
-    /// link-local bind IP its scope ([`crate::iface`]).
+    /// link-local bind IP its scope; found when the bind address is placed on an interface.
     #[error("{key}: {problem}")]
     Interface {
         /// `config.cfg:12: NETWORK_INTERFACE="eth9"` where the key is set, or
