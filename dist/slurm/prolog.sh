@@ -1,5 +1,9 @@
 #!/bin/sh
-# openimex Slurm prolog: points the node's IMEX daemon at the job's nodes and waits, by polling
+# openimex Slurm prolog and epilog: one script that acts by the name it runs under. A name with
+# `epilog` in it (dist/slurm/epilog.sh is a link to this file; install a copy as
+# /etc/slurm/openimex-epilog.sh) runs the epilog, any other name the prolog.
+#
+# Prolog: points the node's IMEX daemon at the job's nodes and waits, by polling
 # ctl, until the job's IMEX domain is UP. Works with openimex and with NVIDIA's nvidia-imex.
 #
 #   Prolog=/etc/slurm/openimex-prolog.sh     (slurm.conf; with the matching epilog.sh as Epilog)
@@ -25,9 +29,28 @@
 #   OPENIMEX_POLL_INTERVAL seconds between two polls [0.2] (the only sleep)
 #   OPENIMEX_WAIT_FOR      domain: ctl -q READY and Domain State UP; local: ctl -q READY only [domain]
 #   SCONTROL               the scontrol command [scontrol]
+#
+# Epilog: resets the IMEX nodes file to placeholders and restarts the daemon, so
+# it comes back unconfigured (ctl -q UNAVAILABLE) and no IMEX domain outlives the job.
+#
+#   Epilog=/etc/slurm/openimex-epilog.sh     (slurm.conf; with the matching prolog.sh as Prolog)
+#
+# The nodes file becomes a `##` line and OPENIMEX_PLACEHOLDERS `0.0.0.0` lines (written
+# atomically: a temporary file, then rename), then the daemon is restarted
+# (OPENIMEX_RESTART_CMD, default `systemctl restart openimex`). A restart, not SIGUSR1: openimex
+# refuses on SIGUSR1 to turn real entries back into placeholders (that would renumber running
+# nodes), so a signalled daemon would keep the finished job's map while the file says otherwise.
+# A new instance also makes the peers clean up whatever the job's processes left imported.
+# After it, the nodes file is again what the daemon runs on, which is what prolog.sh relies on
+# (the next job's list over placeholders: SIGUSR1 only, no restart, at job start).
+# Failures are reported but the epilog exits 0 unless OPENIMEX_EPILOG_STRICT=1: a job that ran
+# should not drain its node because the daemon was already gone.
 set -eu
 set -f
-IMEX_SCRIPT=openimex-prolog
+case "$(basename "$0")" in
+    *epilog*) IMEX_SCRIPT=openimex-epilog ;;
+    *) IMEX_SCRIPT=openimex-prolog ;;
+esac
 
 #
 # Settings (environment; defaults in brackets):
@@ -134,6 +157,32 @@ imex_restart() {
     fi
 }
 
+# The epilog, to its end (it exits).
+if [ "$IMEX_SCRIPT" = openimex-epilog ]; then
+    : "${OPENIMEX_EPILOG_STRICT:=0}"
+
+    status=0
+    {
+        echo '##'
+        n=0
+        while [ "$n" -lt "$OPENIMEX_PLACEHOLDERS" ]; do
+            echo 0.0.0.0
+            n=$((n + 1))
+        done
+    } | imex_write_nodes || status=1
+    if [ "$status" = 0 ]; then
+        imex_restart || status=1
+    fi
+    if [ "$status" != 0 ]; then
+        imex_log "resetting the IMEX daemon after job ${SLURM_JOB_ID:-?} failed"
+        if [ "$OPENIMEX_EPILOG_STRICT" = 1 ]; then
+            exit 1
+        fi
+    fi
+    exit 0
+fi
+
+# The prolog.
 : "${OPENIMEX_WAIT_TIMEOUT:=120}"
 : "${OPENIMEX_POLL_INTERVAL:=0.2}"
 : "${OPENIMEX_WAIT_FOR:=domain}"
