@@ -11,12 +11,15 @@
 //!   text forms.
 //! - [`probe`] — the GPU fabric probe: states, the Fabric Manager's response, the
 //!   GET_GPU_FABRIC_PROBE_INFO answer.
+//! - [`inband`] — the NVLink in-band messages between a tray's driver and the Fabric Manager
+//!   (probe answers and updates, multicast team set-up).
 //! - [`node_dir`] — where a node's driver socket and IMEX channel files live, and the channel
 //!   file names (`channelN`).
 
 #![deny(missing_docs)]
 
 pub mod handle;
+pub mod inband;
 pub mod node_dir;
 pub mod probe;
 pub mod proto;
