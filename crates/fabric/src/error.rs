@@ -79,4 +79,69 @@ pub enum FabricError {
         /// The highest id in use.
         max: u16,
     },
+    /// An operator command names a switch tray the topology does not have.
+    #[error("no switch tray named {name:?}; the topology's switch trays are {known}")]
+    UnknownSwitchTray {
+        /// The name asked for.
+        name: String,
+        /// Some of the topology's switch tray names.
+        known: String,
+    },
+    /// An operator command names a compute tray (by name or slot) the topology does not have.
+    #[error(
+        "no compute tray {name:?}; name one by its slot (0..{trays}) or its name (e.g. {example})"
+    )]
+    UnknownTrayName {
+        /// The name asked for.
+        name: String,
+        /// How many compute trays the topology has.
+        trays: usize,
+        /// A valid name.
+        example: String,
+    },
+    /// An operator command names a GPU the topology does not have.
+    #[error("no GPU {gpu} on the compute tray at slot {slot}; that tray has {gpus} GPUs")]
+    UnknownGpu {
+        /// The tray.
+        slot: u16,
+        /// The GPU index asked for.
+        gpu: u32,
+        /// GPUs on the tray.
+        gpus: u32,
+    },
+    /// An operator command names an OSFP link the topology does not have.
+    #[error(
+        "no OSFP link {index}: the topology has {links} (numbered from 0, see `openimex fabric topology`)"
+    )]
+    UnknownLink {
+        /// The index asked for.
+        index: usize,
+        /// How many links the topology has.
+        links: usize,
+    },
+    /// The Fabric Manager process could not set up a file or socket.
+    #[error("cannot {action} {}: {source}; {fix}", .path.display())]
+    Serve {
+        /// What was being done.
+        action: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+        /// How to fix it.
+        fix: &'static str,
+    },
+    /// A live Fabric Manager already serves the fabric directory.
+    #[error("a Fabric Manager is already serving {}; stop it first (one FM per NVLink domain)", .0.display())]
+    AlreadyRunning(PathBuf),
+    /// Talking to the Fabric Manager's control socket failed.
+    #[error("Fabric Manager control socket {}: {detail}; {fix}", .path.display())]
+    Control {
+        /// The socket.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+        /// How to fix it.
+        fix: &'static str,
+    },
 }

@@ -10,16 +10,23 @@
 //!   which GPUs' cliqueId a layout change moves.
 //! - [`answer`]: the FM's probe answer for every GPU, all of the above combined.
 //! - [`health`]: each GPU's health mask and summary given switch trays down and link faults.
+//! - [`manager`]: the simulated Fabric Manager as a synchronous state machine (attach, probe
+//!   answers and updates, operator commands, multicast teams).
+//! - [`control`]: the operator's protocol on the FM's control socket, and its client.
+//! - [`server`]: `openimex fabric serve`, the FM process: the manager behind sockets.
 //!
-//! Everything here is a pure function of its inputs: no I/O except reading a topology file,
-//! no runtime. The FM process that serves these answers to the trays' drivers builds on it.
+//! Everything but [`server`] and [`control`]'s client is a pure function of its inputs or a
+//! synchronous state machine: no I/O except reading a topology file.
 
 pub mod answer;
+pub mod control;
 mod error;
 pub mod file;
 pub mod health;
+pub mod manager;
 pub mod partition;
 pub mod probe;
+pub mod server;
 pub mod topology;
 
 pub use error::FabricError;
