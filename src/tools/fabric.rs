@@ -1,6 +1,10 @@
-//! `openimex fabric topology [NAME | --file FILE] [--json]`: the layout of an NVLink domain
-//! (racks, compute trays, GPUs, switch trays, OSFP links) and, per GPU, the cliqueId and FLA
-//! base the Fabric Manager would hand it. The data model lives in the `openimex-fabric` crate.
+//! `openimex fabric …`: the NVLink domain's tools. Here `topology` (the layout of a domain:
+//! racks, compute trays, GPUs, switch trays, OSFP links and, per GPU, the cliqueId and FLA base
+//! the Fabric Manager would hand it); the FM process is in [`serve`], the operator's commands
+//! on a running FM in [`ops`]. The data model lives in the `openimex-fabric` crate.
+
+mod ops;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -22,6 +26,22 @@ pub(crate) enum FabricCommand {
     /// Print an NVLink domain's layout: racks, trays, GPUs, switch trays, and per GPU its
     /// cliqueId and FLA base.
     Topology(TopologyArgs),
+    /// Run the domain's simulated Fabric Manager in the foreground (before the trays' drivers,
+    /// which start with `openimex gpu --fabric-manager`).
+    Serve(serve::ServeArgs),
+    /// A running Fabric Manager's view: trays, partitions, switch trays, per-GPU health.
+    Status(ops::StatusArgs),
+    /// Change the partitions of a running Fabric Manager.
+    #[command(subcommand)]
+    Partition(ops::PartitionCommand),
+    /// Take a switch tray down or bring it back up.
+    SwitchTray(ops::SwitchTrayArgs),
+    /// Fail or repair a GPU's NVLink to a switch tray, or an OSFP link between racks.
+    Link(ops::LinkArgs),
+    /// Start or end a route update (ROUTE_UPDATE on every GPU while it lasts).
+    RouteUpdate(ops::RouteUpdateArgs),
+    /// Put a GPU into or out of NVLink access-timeout recovery.
+    AccessTimeout(ops::AccessTimeoutArgs),
 }
 
 /// `openimex fabric topology`.
@@ -41,18 +61,30 @@ pub(crate) struct TopologyArgs {
     json: bool,
 }
 
+/// A preset by name (the default when `None`) or a topology file.
+fn load_topology(name: Option<&str>, file: Option<&PathBuf>) -> Result<Topology> {
+    Ok(match file {
+        Some(path) => file::load(path)?,
+        None => preset(name.unwrap_or(DEFAULT_PRESET))?,
+    })
+}
+
 /// Runs `openimex fabric …`.
 pub(crate) fn fabric(cmd: &FabricCommand) -> Result<()> {
     match cmd {
         FabricCommand::Topology(a) => topology(a),
+        FabricCommand::Serve(a) => serve::serve(a),
+        FabricCommand::Status(a) => ops::status(a),
+        FabricCommand::Partition(c) => ops::partition(c),
+        FabricCommand::SwitchTray(a) => ops::switch_tray(a),
+        FabricCommand::Link(a) => ops::link(a),
+        FabricCommand::RouteUpdate(a) => ops::route_update(a),
+        FabricCommand::AccessTimeout(a) => ops::access_timeout(a),
     }
 }
 
 fn topology(args: &TopologyArgs) -> Result<()> {
-    let topo = match (&args.file, &args.name) {
-        (Some(path), _) => file::load(path)?,
-        (None, name) => preset(name.as_deref().unwrap_or(DEFAULT_PRESET))?,
-    };
+    let topo = load_topology(args.name.as_deref(), args.file.as_ref())?;
     let layout = split(&topo, args.partitions)?;
     let probes = answers(&topo, &layout, &Faults::default());
     if args.json {

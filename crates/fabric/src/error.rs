@@ -144,4 +144,12 @@ pub enum FabricError {
         /// How to fix it.
         fix: &'static str,
     },
+    /// The Fabric Manager process could not start a thread or block its stop signals.
+    #[error("cannot {what}: {source}; check the process limits (threads, signals)")]
+    Runtime {
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
 }

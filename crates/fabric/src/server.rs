@@ -18,7 +18,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -386,34 +385,31 @@ fn serve_operator(shared: &Shared, stream: &UnixStream) {
     }
 }
 
-/// Runs the FM in the foreground until SIGTERM, SIGINT or SIGQUIT (`openimex fabric serve`).
-pub fn run(config: ServeConfig) -> ExitCode {
+/// Runs the FM in the foreground until SIGTERM, SIGINT or SIGQUIT (`openimex fabric serve`):
+/// logs to stderr, `ready <in-band socket>` on stdout once both sockets listen.
+pub fn run(config: ServeConfig) -> Result<(), FabricError> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
     // Blocked before any thread starts, so that every thread inherits the mask and only the
     // wait below takes them.
     let mut stop = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGQUIT] {
         stop.add(s);
     }
-    if let Err(e) = stop.thread_block() {
-        eprintln!("openimex fabric serve: error: cannot block the stop signals: {e}");
-        return ExitCode::FAILURE;
-    }
+    stop.thread_block().map_err(|e| FabricError::Runtime {
+        what: "block the stop signals",
+        source: e.into(),
+    })?;
     let domain = config.domain.clone();
-    let fm = match Fm::bind(config) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("openimex fabric serve: error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let fm = Fm::bind(config)?;
     let sock = fm.inband_path().to_path_buf();
-    let handle = match fm.spawn() {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("openimex fabric serve: error: cannot start the server threads: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let handle = fm.spawn().map_err(|source| FabricError::Runtime {
+        what: "start the server threads",
+        source,
+    })?;
     tracing::info!(domain, socket = %sock.display(), "Fabric Manager listening");
     let mut out = io::stdout().lock();
     if writeln!(out, "ready {}", sock.display())
@@ -428,5 +424,5 @@ pub fn run(config: ServeConfig) -> ExitCode {
         Err(e) => tracing::error!("waiting for a stop signal failed: {e}; stopping"),
     }
     handle.stop();
-    ExitCode::SUCCESS
+    Ok(())
 }

@@ -24,6 +24,7 @@ use nix::libc;
 use openimex_simproto::handle::decode_hex_array;
 use openimex_simproto::proto::{DEFAULT_IMEX_CHANNEL_COUNT, MAX_IMEX_CHANNEL_COUNT};
 
+use crate::fm_link::FmLink;
 use crate::rm::ProbeStart;
 use crate::server::{DriverConfig, Server, default_cluster_uuid};
 
@@ -62,6 +63,11 @@ struct Args {
     /// GPU before its probe completes.
     #[arg(long, value_name = "STATE", value_enum, default_value_t = ProbeArg::Complete)]
     probe: ProbeArg,
+    /// Take the GPUs' probe answers from the domain's Fabric Manager (`openimex fabric serve`
+    /// on the same --fabric-dir): probes start IN_PROGRESS and the driver attaches as tray
+    /// --slot, retrying until the FM listens.
+    #[arg(long, conflicts_with_all = ["cluster_uuid", "clique_id", "probe"])]
+    fabric_manager: bool,
     /// Channel files channel0..channel{N-1} to create (mode 0600, this user's) if missing; a
     /// channel file others may read or write is warned about at start.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -142,7 +148,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         hbm_bytes,
         cluster_uuid,
         clique_id: args.clique_id,
-        probe: args.probe.into(),
+        probe: if args.fabric_manager {
+            ProbeStart::Pending
+        } else {
+            args.probe.into()
+        },
         channels: args.channels,
         imex_channel_count: args.imex_channel_count,
     };
@@ -170,6 +180,22 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         socket = %sock.display(),
         "simulated GPU driver listening"
     );
+    let link = if args.fabric_manager {
+        match FmLink::spawn(
+            handle.rm_access(),
+            &config.fabric_dir,
+            config.slot,
+            config.gpus,
+        ) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("openimex gpu: error: cannot start the Fabric Manager link: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let mut out = std::io::stdout().lock();
     if writeln!(out, "ready {}", sock.display())
         .and_then(|()| out.flush())
@@ -181,6 +207,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     drop(out);
 
     signals.wait_for_stop();
+    if let Some(l) = link {
+        l.stop();
+    }
     handle.stop();
     ExitCode::SUCCESS
 }

@@ -20,12 +20,15 @@
 //! - [`server`] — the socket server: one thread per connection around a shared [`rm::Rm`],
 //!   channel checks on passed descriptors, the blocking calls.
 //! - [`cli`] — `openimex gpu`: flags, `ready <socket>` line, signals.
+//! - [`fm_link`] — `openimex gpu --fabric-manager`: the tray's in-band link to the simulated
+//!   Fabric Manager, which completes and updates the GPUs' probes.
 //! - `testing` (feature `testing`) — a loopback stand-in for the IMEX daemons of in-process
 //!   nodes, for the tests of code that talks to the driver.
 
 pub mod channels;
 pub mod cli;
 pub mod fabric;
+pub mod fm_link;
 pub mod rm;
 pub mod server;
 #[cfg(feature = "testing")]

@@ -275,6 +275,20 @@ impl Server {
     }
 }
 
+/// The driver's state for a companion thread of the same process (the Fabric Manager link,
+/// [`crate::fm_link`]): what it changes, blocked calls re-check.
+#[derive(Debug, Clone)]
+pub struct RmAccess(Arc<Shared>);
+
+impl RmAccess {
+    /// Runs `f` under the driver's lock, then wakes every blocked call.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Rm) -> R) -> R {
+        let r = f(&mut self.0.rm());
+        self.0.changed.notify_all();
+        r
+    }
+}
+
 /// A serving driver.
 #[derive(Debug)]
 pub struct ServerHandle {
@@ -287,6 +301,11 @@ impl ServerHandle {
     /// The socket clients connect to.
     pub fn socket_path(&self) -> &Path {
         &self.shared.socket_path
+    }
+
+    /// The driver's state, for the Fabric Manager link.
+    pub fn rm_access(&self) -> RmAccess {
+        RmAccess(Arc::clone(&self.shared))
     }
 
     /// The driver's counters.
