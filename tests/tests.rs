@@ -44,6 +44,10 @@ mod fabric_faults;
 // issue 14: `fabric topology`: presets, topology files, partitions' cliques
 #[path = "e2e/fabric_topology.rs"]
 mod fabric_topology;
+// issue 14: the simulated Fabric Manager: probes from it, partitions and switch trays at run
+// time, refused trays, FM restarts, the operator's control socket
+#[path = "e2e/fabric_manager.rs"]
+mod fabric_manager;
 // issue 9: the Kubernetes DaemonSet (dist/kubernetes): its probes against real daemons
 #[path = "e2e/kubernetes.rs"]
 mod kubernetes;

@@ -2,6 +2,7 @@
 //! address, with the operations tests need (start, kill -9, SIGTERM, restart, signal, ctl,
 //! wait for a domain state) and clean-up that never leaves a daemon behind.
 
+mod fabric;
 mod membership;
 mod tls;
 
@@ -19,6 +20,7 @@ use nix::unistd::Pid;
 use crate::HarnessError;
 use crate::addr::AddrBlock;
 use crate::domain::{DomainView, LinksView, PeersView};
+use crate::fabric_manager::{FabricManager, FabricManagerSpec};
 use crate::gpu::{GpuSpec, start_driver};
 use crate::names;
 use crate::node::Node;
@@ -66,6 +68,10 @@ pub struct ClusterSpec {
     pub names: bool,
     /// Mutual TLS between the daemons ([`ClusterSpec::with_tls`]).
     pub tls: bool,
+    /// The domain's simulated Fabric Manager: started first by [`Cluster::start`], and the
+    /// drivers take their probes from it ([`ClusterSpec::from_topology`]). `None` (default):
+    /// each driver completes its own probes.
+    pub fabric_manager: Option<FabricManagerSpec>,
 }
 
 impl ClusterSpec {
@@ -83,6 +89,7 @@ impl ClusterSpec {
             gpus: None,
             names: false,
             tls: false,
+            fabric_manager: None,
         }
     }
 
@@ -140,6 +147,8 @@ pub struct Cluster {
     hosts: Vec<Vec<(String, Ipv4Addr)>>,
     /// With TLS: the certificate files and the CA that signed them.
     tls: Option<(crate::certs::DomainFiles, crate::certs::Ca)>,
+    /// The Fabric Manager, once started (killed on drop, before the directory goes).
+    fm: Option<FabricManager>,
     /// Dropped after the processes (fields drop after `Drop::drop`).
     dir: ScratchDir,
 }
@@ -149,6 +158,9 @@ impl Cluster {
     /// for the domain to come UP).
     pub fn start(spec: ClusterSpec) -> Result<Self, HarnessError> {
         let mut cluster = Self::prepare(spec)?;
+        if cluster.spec.fabric_manager.is_some() {
+            cluster.start_fabric_manager()?;
+        }
         for i in 0..cluster.len() {
             cluster.start_node(i)?;
         }
@@ -196,6 +208,7 @@ impl Cluster {
             lines,
             spec,
             block,
+            fm: None,
             nodes,
             dir,
         };
@@ -316,6 +329,7 @@ impl Cluster {
             &self.fabric_dir(),
             i,
             spec,
+            self.spec.fabric_manager.is_some(),
         )?);
         Ok(())
     }

@@ -36,24 +36,18 @@ impl Default for GpuSpec {
     }
 }
 
-/// Starts `binary gpu` for node `slot` and waits for its `ready` line.
+/// Starts `binary gpu` for node `slot` and waits for its `ready` line. With `fabric_manager`
+/// the driver takes its probe answers from the domain's Fabric Manager (`--fabric-manager`).
 pub(crate) fn start_driver(
     binary: &Path,
     node_dir: &Path,
     fabric_dir: &Path,
     slot: usize,
     spec: GpuSpec,
+    fabric_manager: bool,
 ) -> Result<Child, HarnessError> {
     let log = node_dir.join("gpu.log");
-    let stderr = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .map_err(HarnessError::io(
-            "open the GPU driver log",
-            &log,
-            "check that the cluster directory is writable",
-        ))?;
+    let stderr = append_log(&log)?;
     let mut cmd = Command::new(binary);
     cmd.arg("gpu")
         .arg("--node-dir")
@@ -67,10 +61,37 @@ pub(crate) fn start_driver(
         .arg("--hbm-mib")
         .arg(spec.hbm_mib.to_string())
         .arg("--channels")
-        .arg(spec.channels.to_string())
-        .stdin(Stdio::null())
+        .arg(spec.channels.to_string());
+    if fabric_manager {
+        cmd.arg("--fabric-manager");
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr);
+    spawn_ready(cmd, binary, &log, "start the simulated GPU driver")
+}
+
+/// Opens a process's log file for appending (its stderr).
+pub(crate) fn append_log(log: &Path) -> Result<std::fs::File, HarnessError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(HarnessError::io(
+            "open the log",
+            log,
+            "check that the cluster directory is writable",
+        ))
+}
+
+/// Spawns `cmd` (stdout piped, stderr to `log`) and waits for its `ready` line: the simulated
+/// GPU driver's and the Fabric Manager's start-up contract.
+pub(crate) fn spawn_ready(
+    mut cmd: Command,
+    binary: &Path,
+    log: &Path,
+    action: &'static str,
+) -> Result<Child, HarnessError> {
     die_with_parent(&mut cmd);
     let mut child = cmd.spawn().map_err(|source| HarnessError::Spawn {
         program: binary.to_owned(),
@@ -79,7 +100,7 @@ pub(crate) fn start_driver(
     })?;
     let Some(stdout) = child.stdout.take() else {
         let _ = child.kill();
-        return Err(driver_failed(&log, "its stdout was not captured"));
+        return Err(ready_failed(log, action, "its stdout was not captured"));
     };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -97,19 +118,19 @@ pub(crate) fn start_driver(
                 Ok(Err(e)) => format!("reading its stdout failed: {e}"),
                 Err(_) => format!("it did not say `ready` within {READY_TIMEOUT:?}"),
             };
-            Err(driver_failed(&log, &why))
+            Err(ready_failed(log, action, &why))
         }
     }
 }
 
-fn driver_failed(log: &Path, why: &str) -> HarnessError {
+fn ready_failed(log: &Path, action: &'static str, why: &str) -> HarnessError {
     let tail = std::fs::read_to_string(log).unwrap_or_default();
     let tail: Vec<&str> = tail.lines().rev().take(20).collect();
     let tail: Vec<&str> = tail.into_iter().rev().collect();
     HarnessError::Io {
-        action: "start the simulated GPU driver",
+        action,
         path: PathBuf::from(log),
         source: std::io::Error::other(format!("{why}; its log ends with:\n{}", tail.join("\n"))),
-        hint: "see the GPU driver log named above",
+        hint: "see the log named above",
     }
 }

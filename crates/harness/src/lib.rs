@@ -18,6 +18,8 @@
 //!   addresses, removed on drop (needs root).
 //! - [`certs`]: a per-domain CA and per-node certificates for mutual TLS between daemons
 //!   (`openimex certs`, and [`ClusterSpec::with_tls`]).
+//! - [`fabric_manager`]: the domain's simulated Fabric Manager process and its operator
+//!   commands ([`ClusterSpec::from_topology`] starts a cluster's trays against it).
 //! - [`addr`]: allocation of free loopback address blocks.
 //! - [`domain`]: parsed views of `ctl -N -j` ([`DomainView`]), `ctl --links -j`
 //!   ([`LinksView`]) and `ctl --peers -j` ([`PeersView`]), and NVIDIA's timestamp format.
@@ -57,6 +59,7 @@ pub mod chaos;
 pub mod cluster;
 pub mod domain;
 mod error;
+pub mod fabric_manager;
 pub mod gpu;
 pub mod names;
 pub mod netns;
@@ -76,6 +79,7 @@ pub use domain::{
     is_ctl_timestamp,
 };
 pub use error::HarnessError;
+pub use fabric_manager::{FabricManager, FabricManagerSpec};
 pub use gpu::GpuSpec;
 pub use node::Node;
 pub use scratch::ScratchDir;
