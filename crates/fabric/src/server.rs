@@ -78,8 +78,9 @@ impl State {
 struct Shared {
     state: Mutex<State>,
     stopping: AtomicBool,
-    /// Every live connection, to shut them down on stop.
-    conns: Mutex<Vec<UnixStream>>,
+    /// A clone of every live connection by number, to shut them down on stop; each
+    /// connection's thread removes its own when it ends.
+    conns: Mutex<HashMap<u64, UnixStream>>,
 }
 
 impl Shared {
@@ -154,7 +155,7 @@ impl Fm {
                 drivers: HashMap::new(),
             }),
             stopping: AtomicBool::new(false),
-            conns: Mutex::new(Vec::new()),
+            conns: Mutex::new(HashMap::new()),
         });
         Ok(Self {
             shared,
@@ -223,7 +224,7 @@ impl FmHandle {
             .conns
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .iter()
+            .values()
         {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
@@ -240,6 +241,7 @@ impl Drop for FmHandle {
 }
 
 fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, driver: bool) {
+    let mut next: u64 = 0;
     loop {
         let accepted = listener.accept();
         if shared.stopping.load(Ordering::SeqCst) {
@@ -253,11 +255,15 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, driver: bool) {
                 continue;
             }
         };
+        // Numbers are per listener; the top bit tells the two listeners' apart.
+        next += 1;
+        let id = next | if driver { 1 << 63 } else { 0 };
         if let Ok(c) = stream.try_clone() {
-            let mut conns = shared.conns.lock().unwrap_or_else(PoisonError::into_inner);
-            // Forget closed connections: a peer that hung up reads as shut down for writing.
-            conns.retain(|s| s.take_error().is_ok() && s.peer_addr().is_ok());
-            conns.push(c);
+            shared
+                .conns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id, c);
         }
         let sh = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
@@ -268,9 +274,18 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, driver: bool) {
                 } else {
                     serve_operator(&sh, &stream);
                 }
+                sh.conns
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&id);
             });
         if let Err(e) = spawned {
             tracing::warn!("cannot start a connection thread: {e}");
+            shared
+                .conns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
         }
     }
 }
@@ -425,4 +440,114 @@ pub fn run(config: ServeConfig) -> Result<(), FabricError> {
     }
     handle.stop();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use openimex_simproto::inband::FabricGpu;
+
+    use super::*;
+    use crate::manager::Command;
+    use crate::partition::default_layout;
+    use crate::topology::preset;
+
+    fn config(dir: &Path) -> ServeConfig {
+        let topology = preset("nvl36").expect("preset");
+        ServeConfig {
+            layout: default_layout(&topology),
+            topology,
+            domain: "unit".into(),
+            fabric_dir: dir.to_path_buf(),
+            control: None,
+        }
+    }
+
+    fn scratch(label: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("openimex-fm-{label}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).expect("dir");
+        d
+    }
+
+    fn attach(dir: &Path, slot: u16) -> UnixStream {
+        let s = UnixStream::connect(fm_socket_path(dir)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        send(&s, &ToFm::Attach { slot, gpus: 4 }, &[]).expect("attach");
+        s
+    }
+
+    /// A driver's attach gets one answer per GPU; an operator's command reaches it as an
+    /// update; a multicast request is answered on the same connection; a refused attach gets
+    /// its reason.
+    #[test]
+    fn drivers_and_operators_over_the_sockets() {
+        let dir = scratch("serve");
+        let fm = Fm::bind(config(&dir))
+            .expect("bind")
+            .spawn()
+            .expect("spawn");
+        let d = attach(&dir, 1);
+        for gpu in 0..4 {
+            let (m, _) = recv::<FromFm>(&d).expect("probe");
+            assert!(
+                matches!(m, FromFm::Probe { gpu: g, ref info } if g == gpu && info.clique_id == 1)
+            );
+        }
+        let ctl = control::control_path(&dir);
+        let r = control::request(
+            &ctl,
+            &Request::Apply(Command::Create {
+                trays: vec!["1".into()],
+            }),
+        )
+        .expect("request");
+        assert!(matches!(r, Response::Changed { ref changes } if changes.len() == 4));
+        for _ in 0..4 {
+            let (m, _) = recv::<FromFm>(&d).expect("update");
+            assert!(matches!(m, FromFm::Probe { ref info, .. } if info.clique_id == 2));
+        }
+        let setup = ToFm::McTeamSetup {
+            team_key: "k".into(),
+            size: 1,
+            members: vec![FabricGpu { slot: 1, gpu: 0 }],
+        };
+        send(&d, &setup, &[]).expect("send");
+        let (m, _) = recv::<FromFm>(&d).expect("team");
+        assert!(matches!(m, FromFm::McTeam { result: Ok(_), .. }));
+        let bad = attach(&dir, 40);
+        let (m, _) = recv::<FromFm>(&bad).expect("refusal");
+        assert!(matches!(m, FromFm::Refused { ref reason } if reason.contains("slot 40")));
+        fm.stop();
+        assert!(!fm_socket_path(&dir).exists() && !ctl.exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// One FM per fabric directory; a killed FM's socket files are replaced.
+    #[test]
+    fn a_live_fm_is_refused_and_a_stale_socket_replaced() {
+        let dir = scratch("twice");
+        let fm = Fm::bind(config(&dir))
+            .expect("bind")
+            .spawn()
+            .expect("spawn");
+        let e = Fm::bind(config(&dir)).expect_err("second FM");
+        assert!(matches!(e, FabricError::AlreadyRunning(_)), "{e}");
+        assert!(e.to_string().contains("already serving"), "{e}");
+        fm.stop();
+        // What a killed FM leaves: socket files nobody listens on.
+        drop(UnixListener::bind(fm_socket_path(&dir)).expect("stale"));
+        drop(UnixListener::bind(control::control_path(&dir)).expect("stale"));
+        let fm = Fm::bind(config(&dir))
+            .expect("over stale sockets")
+            .spawn()
+            .expect("spawn");
+        let mode = fs::metadata(control::control_path(&dir))
+            .expect("ctl")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        fm.stop();
+        let _ = fs::remove_dir_all(&dir);
+    }
 }
