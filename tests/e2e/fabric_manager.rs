@@ -55,6 +55,20 @@ fn wait_gpus(cluster: &Cluster, i: usize, what: &str, want: impl Fn(&Value) -> b
     );
 }
 
+/// `app export` of SIZE bytes on node `i`'s GPU `gpu`, not held: creation and export only.
+fn export_once(cluster: &Cluster, i: usize, gpu: u32) -> Output {
+    let mut cmd = app("export", cluster.node(i).dir());
+    cmd.arg("--channel").arg(channel(cluster, i, 0)).args([
+        "--gpu",
+        &gpu.to_string(),
+        "--size",
+        SIZE,
+        "--pattern",
+        "3",
+    ]);
+    run(&mut cmd)
+}
+
 /// `openimex fabric ARGS` against the cluster's FM; must succeed. Its stdout.
 #[track_caller]
 fn fabric_ok(cluster: &Cluster, args: &[&str]) -> String {
@@ -99,16 +113,8 @@ fn a_driver_started_before_the_fm_waits_then_completes() {
     for g in gpus(&cluster, 0) {
         assert_eq!(g["fabric_state"], "IN_PROGRESS", "{g}");
     }
-    let mut cmd = app("export", cluster.node(0).dir());
-    cmd.arg("--channel").arg(channel(&cluster, 0, 0)).args([
-        "--gpu",
-        "0",
-        "--size",
-        SIZE,
-        "--pattern",
-        "5",
-    ]);
-    let stderr = assert_clean_failure(&run(&mut cmd), "export before the probe completes");
+    let out = export_once(&cluster, 0, 0);
+    let stderr = assert_clean_failure(&out, "export before the probe completes");
     assert!(
         stderr.contains("UC FLA ranges should be initialized"),
         "{stderr}"
@@ -264,16 +270,7 @@ fn an_unknown_slot_is_refused_and_drivers_survive_an_fm_restart() {
 
     cluster.kill_fabric_manager();
     // The FM is gone: the probes stay as they were and memory can still be allocated.
-    let mut cmd = app("export", cluster.node(1).dir());
-    cmd.arg("--channel").arg(channel(&cluster, 1, 0)).args([
-        "--gpu",
-        "1",
-        "--size",
-        SIZE,
-        "--pattern",
-        "3",
-    ]);
-    let out = run(&mut cmd);
+    let out = export_once(&cluster, 1, 1);
     assert!(
         out.status.success(),
         "export with the FM down: {}",

@@ -290,14 +290,22 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, driver: bool) {
     }
 }
 
+/// Sends `refusal` and says so when the peer is neither root nor the FM's user.
+fn refuse_stranger<T: serde::Serialize>(stream: &UnixStream, socket: &str, refusal: &T) -> bool {
+    if may_operate(stream) {
+        return false;
+    }
+    tracing::warn!("refused a {socket} connection from a user that is neither root nor ours");
+    let _ = send(stream, refusal, &[]);
+    true
+}
+
 /// One tray's driver: its attach, then its multicast requests until it hangs up.
 fn serve_driver(shared: &Shared, stream: &UnixStream) {
-    if !may_operate(stream) {
-        tracing::warn!("refused an in-band connection from a user that is neither root nor ours");
-        let refused = FromFm::Refused {
-            reason: "only root or the Fabric Manager's user may attach a tray".into(),
-        };
-        let _ = send(stream, &refused, &[]);
+    let refused = FromFm::Refused {
+        reason: "only root or the Fabric Manager's user may attach a tray".into(),
+    };
+    if refuse_stranger(stream, "in-band", &refused) {
         return;
     }
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
@@ -372,12 +380,10 @@ fn serve_driver(shared: &Shared, stream: &UnixStream) {
 
 /// One operator connection: requests until it hangs up.
 fn serve_operator(shared: &Shared, stream: &UnixStream) {
-    if !may_operate(stream) {
-        tracing::warn!("refused a control connection from a user that is neither root nor ours");
-        let refused = Response::Refused {
-            reason: "operating the fabric needs root or the Fabric Manager's user".into(),
-        };
-        let _ = send(stream, &refused, &[]);
+    let refused = Response::Refused {
+        reason: "operating the fabric needs root or the Fabric Manager's user".into(),
+    };
+    if refuse_stranger(stream, "control", &refused) {
         return;
     }
     while let Ok((req, _)) = recv::<Request>(stream) {

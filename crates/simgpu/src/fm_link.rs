@@ -230,3 +230,107 @@ impl Link {
         ended
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixListener;
+
+    use openimex_harness::ScratchDir;
+    use openimex_simproto::probe::{HealthSummary, ProbeInfo, ProbeState};
+
+    use super::*;
+    use crate::rm::ProbeStart;
+    use crate::server::{DriverConfig, Server};
+
+    fn answer(clique_id: u32) -> ProbeInfo {
+        ProbeInfo {
+            cluster_uuid: "ab".repeat(16),
+            partition_id: 0,
+            clique_id,
+            fla_base: 1 << 40,
+            fla_size: 1 << 40,
+            caps: 3,
+            health_mask: 0,
+            health_summary: HealthSummary::Healthy,
+        }
+    }
+
+    /// Accepts the link's next connection and reads its Attach.
+    fn accept_attach(l: &UnixListener) -> UnixStream {
+        let (s, _) = l.accept().expect("accept");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let (m, _) = recv::<ToFm>(&s).expect("attach");
+        assert_eq!(m, ToFm::Attach { slot: 2, gpus: 1 });
+        s
+    }
+
+    /// driver-interface §5: the probe stays IN_PROGRESS until the FM (started after the driver)
+    /// answers; the answer completes it; the FM going away leaves it as it was, and the link
+    /// attaches again to the next FM. The sender reaches the FM on the current connection.
+    #[test]
+    fn the_link_attaches_completes_keeps_and_reconnects() {
+        let dir = ScratchDir::new("simgpu-fm-link").expect("scratch");
+        let config = DriverConfig {
+            node_dir: dir.path().join("node"),
+            fabric_dir: dir.path().join("fabric"),
+            slot: 2,
+            gpus: 1,
+            hbm_bytes: 2 << 20,
+            cluster_uuid: [0; 16],
+            clique_id: 0,
+            probe: ProbeStart::Pending,
+            channels: 1,
+            imex_channel_count: 1,
+        };
+        let server = Server::bind(&config).expect("bind").spawn().expect("spawn");
+        let rm = server.rm_access();
+        let link = FmLink::spawn(rm.clone(), &config.fabric_dir, 2, 1).expect("link");
+        // No FM yet: the link keeps trying.
+        std::thread::sleep(RETRY * 2);
+        let state = |rm: &RmAccess| rm.with(|r| r.probe_info(0).expect("probe"));
+        assert_eq!(state(&rm).state, ProbeState::InProgress);
+
+        let sock = fm_socket_path(&config.fabric_dir);
+        let fm = UnixListener::bind(&sock).expect("listen");
+        let s = accept_attach(&fm);
+        send(
+            &s,
+            &FromFm::Probe {
+                gpu: 0,
+                info: answer(7),
+            },
+            &[],
+        )
+        .expect("send");
+        let sender = link.sender();
+        sender
+            .send(&ToFm::McTeamRelease { team_handle: 9 })
+            .expect("sender");
+        let (m, _) = recv::<ToFm>(&s).expect("release");
+        assert_eq!(m, ToFm::McTeamRelease { team_handle: 9 });
+        let p = state(&rm);
+        assert_eq!(
+            (p.state, p.info.map(|i| i.clique_id)),
+            (ProbeState::Complete, Some(7))
+        );
+
+        // The FM dies: the probe stays; a new FM gets the attach again.
+        drop(s);
+        drop(fm);
+        std::fs::remove_file(&sock).expect("rm socket");
+        let fm = UnixListener::bind(&sock).expect("listen again");
+        let s = accept_attach(&fm);
+        assert_eq!(state(&rm).state, ProbeState::Complete);
+        send(
+            &s,
+            &FromFm::Refused {
+                reason: "test".into(),
+            },
+            &[],
+        )
+        .expect("send");
+        link.stop();
+        server.stop();
+    }
+}
