@@ -339,3 +339,41 @@ fn the_control_socket_refuses_a_non_root_user() {
         "nothing changed: {s}"
     );
 }
+
+/// `openimex fabric serve` as an operator meets it: bad topologies fail at once naming the
+/// preset or the file:line; one FM per fabric directory (a second exits 1 saying so); SIGTERM
+/// exits 0 and removes both sockets.
+#[test]
+fn serve_refuses_bad_topologies_and_a_second_fm_and_stops_cleanly() {
+    let mut cluster = Cluster::prepare(fm_spec("nvl36", 1)).expect("prepare");
+    let fabric_dir = cluster.fabric_dir();
+    let serve = |extra: &[&str]| {
+        let mut cmd = Command::new(binary());
+        cmd.args(["fabric", "serve", "--fabric-dir"])
+            .arg(&fabric_dir)
+            .args(extra);
+        run(&mut cmd)
+    };
+    let err = assert_clean_failure(&serve(&["--topology", "nvl9"]), "unknown preset");
+    assert!(err.contains("no topology preset named \"nvl9\""), "{err}");
+    let file = cluster.base_dir().join("bad.topo");
+    std::fs::write(&file, "rack a\nswitch-tray a-s0 osfp=x\n").expect("write");
+    let err = assert_clean_failure(
+        &serve(&["--file", &file.display().to_string()]),
+        "bad topology file",
+    );
+    assert!(err.contains("bad.topo:2:"), "{err}");
+
+    cluster.start_fabric_manager().expect("FM");
+    let err = assert_clean_failure(&serve(&["--topology", "nvl36"]), "a second FM");
+    assert!(err.contains("already serving"), "{err}");
+    // The first one is unharmed.
+    status(&cluster);
+
+    let fm = cluster.fabric_manager_mut().expect("FM");
+    let exit = fm.terminate(NOTICE).expect("the FM exits on SIGTERM");
+    assert_eq!(exit.code(), Some(0), "{exit:?}");
+    for f in ["fabric-manager.sock", "fabric-manager.ctl"] {
+        assert!(!cluster.fabric_dir().join(f).exists(), "{f} removed");
+    }
+}

@@ -95,18 +95,20 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, FabricError> {
         )
     })?;
     let _ = stream.set_read_timeout(Some(ANSWER_TIMEOUT));
-    send(&stream, req, &[]).map_err(|e| {
-        fail(
+    // A refused peer gets its refusal at once and the connection closes, possibly before the
+    // request is written: read the answer even when the send failed.
+    let sent = send(&stream, req, &[]);
+    match (recv::<Response>(&stream), sent) {
+        (Ok((r, _)), _) => Ok(r),
+        (Err(_), Err(e)) => Err(fail(
             format!("cannot send the request: {e}"),
             "check that the Fabric Manager is running",
-        )
-    })?;
-    recv::<Response>(&stream).map(|(r, _)| r).map_err(|e| {
-        fail(
+        )),
+        (Err(e), Ok(())) => Err(fail(
             format!("no answer: {e}"),
             "check the Fabric Manager's log; only root or its user may operate it",
-        )
-    })
+        )),
+    }
 }
 
 #[cfg(test)]

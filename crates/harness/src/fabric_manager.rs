@@ -103,6 +103,22 @@ impl FabricManager {
         Ok(())
     }
 
+    /// SIGTERMs the FM and waits up to `timeout` for it (SIGKILL after that): its exit
+    /// status, `None` if it was not running or had to be killed.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).unwrap_or(i32::MAX));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        match crate::process::wait_timeout(&mut c, timeout) {
+            Some(s) => Some(s),
+            None => {
+                let _ = c.kill();
+                let _ = c.wait();
+                None
+            }
+        }
+    }
+
     /// SIGKILLs the FM (its socket files stay behind, as after a crash).
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -67,6 +67,11 @@ impl Cluster {
         self.fm.as_ref()
     }
 
+    /// The Fabric Manager, to stop or kill it.
+    pub fn fabric_manager_mut(&mut self) -> Option<&mut FabricManager> {
+        self.fm.as_mut()
+    }
+
     /// Runs `openimex fabric ARGS` against this cluster's Fabric Manager's control socket.
     pub fn fabric(&self, args: &[&str]) -> Result<Output, HarnessError> {
         match &self.fm {
