@@ -183,12 +183,14 @@ impl Link {
             slot: self.slot,
             gpus: self.gpus,
         };
-        if let Err(e) = send(&stream, &attach, &[]) {
-            tracing::warn!("cannot attach to the Fabric Manager: {e}");
-            return Ended::Closed;
-        }
+        // Published before the attach, so that whoever sees the FM answer can send on it.
         if let Ok(clone) = stream.try_clone() {
             *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(clone);
+        }
+        if let Err(e) = send(&stream, &attach, &[]) {
+            tracing::warn!("cannot attach to the Fabric Manager: {e}");
+            *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            return Ended::Closed;
         }
         tracing::info!(
             slot = self.slot,
@@ -309,6 +311,11 @@ mod tests {
             .expect("sender");
         let (m, _) = recv::<ToFm>(&s).expect("release");
         assert_eq!(m, ToFm::McTeamRelease { team_handle: 9 });
+        // The link applies the answer on its own thread: wait for it (a hang guard only).
+        let until = Instant::now() + Duration::from_secs(20);
+        while state(&rm).state != ProbeState::Complete && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let p = state(&rm);
         assert_eq!(
             (p.state, p.info.map(|i| i.clique_id)),

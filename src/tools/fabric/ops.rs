@@ -294,7 +294,8 @@ fn describe_changes(changes: &[GpuChange]) -> String {
         return out;
     }
     // Writing to a String cannot fail.
-    let _ = writeln!(out, "{} GPUs changed:", changes.len());
+    let n = changes.len();
+    let _ = writeln!(out, "{n} GPU{} changed:", if n == 1 { "" } else { "s" });
     for c in changes {
         let mut line = format!("  slot {} gpu {}:", c.slot, c.gpu);
         if c.clique.0 != c.clique.1 {
