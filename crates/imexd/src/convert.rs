@@ -104,6 +104,9 @@ pub(crate) fn answer(r: ImportReply) -> ImportAnswer {
             page_size: r.page_size,
             pfns: r.pfns,
             clique_id: r.clique_id,
+            // A wider value than a u16 is no mode the driver knows: it never matches a GPU's.
+            bw_mode: u16::try_from(r.bw_mode).unwrap_or(u16::MAX),
+            bw_mode_epoch: r.bw_mode_epoch,
         })
     } else {
         Err(ImportError::new(Status::parse(&r.error), r.detail))
@@ -120,6 +123,8 @@ pub(crate) fn reply(a: ImportAnswer) -> ImportReply {
             page_size: p.page_size,
             pfns: p.pfns,
             clique_id: p.clique_id,
+            bw_mode: u32::from(p.bw_mode),
+            bw_mode_epoch: p.bw_mode_epoch,
         },
         Err(e) => ImportReply {
             error: e.status.as_str().to_string(),
@@ -159,8 +164,19 @@ pub(crate) fn wire_import_request(r: &ImportRequest) -> WireImportRequest {
 
 /// This node's row, as sent to peers and used by the command service: the compact cells
 /// always, each link's reason only when `reasons` is asked for (`ctl --links`).
-pub(crate) fn node_status(snap: &Snapshot, host_name: &str, reasons: bool) -> NodeStatus {
+///
+/// With `fabric`, the row also carries the node's GPUs' fabric probes (`ctl --fabric`).
+pub(crate) fn node_status(
+    snap: &Snapshot,
+    host_name: &str,
+    reasons: bool,
+    fabric: bool,
+) -> NodeStatus {
     NodeStatus {
+        gpus: match fabric {
+            true => snap.fabric.iter().map(crate::fabric::to_wire).collect(),
+            false => Vec::new(),
+        },
         refusals: snap
             .refusals
             .iter()

@@ -78,6 +78,8 @@ pub(crate) struct Engine {
     resolved: Vec<Vec<std::net::IpAddr>>,
     /// Counters and histograms of imports, unimports and links (`metrics`).
     metrics: crate::metrics::Events,
+    /// The node's GPUs on the fabric (`fabric`), for snapshots.
+    fabric: crate::fabric::SharedView,
 }
 
 fn now() -> std::time::Instant {
@@ -116,6 +118,7 @@ impl Engine {
             hosts_tx: None,
             resolved: Vec::new(),
             metrics: crate::metrics::Events::default(),
+            fabric: crate::fabric::SharedView::default(),
         })
     }
 
@@ -260,6 +263,12 @@ impl Engine {
     /// Count events into `metrics` (shared with the metrics server).
     pub(crate) fn count_into(mut self, metrics: crate::metrics::Events) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Report the GPUs' fabric view `fabric` in snapshots.
+    pub(crate) fn watch_fabric(mut self, fabric: crate::fabric::SharedView) -> Self {
+        self.fabric = fabric;
         self
     }
 
@@ -757,6 +766,7 @@ impl Engine {
             host_name: self.settings.host_name.clone(),
             refusals: self.node.refusals().collect(),
             peers,
+            fabric: crate::fabric::read(&self.fabric.0),
         }
     }
 

@@ -253,8 +253,8 @@ impl Peer for PeerService {
         let via = Via::Accepted {
             conn: conn(&request)?.id,
         };
-        let reasons = request.into_inner().reasons;
-        session::status_row(&self.engine, via, reasons)
+        let req = request.into_inner();
+        session::status_row(&self.engine, via, req.reasons, req.fabric)
             .await
             .map(Response::new)
     }

@@ -120,7 +120,7 @@ async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<
                 Err("no session proves that identity on this connection".to_string())
             }
         }
-        Body::Status(req) => status_row(engine, via, req.reasons)
+        Body::Status(req) => status_row(engine, via, req.reasons, req.fabric)
             .await
             .map(Body::StatusReply)
             .map_err(|s| s.message().to_string()),
@@ -134,6 +134,7 @@ pub(crate) async fn status_row(
     engine: &mpsc::Sender<Input>,
     via: Via,
     reasons: bool,
+    fabric: bool,
 ) -> Result<NodeStatus, Status> {
     let ok = ask(engine, |reply| Input::Authenticate {
         via,
@@ -147,7 +148,12 @@ pub(crate) async fn status_row(
         ));
     }
     let snap = ask(engine, |reply| Input::Snapshot { reply }).await?;
-    Ok(convert::node_status(&snap, &snap.host_name, reasons))
+    Ok(convert::node_status(
+        &snap,
+        &snap.host_name,
+        reasons,
+        fabric,
+    ))
 }
 
 #[cfg(test)]
