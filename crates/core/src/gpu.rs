@@ -124,6 +124,19 @@ pub struct GpuFabric {
     pub health_summary: String,
 }
 
+/// The name of an NVLink bandwidth mode: the suffix of its NVLINK_INBAND_BW_MODE_* macro
+/// (`nvlink_inband_msg.h`: FULL 0, OFF 1, MIN 2, HALF 3, 3QUARTER 4).
+pub fn bw_mode_name(mode: u16) -> String {
+    match mode {
+        0 => "FULL".into(),
+        1 => "OFF".into(),
+        2 => "MIN".into(),
+        3 => "HALF".into(),
+        4 => "3QUARTER".into(),
+        other => format!("MODE_{other}"),
+    }
+}
+
 /// Why an import failed, as the exporter (or the importer's own daemon) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImportError {

@@ -67,18 +67,6 @@ pub const BW_MODE_HALF: u16 = 3;
 /// NVLINK_INBAND_BW_MODE_3QUARTER.
 pub const BW_MODE_3QUARTER: u16 = 4;
 
-/// The name of a bandwidth mode (`FULL`, `OFF`, `MIN`, `HALF`, `3QUARTER`), the macro's suffix.
-pub fn bw_mode_name(mode: u16) -> String {
-    match mode {
-        BW_MODE_FULL => "FULL".into(),
-        BW_MODE_OFF => "OFF".into(),
-        BW_MODE_MIN => "MIN".into(),
-        BW_MODE_HALF => "HALF".into(),
-        BW_MODE_3QUARTER => "3QUARTER".into(),
-        other => format!("MODE_{other}"),
-    }
-}
-
 /// The probe's healthSummary (§5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -177,7 +165,6 @@ mod tests {
             ],
             [0, 1, 2, 3, 4]
         );
-        assert_eq!(bw_mode_name(BW_MODE_3QUARTER), "3QUARTER");
         let json = r#"{"cluster_uuid":"00","partition_id":0,"clique_id":1,"fla_base":0,
             "fla_size":1,"caps":0,"health_mask":0,"health_summary":"HEALTHY"}"#;
         let info: ProbeInfo = serde_json::from_str(json).unwrap();
