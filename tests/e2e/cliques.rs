@@ -7,7 +7,8 @@
 //! node 0 but its map is refused with the driver's NV_ERR_INVALID_STATE, which the app reports
 //! as CUDA_ERROR_ILLEGAL_STATE (401), while memory of node 2 (same clique) maps and verifies
 //! (§1.6 "Map", §6.8). A GPU's health change (LIMITED_CAPACITY with DEGRADED_BW) shows in
-//! `ctl --fabric` and in the metrics.
+//! `ctl --fabric` and in the metrics. A daemon's hello carries its node's cliques, and a peer
+//! outside the receiver's clique is logged.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -218,4 +219,18 @@ fn a_clique_change_is_logged_shown_and_enforced_and_health_is_reported() {
     exp1.exit();
     exp2.exit();
     wait_all_released(&cluster, "after the exports end");
+
+    // Each daemon's hello carries its node's cliques: node 1's daemon restarted, node 0 logs
+    // it as outside its clique.
+    let from0 = std::fs::metadata(cluster.node(0).log_path()).map_or(0, |m| m.len() as usize);
+    cluster.restart(1).expect("restart node 1's daemon");
+    wait_log_line(
+        &cluster,
+        0,
+        from0,
+        &[
+            "peer node 1 is in clique(s) [2]",
+            "outside this node's clique(s) [1]",
+        ],
+    );
 }

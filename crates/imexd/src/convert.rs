@@ -26,6 +26,8 @@ pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
         node_map: hello.node_map.to_vec(),
         driver_version: driver_version.to_string(),
         node_map_base_len: u32::try_from(hello.map_base_len).unwrap_or(u32::MAX),
+        // Filled by the engine from its fabric view.
+        cliques: Vec::new(),
     }
 }
 

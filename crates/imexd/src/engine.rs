@@ -273,7 +273,10 @@ impl Engine {
     }
 
     fn cached_identity(&mut self) -> Arc<Identity> {
-        if let Some(me) = &self.me_cache {
+        // The identity carries the node's cliques: a clique change rebuilds it.
+        if let Some(me) = &self.me_cache
+            && me.cliques == crate::fabric::cliques(&self.fabric)
+        {
             return Arc::clone(me);
         }
         let me = Arc::new(self.identity());
@@ -282,7 +285,10 @@ impl Engine {
     }
 
     fn identity(&self) -> Identity {
-        convert::identity(&self.node.mesh().hello(), &self.driver_version)
+        Identity {
+            cliques: crate::fabric::cliques(&self.fabric),
+            ..convert::identity(&self.node.mesh().hello(), &self.driver_version)
+        }
     }
 
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {

@@ -20,12 +20,44 @@ use openimex_proto::peer::GpuFabric as WireGpu;
 /// How often the GPUs' probes are read again (health changes come with no event).
 pub(crate) const REFRESH: Duration = Duration::from_secs(3);
 
+/// Most cliques a peer's hello may name to be believed (one per GPU, 64 GPUs a node at most).
+const MAX_PEER_CLIQUES: usize = 64;
+
 /// The node's GPUs as last read, shared with the reporters.
 pub(crate) type Shared = Arc<RwLock<Vec<GpuFabric>>>;
 
 /// A copy of the view (empty if a writer panicked).
 pub(crate) fn read(view: &Shared) -> Vec<GpuFabric> {
     view.read().map(|v| v.clone()).unwrap_or_default()
+}
+
+/// The node's cliques: those of its GPUs whose probe completed, sorted, once each (what the
+/// hello carries).
+pub(crate) fn cliques(view: &SharedView) -> Vec<u32> {
+    let set: std::collections::BTreeSet<u32> = read(&view.0)
+        .iter()
+        .filter(|g| g.state == "COMPLETED")
+        .map(|g| g.clique_id)
+        .collect();
+    set.into_iter().collect()
+}
+
+/// A peer's hello told its cliques: a peer outside every clique of this node is worth a line
+/// (its memory imports here but does not map, §6.8). Unknown cliques (an older daemon, a node
+/// without GPUs) say nothing.
+pub(crate) fn note_peer(mine: &[u32], peer: NodeId, theirs: &[u32]) {
+    // A node has at most 64 GPUs, so no more cliques: a longer list is no node's (and is not
+    // copied into the log).
+    if mine.is_empty() || theirs.is_empty() || theirs.len() > MAX_PEER_CLIQUES {
+        return;
+    }
+    if theirs.iter().any(|c| mine.contains(c)) {
+        tracing::debug!("peer node {peer} is in clique(s) {theirs:?}, as this node");
+    } else {
+        tracing::info!(
+            "peer node {peer} is in clique(s) {theirs:?}, outside this node's clique(s) {mine:?}: its memory does not map on this node's GPUs"
+        );
+    }
 }
 
 /// Wraps `driver` so that the daemon's view of the GPUs follows the fabric: reads the probes
@@ -275,7 +307,9 @@ mod tests {
         assert_eq!(read(&view.0).len(), 2);
         let events = driver.next_events(Duration::ZERO).unwrap();
         assert_eq!(events, vec![unimport]);
-        let cliques: Vec<u32> = read(&view.0).iter().map(|g| g.clique_id).collect();
-        assert_eq!(cliques, [1, 2]);
+        let per_gpu: Vec<u32> = read(&view.0).iter().map(|g| g.clique_id).collect();
+        assert_eq!(per_gpu, [1, 2]);
+        // What the hello carries: each clique once.
+        assert_eq!(cliques(&view), [1, 2]);
     }
 }

@@ -62,6 +62,7 @@ fn identity() -> impl Strategy<Value = Identity> {
             node_map: map,
             driver_version: drv,
             node_map_base_len: base,
+            cliques: Vec::new(),
         })
 }
 

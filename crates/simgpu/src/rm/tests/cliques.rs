@@ -21,6 +21,9 @@ fn imported(p: &mut Pair) -> (ClientId, u64) {
     (b_app, import)
 }
 
+/// A probe update's change to the answer.
+type Change = fn(&mut ProbeInfo);
+
 const REFUSED: &str = "Mapping Gpu is not attached to the given memory object";
 
 /// §6.8: the mapping GPU's cliqueId, bwMode and bwModeEpoch must equal the owner's; each
@@ -37,7 +40,7 @@ fn a_map_is_refused_on_a_gpu_whose_clique_bw_mode_or_epoch_differs_from_the_owne
     );
     assert_eq!(p.b.map_on_gpu(b_app, import, 1), Ok(()));
 
-    let changes: [(&str, fn(&mut ProbeInfo)); 3] = [
+    let changes: [(&str, Change); 3] = [
         ("cliqueId", |i| i.clique_id = 2),
         ("bwMode", |i| i.bw_mode = BW_MODE_HALF),
         ("bwModeEpoch", |i| i.bw_mode_epoch = 1),
