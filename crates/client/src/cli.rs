@@ -217,7 +217,7 @@ fn export(a: &ExportArgs) -> Result<(), Failure> {
     }
     let ctx = open(&a.node)?;
     let alloc = ctx.mem_create(a.gpu, a.size).map_err(cuda("create"))?;
-    let mut mapping = ctx.map(&alloc).map_err(cuda("map"))?;
+    let mut mapping = ctx.map_on(&alloc, a.gpu).map_err(cuda("map"))?;
     pattern::fill(&mut mapping, a.pattern);
     let handle = ctx.export(&alloc).map_err(cuda("export"))?;
     if let Some(path) = &a.handle_out {
