@@ -7,8 +7,9 @@
 //! node 0 but its map is refused with the driver's NV_ERR_INVALID_STATE, which the app reports
 //! as CUDA_ERROR_ILLEGAL_STATE (401), while memory of node 2 (same clique) maps and verifies
 //! (§1.6 "Map", §6.8). A GPU's health change (LIMITED_CAPACITY with DEGRADED_BW) shows in
-//! `ctl --fabric` and in the metrics. A daemon's hello carries its node's cliques, and a peer
-//! outside the receiver's clique is logged.
+//! `ctl --fabric` and in the metrics. A daemon tells its peers its node's cliques (in its hello,
+//! and in a session notification when they change), and a peer outside the receiver's clique
+//! is logged.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -126,6 +127,7 @@ fn a_clique_change_is_logged_shown_and_enforced_and_health_is_reported() {
 
     // The Fabric Manager moves node 1's GPUs to clique 2 (§5: a partition change).
     let log_from = std::fs::metadata(cluster.node(1).log_path()).map_or(0, |m| m.len() as usize);
+    let log0_from = std::fs::metadata(cluster.node(0).log_path()).map_or(0, |m| m.len() as usize);
     for gpu in 0..GPUS {
         probe_update(dirs[1], gpu, |i| i.clique_id = 2);
     }
@@ -139,6 +141,16 @@ fn a_clique_change_is_logged_shown_and_enforced_and_health_is_reported() {
     );
     assert!(line.contains("CLIQUE_ID_CHANGE"), "{line}");
     wait_log_line(&cluster, 1, log_from, &["CLIQUE_ID_CHANGE", "GPU 1"]);
+    // Node 1's daemon tells its peers on their sessions; node 0 logs node 1 outside its clique.
+    wait_log_line(
+        &cluster,
+        0,
+        log0_from,
+        &[
+            "peer node 1 is in clique(s) [2]",
+            "outside this node's clique(s) [1]",
+        ],
+    );
 
     // ctl --fabric on node 0 and on node 1 show the new clique and mark the other side.
     let v0 = wait_fabric(&cluster, 0, "node 1 in clique 2, outside", |v| {

@@ -8,6 +8,10 @@
 //! answered by a refresh, so the import engine never sees them. The view is shared
 //! ([`Shared`]) with whatever reports it: the engine's snapshots carry it to `ctl --fabric`
 //! (this node's row and every peer's, through the peers' status rows) and to the metrics.
+//!
+//! Peers learn the node's cliques from its hello and, when they change, from a
+//! `CliquesChanged` notification on each session ([`push`]); a peer outside this node's
+//! cliques is logged ([`note_peer`]).
 
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, RwLock, Weak};
@@ -15,7 +19,12 @@ use std::time::Duration;
 
 use openimex_core::{Event, GpuFabric, NodeId, Pages, Status};
 use openimex_driver::{Driver, DriverError, SessionInfo};
-use openimex_proto::peer::GpuFabric as WireGpu;
+use openimex_proto::peer::session_msg::Body;
+use openimex_proto::peer::{CliquesChanged, GpuFabric as WireGpu};
+use tokio::sync::mpsc;
+
+use crate::mailbox::{Input, ask};
+use crate::session_tx::SessionTx;
 
 /// How often the GPUs' probes are read again (health changes come with no event).
 pub(crate) const REFRESH: Duration = Duration::from_secs(3);
@@ -34,7 +43,11 @@ pub(crate) fn read(view: &Shared) -> Vec<GpuFabric> {
 /// The node's cliques: those of its GPUs whose probe completed, sorted, once each (what the
 /// hello carries).
 pub(crate) fn cliques(view: &SharedView) -> Vec<u32> {
-    let set: std::collections::BTreeSet<u32> = read(&view.0)
+    cliques_of(&read(&view.0))
+}
+
+fn cliques_of(gpus: &[GpuFabric]) -> Vec<u32> {
+    let set: std::collections::BTreeSet<u32> = gpus
         .iter()
         .filter(|g| g.state == "COMPLETED")
         .map(|g| g.clique_id)
@@ -63,7 +76,13 @@ pub(crate) fn note_peer(mine: &[u32], peer: NodeId, theirs: &[u32]) {
 /// Wraps `driver` so that the daemon's view of the GPUs follows the fabric: reads the probes
 /// now, then starts the thread that refreshes them. Returns the driver to hand to the engine
 /// and the view.
-pub(crate) fn watch(driver: Box<dyn Driver>) -> (Box<dyn Driver>, SharedView) {
+///
+/// With `peers` (the engine's mailbox and the runtime it runs on), a change of the node's
+/// cliques is pushed to every connected peer.
+pub(crate) fn watch(
+    driver: Box<dyn Driver>,
+    peers: Option<(mpsc::Sender<Input>, tokio::runtime::Handle)>,
+) -> (Box<dyn Driver>, SharedView) {
     let inner: Arc<dyn Driver> = Arc::from(driver);
     let view: Shared = Arc::default();
     refresh(inner.as_ref(), &view);
@@ -72,7 +91,7 @@ pub(crate) fn watch(driver: Box<dyn Driver>) -> (Box<dyn Driver>, SharedView) {
     let shared = Arc::clone(&view);
     let started = std::thread::Builder::new()
         .name("fabric-watch".into())
-        .spawn(move || refresher(weak, shared, pokes));
+        .spawn(move || refresher(weak, shared, pokes, peers));
     if let Err(e) = started {
         tracing::warn!(
             "cannot start the fabric watch thread ({e}); GPU fabric health is read once, at start"
@@ -121,8 +140,17 @@ fn refresh(driver: &dyn Driver, view: &Shared) {
     *v = gpus;
 }
 
-/// Refreshes every [`REFRESH`] and on each poke, until the daemon drops its driver.
-fn refresher(driver: Weak<dyn Driver>, view: Shared, pokes: std_mpsc::Receiver<()>) {
+/// Refreshes every [`REFRESH`] and on each poke, until the daemon drops its driver; pushes
+/// each change of the node's cliques to the peers.
+fn refresher(
+    driver: Weak<dyn Driver>,
+    view: Shared,
+    pokes: std_mpsc::Receiver<()>,
+    peers: Option<(mpsc::Sender<Input>, tokio::runtime::Handle)>,
+) {
+    let shared = SharedView(Arc::clone(&view));
+    // What the peers were told last (the hello carries the cliques of its time).
+    let mut told = cliques(&shared);
     loop {
         match pokes.recv_timeout(REFRESH) {
             Ok(()) | Err(std_mpsc::RecvTimeoutError::Timeout) => {}
@@ -132,7 +160,58 @@ fn refresher(driver: Weak<dyn Driver>, view: Shared, pokes: std_mpsc::Receiver<(
             return;
         };
         refresh(d.as_ref(), &view);
+        let now = cliques(&shared);
+        if now != told {
+            if let Some((engine, rt)) = &peers {
+                rt.spawn(push(engine.clone(), now.clone()));
+            }
+            told = now;
+        }
     }
+}
+
+/// How long one peer may take to take the notification.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Tells every connected peer the node's new cliques (a notification: nothing answers it).
+async fn push(engine: mpsc::Sender<Input>, cliques: Vec<u32>) {
+    let Ok(snap) = ask(&engine, |reply| Input::Snapshot { reply }).await else {
+        return;
+    };
+    for (peer, session) in snap.peers {
+        let body = Body::CliquesChanged(CliquesChanged {
+            cliques: cliques.clone(),
+        });
+        let sent = tokio::time::timeout(PUSH_TIMEOUT, session.notify(body)).await;
+        if !matches!(sent, Ok(true)) {
+            tracing::debug!("could not tell peer node {peer} this node's new cliques");
+        }
+    }
+}
+
+/// A peer's notification that its cliques changed, on `session`: logged against this node's
+/// cliques if the session is a connected peer's (the engine's snapshot names it).
+pub(crate) async fn peer_cliques_changed(
+    engine: mpsc::Sender<Input>,
+    session: SessionTx,
+    theirs: Vec<u32>,
+) {
+    if theirs.len() > MAX_PEER_CLIQUES {
+        return;
+    }
+    let Ok(snap) = ask(&engine, |reply| Input::Snapshot { reply }).await else {
+        return;
+    };
+    let Some(peer) = snap
+        .peers
+        .iter()
+        .find_map(|(peer, s)| s.same(&session).then_some(*peer))
+    else {
+        return;
+    };
+    let mine = cliques_of(&snap.fabric);
+    tracing::info!("peer node {peer} reports new clique(s) {theirs:?}");
+    note_peer(&mine, peer, &theirs);
 }
 
 /// The daemon's driver with CLIQUE_ID_CHANGE taken out of its events.
@@ -303,7 +382,7 @@ mod tests {
             },
             unimport.clone(),
         ]);
-        let (driver, view) = watch(Box::new(fake));
+        let (driver, view) = watch(Box::new(fake), None);
         assert_eq!(read(&view.0).len(), 2);
         let events = driver.next_events(Duration::ZERO).unwrap();
         assert_eq!(events, vec![unimport]);

@@ -240,7 +240,8 @@ pub async fn run(
             Ok(())
         }));
     }
-    let (driver, fabric) = fabric::watch(driver);
+    let peers = (tx.clone(), tokio::runtime::Handle::current());
+    let (driver, fabric) = fabric::watch(driver, Some(peers));
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
         .count_into(events)
         .watch_fabric(fabric)

@@ -59,6 +59,14 @@ where
                 | Body::StatusReply(_)
                 | Body::GoodbyeReply(_)),
             ) => tx.resolve(msg.id, body),
+            // A notification: nothing answers it.
+            Some(Body::CliquesChanged(c)) => {
+                tokio::spawn(crate::fabric::peer_cliques_changed(
+                    engine.clone(),
+                    tx.clone(),
+                    c.cliques,
+                ));
+            }
             Some(request) => {
                 let engine = engine.clone();
                 let kind = crate::stats::Kind::of_body(&request);
