@@ -326,8 +326,19 @@ mod tests {
                 version: "fake".into(),
             })
         }
+        /// As the real driver: by the time CLIQUE_ID_CHANGE is read, the probe has the new
+        /// clique.
         fn next_events(&self, _: Duration) -> Result<Vec<Event>, DriverError> {
-            Ok(std::mem::take(&mut *self.events.lock().unwrap()))
+            let events = std::mem::take(&mut *self.events.lock().unwrap());
+            let mut gpus = self.gpus.lock().unwrap();
+            for e in &events {
+                if let Event::CliqueIdChange { gpu, clique_id } = *e
+                    && let Some(g) = gpus.iter_mut().find(|g| g.gpu == gpu)
+                {
+                    g.clique_id = clique_id;
+                }
+            }
+            Ok(events)
         }
         fn describe_export(
             &self,
