@@ -14,8 +14,8 @@ use openimex_proto::peer::{
 
 use crate::mailbox::{PeersSnapshot, Snapshot};
 
-/// Our identity as sent on the wire.
-pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
+/// Our identity as sent on the wire, with the node's `cliques`.
+pub(crate) fn identity(hello: &Hello, driver_version: &str, cliques: Vec<u32>) -> Identity {
     Identity {
         domain_id: hello.domain_id.clone(),
         node_id: u32::from(hello.node.0),
@@ -26,8 +26,7 @@ pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
         node_map: hello.node_map.to_vec(),
         driver_version: driver_version.to_string(),
         node_map_base_len: u32::try_from(hello.map_base_len).unwrap_or(u32::MAX),
-        // Filled by the engine from its fabric view.
-        cliques: Vec::new(),
+        cliques,
     }
 }
 

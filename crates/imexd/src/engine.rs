@@ -78,7 +78,7 @@ pub(crate) struct Engine {
     resolved: Vec<Vec<std::net::IpAddr>>,
     /// Counters and histograms of imports, unimports and links (`metrics`).
     metrics: crate::metrics::Events,
-    /// The node's GPUs on the fabric (`fabric`), for snapshots.
+    /// The node's GPUs on the fabric (`fabric`), for snapshots and the identity's cliques.
     fabric: crate::fabric::SharedView,
 }
 
@@ -285,10 +285,8 @@ impl Engine {
     }
 
     fn identity(&self) -> Identity {
-        Identity {
-            cliques: crate::fabric::cliques(&self.fabric),
-            ..convert::identity(&self.node.mesh().hello(), &self.driver_version)
-        }
+        let cliques = crate::fabric::cliques(&self.fabric);
+        convert::identity(&self.node.mesh().hello(), &self.driver_version, cliques)
     }
 
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
