@@ -35,6 +35,10 @@ mod config_errors;
 // issue 9: ctl domain-check HOST..., -N --svg FILE and -N --watch -j on a live domain
 #[path = "e2e/domain_tools.rs"]
 mod domain_tools;
+// issue 14: cliques enforced (CLIQUE_ID_CHANGE, ctl --fabric, the map check) and GPU fabric
+// health in ctl and the metrics
+#[path = "e2e/cliques.rs"]
+mod cliques;
 // fabric memory across nodes: import refusals, lifetimes, shared descriptors, demo JSON
 #[path = "e2e/fabric.rs"]
 mod fabric;

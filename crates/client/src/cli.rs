@@ -136,6 +136,10 @@ struct ImportArgs {
     /// Keep the memory mapped until stdin ends or SIGTERM; answer commands read from stdin.
     #[arg(long)]
     hold: bool,
+    /// Map the memory for this GPU of the node (cuMemSetAccess's device): the driver refuses
+    /// a GPU whose cliqueId, bwMode or bwModeEpoch differs from the owner GPU's.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    gpu: u32,
     /// Exit without releasing the import (the driver cleans up as at process exit).
     #[arg(long)]
     no_release: bool,
@@ -213,7 +217,7 @@ fn export(a: &ExportArgs) -> Result<(), Failure> {
     }
     let ctx = open(&a.node)?;
     let alloc = ctx.mem_create(a.gpu, a.size).map_err(cuda("create"))?;
-    let mut mapping = ctx.map(&alloc).map_err(cuda("map"))?;
+    let mut mapping = ctx.map_on(&alloc, a.gpu).map_err(cuda("map"))?;
     pattern::fill(&mut mapping, a.pattern);
     let handle = ctx.export(&alloc).map_err(cuda("export"))?;
     if let Some(path) = &a.handle_out {
@@ -245,7 +249,7 @@ fn import(a: &ImportArgs) -> Result<(), Failure> {
     let imported = ctx
         .import_with_id(&handle, a.import_id, a.timeout)
         .map_err(cuda("import"))?;
-    let mut mapping = ctx.map(&imported).map_err(cuda("map"))?;
+    let mut mapping = ctx.map_on(&imported, a.gpu).map_err(cuda("map"))?;
     let mut result = Ok(());
     if let Some(seed) = a.verify {
         match pattern::verify(&mapping, seed) {

@@ -279,12 +279,38 @@ impl Context {
         }
     }
 
-    /// cuMemMap + cuMemSetAccess: maps the memory into this process (a shared mapping of
-    /// the HBM file range, so stores are seen by every other mapping of it, on any node, with
-    /// no copy). The mapping lasts until the [`Mapping`] is dropped (cuMemUnmap).
+    /// cuMemMap + cuMemSetAccess on GPU 0: [`Context::map_on`] with GPU 0, the device a
+    /// single-GPU application maps for. Memory of this node maps on any of its GPUs, so for an
+    /// [`Allocation`] the GPU makes no difference.
     pub fn map(&self, m: &impl Mappable) -> Result<Mapping, CuError> {
+        self.map_on(m, 0)
+    }
+
+    /// cuMemMap + cuMemSetAccess for GPU `gpu`: maps the memory into this process (a shared
+    /// mapping of the HBM file range, so stores are seen by every other mapping of it, on any
+    /// node, with no copy). The mapping lasts until the [`Mapping`] is dropped (cuMemUnmap).
+    ///
+    /// The driver checks the mapping GPU first, as the real one does on the map and not on the
+    /// import (`reference/driver-interface.md` §1.6 "Map", §6.8): imported memory maps only on
+    /// a GPU whose cliqueId, bwMode and bwModeEpoch equal the owner GPU's. A refusal is
+    /// NV_ERR_INVALID_STATE, which the library reports as [`CuError::IllegalState`]
+    /// (CUDA_ERROR_ILLEGAL_STATE, 401; which code libcuda returns from cuMemMap there is not
+    /// public, see the crate's error table). A GPU not on the node is
+    /// [`CuError::InvalidValue`].
+    pub fn map_on(&self, m: &impl Mappable, gpu: u32) -> Result<Mapping, CuError> {
         let r = m.mem_ref();
         self.check_owner(r)?;
+        match self.call(
+            &Request::MapOnGpu {
+                handle: r.handle,
+                gpu,
+            },
+            &[],
+            false,
+        )? {
+            Response::Ok => {}
+            other => return Err(unexpected("MapOnGpu", &other)),
+        }
         let os = |what: &str, e: std::io::Error| {
             CuError::OperatingSystem(format!("{what} {}: {e}", r.file.display()))
         };

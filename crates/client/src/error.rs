@@ -71,7 +71,9 @@ pub enum CuError {
     #[error("CUDA_ERROR_INVALID_HANDLE (400): {0}")]
     InvalidHandle(String),
     /// CUDA_ERROR_ILLEGAL_STATE (401): the node's IMEX daemon session went away while an
-    /// import was in use, or fabric allocation is disabled (a daemon died holding exports).
+    /// import was in use, fabric allocation is disabled (a daemon died holding exports), or
+    /// imported memory was mapped on a GPU whose cliqueId, bwMode or bwModeEpoch differs from
+    /// the owner GPU's (the map check's NV_ERR_INVALID_STATE, §6.8).
     #[error("CUDA_ERROR_ILLEGAL_STATE (401): {0}")]
     IllegalState(String),
     /// CUDA_ERROR_NOT_READY (600): the import did not complete within the bound, or there is

@@ -157,6 +157,8 @@ fn answer() -> ProbeInfo {
         caps: CAP_MC_SUPPORTED,
         health_mask: 0,
         health_summary: HealthSummary::Healthy,
+        bw_mode: 0,
+        bw_mode_epoch: 0,
     }
 }
 

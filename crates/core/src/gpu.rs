@@ -57,6 +57,11 @@ pub struct Pages {
     pub pfns: Vec<u64>,
     /// Owner GPU's clique.
     pub clique_id: u32,
+    /// Owner GPU's NVLink bandwidth mode (`NV_FABRIC_MEMORY_ATTRS.bwMode`); a mapping GPU must
+    /// have the same (§6.8).
+    pub bw_mode: u16,
+    /// Owner GPU's bandwidth mode epoch (`NV_FABRIC_MEMORY_ATTRS.bwModeEpoch`).
+    pub bw_mode_epoch: u64,
 }
 
 /// A fabric event from the driver.
@@ -84,6 +89,52 @@ pub enum Event {
         /// Exporting node.
         export_node: NodeId,
     },
+    /// CLIQUE_ID_CHANGE (channel 0): a Fabric Manager probe update moved local GPU `gpu` to
+    /// clique `clique_id` (`reference/driver-interface.md` §1.6 "Other events", §5). Nothing
+    /// of the import state machine depends on it; the daemon refreshes its fabric view.
+    CliqueIdChange {
+        /// The GPU's ID on this node.
+        gpu: u32,
+        /// Its new clique.
+        clique_id: u32,
+    },
+}
+
+/// One local GPU's fabric probe as the daemon keeps it (NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO
+/// plus the bandwidth mode, §5): what `ctl --fabric` and the metrics report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuFabric {
+    /// GPU index on this node.
+    pub gpu: u32,
+    /// The probe's state, NVML's word (NOT_STARTED, IN_PROGRESS, COMPLETED, NOT_SUPPORTED).
+    pub state: String,
+    /// The NVLink domain, 32 hex digits (empty before the probe completes).
+    pub cluster_uuid: String,
+    /// The fabric partition.
+    pub partition_id: u16,
+    /// The clique (0 before the probe completes).
+    pub clique_id: u32,
+    /// NVLINK_INBAND_BW_MODE_* value.
+    pub bw_mode: u16,
+    /// Bandwidth mode epoch.
+    pub bw_mode_epoch: u64,
+    /// The packed health fields (NV2080_CTRL_GPU_FABRIC_HEALTH_MASK_*).
+    pub health_mask: u32,
+    /// HEALTHY, UNHEALTHY, LIMITED_CAPACITY (empty before the probe completes).
+    pub health_summary: String,
+}
+
+/// The name of an NVLink bandwidth mode: the suffix of its NVLINK_INBAND_BW_MODE_* macro
+/// (`nvlink_inband_msg.h`: FULL 0, OFF 1, MIN 2, HALF 3, 3QUARTER 4).
+pub fn bw_mode_name(mode: u16) -> String {
+    match mode {
+        0 => "FULL".into(),
+        1 => "OFF".into(),
+        2 => "MIN".into(),
+        3 => "HALF".into(),
+        4 => "3QUARTER".into(),
+        other => format!("MODE_{other}"),
+    }
 }
 
 /// Why an import failed, as the exporter (or the importer's own daemon) reports it.

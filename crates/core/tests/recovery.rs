@@ -147,6 +147,8 @@ fn the_record_names_an_importer_before_it_gets_the_pages() {
         page_size: 2 << 20,
         pfns: vec![4],
         clique_id: 0,
+        bw_mode: 0,
+        bw_mode_epoch: 0,
     };
     n.handle_described(now, 7, Ok((70, pages)));
     let a = drain(&mut n);
@@ -206,6 +208,8 @@ fn a_node_that_imports_again_soon_costs_no_record_write() {
         page_size: 2 << 20,
         pfns: vec![4],
         clique_id: 0,
+        bw_mode: 0,
+        bw_mode_epoch: 0,
     };
     let mut writes = Vec::new();
     for round in 0..5u64 {

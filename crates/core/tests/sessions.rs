@@ -172,6 +172,8 @@ fn a_reference_is_released_only_by_the_instance_that_holds_it() {
                 page_size: 2 << 20,
                 pfns: vec![1],
                 clique_id: 0,
+                bw_mode: 0,
+                bw_mode_epoch: 0,
             },
         )),
     );

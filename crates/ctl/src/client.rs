@@ -108,9 +108,26 @@ impl Client {
 
     /// The whole domain (`-N`); with `reasons`, each link's reason too (`--links`).
     pub async fn domain(&mut self, reasons: bool) -> Result<DomainReply, CtlError> {
+        self.ask_domain(DomainRequest {
+            reasons,
+            fabric: false,
+        })
+        .await
+    }
+
+    /// The whole domain with each node's GPUs on the fabric (`--fabric`).
+    pub async fn fabric(&mut self) -> Result<DomainReply, CtlError> {
+        self.ask_domain(DomainRequest {
+            reasons: false,
+            fabric: true,
+        })
+        .await
+    }
+
+    async fn ask_domain(&mut self, req: DomainRequest) -> Result<DomainReply, CtlError> {
         // Gathering asks every peer; give it a little more than one peer's timeout.
         let limit = self.timeout + Duration::from_secs(3);
-        let call = self.inner.domain(DomainRequest { reasons });
+        let call = self.inner.domain(req);
         let reply = tokio::time::timeout(limit, call)
             .await
             .map_err(|_| CtlError::NoAnswer {

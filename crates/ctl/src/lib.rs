@@ -2,7 +2,8 @@
 //! `nvidia-imex-ctl` (flags, output and exit codes as `imex-guide.md` §2 describes them), plus
 //! our own views: `--links` (instances and the reason of each link's last change) and
 //! `--peers` (what the local daemon holds for, imports from and owes each peer, and its
-//! clean-ups of each with reason and time), `-N --watch` (redraw on change), `-N --svg FILE`
+//! clean-ups of each with reason and time), `--fabric` (this node's GPUs on the NVLink fabric
+//! and every node's cliques), `-N --watch` (redraw on change), `-N --svg FILE`
 //! (the domain as a picture) and `domain-check HOST...` (are these hosts READY members?).
 //! `-m` and `-d` are in NVIDIA's usage line without a published meaning; ours are the node map
 //! and the configuration dump, asked of the daemon (see [`local_view`]).
@@ -14,6 +15,7 @@
 //! - [`watch`] — `-N --watch`.
 //! - [`svg`] — `-N --svg FILE`.
 //! - [`domain_check`] — `domain-check HOST...`.
+//! - [`fabric`] — `--fabric`.
 //! - [`local_view`] — `-m` (node map) and `-d` (configuration dump).
 //! - [`error`] — [`CtlError`] and exit codes.
 
@@ -21,6 +23,7 @@ pub mod cells;
 pub mod client;
 pub mod domain_check;
 pub mod error;
+pub mod fabric;
 pub mod local_view;
 pub mod reason;
 pub mod render;
@@ -50,7 +53,7 @@ pub const USAGE: &str =
     about = "Query the IMEX daemon (openimex, compatible with nvidia-imex-ctl)",
     disable_version_flag = true,
     disable_help_subcommand = true,
-    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-d|-m> [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
+    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-d|-m> [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] --fabric [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
 )]
 pub struct Args {
     /// Config file: the command endpoint and node file come from it (default /etc/nvidia-imex/config.cfg).
@@ -115,6 +118,11 @@ pub struct Args {
     /// a rack of trays with state colours and reasons, the link matrix, the local node's counts.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["watch", "links", "peers", "query", "subscribe", "domain_loop"])]
     pub svg: Option<PathBuf>,
+    /// openimex: this node's GPUs on the NVLink fabric (probe state, clusterUuid, cliqueId,
+    /// bandwidth mode, health summary and fields) and every node's cliques, marking the nodes
+    /// outside this node's clique (their memory does not map here); -j for JSON.
+    #[arg(long, conflicts_with_all = ["watch", "links", "peers", "query", "subscribe", "domain_loop", "svg"])]
+    pub fabric: bool,
     /// Print the version.
     #[arg(long)]
     pub version: bool,
@@ -143,6 +151,7 @@ enum Mode {
     Subscribe,
     Links,
     Peers,
+    Fabric,
     Watch,
     Svg(PathBuf),
     DomainCheck(Vec<String>),
@@ -275,6 +284,8 @@ async fn run(args: Args) -> Result<(), CtlError> {
         Mode::Links
     } else if args.peers {
         Mode::Peers
+    } else if args.fabric {
+        Mode::Fabric
     } else if args.query {
         Mode::Query
     } else if args.subscribe {
@@ -322,6 +333,15 @@ async fn run(args: Args) -> Result<(), CtlError> {
                 render::peers_json(&reply) + "\n"
             } else {
                 render::peers_text(&reply)
+            };
+            out(&text)
+        }
+        Mode::Fabric => {
+            let reply = client.fabric().await?;
+            let text = if args.json {
+                fabric::fabric_json(&reply) + "\n"
+            } else {
+                fabric::fabric_text(&reply)
             };
             out(&text)
         }

@@ -64,6 +64,7 @@ fn node(id: u32, host: &str, state: &str, version: &str, cells: &[(&str, bool)])
         refusals: Vec::new(),
         cells: Vec::new(),
         state_reason: String::new(),
+        gpus: Vec::new(),
     }
 }
 
@@ -446,4 +447,62 @@ fn peers_view() {
     );
     assert_eq!(last["exports_released"], 3);
     assert_eq!(v["peers"][0]["instance_id"], "000000000000beef");
+}
+
+/// One GPU as a daemon reports it for `--fabric`: probe complete in clique `clique`, full
+/// bandwidth, and the health the Fabric Manager gave it.
+fn fabric_gpu(gpu: u32, clique: u32, summary: &str, mask: u32) -> openimex_proto::peer::GpuFabric {
+    openimex_proto::peer::GpuFabric {
+        gpu,
+        state: "COMPLETED".into(),
+        cluster_uuid: "5a".repeat(16),
+        partition_id: clique - 1,
+        clique_id: clique,
+        bw_mode: 0,
+        bw_mode_epoch: 0,
+        health_mask: mask,
+        health_summary: summary.into(),
+    }
+}
+
+/// `--fabric` (ours; issue 14: "shows each node's clique in ctl (our flag and JSON), marks
+/// peers outside its clique" and "the daemon reports per-GPU fabric health in ctl"): node 1 is
+/// in this node's clique, node 2 in another (marked outside), node 3 could not be asked
+/// (unknown, never outside). Health masks as the driver packs them (§5): 0x11a9 is DEGRADED_BW
+/// TRUE, the other fields FALSE, configuration correct, in a partition.
+#[test]
+fn fabric_view_goldens() {
+    let healthy = 0x1000 | 0x100 | 0xaa;
+    let degraded = 0x1000 | 0x100 | 0xa9;
+    let mut nodes = vec![
+        node(0, "10.0.0.1", "READY", "sim", &[]),
+        node(1, "10.0.0.2", "READY", "sim", &[]),
+        node(2, "10.0.0.3", "READY", "sim", &[]),
+        node(3, "10.0.0.4", "UNAVAILABLE", "", &[]),
+    ];
+    nodes[0].gpus = vec![
+        fabric_gpu(0, 1, "LIMITED_CAPACITY", degraded),
+        fabric_gpu(1, 1, "HEALTHY", healthy),
+    ];
+    nodes[1].gpus = vec![fabric_gpu(0, 1, "HEALTHY", healthy)];
+    nodes[2].gpus = vec![fabric_gpu(0, 2, "HEALTHY", healthy)];
+    let reply = DomainReply {
+        local_node_id: 0,
+        nodes,
+        status: "DEGRADED".into(),
+    };
+    let text = openimex_ctl::fabric::fabric_text(&reply);
+    golden("golden-fabric.txt", &text);
+    let json = openimex_ctl::fabric::fabric_json(&reply);
+    golden("golden-fabric.json", &(json.clone() + "\n"));
+    let v: Value = serde_json::from_str(&json).unwrap();
+    let outside: Vec<bool> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["outside_clique"].as_bool().unwrap())
+        .collect();
+    assert_eq!(outside, [false, false, true, false]);
+    assert_eq!(v["gpus"][0]["health"]["DEGRADED_BW"], "TRUE");
+    assert_eq!(v["gpus"][1]["health"]["DEGRADED_BW"], "FALSE");
 }

@@ -1,8 +1,9 @@
 //! The GPU driver as the daemon sees it, shaped like the real kernel interface
 //! (`reference/driver-interface.md` §1.6): open a session with this node's ID, pull fabric
 //! events (import, unimport), describe an export for a remote importer (taking a reference that
-//! keeps the memory alive), validate or fail a pending import, finish unimports, and disable
-//! the importers of a lost node.
+//! keeps the memory alive), validate or fail a pending import, finish unimports, disable
+//! the importers of a lost node, and read each GPU's fabric probe (clique, bandwidth mode,
+//! health).
 //!
 //! Backends:
 //! - [`NoGpu`]: control plane only, for orchestrator CI. Peers see its version as `NO_GPU`,
@@ -19,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use openimex_core::NodeId;
-pub use openimex_core::gpu::{Event, Pages, Status};
+pub use openimex_core::gpu::{Event, GpuFabric, Pages, Status};
 
 /// Which backend the daemon should use (`OPENIMEX_DRIVER`, or `--nogpu`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +115,11 @@ pub trait Driver: Send + Sync + 'static {
     fn finish_unimport(&self, ids: &[u64]) -> Result<(), DriverError>;
     /// Disables every local client that imported from `node` (lost node clean-up).
     fn disable_importers(&self, node: NodeId) -> Result<(), DriverError>;
+    /// Each local GPU's fabric probe (NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO per GPU, with
+    /// the bandwidth mode). Needs no session. A driver without GPUs has none.
+    fn gpu_fabric(&self) -> Result<Vec<GpuFabric>, DriverError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The control-plane-only driver: no GPU, no fabric events.

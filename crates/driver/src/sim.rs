@@ -19,7 +19,7 @@ use openimex_simproto::proto::{
     self, FabricEvent, FabricPages, MAX_UNIMPORT_TOKENS, NvStatus, Request, Response, Validation,
 };
 
-use crate::{Driver, DriverError, Event, Pages, SessionInfo, Status};
+use crate::{Driver, DriverError, Event, GpuFabric, Pages, SessionInfo, Status};
 
 /// Driver version reported to peers for the simulated driver.
 pub const SIM_VERSION: &str = "sim-595.45.04";
@@ -216,6 +216,12 @@ impl Driver for SimDriver {
                     import_event_id,
                     export_node: NodeId(export_node),
                 }),
+                FabricEvent::CliqueIdChange {
+                    gpu_id, clique_id, ..
+                } => Some(Event::CliqueIdChange {
+                    gpu: gpu_id,
+                    clique_id,
+                }),
             })
             .collect())
     }
@@ -245,6 +251,8 @@ impl Driver for SimDriver {
             page_size,
             pfns,
             clique_id,
+            bw_mode,
+            bw_mode_epoch,
         } = pages;
         Ok((
             export_ref,
@@ -253,6 +261,8 @@ impl Driver for SimDriver {
                 page_size,
                 pfns,
                 clique_id,
+                bw_mode,
+                bw_mode_epoch,
             },
         ))
     }
@@ -282,6 +292,8 @@ impl Driver for SimDriver {
                 page_size: p.page_size,
                 pfns: p.pfns,
                 clique_id: p.clique_id,
+                bw_mode: p.bw_mode,
+                bw_mode_epoch: p.bw_mode_epoch,
             }),
             Err(_) => Validation::ImportFailed,
         };
@@ -324,6 +336,41 @@ impl Driver for SimDriver {
             },
         )
         .map(drop)
+    }
+
+    /// The GPUs from the driver's hello, then FabricProbeInfo for each.
+    fn gpu_fabric(&self) -> Result<Vec<GpuFabric>, DriverError> {
+        let pid = std::process::id();
+        let resp = self.control("hello", &Request::Hello { pid })?;
+        let Response::Hello { gpus, .. } = resp else {
+            return Err(unexpected("hello", &resp));
+        };
+        gpus.iter()
+            .map(|g| {
+                let resp = self.control(
+                    "fabric probe info",
+                    &Request::FabricProbeInfo { gpu: g.index },
+                )?;
+                let Response::FabricProbeInfo(p) = resp else {
+                    return Err(unexpected("fabric probe info", &resp));
+                };
+                let mut out = GpuFabric {
+                    gpu: p.gpu,
+                    state: p.state.nvml_name().to_string(),
+                    ..GpuFabric::default()
+                };
+                if let Some(i) = p.info {
+                    out.cluster_uuid = i.cluster_uuid;
+                    out.partition_id = i.partition_id;
+                    out.clique_id = i.clique_id;
+                    out.bw_mode = i.bw_mode;
+                    out.bw_mode_epoch = i.bw_mode_epoch;
+                    out.health_mask = i.health_mask;
+                    out.health_summary = i.health_summary.name().to_string();
+                }
+                Ok(out)
+            })
+            .collect()
     }
 }
 

@@ -70,16 +70,16 @@ impl Command for CommandService {
         &self,
         request: Request<DomainRequest>,
     ) -> Result<Response<DomainReply>, Status> {
-        let reasons = request.into_inner().reasons;
+        let DomainRequest { reasons, fabric } = request.into_inner();
         let snap = ask(&self.engine, |reply| Input::Snapshot { reply }).await?;
         let local = snap.local;
-        let mine = node_status(&snap, &self.host_name, reasons);
+        let mine = node_status(&snap, &self.host_name, reasons, fabric);
         let asks: Vec<_> = snap
             .peers
             .into_iter()
             .map(|(peer, session)| {
                 tokio::spawn(async move {
-                    let ask = session.call(Body::Status(NodeStatusRequest { reasons }));
+                    let ask = session.call(Body::Status(NodeStatusRequest { reasons, fabric }));
                     match tokio::time::timeout(PEER_STATUS_TIMEOUT, ask).await {
                         Ok(Ok(Body::StatusReply(status))) => Some((peer, status)),
                         _ => None,
@@ -165,6 +165,7 @@ pub(crate) fn unavailable_row(node_id: u32, host: String) -> NodeReport {
         refusals: Vec::new(),
         cells: Vec::new(),
         state_reason: String::new(),
+        gpus: Vec::new(),
     }
 }
 
@@ -233,6 +234,7 @@ impl CommandService {
                         refusals: st.refusals,
                         cells: st.cells,
                         state_reason: String::new(),
+                        gpus: st.gpus,
                     },
                     None => unavailable_row(u32::try_from(i).unwrap_or(u32::MAX), host),
                 }

@@ -14,8 +14,8 @@ use openimex_proto::peer::{
 
 use crate::mailbox::{PeersSnapshot, Snapshot};
 
-/// Our identity as sent on the wire.
-pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
+/// Our identity as sent on the wire, with the node's `cliques`.
+pub(crate) fn identity(hello: &Hello, driver_version: &str, cliques: Vec<u32>) -> Identity {
     Identity {
         domain_id: hello.domain_id.clone(),
         node_id: u32::from(hello.node.0),
@@ -26,6 +26,7 @@ pub(crate) fn identity(hello: &Hello, driver_version: &str) -> Identity {
         node_map: hello.node_map.to_vec(),
         driver_version: driver_version.to_string(),
         node_map_base_len: u32::try_from(hello.map_base_len).unwrap_or(u32::MAX),
+        cliques,
     }
 }
 
@@ -104,6 +105,9 @@ pub(crate) fn answer(r: ImportReply) -> ImportAnswer {
             page_size: r.page_size,
             pfns: r.pfns,
             clique_id: r.clique_id,
+            // A wider value than a u16 is no mode the driver knows: it never matches a GPU's.
+            bw_mode: u16::try_from(r.bw_mode).unwrap_or(u16::MAX),
+            bw_mode_epoch: r.bw_mode_epoch,
         })
     } else {
         Err(ImportError::new(Status::parse(&r.error), r.detail))
@@ -120,6 +124,8 @@ pub(crate) fn reply(a: ImportAnswer) -> ImportReply {
             page_size: p.page_size,
             pfns: p.pfns,
             clique_id: p.clique_id,
+            bw_mode: u32::from(p.bw_mode),
+            bw_mode_epoch: p.bw_mode_epoch,
         },
         Err(e) => ImportReply {
             error: e.status.as_str().to_string(),
@@ -159,8 +165,19 @@ pub(crate) fn wire_import_request(r: &ImportRequest) -> WireImportRequest {
 
 /// This node's row, as sent to peers and used by the command service: the compact cells
 /// always, each link's reason only when `reasons` is asked for (`ctl --links`).
-pub(crate) fn node_status(snap: &Snapshot, host_name: &str, reasons: bool) -> NodeStatus {
+///
+/// With `fabric`, the row also carries the node's GPUs' fabric probes (`ctl --fabric`).
+pub(crate) fn node_status(
+    snap: &Snapshot,
+    host_name: &str,
+    reasons: bool,
+    fabric: bool,
+) -> NodeStatus {
     NodeStatus {
+        gpus: match fabric {
+            true => snap.fabric.iter().map(crate::fabric::to_wire).collect(),
+            false => Vec::new(),
+        },
         refusals: snap
             .refusals
             .iter()

@@ -78,6 +78,8 @@ pub(crate) struct Engine {
     resolved: Vec<Vec<std::net::IpAddr>>,
     /// Counters and histograms of imports, unimports and links (`metrics`).
     metrics: crate::metrics::Events,
+    /// The node's GPUs on the fabric (`fabric`), for snapshots and the identity's cliques.
+    fabric: crate::fabric::SharedView,
 }
 
 fn now() -> std::time::Instant {
@@ -116,6 +118,7 @@ impl Engine {
             hosts_tx: None,
             resolved: Vec::new(),
             metrics: crate::metrics::Events::default(),
+            fabric: crate::fabric::SharedView::default(),
         })
     }
 
@@ -263,8 +266,17 @@ impl Engine {
         self
     }
 
+    /// Report the GPUs' fabric view `fabric` in snapshots.
+    pub(crate) fn watch_fabric(mut self, fabric: crate::fabric::SharedView) -> Self {
+        self.fabric = fabric;
+        self
+    }
+
     fn cached_identity(&mut self) -> Arc<Identity> {
-        if let Some(me) = &self.me_cache {
+        // The identity carries the node's cliques: a clique change rebuilds it.
+        if let Some(me) = &self.me_cache
+            && me.cliques == crate::fabric::cliques(&self.fabric)
+        {
             return Arc::clone(me);
         }
         let me = Arc::new(self.identity());
@@ -273,7 +285,8 @@ impl Engine {
     }
 
     fn identity(&self) -> Identity {
-        convert::identity(&self.node.mesh().hello(), &self.driver_version)
+        let cliques = crate::fabric::cliques(&self.fabric);
+        convert::identity(&self.node.mesh().hello(), &self.driver_version, cliques)
     }
 
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
@@ -757,6 +770,7 @@ impl Engine {
             host_name: self.settings.host_name.clone(),
             refusals: self.node.refusals().collect(),
             peers,
+            fabric: crate::fabric::read(&self.fabric.0),
         }
     }
 

@@ -29,6 +29,7 @@ pub mod daemonize;
 mod driver_io;
 mod engine;
 mod error;
+mod fabric;
 pub mod limits;
 pub mod logging;
 mod mailbox;
@@ -239,8 +240,11 @@ pub async fn run(
             Ok(())
         }));
     }
+    let peers = (tx.clone(), tokio::runtime::Handle::current());
+    let (driver, fabric) = fabric::watch(driver, Some(peers));
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
         .count_into(events)
+        .watch_fabric(fabric)
         .dial_from(local_ip)
         .persist_to(settings.persist_path.clone(), map_for_record)?
         .publish_hosts(hosts_tx);

@@ -187,6 +187,8 @@ pub(crate) struct Snapshot {
     pub(crate) refusals: Vec<(&'static str, u64)>,
     /// Sessions of the peers connected right now, to ask for their rows.
     pub(crate) peers: Vec<(NodeId, SessionTx)>,
+    /// This node's GPUs on the fabric, as last read (`fabric`).
+    pub(crate) fabric: Vec<openimex_core::GpuFabric>,
 }
 
 /// What `ctl --peers` needs from the engine at one instant.

@@ -8,10 +8,13 @@
 //! - counters and a histogram the engine updates where the events happen ([`Events`]):
 //!   imports answered as exporter, imports completed as importer and their latency,
 //!   unimports, reconnects. Clean-ups by reason are counted at scrape time from the node's
-//!   bounded per-peer clean-up history and its running total.
+//!   bounded per-peer clean-up history and its running total;
+//! - gauges of the node's GPUs on the fabric (health summary and mask, cliqueId, bandwidth
+//!   mode), from the daemon's fabric view ([`fabric`]).
 //!
 //! Rendering is prometheus-client's OpenMetrics text; [`http`] serves it.
 
+mod fabric;
 pub(crate) mod http;
 
 use std::collections::HashMap;
@@ -185,12 +188,13 @@ impl Events {
 
     /// Renders every metric as OpenMetrics text, from the engine's snapshot `snap`, the
     /// heartbeat round trip of each connected peer whose heartbeats this node sends (`rtts`)
-    /// and the node map's entries `hosts`.
+    /// the node map's entries `hosts` and the node's GPUs on the fabric `gpus`.
     pub(crate) fn render(
         &self,
         snap: &PeersSnapshot,
         rtts: &[(NodeId, Duration)],
         hosts: &[String],
+        gpus: &[openimex_core::GpuFabric],
     ) -> String {
         self.count_cleanups(&snap.peers);
         let mut r = Registry::with_prefix("openimex");
@@ -284,6 +288,7 @@ impl Events {
             "Clean-ups of the peer since start",
             cleaned,
         );
+        fabric::register(&mut r, gpus);
         self.register_events(&mut r);
         let mut out = String::new();
         // Writing to a String cannot fail.

@@ -238,6 +238,7 @@ async fn handshake(
         .from
         .ok_or_else(|| DialError::Identity("carries no identity".into()))?;
     let remote = convert::hello(&identity).map_err(DialError::Identity)?;
+    crate::fabric::note_peer(&me.cliques, remote.node, &identity.cliques);
 
     let (session, outbound) = SessionTx::new();
     let inbound = client

@@ -125,7 +125,10 @@ impl Peer for PeerService {
         request: Request<HelloRequest>,
     ) -> Result<Response<HelloResponse>, Status> {
         let info = conn(&request)?;
-        let hello = sender(request.into_inner().from, "hello")?;
+        let from = request.into_inner().from;
+        let peer_cliques = from.as_ref().map(|f| f.cliques.clone()).unwrap_or_default();
+        let hello = sender(from, "hello")?;
+        let peer = hello.node;
         self.check_certificate(&info, hello.node).await?;
         let from_node_address = self.is_node_address(hello.node, info.remote.ip()).await;
         let (verdict, me) = ask(&self.engine, |reply| Input::Hello {
@@ -139,6 +142,7 @@ impl Peer for PeerService {
             Verdict::ShuttingDown => return Err(Status::unavailable("daemon is shutting down")),
             Verdict::Accept => {
                 info.greeted();
+                crate::fabric::note_peer(&me.cliques, peer, &peer_cliques);
                 HelloResponse {
                     from: Some(me),
                     refusal: Refusal::None.into(),
@@ -253,8 +257,8 @@ impl Peer for PeerService {
         let via = Via::Accepted {
             conn: conn(&request)?.id,
         };
-        let reasons = request.into_inner().reasons;
-        session::status_row(&self.engine, via, reasons)
+        let req = request.into_inner();
+        session::status_row(&self.engine, via, req.reasons, req.fabric)
             .await
             .map(Response::new)
     }

@@ -62,6 +62,7 @@ fn identity() -> impl Strategy<Value = Identity> {
             node_map: map,
             driver_version: drv,
             node_map_base_len: base,
+            cliques: Vec::new(),
         })
 }
 
@@ -175,7 +176,10 @@ fn frame() -> impl Strategy<Value = SessionMsg> {
         })),
         1 => text(20).prop_map(|reason| Body::Goodbye(GoodbyeRequest { from: None, reason })),
         1 => any::<bool>().prop_map(|reasons| Body::Status(
-            openimex_proto::peer::NodeStatusRequest { reasons },
+            openimex_proto::peer::NodeStatusRequest {
+                reasons,
+                fabric: false,
+            },
         )),
         1 => Just(Body::ImportReply(ImportReply::default())),
         1 => Just(Body::UnimportReply(Default::default())),
@@ -209,6 +213,8 @@ async fn fake_engine(mut rx: mpsc::Receiver<Input>) -> Vec<openimex_core::Import
                     page_size: 1,
                     pfns: vec![request.import_event_id],
                     clique_id: 0,
+                    bw_mode: 0,
+                    bw_mode_epoch: 0,
                 }));
                 seen.push(request);
             }

@@ -59,6 +59,14 @@ where
                 | Body::StatusReply(_)
                 | Body::GoodbyeReply(_)),
             ) => tx.resolve(msg.id, body),
+            // A notification: nothing answers it.
+            Some(Body::CliquesChanged(c)) => {
+                tokio::spawn(crate::fabric::peer_cliques_changed(
+                    engine.clone(),
+                    tx.clone(),
+                    c.cliques,
+                ));
+            }
             Some(request) => {
                 let engine = engine.clone();
                 let kind = crate::stats::Kind::of_body(&request);
@@ -120,7 +128,7 @@ async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<
                 Err("no session proves that identity on this connection".to_string())
             }
         }
-        Body::Status(req) => status_row(engine, via, req.reasons)
+        Body::Status(req) => status_row(engine, via, req.reasons, req.fabric)
             .await
             .map(Body::StatusReply)
             .map_err(|s| s.message().to_string()),
@@ -134,6 +142,7 @@ pub(crate) async fn status_row(
     engine: &mpsc::Sender<Input>,
     via: Via,
     reasons: bool,
+    fabric: bool,
 ) -> Result<NodeStatus, Status> {
     let ok = ask(engine, |reply| Input::Authenticate {
         via,
@@ -147,7 +156,12 @@ pub(crate) async fn status_row(
         ));
     }
     let snap = ask(engine, |reply| Input::Snapshot { reply }).await?;
-    Ok(convert::node_status(&snap, &snap.host_name, reasons))
+    Ok(convert::node_status(
+        &snap,
+        &snap.host_name,
+        reasons,
+        fabric,
+    ))
 }
 
 #[cfg(test)]

@@ -299,6 +299,20 @@ impl SessionTx {
         }
     }
 
+    /// Whether `other` is a handle on this same session.
+    pub(crate) fn same(&self, other: &SessionTx) -> bool {
+        Arc::ptr_eq(&self.pending, &other.pending)
+    }
+
+    /// Sends a notification: a frame with id 0 that is never answered (nothing waits for it).
+    pub(crate) async fn notify(&self, body: Body) -> bool {
+        let frame = SessionMsg {
+            body: Some(body),
+            ..SessionMsg::default()
+        };
+        self.send(frame).await
+    }
+
     /// Sends the answer to the peer's request `id`.
     async fn answer(&self, id: u64, body: Body) {
         let trip = crate::stats::Trip::out(&body);

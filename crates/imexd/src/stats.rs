@@ -119,6 +119,9 @@ impl Kind {
             Body::Goodbye(_) => Kind::Goodbye,
             Body::GoodbyeReply(_) => Kind::GoodbyeResponse,
             Body::Refused(_) => Kind::Refused,
+            // A pushed part of the sender's status row: counted with the rows, so the stats
+            // file keeps NVIDIA's message kinds.
+            Body::CliquesChanged(_) => Kind::StatusResponse,
         }
     }
 

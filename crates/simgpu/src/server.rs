@@ -478,7 +478,7 @@ fn wakes_waiters(req: &Request) -> bool {
             | Request::GetEvents { .. }
             | Request::DescribeExport { .. }
             | Request::FabricProbeInfo { .. }
-            | Request::CompleteFabricProbe { .. }
+            | Request::MapOnGpu { .. }
     )
 }
 
@@ -747,6 +747,10 @@ fn handle(
             rm.disable_importers(token, node).map(|()| Response::Ok)
         }
         Request::FabricProbeInfo { gpu } => rm.probe_info(gpu).map(Response::FabricProbeInfo),
+        Request::MapOnGpu { handle, gpu } => match rm.map_on_gpu(client, handle, gpu) {
+            Ok(()) => Ok(Response::Ok),
+            Err((status, detail)) => return error(status, detail),
+        },
         Request::CompleteFabricProbe { gpu, info } => {
             if !may_manage_fabric(stream) {
                 return error(

@@ -176,6 +176,8 @@ impl Shared {
                     other => self.fail(format!("finish unimport answered {other:?}")),
                 }
             }
+            // Nothing of an import depends on it; a daemon only reports it.
+            FabricEvent::CliqueIdChange { .. } => {}
         }
         Some(())
     }

@@ -55,6 +55,18 @@ pub const CAP_MC_MULTINODE_SUPPORTED: u64 = 1 << 1;
 /// Fabric caps bit: unicast loopback.
 pub const CAP_UC_LOOPBACK_SUPPORTED: u64 = 1 << 2;
 
+/// NVLINK_INBAND_BW_MODE_FULL: every NVLink at full bandwidth (`nvlink_inband_msg.h`), the
+/// mode a GPU reports unless the Fabric Manager asked for a reduced one.
+pub const BW_MODE_FULL: u16 = 0;
+/// NVLINK_INBAND_BW_MODE_OFF.
+pub const BW_MODE_OFF: u16 = 1;
+/// NVLINK_INBAND_BW_MODE_MIN.
+pub const BW_MODE_MIN: u16 = 2;
+/// NVLINK_INBAND_BW_MODE_HALF.
+pub const BW_MODE_HALF: u16 = 3;
+/// NVLINK_INBAND_BW_MODE_3QUARTER.
+pub const BW_MODE_3QUARTER: u16 = 4;
+
 /// The probe's healthSummary (§5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -99,6 +111,15 @@ pub struct ProbeInfo {
     pub health_mask: u32,
     /// The summary.
     pub health_summary: HealthSummary,
+    /// The GPU's NVLink bandwidth mode, one of the `BW_MODE_*` values (the probe request's and
+    /// `knvlinkGetBWMode`'s `bwMode`). Memory carries its owner's and a mapping GPU must have
+    /// the same (`memoryfabricimportv2IsGpuMapAllowed`, §6.8). Absent: [`BW_MODE_FULL`].
+    #[serde(default)]
+    pub bw_mode: u16,
+    /// Bumped each time the bandwidth mode changes (`knvlinkGetBWModeEpoch`); a mapping GPU
+    /// must be in the owner's epoch. Absent: 0.
+    #[serde(default)]
+    pub bw_mode_epoch: u64,
 }
 
 #[cfg(test)]
@@ -128,5 +149,25 @@ mod tests {
         let json = serde_json::to_string(&ProbeState::InProgress).unwrap();
         assert_eq!(json, "\"IN_PROGRESS\"");
         assert_eq!(HealthSummary::LimitedCapacity.name(), "LIMITED_CAPACITY");
+    }
+
+    /// NVLINK_INBAND_BW_MODE_* (`nvlink_inband_msg.h`); an answer without the fields (an older
+    /// Fabric Manager) means full bandwidth, epoch 0.
+    #[test]
+    fn bandwidth_modes_have_the_drivers_values_and_default_to_full() {
+        assert_eq!(
+            [
+                BW_MODE_FULL,
+                BW_MODE_OFF,
+                BW_MODE_MIN,
+                BW_MODE_HALF,
+                BW_MODE_3QUARTER
+            ],
+            [0, 1, 2, 3, 4]
+        );
+        let json = r#"{"cluster_uuid":"00","partition_id":0,"clique_id":1,"fla_base":0,
+            "fla_size":1,"caps":0,"health_mask":0,"health_summary":"HEALTHY"}"#;
+        let info: ProbeInfo = serde_json::from_str(json).unwrap();
+        assert_eq!((info.bw_mode, info.bw_mode_epoch), (BW_MODE_FULL, 0));
     }
 }

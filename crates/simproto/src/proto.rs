@@ -137,6 +137,12 @@ pub struct FabricPages {
     pub pfns: Vec<u64>,
     /// Owner GPU's clique (a mapping GPU must match it).
     pub clique_id: u32,
+    /// Owner GPU's NVLink bandwidth mode (a mapping GPU must match it), `NV_FABRIC_MEMORY_ATTRS`.
+    #[serde(default)]
+    pub bw_mode: u16,
+    /// Owner GPU's bandwidth mode epoch (a mapping GPU must match it).
+    #[serde(default)]
+    pub bw_mode_epoch: u64,
 }
 
 /// A fabric event, as GET_FABRIC_EVENTS returns them.
@@ -167,6 +173,20 @@ pub enum FabricEvent {
         import_event_id: u64,
         /// Exporting node.
         export_node: u16,
+    },
+    /// CLIQUE_ID_CHANGE (NV00F1_CTRL_FABRIC_EVENT_TYPE_CLIQUE_ID_CHANGE = 3): a Fabric Manager
+    /// probe update gave GPU `gpu_id` a new clique. Posted on channel 0, only for an update
+    /// that changes the clique, never for the first probe response
+    /// (`_gpuFabricProbeSendCliqueIdChangeEvent` in `gpu_fabric_probe.c`).
+    CliqueIdChange {
+        /// System-wide increasing event ID (shared with imports and unimports).
+        event_id: u64,
+        /// Always 0.
+        channel: u32,
+        /// The GPU (its index on this node, the simulated driver's gpuId).
+        gpu_id: u32,
+        /// The GPU's new clique.
+        clique_id: u32,
     },
 }
 
@@ -312,6 +332,15 @@ pub enum Request {
         token: u64,
         /// The lost exporter node.
         node: u16,
+    },
+    /// cuMemMap of `handle` (an allocation or an import) for GPU `gpu`: the driver's map check
+    /// (`memoryfabricimportv2IsGpuMapAllowed`, §6.8). Answers `Ok` or the status that refuses
+    /// the mapping; the caller then maps the memory it already knows.
+    MapOnGpu {
+        /// Allocation or import handle.
+        handle: u64,
+        /// GPU index on this node.
+        gpu: u32,
     },
     /// NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO on `gpu`: any client may ask.
     FabricProbeInfo {

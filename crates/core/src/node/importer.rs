@@ -45,6 +45,8 @@ impl Node {
                 let step = self.imports.unimport(import_event_id, unimport_event_id);
                 self.unimport_step(now, step, import_event_id);
             }
+            // The daemon's fabric view follows cliques; no import or unimport depends on one.
+            Event::CliqueIdChange { .. } => {}
         }
     }
 

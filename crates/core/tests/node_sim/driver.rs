@@ -36,6 +36,8 @@ fn pages_of(node: usize, exp_id: u64, npages: u64) -> Pages {
         page_size: 1 << 21,
         pfns: (0..npages).map(|k| base | k).collect(),
         clique_id: 7,
+        bw_mode: 0,
+        bw_mode_epoch: 0,
     }
 }
 

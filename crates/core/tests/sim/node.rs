@@ -91,5 +91,7 @@ pub fn pages(pfn: u64) -> Pages {
         page_size: 2 << 20,
         pfns: vec![pfn],
         clique_id: 0,
+        bw_mode: 0,
+        bw_mode_epoch: 0,
     }
 }

@@ -90,19 +90,24 @@ pub(crate) fn route(head: &[u8]) -> Route {
     }
 }
 
-/// The engine's view of the peers, and the heartbeat round trip of each connected peer whose
-/// heartbeats this node sends.
-async fn gather(
-    engine: &mpsc::Sender<Input>,
-) -> Result<(PeersSnapshot, Vec<(NodeId, Duration)>), Stopping> {
+/// The engine's view of the peers, the heartbeat round trip of each connected peer whose
+/// heartbeats this node sends, and the node's GPUs on the fabric.
+async fn gather(engine: &mpsc::Sender<Input>) -> Result<Gathered, Stopping> {
     let snap = ask(engine, |reply| Input::Peers { reply }).await?;
-    let sessions = ask(engine, |reply| Input::Snapshot { reply }).await?.peers;
-    let rtts = sessions
+    let mine = ask(engine, |reply| Input::Snapshot { reply }).await?;
+    let rtts = mine
+        .peers
         .iter()
         .filter_map(|(peer, session)| Some((*peer, session.heartbeat_rtt()?)))
         .collect();
-    Ok((snap, rtts))
+    Ok((snap, rtts, mine.fabric))
 }
+
+type Gathered = (
+    PeersSnapshot,
+    Vec<(NodeId, Duration)>,
+    Vec<openimex_core::GpuFabric>,
+);
 
 async fn one(
     mut stream: TcpStream,
@@ -131,9 +136,10 @@ async fn one(
     } else {
         match route(&head) {
             Route::Metrics => match gather(engine).await {
-                Ok((snap, rtts)) => {
+                Ok((snap, rtts, gpus)) => {
                     let hosts = Arc::clone(&hosts.borrow());
-                    ("200 OK", CONTENT_TYPE, events.render(&snap, &rtts, &hosts))
+                    let text = events.render(&snap, &rtts, &hosts, &gpus);
+                    ("200 OK", CONTENT_TYPE, text)
                 }
                 Err(_) => (
                     "503 Service Unavailable",

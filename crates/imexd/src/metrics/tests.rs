@@ -46,8 +46,21 @@ fn renders_state_domain_and_peer_gauges() {
         &snap(DaemonState::Ready, peers),
         &[(NodeId(1), Duration::from_millis(2))],
         &hosts(),
+        &[openimex_core::GpuFabric {
+            gpu: 2,
+            state: "COMPLETED".into(),
+            clique_id: 7,
+            health_mask: 0x1,
+            health_summary: "LIMITED_CAPACITY".into(),
+            ..Default::default()
+        }],
     );
     for line in [
+        // The GPUs' fabric health (issue 14: "per-GPU fabric health ... in the metrics").
+        "openimex_gpu_fabric_health{gpu=\"2\",summary=\"LIMITED_CAPACITY\"} 1",
+        "openimex_gpu_fabric_health{gpu=\"2\",summary=\"HEALTHY\"} 0",
+        "openimex_gpu_fabric_clique_id{gpu=\"2\"} 7",
+        "openimex_gpu_fabric_health_mask{gpu=\"2\"} 1",
         "openimex_daemon_state{state=\"READY\"} 1",
         "openimex_daemon_state{state=\"INIT_GPU\"} 0",
         "openimex_domain_status{status=\"DEGRADED\"} 1",
@@ -66,12 +79,12 @@ fn renders_state_domain_and_peer_gauges() {
         assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
     }
     assert!(text.ends_with("# EOF\n"), "{text}");
-    let up = events.render(&snap(DaemonState::Ready, vec![]), &[], &hosts());
+    let up = events.render(&snap(DaemonState::Ready, vec![]), &[], &hosts(), &[]);
     assert!(
         up.contains("openimex_domain_status{status=\"UP\"} 1"),
         "{up}"
     );
-    let down = events.render(&snap(DaemonState::InitGpu, vec![]), &[], &hosts());
+    let down = events.render(&snap(DaemonState::InitGpu, vec![]), &[], &hosts(), &[]);
     assert!(
         down.contains("openimex_domain_status{status=\"DOWN\"} 1"),
         "{down}"
@@ -94,7 +107,7 @@ fn events_move_counters_and_the_histogram() {
     let h = hosts();
     events.link_changed(NodeId(1), ConnStatus::Connected, 1, &h);
     events.link_changed(NodeId(1), ConnStatus::Connected, 2, &h);
-    let text = events.render(&snap(DaemonState::Ready, vec![]), &[], &h);
+    let text = events.render(&snap(DaemonState::Ready, vec![]), &[], &h, &[]);
     for line in [
         "openimex_imports_completed_total{result=\"ok\"} 1",
         "openimex_imports_completed_total{result=\"error\"} 1",
@@ -123,7 +136,7 @@ fn cleanups_are_counted_once_by_reason() {
     p.cleanups_total = 3;
     p.cleanups = vec![clean("left")];
     let h = hosts();
-    let text = events.render(&snap(DaemonState::Ready, vec![p.clone()]), &[], &h);
+    let text = events.render(&snap(DaemonState::Ready, vec![p.clone()]), &[], &h, &[]);
     assert!(
         text.contains("openimex_cleanups_total{reason=\"left\"} 1"),
         "{text}"
@@ -134,7 +147,7 @@ fn cleanups_are_counted_once_by_reason() {
     );
     p.cleanups_total = 4;
     p.cleanups.push(clean("restarted"));
-    let text = events.render(&snap(DaemonState::Ready, vec![p]), &[], &h);
+    let text = events.render(&snap(DaemonState::Ready, vec![p]), &[], &h, &[]);
     assert!(
         text.contains("openimex_cleanups_total{reason=\"left\"} 1"),
         "{text}"

@@ -21,6 +21,7 @@
 
 mod hbm;
 mod import;
+mod map;
 mod probe;
 mod session;
 #[cfg(test)]

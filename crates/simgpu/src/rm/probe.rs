@@ -8,9 +8,10 @@
 
 use openimex_simproto::handle::encode_hex;
 use openimex_simproto::probe::{
-    CAP_MC_MULTINODE_SUPPORTED, CAP_MC_SUPPORTED, HealthSummary, ProbeInfo, ProbeState,
+    BW_MODE_FULL, CAP_MC_MULTINODE_SUPPORTED, CAP_MC_SUPPORTED, HealthSummary, ProbeInfo,
+    ProbeState,
 };
-use openimex_simproto::proto::{FabricProbeInfo, NvStatus};
+use openimex_simproto::proto::{FabricEvent, FabricProbeInfo, NvStatus};
 
 use super::Rm;
 use crate::fabric::GpuAddr;
@@ -26,6 +27,15 @@ pub enum ProbeStart {
     Pending,
     /// The probe was not sent (NOT_STARTED).
     NotStarted,
+}
+
+/// The owner GPU's fabric attributes that travel with its memory (§6.4) and that a mapping
+/// GPU must match (§6.8).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct MemAttrs {
+    pub(super) clique_id: u32,
+    pub(super) bw_mode: u16,
+    pub(super) bw_mode_epoch: u64,
 }
 
 /// One GPU's probe.
@@ -67,6 +77,8 @@ impl Rm {
             caps: CAP_MC_SUPPORTED | CAP_MC_MULTINODE_SUPPORTED,
             health_mask: 0,
             health_summary: HealthSummary::Healthy,
+            bw_mode: BW_MODE_FULL,
+            bw_mode_epoch: 0,
         }
     }
 
@@ -74,6 +86,13 @@ impl Rm {
     /// replaces the response (the FM's probe updates). NV_ERR_INVALID_ARGUMENT for an unknown
     /// GPU, a malformed clusterUuid or an empty FLA range; NV_ERR_NOT_SUPPORTED on a GPU whose
     /// probe is UNSUPPORTED.
+    ///
+    /// An update that changes the clique of a GPU whose probe was already complete posts
+    /// CLIQUE_ID_CHANGE {gpuId, new cliqueId} on channel 0 to the daemon's event queue, as
+    /// `gpuFabricProbeReceiveUpdateKernelCallback` does (`_gpuFabricProbeSendCliqueIdChangeEvent`,
+    /// `reference/driver-interface.md` §1.6 "Other events", §5). The first response is not a
+    /// change. Without a daemon session the real post fails (`_fabricNotifyEvent`: no IMEX event
+    /// to signal, NV_ERR_NOT_READY) and the event is dropped; the probe update still applies.
     pub fn complete_probe(&mut self, gpu: u32, info: ProbeInfo) -> Result<(), NvStatus> {
         let valid_uuid = info.cluster_uuid.len() == 32
             && info.cluster_uuid.bytes().all(|b| b.is_ascii_hexdigit());
@@ -91,13 +110,32 @@ impl Rm {
             cluster_uuid = %info.cluster_uuid,
             "fabric probe complete"
         );
+        let changed_from = match (&probe.state, &probe.info) {
+            (ProbeState::Complete, Some(old)) if old.clique_id != info.clique_id => {
+                Some(old.clique_id)
+            }
+            _ => None,
+        };
         probe.state = ProbeState::Complete;
         // One spelling of the clusterUuid, so that equal domains compare equal.
         let cluster_uuid = info.cluster_uuid.to_ascii_lowercase();
+        let clique_id = info.clique_id;
         probe.info = Some(ProbeInfo {
             cluster_uuid,
             ..info
         });
+        if let Some(old) = changed_from {
+            tracing::info!(gpu, old, new = clique_id, "cliqueId changed");
+            if self.session.is_some() {
+                let event_id = self.next_event();
+                self.events.push_back(FabricEvent::CliqueIdChange {
+                    event_id,
+                    channel: 0,
+                    gpu_id: gpu,
+                    clique_id,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -126,12 +164,60 @@ impl Rm {
         }
     }
 
-    /// The clique that owns memory of `gpu` (0 before its probe completed).
-    pub(super) fn gpu_clique(&self, gpu: u32) -> u32 {
+    /// The fabric attributes memory of `gpu` carries (`NV_FABRIC_MEMORY_ATTRS`: cliqueId,
+    /// bwMode, bwModeEpoch; all 0 before its probe completed, as `memoryfabricCtrlGetInfo`
+    /// reports them for a GPU without a probe).
+    pub(super) fn gpu_attrs(&self, gpu: u32) -> MemAttrs {
         self.probes
             .get(gpu as usize)
             .and_then(|p| p.info.as_ref())
-            .map_or(0, |i| i.clique_id)
+            .map_or(MemAttrs::default(), |i| MemAttrs {
+                clique_id: i.clique_id,
+                bw_mode: i.bw_mode,
+                bw_mode_epoch: i.bw_mode_epoch,
+            })
+    }
+
+    /// Whether imported memory whose owner had `owner` attributes may be mapped on `gpu`, in
+    /// `memoryfabricimportv2IsGpuMapAllowed`'s order: a GPU whose probe is not complete cannot
+    /// report its clique (refused), then cliqueId, bwMode and bwModeEpoch must equal the
+    /// owner's. Its callers (`dmaAllocMapping_GM107`, `nvGpuOpsDupMemory`) turn a refusal into
+    /// NV_ERR_INVALID_STATE ("Mapping Gpu is not attached to the given memory object"). The
+    /// error names the first field that differs.
+    pub(super) fn check_map_allowed(&self, gpu: u32, owner: MemAttrs) -> Result<(), String> {
+        let probe = self
+            .probes
+            .get(gpu as usize)
+            .ok_or_else(|| format!("GPU {gpu} is not on this node"))?;
+        let Some(mine) = probe
+            .info
+            .as_ref()
+            .filter(|_| probe.state == ProbeState::Complete)
+        else {
+            return Err(format!(
+                "GPU {gpu}'s fabric probe is {}: it has no cliqueId",
+                probe.state.nvml_name()
+            ));
+        };
+        if mine.clique_id != owner.clique_id {
+            return Err(format!(
+                "cliqueId does not match: owner {}, mapper {} (GPU {gpu})",
+                owner.clique_id, mine.clique_id
+            ));
+        }
+        if mine.bw_mode != owner.bw_mode {
+            return Err(format!(
+                "bwMode does not match: owner {}, mapper {} (GPU {gpu})",
+                owner.bw_mode, mine.bw_mode
+            ));
+        }
+        if mine.bw_mode_epoch != owner.bw_mode_epoch {
+            return Err(format!(
+                "bwModeEpoch does not match: owner {}, mapper {} (GPU {gpu})",
+                owner.bw_mode_epoch, mine.bw_mode_epoch
+            ));
+        }
+        Ok(())
     }
 
     fn probe_mut(&mut self, gpu: u32) -> Result<&mut Probe, NvStatus> {

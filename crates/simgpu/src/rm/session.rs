@@ -92,11 +92,14 @@ impl Rm {
         let pfns = (0..a.size / PAGE_SIZE)
             .map(|i| fabric::pfn(base + i * PAGE_SIZE))
             .collect();
+        let attrs = self.gpu_attrs(a.gpu);
         let pages = FabricPages {
             size: a.size,
             page_size: PAGE_SIZE,
             pfns,
-            clique_id: self.gpu_clique(a.gpu),
+            clique_id: attrs.clique_id,
+            bw_mode: attrs.bw_mode,
+            bw_mode_epoch: attrs.bw_mode_epoch,
         };
         if let Some(a) = self.allocs.get_mut(&id) {
             a.refs += 1;

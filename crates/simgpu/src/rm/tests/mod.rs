@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use super::*;
 use openimex_simproto::proto::Validation;
 
+mod cliques;
 mod fidelity;
 mod lifecycle;
 mod probe;
