@@ -18,13 +18,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use openimex_fabric::probe::{Flag, HealthField, HealthMask};
-use openimex_harness::{Cluster, GpuSpec};
+use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec, GpuSpec};
 use openimex_simproto::probe::{HealthSummary, ProbeInfo};
 use openimex_simproto::proto::{self, Request, Response};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, assert_clean_failure, run, spec, text, wait_for, wait_log_line};
+use crate::common::{
+    FORM, NOTICE, assert_clean_failure, binary, run, spec, text, wait_for, wait_log_line,
+};
 
 /// The metrics port (each node has its own loopback address).
 const METRICS_PORT: u16 = 9464;
@@ -245,4 +247,75 @@ fn a_clique_change_is_logged_shown_and_enforced_and_health_is_reported() {
             "outside this node's clique(s) [1]",
         ],
     );
+}
+
+/// The same path driven by the Fabric Manager itself (§5: "A clique change emits a
+/// CLIQUE_ID_CHANGE event to the daemon"; §6.8): the operator creates a partition of tray 1
+/// at run time, the FM posts the probe updates to tray 1's driver, its daemon logs
+/// CLIQUE_ID_CHANGE, `ctl --fabric` on tray 0 marks tray 1 outside, and tray 1's memory
+/// imported on tray 0 is refused at map (CUDA_ERROR_ILLEGAL_STATE, 401). Moving the tray back
+/// makes the same import map and verify.
+#[test]
+fn a_partition_made_by_the_fabric_manager_reaches_the_daemons_and_the_map_check() {
+    let mut spec = ClusterSpec::from_topology(FabricManagerSpec::preset("nvl36"), binary())
+        .expect("spec from the topology");
+    spec.nodes = 2;
+    let cluster = gpu_cluster_from(spec);
+    for i in 0..2 {
+        wait_session(&cluster, i);
+    }
+    wait_fabric(&cluster, 0, "both trays in clique 1", |v| {
+        (0..2).all(|n| node_cliques(v, n) == [1])
+    });
+    let dirs: Vec<&Path> = (0..2).map(|i| cluster.node(i).dir()).collect();
+    let (exp, h) = exporter(dirs[1], &channel(&cluster, 1, 0), 41, "exporter on tray 1");
+
+    let log_from = std::fs::metadata(cluster.node(1).log_path()).map_or(0, |m| m.len() as usize);
+    let out = cluster
+        .fabric(&["partition", "create", "1"])
+        .expect("run openimex fabric");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_log_line(
+        &cluster,
+        1,
+        log_from,
+        &["CLIQUE_ID_CHANGE", "GPU 0", "1 to clique 2"],
+    );
+    wait_fabric(&cluster, 0, "tray 1 in clique 2, outside", |v| {
+        node_cliques(v, 1) == [2] && outside(v, 1)
+    });
+    let out = run(&mut importer(
+        dirs[0],
+        &channel(&cluster, 0, 0),
+        &h,
+        &["--verify", "41"],
+    ));
+    let stderr = assert_clean_failure(&out, "map across the FM's partitions");
+    assert!(
+        stderr.contains("CUDA_ERROR_ILLEGAL_STATE (401)"),
+        "the map across partitions is refused with the driver's status: {stderr}"
+    );
+
+    // Back in one partition: the same memory maps and verifies.
+    let out = cluster
+        .fabric(&["partition", "move", "1", "0"])
+        .expect("run openimex fabric");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_fabric(&cluster, 0, "tray 1 back in clique 1", |v| {
+        node_cliques(v, 1) == [1] && !outside(v, 1)
+    });
+    let out = run(&mut importer(
+        dirs[0],
+        &channel(&cluster, 0, 0),
+        &h,
+        &["--verify", "41"],
+    ));
+    assert!(
+        out.status.success() && text(&out.stdout).contains("verified"),
+        "same clique again: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    exp.exit();
+    wait_all_released(&cluster, "after the export ends");
 }

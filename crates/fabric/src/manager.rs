@@ -226,6 +226,9 @@ fn to_wire(p: &ProbeInfo) -> wire::ProbeInfo {
         fla_size: p.fla_range,
         caps: p.caps,
         health_mask: p.health_mask.0,
+        // The FM does not change a GPU's NVLink bandwidth mode; every GPU runs at full.
+        bw_mode: wire::BW_MODE_FULL,
+        bw_mode_epoch: 0,
         health_summary: match p.health_summary {
             // The model reports every GPU's health; NOT_SUPPORTED cannot come out of it.
             HealthSummary::NotSupported | HealthSummary::Healthy => wire::HealthSummary::Healthy,

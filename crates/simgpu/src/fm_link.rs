@@ -254,6 +254,8 @@ mod tests {
             caps: 3,
             health_mask: 0,
             health_summary: HealthSummary::Healthy,
+            bw_mode: 0,
+            bw_mode_epoch: 0,
         }
     }
 
