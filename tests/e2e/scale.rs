@@ -32,7 +32,7 @@ fn wait_pair(cluster: &Cluster, at: [usize; 2]) {
     };
     for i in 0..2 {
         cluster
-            .wait_links(i, FORM, "the two live nodes connected", |l| {
+            .wait_links(i, FORM_10K, "the two live nodes connected", |l| {
                 connected(l, a, b) && connected(l, b, a)
             })
             .unwrap_or_else(|e| panic!("{e}"));
@@ -140,6 +140,10 @@ fn ctl_n_answers_for_a_thousand_node_domain() {
     );
 }
 
+/// A hang catcher for a daemon with a 10,000-entry nodes file: 30-41 s was seen on a loaded
+/// 2-core machine, so the shared 60 s bound was too tight there.
+const FORM_10K: Duration = Duration::from_secs(180);
+
 #[test]
 fn two_live_nodes_among_ten_thousand_entries_form() {
     const N: usize = 10_000;
@@ -150,7 +154,7 @@ fn two_live_nodes_among_ten_thousand_entries_form() {
     // The first daemon alone: it dials 9,999 dead entries, then retries within its budget.
     cluster.start_node(0).expect("start node 0");
     cluster
-        .wait_state(0, "READY", FORM)
+        .wait_state(0, "READY", FORM_10K)
         .unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(std::time::Duration::from_secs(2));
     // The second comes up later: its hello is dialled back at once, whatever the first's
