@@ -9,7 +9,7 @@ use openimex_harness::{Cluster, GpuSpec, LinksView};
 use serde_json::Value;
 
 use crate::apps::{channel, exporter, held_importer, wait_session};
-use crate::common::{FORM, spec, text};
+use crate::common::{spec, text};
 
 /// A node file of `n` entries: cluster node `i` at index `at[i]`, placeholders elsewhere.
 fn node_file(cluster: &Cluster, n: usize, at: [usize; 2]) -> Vec<String> {
