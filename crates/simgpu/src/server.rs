@@ -10,6 +10,8 @@
 //! unimport handshake, which that connection's thread waits for), and if it held the IMEX
 //! session the session is torn down.
 
+mod multicast;
+
 use std::collections::HashMap;
 use std::fs;
 use std::io;
@@ -738,6 +740,7 @@ fn handle(
             }
             rm.complete_probe(gpu, info).map(|()| Response::Ok)
         }
+        Request::Multicast(req) => return multicast::handle(shared, client, stream, req, rm),
     };
     result.unwrap_or_else(|s| error(s, s.to_string()))
 }

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use openimex_simproto::multicast::McRequest;
 use openimex_simproto::proto::{self, FabricEvent, Request, Response, Validation, WireError};
 
 /// Longest one event poll waits, so that stop and pause are seen promptly.
@@ -174,6 +175,29 @@ impl Shared {
                 match self.control(i, &req)? {
                     Response::Ok => {}
                     other => self.fail(format!("finish unimport answered {other:?}")),
+                }
+            }
+            // §1.6 "Multicast" 4: the owner's daemon calls ATTACH_REMOTE_GPU on the prime (which
+            // fails the prime itself on a refused attach).
+            FabricEvent::RemoteGpuAttach {
+                export_uuid,
+                export_node,
+                gpu,
+                ..
+            } => {
+                let Some(e) = self.nodes.iter().position(|n| n.node_id == export_node) else {
+                    self.fail(format!("remote GPU attach to unknown node {export_node}"));
+                    return Some(());
+                };
+                let req = Request::Multicast(McRequest::AttachRemoteGpu {
+                    token: self.nodes[e].token,
+                    export_uuid,
+                    node_id: importer.node_id,
+                    gpu,
+                });
+                match self.control(e, &req)? {
+                    Response::Ok | Response::Error { .. } => {}
+                    other => self.fail(format!("attach remote GPU answered {other:?}")),
                 }
             }
         }

@@ -191,7 +191,7 @@ fn events_come_out_in_order_with_a_more_flag() {
         .chain(&rest)
         .map(|e| match e {
             FabricEvent::Import { event_id, .. } => *event_id,
-            FabricEvent::Unimport { .. } => 0,
+            FabricEvent::Unimport { .. } | FabricEvent::RemoteGpuAttach { .. } => 0,
         })
         .collect();
     assert_eq!(ids, vec![1, 2, 3]);

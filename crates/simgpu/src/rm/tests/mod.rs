@@ -10,6 +10,7 @@ use openimex_simproto::proto::Validation;
 
 mod fidelity;
 mod lifecycle;
+mod multicast;
 mod probe;
 
 const MIB: u64 = 1 << 20;
