@@ -271,7 +271,11 @@ impl Rm {
         let (prime, last) = (d.prime, d.num_attached + 1 == d.num_max);
         let (import, key, page_size) = (d.import, d.key, d.page_size);
         if prime && last {
-            self.mc_team_request(id, Some(gpu))?;
+            if let Err(s) = self.mc_team_request(id, Some(gpu)) {
+                // No team can come: every local object learns it now, not at a timeout.
+                self.mc_fail(id, s);
+                return Err(s);
+            }
         } else if let (false, Some((uuid, index, export_node, channel))) = (prime, import) {
             if info.caps & CAP_MC_MULTINODE_SUPPORTED == 0 {
                 return Err(NvStatus::NotSupported);
@@ -636,7 +640,7 @@ impl Rm {
 
     /// The prime of `export_uuid`, for a daemon control holding `token`.
     fn mc_prime_for_daemon(&self, token: u64, export_uuid: &str) -> Result<u64, NvStatus> {
-        if !self.session.as_ref().is_some_and(|s| s.token == token) {
+        if self.session.as_ref().is_none_or(|s| s.token != token) {
             return Err(NvStatus::InvalidState);
         }
         let uuid = ExportUuid::from_hex(export_uuid)?;
@@ -741,7 +745,7 @@ fn reason_status(reason: &str) -> NvStatus {
         .into_iter()
         .find(|s| {
             let name = s.to_string();
-            reason.starts_with(&name) && !reason[name.len()..].starts_with(|c: char| c == '_')
+            reason.starts_with(&name) && !reason[name.len()..].starts_with('_')
         })
         .filter(|s| *s != NvStatus::NotReady)
         .unwrap_or(NvStatus::Generic)

@@ -294,6 +294,11 @@ fn without_an_fm_only_single_tray_teams_complete() {
         Err(NvStatus::NotSupported)
     );
     assert_eq!(p.a.take_fm_messages(), vec![]);
+    assert_eq!(
+        p.a.mc_info(p.a_app, p.prime),
+        Err(NvStatus::NotSupported),
+        "the prime fails with it"
+    );
 
     let (mut a, _, _) = node_with_session(&TempDir::new("mc-no-fm-local"), 0, 0);
     let c = app(&mut a, 0);
