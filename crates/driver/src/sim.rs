@@ -219,10 +219,9 @@ impl Driver for SimDriver {
                     import_event_id,
                     export_node: NodeId(export_node),
                 }),
-                // Multicast attaches are not forwarded between daemons yet (core has no event
-                // for them; `remote_gpu_attach` translates one): the importer's object waits
-                // until its team is refused or the object is freed.
-                FabricEvent::RemoteGpuAttach { .. } => None,
+                e @ FabricEvent::RemoteGpuAttach { .. } => {
+                    remote_gpu_attach(&e).map(Event::RemoteGpuAttach)
+                }
             })
             .collect())
     }

@@ -45,6 +45,7 @@ impl Node {
                 let step = self.imports.unimport(import_event_id, unimport_event_id);
                 self.unimport_step(now, step, import_event_id);
             }
+            Event::RemoteGpuAttach(attach) => self.handle_remote_gpu_attach_event(attach),
         }
     }
 
