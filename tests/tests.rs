@@ -47,6 +47,9 @@ mod fabric_topology;
 // issue 9: the Kubernetes DaemonSet (dist/kubernetes): its probes against real daemons
 #[path = "e2e/kubernetes.rs"]
 mod kubernetes;
+// issue 14: multicast (NVLS) attaches across trays through the daemons
+#[path = "e2e/multicast.rs"]
+mod multicast;
 // kill -9 and restart, clean SIGTERM departure, mismatched node maps
 #[path = "e2e/faults.rs"]
 mod faults;

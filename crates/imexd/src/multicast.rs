@@ -32,12 +32,7 @@ pub(crate) fn attach_of(
     r: &RemoteGpuAttachRequest,
     owner: NodeId,
 ) -> Result<RemoteGpuAttach, String> {
-    let export_uuid: [u8; 16] = r
-        .export_uuid
-        .as_slice()
-        .try_into()
-        .map_err(|_| "export UUID must be 16 bytes".to_string())?;
-    let index = u16::try_from(r.index).map_err(|_| format!("index {} out of range", r.index))?;
+    let (export_uuid, index) = crate::convert::export_uuid_and_index(&r.export_uuid, r.index)?;
     let bw_mode =
         u16::try_from(r.bw_mode).map_err(|_| format!("bwMode {} out of range", r.bw_mode))?;
     Ok(RemoteGpuAttach {

@@ -20,6 +20,18 @@ fn gpu(slot: u16, gpu: u32) -> FabricGpu {
     FabricGpu { slot, gpu }
 }
 
+/// An ATTACH_REMOTE_GPU of `g` with clique `clique_id` and page size `page_size`.
+fn remote(g: FabricGpu, clique_id: u32, page_size: u64) -> RemoteGpu {
+    RemoteGpu {
+        gpu_probe_handle: openimex_simproto::multicast::probe_handle(g),
+        key: 1,
+        clique_id,
+        bw_mode: 0,
+        bw_mode_epoch: 0,
+        page_size,
+    }
+}
+
 /// A prime on A for `num_gpus` GPUs, exported, and B's import of it, both with an FM linked.
 struct Pair {
     a: Rm,
@@ -226,14 +238,7 @@ fn a_refused_remote_attach_fails_the_prime() {
     let dir = TempDir::new("mc-remote-refused");
     let mut p = pair(&dir, 3, true);
     p.a.mc_attach_gpu(p.a_app, p.prime, 0).unwrap();
-    let bad_page = RemoteGpu {
-        gpu_probe_handle: openimex_simproto::multicast::probe_handle(gpu(1, 0)),
-        key: 1,
-        clique_id: 1,
-        bw_mode: 0,
-        bw_mode_epoch: 0,
-        page_size: 512 * MIB,
-    };
+    let bad_page = remote(gpu(1, 0), 1, 512 * MIB);
     assert_eq!(
         p.a.mc_attach_remote_gpu(p.a_token, &p.uuid, 1, bad_page.clone()),
         Err(NvStatus::InvalidArgument)
@@ -250,26 +255,12 @@ fn a_refused_remote_attach_fails_the_prime() {
 
     let mut q = pair(&TempDir::new("mc-remote-clique"), 3, true);
     q.a.mc_attach_gpu(q.a_app, q.prime, 0).unwrap();
-    let other_clique = RemoteGpu {
-        gpu_probe_handle: openimex_simproto::multicast::probe_handle(gpu(1, 0)),
-        key: 1,
-        clique_id: 2,
-        bw_mode: 0,
-        bw_mode_epoch: 0,
-        page_size: PAGE_SIZE,
-    };
+    let other_clique = remote(gpu(1, 0), 2, PAGE_SIZE);
     assert_eq!(
         q.a.mc_attach_remote_gpu(q.a_token, &q.uuid, 1, other_clique),
         Err(NvStatus::InvalidDevice)
     );
-    let dup = RemoteGpu {
-        gpu_probe_handle: openimex_simproto::multicast::probe_handle(gpu(0, 0)),
-        key: 1,
-        clique_id: 1,
-        bw_mode: 0,
-        bw_mode_epoch: 0,
-        page_size: PAGE_SIZE,
-    };
+    let dup = remote(gpu(0, 0), 1, PAGE_SIZE);
     let mut r = pair(&TempDir::new("mc-remote-dup"), 3, true);
     r.a.mc_attach_gpu(r.a_app, r.prime, 0).unwrap();
     assert_eq!(

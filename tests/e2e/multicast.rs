@@ -1,0 +1,64 @@
+//! Multicast (NVLS) across trays through real daemons (`reference/driver-interface.md` §1.6
+//! "Multicast (NVLS) across nodes" 3-5): the importer's GPU attaches go from its driver
+//! (REMOTE_GPU_ATTACH) through its daemon to the prime's daemon, which calls
+//! ATTACH_REMOTE_GPU on the prime. With no Fabric Manager (the drivers play their own), the
+//! team is refused once its last GPU attached, and the prime's objects report it; releasing
+//! everything leaves nothing in either driver.
+
+use std::time::Duration;
+
+use openimex_client::{Context, CuError};
+
+use crate::apps::gpu_cluster;
+use crate::common::NOTICE;
+
+#[test]
+fn remote_attaches_reach_the_prime_through_the_daemons() {
+    let cluster = gpu_cluster(2);
+    let (d0, d1) = (cluster.node(0).dir(), cluster.node(1).dir());
+    let a = Context::open(d0).expect("a context on node 0");
+    let b = Context::open(d1).expect("a context on node 1");
+    let size = a.multicast_granularity();
+    let prime = a.multicast_create(3, size).expect("create");
+    let handle = prime.export().expect("export");
+    prime.add_device(0).expect("node 0's GPU 0 joins");
+    let imported = b.multicast_import(&handle).expect("import on node 1");
+    imported.add_device(0).expect("node 1's GPU 0 joins");
+    imported.add_device(1).expect("node 1's GPU 1 joins");
+
+    // Both attaches crossed the daemons; the second completed the count, and no FM can set a
+    // team across trays up: the prime fails, and says why.
+    let deadline = std::time::Instant::now() + NOTICE;
+    let refused = loop {
+        match prime.info(Duration::ZERO) {
+            Err(e @ CuError::NotSupported(_)) => break e,
+            Err(CuError::NotReady(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => panic!("expected the team refused with NOT_SUPPORTED, got {other:?}"),
+        }
+    };
+    assert_eq!(refused.code(), 801, "{refused}");
+    let mem = a.mem_create(0, size).expect("memory");
+    let late = prime.bind_mem(0, 0, &mem, 0, size).unwrap_err();
+    assert_eq!(
+        late.name(),
+        "CUDA_ERROR_NOT_SUPPORTED",
+        "a use of the failed team"
+    );
+    // The importer heard nothing from an FM: its object is not ready.
+    let waiting = imported.info(Duration::ZERO).unwrap_err();
+    assert_eq!(waiting.name(), "CUDA_ERROR_NOT_READY", "{waiting}");
+
+    imported.release().expect("release on node 1");
+    prime.release().expect("release on node 0");
+    a.release(mem).expect("release the memory");
+    for (ctx, node) in [(&a, 0), (&b, 1)] {
+        let s = ctx.stats().expect("stats");
+        assert_eq!(
+            (s.multicast_objects, s.multicast_bindings, s.allocations),
+            (0, 0, 0),
+            "node {node}: nothing left"
+        );
+    }
+}
