@@ -3,14 +3,18 @@
 //! (REMOTE_GPU_ATTACH) through its daemon to the prime's daemon, which calls
 //! ATTACH_REMOTE_GPU on the prime. With no Fabric Manager (the drivers play their own), the
 //! team is refused once its last GPU attached, and the prime's objects report it; releasing
-//! everything leaves nothing in either driver.
+//! everything leaves nothing in either driver. A single-tray team through `openimex app
+//! multicast` (§6.10: a store lands in every bound GPU, load-reduce sums them), and its
+//! process killed with -9: the driver frees the team and its table with it.
 
 use std::time::Duration;
 
 use openimex_client::{Context, CuError};
 
-use crate::apps::gpu_cluster;
-use crate::common::NOTICE;
+use serde_json::Value;
+
+use crate::apps::{Held, app, gpu_cluster, num, wait_stats};
+use crate::common::{NOTICE, run, text};
 
 #[test]
 fn remote_attaches_reach_the_prime_through_the_daemons() {
@@ -61,4 +65,39 @@ fn remote_attaches_reach_the_prime_through_the_daemons() {
             "node {node}: nothing left"
         );
     }
+}
+
+#[test]
+fn a_single_tray_team_stores_everywhere_and_a_killed_holder_leaks_nothing() {
+    let cluster = gpu_cluster(1);
+    let d0 = cluster.node(0).dir();
+    let out = run(&mut app("multicast", d0));
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let line: Value = serde_json::from_str(text(&out.stdout).trim()).expect("one JSON line");
+    assert_eq!(line["gpus"], 4);
+    assert_eq!(line["stored"], true, "the store landed in all 4 GPUs");
+    assert_eq!(line["load_reduce_u32"], 1 + 2 + 3 + 4);
+
+    let mut cmd = app("multicast", d0);
+    cmd.arg("--hold");
+    let held = Held::spawn("multicast holder", &mut cmd);
+    let first: Value = serde_json::from_str(&held.line(NOTICE)).expect("one JSON line");
+    assert_eq!(first["stored"], true);
+    wait_stats(d0, NOTICE, "the held team and its 4 bindings", |s| {
+        num(s, "multicast_objects") == 1 && num(s, "multicast_bindings") == 4
+    });
+    let tables = cluster.fabric_dir().join("multicast");
+    assert_eq!(std::fs::read_dir(&tables).map_or(0, |d| d.count()), 1);
+    held.kill9();
+    wait_stats(d0, NOTICE, "nothing left after kill -9", |s| {
+        num(s, "multicast_objects") == 0
+            && num(s, "multicast_bindings") == 0
+            && num(s, "allocations") == 0
+            && num(s, "hbm_used") == 0
+    });
+    assert_eq!(
+        std::fs::read_dir(&tables).map_or(0, |d| d.count()),
+        0,
+        "no stale team table"
+    );
 }
