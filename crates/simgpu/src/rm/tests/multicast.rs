@@ -430,3 +430,84 @@ fn binds_are_listed_and_frees_leak_nothing() {
     rm.disconnect(c2);
     assert_eq!(rm.stats().multicast_objects, 0);
 }
+
+/// The team over 4 trays (§1.6 "Multicast" 3-6, §6.10): the prime on tray 0 and an
+/// import on each of trays 1-3, one GPU each; every remote attach goes through the daemons
+/// (played here) to the prime; only the fourth attach sends the team request, with all 4
+/// members; the FM's answer completes the object on every tray, each binds its memory, and the
+/// multicast table lists the 4 trays' memory; freeing every object releases the team.
+#[test]
+fn a_team_over_four_trays_completes_only_after_the_last_attach() {
+    let dir = TempDir::new("mc-four-trays");
+    let mut trays: Vec<(Rm, u64, ClientId)> = (0..4u16)
+        .map(|slot| {
+            let (mut rm, _, token) = node_with_session(&dir, slot, slot);
+            rm.set_fm_link(true);
+            let c = app(&mut rm, 1);
+            (rm, token, c)
+        })
+        .collect();
+    let (prime_tray, rest) = trays.split_at_mut(1);
+    let (a, a_token, a_app) = &mut prime_tray[0];
+    let prime = a.mc_create(*a_app, 4, 2 * MIB, 0).unwrap();
+    let handle = a.mc_export(*a_app, prime).unwrap();
+    let uuid = FabricHandle::from_hex(&handle)
+        .unwrap()
+        .export_uuid
+        .to_hex();
+    let mut objects = vec![prime];
+    for (i, (rm, token, c)) in rest.iter_mut().enumerate() {
+        let mc = rm.mc_import(*c, &handle).unwrap();
+        objects.push(mc);
+        rm.mc_attach_gpu(*c, mc, 0).unwrap();
+        let queued = events(rm, *token);
+        let [FabricEvent::RemoteGpuAttach { gpu, .. }] = queued.as_slice() else {
+            panic!("tray {}: expected the attach event, got {queued:?}", i + 1);
+        };
+        let node = u16::try_from(i + 1).unwrap();
+        a.mc_attach_remote_gpu(*a_token, &uuid, node, gpu.clone())
+            .unwrap();
+        assert_eq!(a.take_fm_messages(), vec![], "{} of 4 attached", i + 1);
+    }
+    a.mc_attach_gpu(*a_app, prime, 0).unwrap();
+    let sent = a.take_fm_messages();
+    let [ToFm::McTeamSetup { members, .. }] = sent.as_slice() else {
+        panic!("expected the team request at the 4th attach, got {sent:?}");
+    };
+    let mut sorted = members.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..4).map(|s| gpu(s, 0)).collect::<Vec<_>>());
+    let members = members.clone();
+    // The FM answers every member's driver.
+    for (rm, _, _) in &mut trays {
+        assert_eq!(rm.apply_mc_team(&uuid, &members, Ok(TEAM)), 1);
+    }
+    for ((rm, _, c), mc) in trays.iter_mut().zip(&objects) {
+        let m = rm.create(*c, 0, 2 * MIB).unwrap().mem;
+        rm.mc_attach_mem(*c, *mc, 0, 0, m, 0, 2 * MIB).unwrap();
+    }
+    let table = table_dir(&dir.0, TEAM.address_base);
+    let mut slots: Vec<u16> = std::fs::read_dir(&table)
+        .unwrap()
+        .map(|e| {
+            let b: McBinding =
+                serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap();
+            b.gpu.slot
+        })
+        .collect();
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1, 2, 3], "each tray's memory is in the team");
+
+    // Freeing every object leaves nothing, here or in the table.
+    for ((rm, _, c), mc) in trays.iter_mut().zip(&objects) {
+        rm.release(*c, *mc).unwrap();
+        assert_eq!(rm.stats().multicast_objects, 0);
+    }
+    let (a, _, _) = &mut trays[0];
+    assert_eq!(
+        a.take_fm_messages(),
+        vec![ToFm::McTeamRelease { team_handle: 77 }],
+        "the prime releases the team"
+    );
+    assert!(!table.exists());
+}
