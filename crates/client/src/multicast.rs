@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use memmap2::{MmapMut, MmapOptions};
-use openimex_simproto::multicast::{McBinding, McInfo, McRequest, McResponse};
+use openimex_simproto::multicast::{McBind, McBinding, McInfo, McRequest, McResponse};
 use openimex_simproto::proto::{PAGE_SIZE, Request, Response};
 
 use crate::context::{Allocation, Context, FabricHandleBytes, unexpected};
@@ -123,14 +123,14 @@ impl Multicast<'_> {
     ) -> Result<(), CuError> {
         self.ctx.check_mappable(mem)?;
         self.info(DEFAULT_TEAM_TIMEOUT)?;
-        self.ok(McRequest::AttachMem {
-            mc: self.mc,
+        let bind = McBind {
             gpu,
             offset,
             mem: crate::context::Mappable::handle(mem),
             mem_offset,
             size,
-        })
+        };
+        self.ok(McRequest::AttachMem { mc: self.mc, bind })
     }
 
     /// The object's sizes, counts and team, waiting up to `timeout` for the team

@@ -91,6 +91,22 @@ pub struct RemoteGpu {
     pub page_size: u64,
 }
 
+/// What cuMulticastBindMem binds: `size` bytes of allocation `mem` from `mem_offset`, at
+/// `offset` of the multicast object, for local GPU `gpu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McBind {
+    /// The bound GPU (attached before).
+    pub gpu: u32,
+    /// Offset in the multicast object.
+    pub offset: u64,
+    /// The allocation (this client's, on `gpu`).
+    pub mem: u64,
+    /// Offset in the allocation.
+    pub mem_offset: u64,
+    /// Bytes.
+    pub size: u64,
+}
+
 /// A multicast control, on this client's object `mc` unless said otherwise.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum McRequest {
@@ -124,16 +140,8 @@ pub enum McRequest {
     AttachMem {
         /// The object.
         mc: u64,
-        /// The bound GPU (attached before).
-        gpu: u32,
-        /// Offset in the multicast object.
-        offset: u64,
-        /// The allocation (this client's, on `gpu`).
-        mem: u64,
-        /// Offset in the allocation.
-        mem_offset: u64,
-        /// Bytes.
-        size: u64,
+        /// What to bind where.
+        bind: McBind,
     },
     /// GET_INFO, waiting up to `wait_ms` while the team is not set up (REGISTER_EVENT and a
     /// wait on it, as libcuda does in cuMulticastBindMem).

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 
 use openimex_simproto::handle::{ExportUuid, FabricHandle};
 use openimex_simproto::inband::{FabricGpu, McTeam, ToFm};
-use openimex_simproto::multicast::{McBinding, McInfo, RemoteGpu, probe_handle, table_dir};
+use openimex_simproto::multicast::{McBind, McBinding, McInfo, RemoteGpu, probe_handle, table_dir};
 use openimex_simproto::probe::{CAP_MC_MULTINODE_SUPPORTED, CAP_MC_SUPPORTED, ProbeState};
 use openimex_simproto::proto::{FabricEvent, NO_NODE, NvStatus, PAGE_SIZE};
 
@@ -366,17 +366,19 @@ impl Rm {
     /// that is not this client's allocation on it, NV_ERR_INVALID_ARGUMENT for a range not
     /// page-aligned or outside the object or the allocation. The binding holds a reference on
     /// the allocation until the object goes, and is written to the team's table.
-    #[allow(clippy::too_many_arguments)]
     pub fn mc_attach_mem(
         &mut self,
         client: ClientId,
         mc: u64,
-        gpu: u32,
-        offset: u64,
-        mem: u64,
-        mem_offset: u64,
-        size: u64,
+        bind: &McBind,
     ) -> Result<(), NvStatus> {
+        let &McBind {
+            gpu,
+            offset,
+            mem,
+            mem_offset,
+            size,
+        } = bind;
         self.active_client_mut(client)?;
         let id = self.mc_desc_of(client, mc)?;
         let d = self.mc_desc(id)?;

@@ -35,16 +35,9 @@ pub(super) fn handle(
         McRequest::AttachGpu { mc, gpu } => {
             rm.mc_attach_gpu(client, mc, gpu).map(|()| Response::Ok)
         }
-        McRequest::AttachMem {
-            mc,
-            gpu,
-            offset,
-            mem,
-            mem_offset,
-            size,
-        } => rm
-            .mc_attach_mem(client, mc, gpu, offset, mem, mem_offset, size)
-            .map(|()| Response::Ok),
+        McRequest::AttachMem { mc, bind } => {
+            rm.mc_attach_mem(client, mc, &bind).map(|()| Response::Ok)
+        }
         McRequest::GetInfo { mc, wait_ms } => {
             let until = deadline(wait_ms);
             loop {

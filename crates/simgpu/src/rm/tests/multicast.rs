@@ -7,7 +7,7 @@
 
 use super::*;
 use openimex_simproto::inband::{FabricGpu, McTeam, ToFm};
-use openimex_simproto::multicast::{McBinding, RemoteGpu, table_dir};
+use openimex_simproto::multicast::{McBind, McBinding, RemoteGpu, table_dir};
 use openimex_simproto::probe::ProbeInfo;
 
 const TEAM: McTeam = McTeam {
@@ -15,6 +15,17 @@ const TEAM: McTeam = McTeam {
     address_base: 1 << 50,
     address_size: 4 * MIB,
 };
+
+/// ATTACH_MEM's arguments, in their order.
+fn bind(gpu: u32, offset: u64, mem: u64, mem_offset: u64, size: u64) -> McBind {
+    McBind {
+        gpu,
+        offset,
+        mem,
+        mem_offset,
+        size,
+    }
+}
 
 fn gpu(slot: u16, gpu: u32) -> FabricGpu {
     FabricGpu { slot, gpu }
@@ -117,7 +128,7 @@ fn the_team_request_goes_exactly_at_the_last_attach_with_every_member() {
     }
     let m = p.a.create(p.a_app, 0, 2 * MIB).unwrap().mem;
     assert_eq!(
-        p.a.mc_attach_mem(p.a_app, p.prime, 0, 0, m, 0, 2 * MIB),
+        p.a.mc_attach_mem(p.a_app, p.prime, &bind(0, 0, m, 0, 2 * MIB)),
         Err(NvStatus::NotReady),
         "binding needs the team"
     );
@@ -193,7 +204,7 @@ fn set_failure_reaches_every_member() {
     assert_eq!(p.b.mc_info(p.b_app, p.import), Err(NvStatus::NoMemory));
     let m = p.b.create(p.b_app, 1, 2 * MIB).unwrap().mem;
     assert_eq!(
-        p.b.mc_attach_mem(p.b_app, p.import, 1, 0, m, 0, 2 * MIB),
+        p.b.mc_attach_mem(p.b_app, p.import, &bind(1, 0, m, 0, 2 * MIB)),
         Err(NvStatus::NoMemory),
         "a use of a failed object returns its status"
     );
@@ -376,18 +387,19 @@ fn binds_are_listed_and_frees_leak_nothing() {
     let m0 = rm.create(c, 0, 4 * MIB).unwrap();
     let m1 = rm.create(c, 1, 2 * MIB).unwrap();
     assert_eq!(
-        rm.mc_attach_mem(c, mc, 0, 0, m1.mem, 0, 2 * MIB),
+        rm.mc_attach_mem(c, mc, &bind(0, 0, m1.mem, 0, 2 * MIB)),
         Err(NvStatus::InvalidDevice),
         "memory of another GPU"
     );
     assert_eq!(
-        rm.mc_attach_mem(c, mc, 1, 2 * MIB, m1.mem, 0, 4 * MIB),
+        rm.mc_attach_mem(c, mc, &bind(1, 2 * MIB, m1.mem, 0, 4 * MIB)),
         Err(NvStatus::InvalidArgument),
         "past the object's end"
     );
-    rm.mc_attach_mem(c, mc, 0, 0, m0.mem, 2 * MIB, 2 * MIB)
+    rm.mc_attach_mem(c, mc, &bind(0, 0, m0.mem, 2 * MIB, 2 * MIB))
         .unwrap();
-    rm.mc_attach_mem(c, mc, 1, 0, m1.mem, 0, 2 * MIB).unwrap();
+    rm.mc_attach_mem(c, mc, &bind(1, 0, m1.mem, 0, 2 * MIB))
+        .unwrap();
     let info = rm.mc_info(c, mc).unwrap();
     let table = table_dir(&dir.0, info.team.unwrap().address_base);
     let mut listed: Vec<McBinding> = std::fs::read_dir(&table)
@@ -484,7 +496,8 @@ fn a_team_over_four_trays_completes_only_after_the_last_attach() {
     }
     for ((rm, _, c), mc) in trays.iter_mut().zip(&objects) {
         let m = rm.create(*c, 0, 2 * MIB).unwrap().mem;
-        rm.mc_attach_mem(*c, *mc, 0, 0, m, 0, 2 * MIB).unwrap();
+        rm.mc_attach_mem(*c, *mc, &bind(0, 0, m, 0, 2 * MIB))
+            .unwrap();
     }
     let table = table_dir(&dir.0, TEAM.address_base);
     let mut slots: Vec<u16> = std::fs::read_dir(&table)
