@@ -1,9 +1,11 @@
 //! Multicast (NVLS) objects through the client library against the real driver server
 //! (`openimex_simgpu::server`, in-process): a single-tray team of 4 GPUs whose store lands in
 //! every bound memory and whose load-reduce sums them (`reference/driver-interface.md` §6.10,
-//! §1.6 "Multicast (NVLS) across nodes" 5-6), and a two-tray team with no Fabric Manager,
-//! whose remote attach goes through the (loopback) daemons and which is refused
-//! (CUDA_ERROR_NOT_SUPPORTED: no multicast across trays without an FM).
+//! §1.6 "Multicast (NVLS) across nodes" 5-6), a two-tray team with no Fabric Manager, whose
+//! remote attach goes through the (loopback) daemons and which is refused
+//! (CUDA_ERROR_NOT_SUPPORTED: no multicast across trays without an FM), and the same team with
+//! a (stand-in) Fabric Manager: set up after the last attach, a store on one tray lands on
+//! both, and SET_FAILURE of another team reaches the other tray's object.
 
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use openimex_client::node_dir::channels_dir;
 use openimex_client::{Context, CuError};
 use openimex_harness::ScratchDir;
 use openimex_simgpu::server::{DriverConfig, Server, ServerHandle};
+use openimex_simgpu::testing::fm;
 use openimex_simproto::proto::DEFAULT_IMEX_CHANNEL_COUNT;
 
 mod common;
@@ -128,4 +131,90 @@ fn without_a_fabric_manager_a_two_tray_team_is_refused() {
     mc.release().unwrap();
     assert_eq!(dom.a.stats().multicast_objects, 0);
     assert_eq!(dom.b.stats().multicast_objects, 0);
+}
+
+/// §1.6 "Multicast" 3-6 with a Fabric Manager: the team across two trays is set up only once
+/// the importer's attach (through the daemons) completed the count; the FM answers both
+/// drivers; a store through tray A's mapping lands in tray B's memory too, and a load-reduce
+/// on B sums both trays.
+#[test]
+fn with_a_fabric_manager_a_store_on_one_tray_lands_on_both() {
+    let dom = common::Domain::start("mc-fm");
+    let drivers = [&dom.a.server, &dom.b.server];
+    fm::link(&drivers);
+    let a = Context::open(&dom.a.dir).unwrap();
+    let b = Context::open(&dom.b.dir).unwrap();
+    let size = 2 * MIB;
+    let mc = a.multicast_create(2, size).unwrap();
+    let imported = b.multicast_import(&mc.export().unwrap()).unwrap();
+    mc.add_device(0).unwrap();
+    assert_eq!(
+        fm::relay(&drivers),
+        0,
+        "one of two attached: no team request"
+    );
+    imported.add_device(0).unwrap();
+    // The attach crosses the daemons; the prime's driver then asks the FM.
+    common::eventually("the team request", || fm::relay(&drivers) == 1);
+    let info = mc.info(Duration::ZERO).unwrap();
+    assert_eq!(info.members.len(), 2);
+    assert_eq!(imported.info(Duration::ZERO).unwrap().team, info.team);
+
+    let (ma, mb) = (
+        a.mem_create(0, size).unwrap(),
+        b.mem_create(0, size).unwrap(),
+    );
+    mc.bind_mem(0, 0, &ma, 0, size).unwrap();
+    imported.bind_mem(0, 0, &mb, 0, size).unwrap();
+    let mut on_a = mc.map().unwrap();
+    assert_eq!(on_a.bindings().len(), 2, "both trays' memory");
+    on_a.store(64, b"multicast").unwrap();
+    assert_eq!(
+        &b.map(&mb).unwrap()[64..73],
+        b"multicast",
+        "landed on tray B"
+    );
+    assert_eq!(&a.map(&ma).unwrap()[64..73], b"multicast", "and on tray A");
+    a.map(&ma).unwrap()[..4].copy_from_slice(&5u32.to_le_bytes());
+    b.map(&mb).unwrap()[..4].copy_from_slice(&7u32.to_le_bytes());
+    let on_b = imported.map().unwrap();
+    assert_eq!(on_b.load_reduce_u32(0, 1).unwrap(), vec![12]);
+    drop((on_a, on_b));
+
+    // A second team fails on the owner's side: the FM relays it to tray B's object.
+    let mc2 = a.multicast_create(3, size).unwrap();
+    let imported2 = b.multicast_import(&mc2.export().unwrap()).unwrap();
+    imported2.add_device(0).unwrap();
+    mc2.add_device(0).unwrap();
+    // The third GPU never comes; the owner's daemon fails the prime (SET_FAILURE).
+    let uuid = openimex_simproto::handle::FabricHandle::from_hex(&mc2.export().unwrap().to_hex())
+        .unwrap()
+        .export_uuid
+        .to_hex();
+    common::eventually("B's attach reached A", || {
+        dom.a.server.with_rm(|rm| {
+            let token = rm.session_token().expect("node A's daemon session");
+            rm.mc_set_failure(
+                token,
+                &uuid,
+                openimex_simproto::proto::NvStatus::InsufficientPermissions,
+            )
+            .is_ok()
+        }) && fm::relay(&drivers) == 1
+    });
+    let failed = imported2.info(Duration::ZERO).unwrap_err();
+    assert_eq!(failed.name(), "CUDA_ERROR_NOT_PERMITTED", "{failed}");
+    dom.check_daemons();
+    for o in [imported, imported2] {
+        o.release().unwrap();
+    }
+    mc.release().unwrap();
+    mc2.release().unwrap();
+    a.release(ma).unwrap();
+    b.release(mb).unwrap();
+    assert_eq!(fm::relay(&drivers), 1, "the set-up team is released");
+    for d in drivers {
+        let s = d.stats();
+        assert_eq!((s.multicast_objects, s.allocations), (0, 0));
+    }
 }

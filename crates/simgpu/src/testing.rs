@@ -8,7 +8,9 @@
 //! daemon's reference) and VALIDATE on the importer (pages, or the IMPORT_FAILED flag, which
 //! carries no status); a MEM_UNIMPORT drops that reference and finishes the unimport
 //! (`reference/driver-interface.md` §1.6, §4). There is no network, no peer state and no
-//! timer: what is tested is the driver and its clients, not the daemon.
+//! timer: what is tested is the driver and its clients, not the daemon. It also forwards
+//! multicast REMOTE_GPU_ATTACH events to the prime's driver (ATTACH_REMOTE_GPU); [`fm`] plays
+//! the Fabric Manager's multicast team set-up.
 //!
 //! ```no_run
 //! use openimex_simgpu::server::{DriverConfig, Server};
@@ -28,6 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+pub mod fm;
 
 use openimex_simproto::multicast::McRequest;
 use openimex_simproto::proto::{self, FabricEvent, Request, Response, Validation, WireError};

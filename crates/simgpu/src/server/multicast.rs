@@ -86,3 +86,15 @@ fn denied() -> Response {
          driver runs as may; run the IMEX daemon as root",
     )
 }
+
+#[cfg(feature = "testing")]
+impl super::ServerHandle {
+    /// For tests that play the Fabric Manager ([`crate::testing::fm`]): runs `f` on the
+    /// driver's state, then wakes the calls blocked on a change (a team's answer ends the
+    /// wait of a bind).
+    pub fn with_rm<T>(&self, f: impl FnOnce(&mut Rm) -> T) -> T {
+        let r = f(&mut self.shared.rm());
+        self.shared.changed.notify_all();
+        r
+    }
+}
