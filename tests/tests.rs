@@ -55,6 +55,12 @@ mod fabric_manager;
 // issue 9: the Kubernetes DaemonSet (dist/kubernetes): its probes against real daemons
 #[path = "e2e/kubernetes.rs"]
 mod kubernetes;
+// issue 14: multicast (NVLS) attaches across trays through the daemons
+#[path = "e2e/multicast.rs"]
+mod multicast;
+// issue 14: a multicast team over four trays set up by the real Fabric Manager, and its failure
+#[path = "e2e/multicast_fm.rs"]
+mod multicast_fm;
 // kill -9 and restart, clean SIGTERM departure, mismatched node maps
 #[path = "e2e/faults.rs"]
 mod faults;

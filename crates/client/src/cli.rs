@@ -6,6 +6,7 @@
 //!                     [--hold] [--no-release] [--timeout SECS] [--import-id ID]
 //! openimex app stats  --node-dir DIR
 //! openimex app gpus   --node-dir DIR [-j]
+//! openimex app multicast --node-dir DIR [--gpus 0,1,…] [--size SIZE] [--hold]
 //! openimex app churn  --node-dir DIR --handle-file FILE [--gpu N] [--size SIZE] …
 //! openimex app reader --node-dir DIR --source FILE… [--interval-ms MS] …
 //! ```
@@ -23,6 +24,11 @@
 //!   process exit). `--import-id` sets the import ID (default 0): imports of one handle on a
 //!   node with the same ID share one import descriptor, with different IDs they do not.
 //! - `stats` prints the driver's counters as one JSON line.
+//! - `multicast` makes a multicast team of the listed GPUs of the node (all by default), binds
+//!   SIZE bytes (default 2M) of each GPU's memory, stores a word through the team and checks
+//!   every GPU got it, load-reduces each GPU's index + 1, and prints one JSON line
+//!   (`{"gpus":4,"size":…,"stored":true,"load_reduce_u32":10,"address_base":…}`); with
+//!   `--hold` it keeps everything until standard input ends, `exit` or SIGTERM.
 //! - `churn` and `reader` are the fault-injection workload, with a line protocol of their own
 //!   (the `workload` module's docs describe it).
 //! - `gpus` prints each GPU as NVML's fabric info gives it to NCCL and NVSHMEM (UUID,
@@ -56,6 +62,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::{Context, CuError, FabricHandleBytes, Mappable, Mapping, pattern};
 
 mod gpus;
+mod multicast;
 mod workload;
 
 #[derive(Debug, Parser)]
@@ -84,6 +91,9 @@ enum Command {
     /// Print the node's GPUs and their fabric probe (UUID, clusterUuid, cliqueId, state,
     /// health) as NVML reports them: a table, or one JSON object per line with -j.
     Gpus(gpus::GpusArgs),
+    /// A multicast team of this node's GPUs: bind memory on each, store through the team and
+    /// load-reduce, print the result as one JSON line (`--hold`: keep it until stdin ends).
+    Multicast(multicast::MulticastArgs),
 }
 
 #[derive(Debug, Args)]
@@ -183,6 +193,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Churn(a) => return workload::churn(&a),
         Command::Reader(a) => return workload::reader(&a),
         Command::Gpus(a) => gpus::gpus(&a),
+        Command::Multicast(a) => multicast::multicast(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -365,8 +376,8 @@ fn catch_termination() {
     }
 }
 
-/// Answers commands on stdin until it ends, `exit`, or a termination signal.
-fn hold<M: Mappable>(ctx: &Context, held: &mut Option<(M, Mapping)>) {
+/// The lines of standard input, read on a thread of their own.
+fn stdin_lines() -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -376,15 +387,27 @@ fn hold<M: Mappable>(ctx: &Context, held: &mut Option<(M, Mapping)>) {
             }
         }
     });
+    rx
+}
+
+/// The next line of `rx`; `None` once standard input ended or a termination signal came.
+fn next_line(rx: &mpsc::Receiver<String>) -> Option<String> {
     loop {
         if TERMINATED.load(Ordering::SeqCst) {
-            return;
+            return None;
         }
-        let line = match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => return Some(line),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// Answers commands on stdin until it ends, `exit`, or a termination signal.
+fn hold<M: Mappable>(ctx: &Context, held: &mut Option<(M, Mapping)>) {
+    let rx = stdin_lines();
+    while let Some(line) = next_line(&rx) {
         let words: Vec<&str> = line.split_whitespace().collect();
         let reply = match words.as_slice() {
             [] => continue,

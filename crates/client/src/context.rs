@@ -399,6 +399,16 @@ impl Context {
         }
     }
 
+    /// The fabric directory (where the HBM files and multicast tables are).
+    pub(crate) fn fabric_dir(&self) -> &Path {
+        &self.fabric_dir
+    }
+
+    /// [`CuError::InvalidHandle`] unless this context owns `m`.
+    pub(crate) fn check_mappable(&self, m: &impl Mappable) -> Result<(), CuError> {
+        self.check_owner(m.mem_ref())
+    }
+
     fn check_owner(&self, r: &MemRef) -> Result<(), CuError> {
         if r.ctx == self.id {
             Ok(())

@@ -17,6 +17,10 @@
 //! | `NV_ERR_IN_USE`                   | `CUDA_ERROR_ILLEGAL_STATE` (401)      |
 //! | `NV_ERR_NO_MEMORY`                | `CUDA_ERROR_OUT_OF_MEMORY` (2)        |
 //! | `NV_ERR_RESET_REQUIRED`           | `CUDA_ERROR_LAUNCH_FAILED` (719)      |
+//! | `NV_ERR_INVALID_DEVICE`           | `CUDA_ERROR_INVALID_DEVICE` (101): a multicast member of another clique, a bind on a GPU that did not join |
+//! | `NV_ERR_INVALID_OPERATION`        | `CUDA_ERROR_ILLEGAL_STATE` (401): a multicast team already full |
+//! | `NV_ERR_INSERT_DUPLICATE_NAME`    | `CUDA_ERROR_INVALID_VALUE` (1): a GPU added twice |
+//! | `NV_ERR_GENERIC`                  | `CUDA_ERROR_UNKNOWN` (999)            |
 //!
 //! A failed import is always `NV_ERR_INVALID_OBJECT`, whatever went wrong between the daemons
 //! (the export is gone, the exporter's daemon refused the channel, the exporter's node is
@@ -59,6 +63,10 @@ pub enum CuError {
         /// Why connecting failed.
         reason: String,
     },
+    /// CUDA_ERROR_INVALID_DEVICE (101): a GPU that cannot join this multicast team (another
+    /// clique or bandwidth mode), or a bind on a GPU that did not join it.
+    #[error("CUDA_ERROR_INVALID_DEVICE (101): {0}")]
+    InvalidDevice(String),
     /// CUDA_ERROR_OPERATING_SYSTEM (304): an OS call failed (opening or mapping the memory).
     #[error("CUDA_ERROR_OPERATING_SYSTEM (304): {0}")]
     OperatingSystem(String),
@@ -127,6 +135,10 @@ impl CuError {
             NvStatus::InvalidState | NvStatus::InUse => Self::IllegalState(text),
             NvStatus::NoMemory => Self::OutOfMemory(text),
             NvStatus::ResetRequired => Self::LaunchFailed(text),
+            NvStatus::InvalidDevice => Self::InvalidDevice(text),
+            NvStatus::InvalidOperation => Self::IllegalState(text),
+            NvStatus::InsertDuplicateName => Self::InvalidValue(text),
+            NvStatus::Generic => Self::Unknown(text),
         }
     }
 
@@ -136,6 +148,7 @@ impl CuError {
             Self::InvalidValue(_) => 1,
             Self::OutOfMemory(_) => 2,
             Self::NoDevice { .. } => 100,
+            Self::InvalidDevice(_) => 101,
             Self::OperatingSystem(_) | Self::Transport(_) => 304,
             Self::InvalidHandle(_) => 400,
             Self::IllegalState(_) => 401,
@@ -153,6 +166,7 @@ impl CuError {
             Self::InvalidValue(_) => "CUDA_ERROR_INVALID_VALUE",
             Self::OutOfMemory(_) => "CUDA_ERROR_OUT_OF_MEMORY",
             Self::NoDevice { .. } => "CUDA_ERROR_NO_DEVICE",
+            Self::InvalidDevice(_) => "CUDA_ERROR_INVALID_DEVICE",
             Self::OperatingSystem(_) | Self::Transport(_) => "CUDA_ERROR_OPERATING_SYSTEM",
             Self::InvalidHandle(_) => "CUDA_ERROR_INVALID_HANDLE",
             Self::IllegalState(_) => "CUDA_ERROR_ILLEGAL_STATE",
@@ -198,6 +212,10 @@ mod tests {
                 "CUDA_ERROR_INVALID_HANDLE",
             ),
             (NvStatus::ResetRequired, 719, "CUDA_ERROR_LAUNCH_FAILED"),
+            (NvStatus::InvalidDevice, 101, "CUDA_ERROR_INVALID_DEVICE"),
+            (NvStatus::InvalidOperation, 401, "CUDA_ERROR_ILLEGAL_STATE"),
+            (NvStatus::InsertDuplicateName, 1, "CUDA_ERROR_INVALID_VALUE"),
+            (NvStatus::Generic, 999, "CUDA_ERROR_UNKNOWN"),
         ];
         assert_eq!(table.len(), NvStatus::ALL.len());
         for (status, code, name) in table {

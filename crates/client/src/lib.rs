@@ -25,6 +25,9 @@
 //! # Ok::<(), openimex_client::CuError>(())
 //! ```
 //!
+//! [`multicast`] adds NVLS multicast objects (cuMulticast*): a store through their mapping
+//! lands in every member GPU's memory.
+//!
 //! [`Context::gpu_fabric_info`] reads a GPU's fabric probe as NVML presents it; fabric memory
 //! cannot be created on a GPU whose probe has not completed.
 //!
@@ -40,6 +43,7 @@ pub mod cli;
 mod context;
 pub mod error;
 mod fabric_info;
+pub mod multicast;
 pub mod pattern;
 
 pub use context::{
@@ -47,6 +51,7 @@ pub use context::{
 };
 pub use error::CuError;
 pub use fabric_info::GpuFabricInfo;
+pub use multicast::{McMapping, Multicast};
 /// Where a node's driver socket and IMEX channel files are (the simulated driver's `/dev`).
 pub use openimex_simproto::node_dir;
 pub use openimex_simproto::probe::{HealthSummary, ProbeState};

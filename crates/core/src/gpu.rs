@@ -98,6 +98,9 @@ pub enum Event {
         /// Its new clique.
         clique_id: u32,
     },
+    /// REMOTE_GPU_ATTACH: a local GPU joined an imported multicast object; the prime's node
+    /// must add it to the team (`reference/driver-interface.md` §1.6 "Multicast" 3-4).
+    RemoteGpuAttach(RemoteGpuAttach),
 }
 
 /// One local GPU's fabric probe as the daemon keeps it (NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO
@@ -135,6 +138,34 @@ pub fn bw_mode_name(mode: u16) -> String {
         4 => "3QUARTER".into(),
         other => format!("MODE_{other}"),
     }
+}
+
+/// REMOTE_GPU_ATTACH as the importer's driver posts it, and what the owner's
+/// ATTACH_REMOTE_GPU takes (NV00FD_CTRL_ATTACH_REMOTE_GPU_PARAMS, §1.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteGpuAttach {
+    /// The importer's event ID (for logs and the answer).
+    pub event_id: u64,
+    /// The importer's IMEX channel.
+    pub channel: u32,
+    /// The prime's export UUID, 16 bytes.
+    pub export_uuid: [u8; 16],
+    /// Handle index.
+    pub index: u16,
+    /// The prime's (exporting) node.
+    pub export_node: NodeId,
+    /// The attaching GPU's fabric probe handle.
+    pub gpu_probe_handle: u64,
+    /// The importer's request key.
+    pub key: u64,
+    /// The attaching GPU's clique.
+    pub clique_id: u32,
+    /// Its NVLink bandwidth mode.
+    pub bw_mode: u16,
+    /// The mode's epoch.
+    pub bw_mode_epoch: u64,
+    /// The importer object's page size.
+    pub page_size: u64,
 }
 
 /// Why an import failed, as the exporter (or the importer's own daemon) reports it.

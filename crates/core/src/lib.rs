@@ -32,7 +32,7 @@ pub mod timefmt;
 pub use backoff::{Backoff, Rng};
 pub use domain::{NodeRow, domain_status, domain_status_of};
 pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
-pub use gpu::{Event, GpuFabric, ImportAnswer, ImportError, Pages, Status};
+pub use gpu::{Event, GpuFabric, ImportAnswer, ImportError, Pages, RemoteGpuAttach, Status};
 pub use ids::{ConnId, InstanceId, NodeId};
 pub use mesh::{Action, DialBudget, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict, Via};
 pub use node::{

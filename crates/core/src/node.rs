@@ -17,6 +17,7 @@
 //! | [`Action::SendImport`] | [`Node::handle_import_answer`] |
 //! | [`Action::SendUnimport`] | [`Node::handle_unimport_delivered`] |
 //! | [`Action::DescribeExport`] | [`Node::handle_described`] |
+//! | [`Action::AttachRemoteGpu`] | [`Node::handle_remote_gpu_attached`] |
 //!
 //! The other actions are performed in the order given; their only result is success, or the
 //! loss of the driver, which ends the daemon.
@@ -65,6 +66,7 @@
 mod exporter;
 mod grace;
 mod importer;
+mod multicast;
 mod peers;
 mod peers_wait;
 mod recovery;
@@ -79,7 +81,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::fabric::{ExportRefs, Imports, UnimportStep};
-use crate::gpu::{Event, ImportAnswer, ImportError, Pages, Status};
+use crate::gpu::{Event, ImportAnswer, ImportError, Pages, RemoteGpuAttach, Status};
 use crate::ids::{InstanceId, NodeId};
 use crate::mesh::{self, Hello, LinkView, Mesh, MeshConfig, Verdict, Via};
 use crate::state::{ConnStatus, DaemonState, Mismatch};
@@ -257,6 +259,39 @@ pub enum Action {
         request: RequestId,
         /// Whether a reference was released (always `false` here; see `ReleaseExportRefs`).
         released: bool,
+    },
+    /// Importer side (multicast): forward a local GPU's REMOTE_GPU_ATTACH to the prime's node
+    /// (`node/multicast.rs`). Its answer is only logged: the team's outcome reaches the
+    /// importer's driver from the Fabric Manager.
+    SendRemoteGpuAttach {
+        /// The prime's node.
+        peer: NodeId,
+        /// The attach.
+        attach: RemoteGpuAttach,
+    },
+    /// Owner side (multicast): ATTACH_REMOTE_GPU of `from`'s GPU on the prime; report with
+    /// [`Node::handle_remote_gpu_attached`].
+    AttachRemoteGpu {
+        /// The peer request this is for.
+        request: RequestId,
+        /// The attaching node.
+        from: NodeId,
+        /// The attach.
+        attach: RemoteGpuAttach,
+    },
+    /// Owner side (multicast): SET_FAILURE on the prime of `export_uuid`.
+    SetMulticastFailure {
+        /// The prime's export UUID.
+        export_uuid: [u8; 16],
+        /// The failure.
+        status: Status,
+    },
+    /// Owner side (multicast): answer a peer's remote GPU attach.
+    AnswerRemoteGpuAttach {
+        /// The request.
+        request: RequestId,
+        /// Done, or why not.
+        result: Result<(), ImportError>,
     },
 }
 

@@ -14,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+pub mod multicast;
 pub mod sim;
 
 use std::path::PathBuf;
@@ -119,6 +120,36 @@ pub trait Driver: Send + Sync + 'static {
     /// the bandwidth mode). Needs no session. A driver without GPUs has none.
     fn gpu_fabric(&self) -> Result<Vec<GpuFabric>, DriverError> {
         Ok(Vec::new())
+    }
+    /// Owner side (multicast): ATTACH_REMOTE_GPU of the GPU of node `from` in `attach` to the
+    /// prime object of `attach.export_uuid` (which fails the prime itself on most refusals).
+    /// Backends without multicast refuse it (NOT_SUPPORTED, reported as `Other`).
+    fn attach_remote_gpu(
+        &self,
+        from: NodeId,
+        attach: &multicast::RemoteGpuAttach,
+    ) -> Result<(), DriverError> {
+        let _ = (from, attach);
+        Err(no_multicast("attach remote GPU"))
+    }
+    /// Owner side (multicast): SET_FAILURE on the prime object of `export_uuid`, after an
+    /// error on the way to ATTACH_REMOTE_GPU, so that every member learns the team failed.
+    fn set_multicast_failure(
+        &self,
+        export_uuid: [u8; 16],
+        status: Status,
+    ) -> Result<(), DriverError> {
+        let _ = (export_uuid, status);
+        Err(no_multicast("set multicast failure"))
+    }
+}
+
+/// A backend without multicast objects refuses their controls.
+fn no_multicast(call: &'static str) -> DriverError {
+    DriverError::Refused {
+        call,
+        status: Status::Other,
+        detail: "this GPU driver backend has no multicast objects".into(),
     }
 }
 

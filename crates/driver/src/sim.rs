@@ -21,6 +21,9 @@ use openimex_simproto::proto::{
 
 use crate::{Driver, DriverError, Event, GpuFabric, Pages, SessionInfo, Status};
 
+mod multicast;
+pub use multicast::remote_gpu_attach;
+
 /// Driver version reported to peers for the simulated driver.
 pub const SIM_VERSION: &str = "sim-595.45.04";
 
@@ -222,6 +225,9 @@ impl Driver for SimDriver {
                     gpu: gpu_id,
                     clique_id,
                 }),
+                e @ FabricEvent::RemoteGpuAttach { .. } => {
+                    remote_gpu_attach(&e).map(Event::RemoteGpuAttach)
+                }
             })
             .collect())
     }
@@ -326,6 +332,18 @@ impl Driver for SimDriver {
         Ok(())
     }
 
+    fn attach_remote_gpu(
+        &self,
+        from: NodeId,
+        attach: &crate::multicast::RemoteGpuAttach,
+    ) -> Result<(), DriverError> {
+        self.mc_attach_remote_gpu(from, attach)
+    }
+
+    fn set_multicast_failure(&self, export_uuid: [u8; 16], s: Status) -> Result<(), DriverError> {
+        self.mc_set_failure(export_uuid, s)
+    }
+
     fn disable_importers(&self, node: NodeId) -> Result<(), DriverError> {
         let token = self.token()?;
         self.control(
@@ -406,7 +424,9 @@ mod tests {
 
     /// A fake driver on a socket that records every request and answers as the simulated
     /// driver would (refusing FINISH_MEM_UNIMPORT outside 1..=256 tokens).
-    fn fake_driver(dir: &Path) -> (Arc<Mutex<Vec<Request>>>, std::thread::JoinHandle<()>) {
+    pub(super) fn fake_driver(
+        dir: &Path,
+    ) -> (Arc<Mutex<Vec<Request>>>, std::thread::JoinHandle<()>) {
         let sock = socket_path(dir);
         std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
         let listener = UnixListener::bind(&sock).unwrap();
@@ -457,7 +477,7 @@ mod tests {
         (seen, server)
     }
 
-    fn scratch(name: &str) -> PathBuf {
+    pub(super) fn scratch(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("openimex-driver-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

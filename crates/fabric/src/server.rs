@@ -370,6 +370,17 @@ fn serve_driver(shared: &Shared, stream: &UnixStream) {
                     tracing::warn!(slot, team_handle, "release of an unknown multicast team");
                 }
             }
+            ToFm::McTeamFailed {
+                team_key,
+                members,
+                reason,
+            } => {
+                tracing::info!(slot, team_key, reason, "multicast team failed at its prime");
+                let out = st
+                    .manager
+                    .mc_team_failed(slot, &team_key, &members, &reason);
+                st.deliver(out);
+            }
             ToFm::Attach { .. } => tracing::warn!(slot, "a second Attach ignored"),
         }
     }

@@ -137,18 +137,22 @@ pub(crate) fn reply(a: ImportAnswer) -> ImportReply {
 
 /// A peer's import request as the core's, or what is wrong with it.
 pub(crate) fn import_request(r: &WireImportRequest) -> Result<ImportRequest, String> {
-    let export_uuid: [u8; 16] = r
-        .export_uuid
-        .as_slice()
-        .try_into()
-        .map_err(|_| "export UUID must be 16 bytes".to_string())?;
-    let index = u16::try_from(r.index).map_err(|_| format!("index {} out of range", r.index))?;
+    let (export_uuid, index) = export_uuid_and_index(&r.export_uuid, r.index)?;
     Ok(ImportRequest {
         import_event_id: r.import_event_id,
         export_uuid,
         index,
         channel: r.channel,
     })
+}
+
+/// A peer's export UUID (16 bytes) and handle index (16 bits), or what is wrong with them.
+pub(crate) fn export_uuid_and_index(uuid: &[u8], index: u32) -> Result<([u8; 16], u16), String> {
+    let export_uuid: [u8; 16] = uuid
+        .try_into()
+        .map_err(|_| "export UUID must be 16 bytes".to_string())?;
+    let index = u16::try_from(index).map_err(|_| format!("index {index} out of range"))?;
+    Ok((export_uuid, index))
 }
 
 /// The wire form of an import request.

@@ -54,6 +54,17 @@ pub(crate) enum Call {
     Finish { ids: Vec<u64> },
     /// Disable the local importers of `node`.
     DisableImporters { node: NodeId },
+    /// ATTACH_REMOTE_GPU on a prime for a peer's multicast attach.
+    AttachRemoteGpu {
+        request: u64,
+        from: NodeId,
+        attach: openimex_core::RemoteGpuAttach,
+    },
+    /// SET_FAILURE on a prime.
+    SetMulticastFailure {
+        export_uuid: [u8; 16],
+        status: Status,
+    },
     /// Run this once every call queued before it is done (an answer that must follow them),
     /// describes excepted: they run on their own threads.
     Then(Box<dyn FnOnce() + Send>),
@@ -70,6 +81,12 @@ impl std::fmt::Debug for Call {
             } => write!(f, "Validate({import_event_id})"),
             Self::Finish { ids } => write!(f, "Finish({ids:?})"),
             Self::DisableImporters { node } => write!(f, "DisableImporters({node})"),
+            Self::AttachRemoteGpu { request, from, .. } => {
+                write!(f, "AttachRemoteGpu({request}, {from})")
+            }
+            Self::SetMulticastFailure { status, .. } => {
+                write!(f, "SetMulticastFailure({})", status.as_str())
+            }
             Self::Then(_) => f.write_str("Then"),
         }
     }
@@ -263,6 +280,34 @@ fn perform(
                 .map_err(|e| ("disable importers", e))?;
             Ok(None)
         }
+        Call::AttachRemoteGpu {
+            request,
+            from,
+            attach,
+        } => {
+            let result = match driver.attach_remote_gpu(from, &attach) {
+                Ok(()) => Ok(()),
+                Err(e @ DriverError::Lost(_)) => return Err(("attach remote GPU", e)),
+                Err(e) => Err(ImportError::new(e.status(), e.to_string())),
+            };
+            Ok(Some(DriverInput::RemoteGpuAttached {
+                request,
+                attach,
+                result,
+            }))
+        }
+        Call::SetMulticastFailure {
+            export_uuid,
+            status,
+        } => match driver.set_multicast_failure(export_uuid, status) {
+            Err(e @ DriverError::Lost(_)) => Err(("set multicast failure", e)),
+            // The prime may be gone, or failed already: nothing more to do.
+            Err(e) => {
+                tracing::info!("SET_FAILURE on a multicast object: {e}");
+                Ok(None)
+            }
+            Ok(()) => Ok(None),
+        },
     }
 }
 

@@ -39,6 +39,7 @@ struct Waiting {
     next: RequestId,
     imports: HashMap<RequestId, oneshot::Sender<ImportAnswer>>,
     unimports: HashMap<RequestId, oneshot::Sender<bool>>,
+    remote_gpu_attaches: HashMap<RequestId, oneshot::Sender<Result<(), ImportError>>>,
 }
 
 impl Waiting {
@@ -434,6 +435,12 @@ impl Engine {
                 self.node
                     .handle_session_import(now, id, via, claimed, request);
             }
+            Input::PeerRemoteGpuAttach { via, attach, reply } => {
+                let id = self.waiting.id();
+                self.waiting.remote_gpu_attaches.insert(id, reply);
+                self.node
+                    .handle_session_remote_gpu_attach(now, id, via, None, attach);
+            }
             Input::PeerUnimport {
                 via,
                 claimed,
@@ -503,6 +510,13 @@ impl Engine {
             DriverInput::Described { request, result } => {
                 self.node.handle_described(now, request, result);
             }
+            DriverInput::RemoteGpuAttached {
+                request,
+                attach,
+                result,
+            } => self
+                .node
+                .handle_remote_gpu_attached(now, request, &attach, result),
             DriverInput::Released { request } => {
                 if let Some(reply) = self.waiting.unimports.remove(&request) {
                     let _ = reply.send(true);
@@ -526,6 +540,10 @@ impl Engine {
         while let Some(action) = self.node.poll_action() {
             match action {
                 Action::Mesh(a) => self.perform_mesh(a),
+                a @ (Action::SendRemoteGpuAttach { .. }
+                | Action::AttachRemoteGpu { .. }
+                | Action::SetMulticastFailure { .. }
+                | Action::AnswerRemoteGpuAttach { .. }) => self.perform_multicast(a),
                 Action::SendImport { peer, request } => match self.session(peer) {
                     Some(session) => {
                         self.metrics.import_sent(request.import_event_id, now());
@@ -802,6 +820,7 @@ impl Engine {
 }
 
 mod log;
+mod multicast;
 mod reload;
 #[cfg(test)]
 mod tests;

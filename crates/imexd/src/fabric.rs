@@ -288,6 +288,24 @@ impl Driver for Watched {
     fn gpu_fabric(&self) -> Result<Vec<GpuFabric>, DriverError> {
         self.inner.gpu_fabric()
     }
+
+    // Every call is forwarded, the ones with default bodies too: a default here would answer
+    // for the real driver (multicast attaches were refused that way).
+    fn attach_remote_gpu(
+        &self,
+        from: NodeId,
+        attach: &openimex_driver::multicast::RemoteGpuAttach,
+    ) -> Result<(), DriverError> {
+        self.inner.attach_remote_gpu(from, attach)
+    }
+
+    fn set_multicast_failure(
+        &self,
+        export_uuid: [u8; 16],
+        status: Status,
+    ) -> Result<(), DriverError> {
+        self.inner.set_multicast_failure(export_uuid, status)
+    }
 }
 
 /// One GPU on the wire (`NodeStatus.gpus`, `NodeReport.gpus`).

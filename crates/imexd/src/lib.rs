@@ -34,6 +34,7 @@ pub mod limits;
 pub mod logging;
 mod mailbox;
 mod metrics;
+mod multicast;
 mod nodes_file;
 pub mod notify;
 mod peer_client;

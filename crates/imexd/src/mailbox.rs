@@ -91,6 +91,12 @@ pub(crate) enum Input {
         request: ImportRequest,
         reply: oneshot::Sender<ImportAnswer>,
     },
+    /// A peer's multicast remote GPU attach (we own the prime).
+    PeerRemoteGpuAttach {
+        via: Via,
+        attach: openimex_core::RemoteGpuAttach,
+        reply: oneshot::Sender<Result<(), ImportError>>,
+    },
     /// A peer unimported.
     PeerUnimport {
         via: Via,
@@ -155,6 +161,12 @@ pub(crate) enum DriverInput {
     },
     /// References were released for a peer's unimport: answer it.
     Released { request: u64 },
+    /// ATTACH_REMOTE_GPU for a peer's multicast attach finished.
+    RemoteGpuAttached {
+        request: u64,
+        attach: openimex_core::RemoteGpuAttach,
+        result: Result<(), ImportError>,
+    },
     /// A driver call failed. `Lost` stops the daemon; anything else is logged.
     Failed {
         call: &'static str,
@@ -231,6 +243,7 @@ impl Input {
         match self {
             Input::PeerImport { .. } => Some(Kind::ImportRequest),
             Input::PeerUnimport { .. } => Some(Kind::UnimportRequest),
+            Input::PeerRemoteGpuAttach { .. } => Some(Kind::RemoteGpuAttachRequest),
             Input::Goodbye { .. } => Some(Kind::Goodbye),
             Input::Authenticate {
                 what: PeerRequest::Status,

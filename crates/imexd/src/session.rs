@@ -57,7 +57,8 @@ where
                 body @ (Body::ImportReply(_)
                 | Body::UnimportReply(_)
                 | Body::StatusReply(_)
-                | Body::GoodbyeReply(_)),
+                | Body::GoodbyeReply(_)
+                | Body::RemoteGpuAttachReply(_)),
             ) => tx.resolve(msg.id, body),
             // A notification: nothing answers it.
             Some(Body::CliquesChanged(c)) => {
@@ -128,6 +129,7 @@ async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<
                 Err("no session proves that identity on this connection".to_string())
             }
         }
+        Body::RemoteGpuAttach(req) => crate::multicast::serve(&req, via, engine).await,
         Body::Status(req) => status_row(engine, via, req.reasons, req.fabric)
             .await
             .map(Body::StatusReply)

@@ -72,10 +72,14 @@ pub enum Kind {
     HeartbeatAck,
     /// A request refused by the other end.
     Refused,
+    /// An importer forwards a multicast remote GPU attach to the prime's node.
+    RemoteGpuAttachRequest,
+    /// The prime's node's answer to it.
+    RemoteGpuAttachResponse,
 }
 
 /// Every kind, in the order a record lists them.
-pub const KINDS: [Kind; 11] = [
+pub const KINDS: [Kind; 13] = [
     Kind::ImportRequest,
     Kind::ImportResponse,
     Kind::UnimportRequest,
@@ -87,6 +91,8 @@ pub const KINDS: [Kind; 11] = [
     Kind::Heartbeat,
     Kind::HeartbeatAck,
     Kind::Refused,
+    Kind::RemoteGpuAttachRequest,
+    Kind::RemoteGpuAttachResponse,
 ];
 
 impl Kind {
@@ -104,6 +110,8 @@ impl Kind {
             Kind::Heartbeat => "Heartbeat",
             Kind::HeartbeatAck => "HeartbeatAck",
             Kind::Refused => "Refused",
+            Kind::RemoteGpuAttachRequest => "RemoteGpuAttachRequest",
+            Kind::RemoteGpuAttachResponse => "RemoteGpuAttachResponse",
         }
     }
 
@@ -122,6 +130,8 @@ impl Kind {
             // A pushed part of the sender's status row: counted with the rows, so the stats
             // file keeps NVIDIA's message kinds.
             Body::CliquesChanged(_) => Kind::StatusResponse,
+            Body::RemoteGpuAttach(_) => Kind::RemoteGpuAttachRequest,
+            Body::RemoteGpuAttachReply(_) => Kind::RemoteGpuAttachResponse,
         }
     }
 

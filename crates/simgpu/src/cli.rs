@@ -187,7 +187,15 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             config.slot,
             config.gpus,
         ) {
-            Ok(l) => Some(l),
+            Ok(l) => {
+                let sender = l.sender();
+                handle.set_fm_outbox(Box::new(move |msg| {
+                    if let Err(e) = sender.send(&msg) {
+                        tracing::warn!("cannot send to the Fabric Manager: {e}");
+                    }
+                }));
+                Some(l)
+            }
             Err(e) => {
                 eprintln!("openimex gpu: error: cannot start the Fabric Manager link: {e}");
                 return ExitCode::FAILURE;

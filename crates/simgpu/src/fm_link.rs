@@ -197,6 +197,8 @@ impl Link {
             gpus = self.gpus,
             "attached to the Fabric Manager"
         );
+        // Multicast teams are the FM's to set up from now on (§1.6 "Multicast" 5).
+        self.rm.with(|rm| rm.set_fm_link(true));
         let ended = loop {
             let msg = match recv::<FromFm>(&stream) {
                 Ok((m, _)) => m,
@@ -215,20 +217,25 @@ impl Link {
                     );
                     break Ended::Refused;
                 }
-                // MC_TEAM_SETUP_RSP (§1.6 step 5). The multicast side of the driver completes
-                // its object from this; until it is wired here, log it.
+                // MC_TEAM_SETUP_RSP (§1.6 "Multicast" 5): the FM answers every member's
+                // driver directly; each completes (or fails) its objects of that team.
                 FromFm::McTeam {
-                    team_key, result, ..
+                    team_key,
+                    members,
+                    result,
                 } => {
                     tracing::info!(
                         team_key,
                         ?result,
                         "multicast team answer from the Fabric Manager"
                     );
+                    self.rm
+                        .with(|rm| rm.apply_mc_team(&team_key, &members, result));
                 }
             }
         };
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.rm.with(|rm| rm.set_fm_link(false));
         ended
     }
 }

@@ -10,6 +10,8 @@
 //! unimport handshake, which that connection's thread waits for), and if it held the IMEX
 //! session the session is torn down.
 
+mod multicast;
+
 use std::collections::HashMap;
 use std::fs;
 use std::io;
@@ -22,6 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use openimex_simproto::inband::ToFm;
 use openimex_simproto::node_dir::{channel_files, channel_path, channels_dir, socket_path};
 use openimex_simproto::proto::{self, DriverStats, NvStatus, Request, Response, WireError};
 use sha2::{Digest, Sha256};
@@ -133,6 +136,25 @@ struct Shared {
     /// The process behind each connection (SO_PEERCRED), to kill it when its client is
     /// revoked.
     pids: Mutex<HashMap<ClientId, i32>>,
+    /// Where the in-band messages the driver queues for the Fabric Manager go (the FM link,
+    /// [`ServerHandle::set_fm_outbox`]); with none they are dropped with a warning.
+    fm_out: Mutex<FmOut>,
+}
+
+/// Sends one in-band message to the Fabric Manager (the FM link's sender).
+pub type FmOutbox = Box<dyn Fn(ToFm) + Send + Sync>;
+
+/// The FM link's sender, if any.
+struct FmOut(Option<FmOutbox>);
+
+impl std::fmt::Debug for FmOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "FmOut(linked)"
+        } else {
+            "FmOut(none)"
+        })
+    }
 }
 
 impl Shared {
@@ -142,6 +164,25 @@ impl Shared {
 
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Hands what the driver queued for the Fabric Manager (multicast team set-up, failure
+    /// and release, §1.6 "Multicast" 5) to the FM link. Called after every request, every
+    /// disconnect and every change the link itself applies, so a message leaves as soon as the
+    /// driver queued it.
+    fn flush_fm(&self) {
+        let msgs = self.rm().take_fm_messages();
+        if msgs.is_empty() {
+            return;
+        }
+        let out = self.fm_out.lock().unwrap_or_else(PoisonError::into_inner);
+        match out.0.as_ref() {
+            Some(send) => msgs.into_iter().for_each(send),
+            None => tracing::warn!(
+                dropped = msgs.len(),
+                "in-band messages for the Fabric Manager dropped: no Fabric Manager link"
+            ),
+        }
     }
 
     /// Kills the processes of clients the driver disabled (DISABLE_IMPORTERS or session
@@ -241,6 +282,7 @@ impl Server {
             conns: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             pids: Mutex::new(HashMap::new()),
+            fm_out: Mutex::new(FmOut(None)),
         });
         Ok(Self {
             shared,
@@ -284,6 +326,7 @@ impl RmAccess {
     /// Runs `f` under the driver's lock, then wakes every blocked call.
     pub fn with<R>(&self, f: impl FnOnce(&mut Rm) -> R) -> R {
         let r = f(&mut self.0.rm());
+        self.0.flush_fm();
         self.0.changed.notify_all();
         r
     }
@@ -306,6 +349,15 @@ impl ServerHandle {
     /// The driver's state, for the Fabric Manager link.
     pub fn rm_access(&self) -> RmAccess {
         RmAccess(Arc::clone(&self.shared))
+    }
+
+    /// Sends what the driver queues for the Fabric Manager through `out` from now on.
+    pub fn set_fm_outbox(&self, out: FmOutbox) {
+        *self
+            .shared
+            .fm_out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = FmOut(Some(out));
     }
 
     /// The driver's counters.
@@ -446,6 +498,7 @@ fn serve(shared: &Shared, stream: &UnixStream, client: ClientId) {
         let wakes = wakes_waiters(&req);
         let resp = handle(shared, client, stream, req, &fds);
         drop(fds);
+        shared.flush_fm();
         if wakes {
             let revoked = shared.rm().take_revoked();
             shared.kill_revoked(revoked);
@@ -489,6 +542,7 @@ fn disconnect(shared: &Shared, client: ClientId) {
     let unimports = rm.disconnect(client);
     let revoked = rm.take_revoked();
     drop(rm);
+    shared.flush_fm();
     shared.kill_revoked(revoked);
     let mut rm = shared.rm();
     shared.changed.notify_all();
@@ -761,6 +815,7 @@ fn handle(
             }
             rm.complete_probe(gpu, info).map(|()| Response::Ok)
         }
+        Request::Multicast(req) => return multicast::handle(shared, client, stream, req, rm),
     };
     result.unwrap_or_else(|s| error(s, s.to_string()))
 }

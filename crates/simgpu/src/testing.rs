@@ -8,7 +8,9 @@
 //! daemon's reference) and VALIDATE on the importer (pages, or the IMPORT_FAILED flag, which
 //! carries no status); a MEM_UNIMPORT drops that reference and finishes the unimport
 //! (`reference/driver-interface.md` §1.6, §4). There is no network, no peer state and no
-//! timer: what is tested is the driver and its clients, not the daemon.
+//! timer: what is tested is the driver and its clients, not the daemon. It also forwards
+//! multicast REMOTE_GPU_ATTACH events to the prime's driver (ATTACH_REMOTE_GPU); [`fm`] plays
+//! the Fabric Manager's multicast team set-up.
 //!
 //! ```no_run
 //! use openimex_simgpu::server::{DriverConfig, Server};
@@ -29,6 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use openimex_simproto::multicast::McRequest;
 use openimex_simproto::proto::{self, FabricEvent, Request, Response, Validation, WireError};
 
 /// Longest one event poll waits, so that stop and pause are seen promptly.
@@ -178,6 +181,29 @@ impl Shared {
             }
             // Nothing of an import depends on it; a daemon only reports it.
             FabricEvent::CliqueIdChange { .. } => {}
+            // §1.6 "Multicast" 4: the owner's daemon calls ATTACH_REMOTE_GPU on the prime (which
+            // fails the prime itself on a refused attach).
+            FabricEvent::RemoteGpuAttach {
+                export_uuid,
+                export_node,
+                gpu,
+                ..
+            } => {
+                let Some(e) = self.nodes.iter().position(|n| n.node_id == export_node) else {
+                    self.fail(format!("remote GPU attach to unknown node {export_node}"));
+                    return Some(());
+                };
+                let req = Request::Multicast(McRequest::AttachRemoteGpu {
+                    token: self.nodes[e].token,
+                    export_uuid,
+                    node_id: importer.node_id,
+                    gpu,
+                });
+                match self.control(e, &req)? {
+                    Response::Ok | Response::Error { .. } => {}
+                    other => self.fail(format!("attach remote GPU answered {other:?}")),
+                }
+            }
         }
         Some(())
     }

@@ -66,6 +66,17 @@ pub enum ToFm {
         /// The team's handle from [`FromFm::McTeam`].
         team_handle: u64,
     },
+    /// The prime object failed (SET_FAILURE, a refused remote attach) while remote GPUs had
+    /// attached: the FM answers each of `members`' drivers with [`FromFm::McTeam`] carrying
+    /// `Err(reason)` and the same `team_key`, so that the failure reaches every member.
+    McTeamFailed {
+        /// The team's key (the prime's export UUID in hex).
+        team_key: String,
+        /// The remote GPUs that attached so far, or the one whose attach was refused.
+        members: Vec<FabricGpu>,
+        /// The failure (its status name first).
+        reason: String,
+    },
 }
 
 /// The FM's message to a driver.

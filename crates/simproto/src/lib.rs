@@ -13,6 +13,8 @@
 //!   GET_GPU_FABRIC_PROBE_INFO answer.
 //! - [`inband`] — the NVLink in-band messages between a tray's driver and the Fabric Manager
 //!   (probe answers and updates, multicast team set-up).
+//! - [`multicast`] — multicast (NVLS) objects' requests and the multicast table in the fabric
+//!   directory.
 //! - [`node_dir`] — where a node's driver socket and IMEX channel files live, and the channel
 //!   file names (`channelN`).
 
@@ -20,6 +22,7 @@
 
 pub mod handle;
 pub mod inband;
+pub mod multicast;
 pub mod node_dir;
 pub mod probe;
 pub mod proto;

@@ -85,11 +85,24 @@ pub enum NvStatus {
     /// every later GPU operation fails (NV_ERR_RESET_REQUIRED on real hardware).
     #[error("NV_ERR_RESET_REQUIRED")]
     ResetRequired,
+    /// NV_ERR_INVALID_DEVICE: a multicast attach whose GPU's clique (or bandwidth mode) differs
+    /// from the team's, or a bind on a GPU that did not attach (`mem_multicast_fabric.c`).
+    #[error("NV_ERR_INVALID_DEVICE")]
+    InvalidDevice,
+    /// NV_ERR_INVALID_OPERATION: a multicast attach beyond the team's GPU count.
+    #[error("NV_ERR_INVALID_OPERATION")]
+    InvalidOperation,
+    /// NV_ERR_INSERT_DUPLICATE_NAME: a GPU attached twice to one multicast object.
+    #[error("NV_ERR_INSERT_DUPLICATE_NAME")]
+    InsertDuplicateName,
+    /// NV_ERR_GENERIC: what a multicast failure reported as NV_ERR_NOT_READY becomes.
+    #[error("NV_ERR_GENERIC")]
+    Generic,
 }
 
 impl NvStatus {
     /// Every status, for exhaustive tables and tests.
-    pub const ALL: [NvStatus; 12] = [
+    pub const ALL: [NvStatus; 16] = [
         NvStatus::InsufficientPermissions,
         NvStatus::NotReady,
         NvStatus::InvalidState,
@@ -102,6 +115,10 @@ impl NvStatus {
         NvStatus::NoMemory,
         NvStatus::InvalidObjectHandle,
         NvStatus::ResetRequired,
+        NvStatus::InvalidDevice,
+        NvStatus::InvalidOperation,
+        NvStatus::InsertDuplicateName,
+        NvStatus::Generic,
     ];
 }
 
@@ -188,6 +205,23 @@ pub enum FabricEvent {
         /// The GPU's new clique.
         clique_id: u32,
     },
+    /// REMOTE_GPU_ATTACH: a local GPU attached to an imported multicast object; the owner's
+    /// daemon must call ATTACH_REMOTE_GPU (or SET_FAILURE) on the prime
+    /// (`reference/driver-interface.md` §1.6 "Multicast" 3-4).
+    RemoteGpuAttach {
+        /// System-wide increasing event ID.
+        event_id: u64,
+        /// The importer's channel.
+        channel: u32,
+        /// The prime's export UUID (hex).
+        export_uuid: String,
+        /// Handle index in the export.
+        index: u16,
+        /// The exporting (prime's) node.
+        export_node: u16,
+        /// The attach, as ATTACH_REMOTE_GPU takes it.
+        gpu: crate::multicast::RemoteGpu,
+    },
 }
 
 /// Result the daemon pushes into a pending import (VALIDATE).
@@ -226,6 +260,12 @@ pub struct DriverStats {
     pub hbm_used: u64,
     /// Connected clients.
     pub clients: usize,
+    /// Live multicast descriptors (prime and imported), each shared by its objects.
+    #[serde(default)]
+    pub multicast_objects: usize,
+    /// Memory ranges bound to multicast objects (each holds a reference on its allocation).
+    #[serde(default)]
+    pub multicast_bindings: usize,
 }
 
 /// A request from a client (application or daemon) to its node's driver.
@@ -355,6 +395,8 @@ pub enum Request {
         /// The response.
         info: ProbeInfo,
     },
+    /// A multicast (class 0xFD) allocation or control.
+    Multicast(crate::multicast::McRequest),
 }
 
 /// The driver's answer.
@@ -427,6 +469,8 @@ pub enum Response {
     },
     /// To `FabricProbeInfo`.
     FabricProbeInfo(FabricProbeInfo),
+    /// To `Multicast`.
+    Multicast(crate::multicast::McResponse),
     /// Success with nothing to report.
     Ok,
     /// Failure.
@@ -635,7 +679,11 @@ mod tests {
                 | NvStatus::InvalidArgument
                 | NvStatus::NoMemory
                 | NvStatus::InvalidObjectHandle
-                | NvStatus::ResetRequired => {}
+                | NvStatus::ResetRequired
+                | NvStatus::InvalidDevice
+                | NvStatus::InvalidOperation
+                | NvStatus::InsertDuplicateName
+                | NvStatus::Generic => {}
             }
         }
     }

@@ -47,6 +47,7 @@ impl Node {
             }
             // The daemon's fabric view follows cliques; no import or unimport depends on one.
             Event::CliqueIdChange { .. } => {}
+            Event::RemoteGpuAttach(attach) => self.handle_remote_gpu_attach_event(attach),
         }
     }
 

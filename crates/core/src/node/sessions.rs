@@ -33,6 +33,8 @@ pub enum PeerRequest {
     Status,
     /// A session stream opened on a connection ([`Node::handle_session_opened`]).
     Session,
+    /// A multicast remote GPU attach.
+    McAttach,
 }
 
 impl PeerRequest {
@@ -44,6 +46,10 @@ impl PeerRequest {
             Self::Goodbye => ("goodbye: no session", "goodbye: identity mismatch"),
             Self::Status => ("status: no session", "status: identity mismatch"),
             Self::Session => ("session: no session", "session: identity mismatch"),
+            Self::McAttach => (
+                "multicast attach: no session",
+                "multicast attach: identity mismatch",
+            ),
         }
     }
 }
@@ -56,6 +62,7 @@ impl std::fmt::Display for PeerRequest {
             Self::Goodbye => "goodbye",
             Self::Status => "status",
             Self::Session => "session",
+            Self::McAttach => "multicast attach",
         })
     }
 }

@@ -946,6 +946,15 @@ impl World {
             Action::AnswerUnimport { request, .. } => {
                 self.respond(i, request, Msg::UnimportResp);
             }
+            // This world's drivers post no multicast events (tests/multicast.rs covers them).
+            a @ (Action::SendRemoteGpuAttach { .. }
+            | Action::AttachRemoteGpu { .. }
+            | Action::SetMulticastFailure { .. }
+            | Action::AnswerRemoteGpuAttach { .. }) => {
+                self.violate(format!(
+                    "node {i}: a multicast action with no multicast: {a:?}"
+                ));
+            }
         }
     }
 

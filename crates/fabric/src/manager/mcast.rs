@@ -174,4 +174,32 @@ impl Manager {
     pub fn mc_team_release(&mut self, team_handle: u64) -> bool {
         self.teams.by_handle.remove(&team_handle).is_some()
     }
+
+    /// A prime object failed while remote GPUs had attached (`ToFm::McTeamFailed` from tray
+    /// `from`): every attached member tray but the sender gets a `FromFm::McTeam` with
+    /// `Err(reason)` and the team's key, so the failure reaches every member. No team was set
+    /// up for it, so there is nothing to free.
+    pub fn mc_team_failed(
+        &self,
+        from: u16,
+        team_key: &str,
+        members: &[FabricGpu],
+        reason: &str,
+    ) -> Outbox {
+        let to: BTreeSet<u16> = members
+            .iter()
+            .map(|m| m.slot)
+            .filter(|s| *s != from && self.attached.contains(s))
+            .collect();
+        to.into_iter()
+            .map(|slot| {
+                let msg = FromFm::McTeam {
+                    team_key: team_key.to_string(),
+                    members: members.to_vec(),
+                    result: Err(reason.to_string()),
+                };
+                (slot, msg)
+            })
+            .collect()
+    }
 }

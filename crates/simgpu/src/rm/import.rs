@@ -152,7 +152,9 @@ impl Rm {
                     DescState::Ready(pages) => self.translate(pages).map(ImportState::Ready),
                 }
             }
-            Owned::Alloc(_) | Owned::DeadImport(_) => Err(NvStatus::InvalidObjectHandle),
+            Owned::Alloc(_) | Owned::DeadImport(_) | Owned::Multicast(_) => {
+                Err(NvStatus::InvalidObjectHandle)
+            }
         }
     }
 

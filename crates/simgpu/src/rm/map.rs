@@ -39,6 +39,12 @@ impl Rm {
         match owned {
             Owned::Alloc(_) if c.disabled => Err(plain(NvStatus::ResetRequired)),
             Owned::Alloc(_) => Ok(()),
+            // A multicast object is mapped through its team's table (the client's multicast
+            // mapping), not as one GPU's memory.
+            Owned::Multicast(_) => Err((
+                NvStatus::InvalidArgument,
+                "a multicast object is mapped through its team, not on one GPU".into(),
+            )),
             Owned::LocalImport(_) | Owned::DeadImport(_) => {
                 self.wait_import(client, handle).map(drop).map_err(plain)
             }

@@ -22,6 +22,7 @@
 mod hbm;
 mod import;
 mod map;
+mod multicast;
 mod probe;
 mod session;
 #[cfg(test)]
@@ -170,6 +171,9 @@ enum Owned {
     /// An import whose descriptor was removed under it (DISABLE_IMPORTERS, session teardown);
     /// every use reports the status.
     DeadImport(NvStatus),
+    /// A multicast object: a reference on the descriptor (key of the multicast state's
+    /// descriptors).
+    Multicast(u64),
 }
 
 #[derive(Debug, Default)]
@@ -221,6 +225,8 @@ pub struct Rm {
     revoked: Vec<ClientId>,
     /// Each GPU's fabric probe, by index.
     probes: Vec<probe::Probe>,
+    /// Multicast descriptors and the messages for the Fabric Manager.
+    mc: multicast::McState,
 }
 
 impl Rm {
@@ -280,6 +286,7 @@ impl Rm {
             unimports: HashMap::new(),
             revoked: Vec::new(),
             probes,
+            mc: Default::default(),
         };
         if rm.config.probe == ProbeStart::Complete {
             for gpu in 0..rm.config.gpus {
@@ -491,6 +498,10 @@ impl Rm {
             }
             Owned::DeadImport(_) => Ok(Released::Done),
             Owned::RemoteImport(event_id) => Ok(self.unref_desc(event_id)),
+            Owned::Multicast(id) => {
+                self.mc_unref(id);
+                Ok(Released::Done)
+            }
         }
     }
 
@@ -522,6 +533,8 @@ impl Rm {
             queued_events: self.events.len(),
             hbm_used: self.hbm.used(),
             clients: self.clients.len(),
+            multicast_objects: self.mc.counts().0,
+            multicast_bindings: self.mc.counts().1,
         }
     }
 

@@ -11,6 +11,7 @@ use openimex_simproto::proto::Validation;
 mod cliques;
 mod fidelity;
 mod lifecycle;
+mod multicast;
 mod probe;
 
 const MIB: u64 = 1 << 20;
