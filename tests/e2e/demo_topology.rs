@@ -38,11 +38,26 @@ fn summary(out: &Output) -> Value {
     })
 }
 
+/// Asserts each numeric field of the summary.
+#[track_caller]
+fn expect(s: &Value, fields: &[(&str, u64)]) {
+    for (key, want) in fields {
+        assert_eq!(num(s, key), *want, "{key}: {s}");
+    }
+}
+
 /// Writes `text` as `name` in `dir`; its path.
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write the topology file");
     path
+}
+
+/// Writes `text` to `path` and runs the demo on it, which must fail cleanly; its stderr.
+fn refused(path: &Path, text: &str, what: &str) -> String {
+    std::fs::write(path, text).expect("write the topology file");
+    let out = demo(&["--topology-file", path.to_str().expect("utf-8 path")]);
+    assert_clean_failure(&out, what)
 }
 
 /// One rack, one switch tray, two compute trays of two GPUs.
@@ -61,21 +76,22 @@ fn demo_on_nvl36_runs_every_gpu_of_the_rack_through_the_fabric_manager() {
     );
     let s = summary(&out);
     assert_eq!(s["topology"], "nvl36", "{s}");
-    for (key, want) in [
-        ("racks", 1),
-        ("compute_trays", 9),
-        ("switch_trays", 9),
-        ("partitions", 1),
-        ("nodes", 9),
-        ("gpus", 36),
-        ("imports", 36 * 35),
-        ("errors", 0),
-        ("leaked_refs", 0),
-        ("cross_clique_expected", 0),
-        ("cross_clique_refused", 0),
-    ] {
-        assert_eq!(num(&s, key), want, "{key}: {s}");
-    }
+    expect(
+        &s,
+        &[
+            ("racks", 1),
+            ("compute_trays", 9),
+            ("switch_trays", 9),
+            ("partitions", 1),
+            ("nodes", 9),
+            ("gpus", 36),
+            ("imports", 36 * 35),
+            ("errors", 0),
+            ("leaked_refs", 0),
+            ("cross_clique_expected", 0),
+            ("cross_clique_refused", 0),
+        ],
+    );
     // Every ordered pair checked its slot both ways (2 MiB buffers, 36 slots of 8-byte words).
     let slot = (2 << 20) / 36 / 8 * 8;
     assert_eq!(num(&s, "bytes_verified"), 2 * 36 * 35 * slot, "{s}");
@@ -84,26 +100,23 @@ fn demo_on_nvl36_runs_every_gpu_of_the_rack_through_the_fabric_manager() {
 #[test]
 fn demo_topology_file_errors_name_file_and_line() {
     let dir = ScratchDir::new("demo-topo-bad").expect("scratch dir");
-    let bad = write(
-        dir.path(),
-        "bad.topo",
+    let bad = dir.path().join("bad.topo");
+    let stderr = refused(
+        &bad,
         "rack r0\nswitch-tray r0-s0\ncompute-tray r0-c0 gpus=many\n",
+        "demo with a bad topology file",
     );
-    let out = demo(&["--topology-file", bad.to_str().expect("utf-8 path")]);
-    let stderr = assert_clean_failure(&out, "demo with a bad topology file");
     assert!(
         stderr.contains(&format!("{}:3", bad.display())) && stderr.contains("many"),
         "the error names file:line and the value: {stderr}"
     );
 
     // Trays of different GPU counts: refused before anything starts, naming both trays.
-    let mixed = write(
-        dir.path(),
-        "mixed.topo",
+    let stderr = refused(
+        &dir.path().join("mixed.topo"),
         "rack r0\nswitch-tray r0-s0\ncompute-tray r0-c0 gpus=4\ncompute-tray r0-c1 gpus=2\n",
+        "demo with mixed GPU counts",
     );
-    let out = demo(&["--topology-file", mixed.to_str().expect("utf-8 path")]);
-    let stderr = assert_clean_failure(&out, "demo with mixed GPU counts");
     assert!(
         stderr.contains("different GPU counts") && stderr.contains("r0-c1"),
         "{stderr}"
@@ -134,16 +147,17 @@ fn demo_partitions_counts_imports_across_cliques() {
     ]);
     let s = summary(&out);
     assert_eq!(s["topology"], "lab", "{s}");
-    for (key, want) in [
-        ("partitions", 2),
-        ("gpus", 4),
-        ("imports", 12),
-        ("errors", 0),
-        ("leaked_refs", 0),
-        ("cross_clique_expected", 8),
-    ] {
-        assert_eq!(num(&s, key), want, "{key}: {s}");
-    }
+    expect(
+        &s,
+        &[
+            ("partitions", 2),
+            ("gpus", 4),
+            ("imports", 12),
+            ("errors", 0),
+            ("leaked_refs", 0),
+            ("cross_clique_expected", 8),
+        ],
+    );
     // The in-clique pairs (GPU 0 <-> 1, 2 <-> 3) verified both ways.
     let slot = (2 << 20) / 4 / 8 * 8;
     assert_eq!(num(&s, "bytes_verified"), 2 * 4 * slot, "{s}");
