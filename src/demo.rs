@@ -37,9 +37,9 @@ pub(crate) struct DemoArgs {
     /// all of them; 4 with --chaos]. The Fabric Manager still serves the whole topology.
     #[arg(long)]
     nodes: Option<usize>,
-    /// With --chaos: GPUs per node [default: 2]. Otherwise each tray has the GPUs its
-    /// topology gives it.
-    #[arg(long, requires = "chaos")]
+    /// GPUs per tray [default: the topology's; 2 with --chaos]. Every compute tray of the
+    /// topology gets this many (the Fabric Manager serves the layout so changed).
+    #[arg(long)]
     gpus_per_node: Option<u32>,
     /// The NVLink domain: a preset, nvl72 (default; 1 rack, 18 trays), nvl36 (1 rack, 9
     /// trays), nvl36x2 (2 racks of 9 trays), nvl576 (8 racks, 144 trays).
@@ -140,6 +140,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     let domain = Domain::load(
         &args.topology,
         args.topology_file.as_deref(),
+        args.gpus_per_node,
         args.partitions,
         args.nodes,
     )?;

@@ -11,8 +11,8 @@ use anyhow::{Context as _, Result, bail};
 use openimex_client::Context;
 use openimex_fabric::Topology;
 use openimex_fabric::partition::{Layout, split};
-use openimex_fabric::topology::preset;
-use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec};
+use openimex_fabric::topology::{MAX_GPUS_PER_TRAY, preset};
+use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec, ScratchDir};
 use openimex_simproto::probe::ProbeState;
 
 /// How long every GPU's probe may take to complete once the trays are up.
@@ -26,23 +26,49 @@ pub(crate) struct Domain {
     pub(crate) layout: Layout,
     /// The topology file, when not a preset.
     file: Option<PathBuf>,
+    /// Holds the rewritten topology file of `--gpus-per-node` while the FM runs.
+    _rewritten: Option<ScratchDir>,
     /// Compute trays that run (the first ones, in slot order).
     pub(crate) trays: usize,
 }
 
 impl Domain {
-    /// The preset `name` or the file `file`, split into `partitions`, running its first
-    /// `nodes` trays (all by default).
+    /// The preset `name` or the file `file`, every compute tray with `gpus` GPUs when given,
+    /// split into `partitions`, running its first `nodes` trays (all by default).
     pub(crate) fn load(
         name: &str,
         file: Option<&Path>,
+        gpus: Option<u32>,
         partitions: usize,
         nodes: Option<usize>,
     ) -> Result<Self> {
-        let topo = match file {
+        let mut topo = match file {
             Some(f) => openimex_fabric::file::load(f)?,
             None => preset(name)?,
         };
+        let mut file = file.map(Path::to_path_buf);
+        let mut rewritten = None;
+        if let Some(g) = gpus {
+            if g == 0 || g > MAX_GPUS_PER_TRAY {
+                bail!("--gpus-per-node {g}: a compute tray has 1 to {MAX_GPUS_PER_TRAY} GPUs");
+            }
+            // The FM serves the layout from a file: the same racks and trays, g GPUs each.
+            for tray in topo
+                .racks
+                .iter_mut()
+                .flat_map(|r| r.compute_trays.iter_mut())
+            {
+                tray.gpus = g;
+            }
+            let dir = ScratchDir::new("demo-topology")?;
+            let path = dir.path().join(format!("{}.topo", topo.name));
+            std::fs::write(&path, openimex_fabric::file::print(&topo))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            // Parsing it back checks the count (1 to 64 GPUs per tray) with the file's errors.
+            topo = openimex_fabric::file::load(&path).context("--gpus-per-node")?;
+            file = Some(path);
+            rewritten = Some(dir);
+        }
         let layout = split(&topo, partitions)?;
         let all = topo.compute_tray_count();
         let trays = nodes.unwrap_or(all);
@@ -56,7 +82,8 @@ impl Domain {
         Ok(Self {
             topo,
             layout,
-            file: file.map(Path::to_path_buf),
+            file,
+            _rewritten: rewritten,
             trays,
         })
     }
