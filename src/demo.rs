@@ -28,7 +28,7 @@ use clap::Args;
 use openimex_client::{Context, CuError, FabricHandleBytes, Imported, Mapping, pattern};
 use openimex_harness::Cluster;
 
-use domain::{Domain, PROBE_TIMEOUT, wait_probes};
+use domain::{Domain, PROBE_TIMEOUT, cross_clique_pairs, wait_probes};
 
 /// `openimex demo` flags.
 #[derive(Debug, Args)]
@@ -419,14 +419,6 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Ordered (importer, exporter) pairs of GPUs in different cliques.
-fn cross_clique_pairs(cliques: &[u32]) -> usize {
-    cliques
-        .iter()
-        .map(|a| cliques.iter().filter(|b| *b != a).count())
-        .sum()
 }
 
 /// Maps `imported` for local GPU `gpu`: the one place where the driver's map check across

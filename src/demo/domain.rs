@@ -176,3 +176,75 @@ pub(crate) fn wait_probes(
     }
     Ok(())
 }
+
+/// Ordered (importer, exporter) pairs of GPUs in different cliques.
+pub(crate) fn cross_clique_pairs(cliques: &[u32]) -> usize {
+    cliques
+        .iter()
+        .map(|a| cliques.iter().filter(|b| *b != a).count())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_give_whole_trays_their_cliques_and_nodes_runs_the_first_trays() {
+        let d = Domain::load("nvl72", None, None, 2, Some(10)).expect("nvl72 in 2");
+        assert_eq!(d.trays, 10);
+        // 2 x 9 trays: slots 0..9 in clique 1, 9.. in clique 2.
+        assert_eq!(d.clique_of_node(0), 1);
+        assert_eq!(d.clique_of_node(8), 1);
+        assert_eq!(d.clique_of_node(9), 2);
+        let line = d.describe(4);
+        assert!(
+            line.contains("nvl72") && line.contains("first 10 running"),
+            "{line}"
+        );
+        assert!(
+            line.contains("2 partitions") && line.contains("72 GPUs"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_the_limits() {
+        let e = Domain::load("nvl36", None, None, 1, Some(10))
+            .err()
+            .expect("nvl36 has 9 trays");
+        assert!(e.to_string().contains("has 9 compute trays"), "{e}");
+        let e = Domain::load("nvl36", None, None, 10, None)
+            .err()
+            .expect("10 partitions of 9 trays");
+        assert!(e.to_string().contains("ask for 1 to 9"), "{e}");
+        let e = Domain::load("nvl36", None, Some(65), 1, None)
+            .err()
+            .expect("65 GPUs per tray");
+        assert!(e.to_string().contains("1 to 64"), "{e}");
+    }
+
+    #[test]
+    fn gpus_per_node_rewrites_every_tray_and_serves_it_from_a_file() {
+        let d = Domain::load("nvl36x2", None, Some(2), 1, None).expect("nvl36x2, 2 GPUs");
+        assert_eq!(d.topo.name, "nvl36x2");
+        assert_eq!(d.topo.gpu_count(), 36);
+        let spec = d.spec(PathBuf::from("openimex")).expect("spec");
+        assert_eq!(spec.nodes, 18);
+        assert_eq!(spec.gpus.map(|g| g.gpus_per_node), Some(2));
+        let fm = spec.fabric_manager.expect("an FM");
+        let file = fm.file.expect("served from the rewritten file");
+        assert!(
+            file.exists(),
+            "{} exists while the domain lives",
+            file.display()
+        );
+    }
+
+    #[test]
+    fn cross_clique_pairs_count_ordered_pairs() {
+        assert_eq!(cross_clique_pairs(&[1, 1, 2, 2]), 8);
+        assert_eq!(cross_clique_pairs(&[1, 1, 1]), 0);
+        assert_eq!(cross_clique_pairs(&[1, 2, 3]), 6);
+    }
+}
