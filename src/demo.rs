@@ -411,11 +411,15 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         );
     }
     if cross_refused != cross_expected {
+        let check = if cross_refused == 0 {
+            "the map check is missing"
+        } else {
+            "the map check is only partly applied"
+        };
         bail!(
             "demo failed: {cross_refused} of {cross_expected} imports across cliques were \
-             refused at map ({cross_mapped} mapped): the driver does not check the mapping \
-             GPU's clique against the owner's (driver-interface §6.8), so the map check is \
-             missing"
+             refused at map ({cross_mapped} mapped): a GPU must not map memory of another \
+             clique (driver-interface §6.8), and {check}"
         );
     }
     Ok(())
