@@ -1,8 +1,13 @@
-//! `openimex demo`: a simulated GB200 NVL72 (18 compute trays × 4 GPUs by default), one GPU
-//! driver and one IMEX daemon per tray, started through the cluster harness. Every GPU exports
+//! `openimex demo`: an NVLink domain started from a topology (a preset, GB200 NVL72 by
+//! default, or a topology file; [`domain`]): the simulated Fabric Manager first, then one GPU
+//! driver and one IMEX daemon per compute tray, through the cluster harness. Every GPU exports
 //! a buffer and imports every other GPU's buffer; each pair checks a pattern the exporter wrote
 //! and writes one back that the exporter checks; then everything is released and every
 //! driver's reference counts must be back to zero.
+//!
+//! With `--partitions K` the FM splits the domain into K cliques: an import from another
+//! clique must be refused when the importing GPU maps it (driver-interface §6.8); the refusals
+//! are counted against the pairs that cross cliques ([`map_import`]).
 //!
 //! One thread per GPU plays that GPU's application, each with its own driver client (as each
 //! process has its own CUDA context), so imports run concurrently as they would in a job.
@@ -10,6 +15,7 @@
 //! `--chaos` runs the fault-injection workload instead ([`chaos`]).
 
 mod chaos;
+pub(crate) mod domain;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,18 +25,35 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use openimex_client::{Context, FabricHandleBytes, pattern};
-use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
+use openimex_client::{Context, CuError, FabricHandleBytes, Imported, Mapping, pattern};
+use openimex_harness::Cluster;
+
+use domain::{Domain, PROBE_TIMEOUT, cross_clique_pairs, wait_probes};
 
 /// `openimex demo` flags.
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
-    /// Compute trays (nodes) in the domain [default: 18, one GB200 NVL72 rack; 4 with --chaos].
+    /// Compute trays (nodes) that run: the first N of the topology, in slot order [default:
+    /// all of them; 4 with --chaos]. The Fabric Manager still serves the whole topology.
     #[arg(long)]
     nodes: Option<usize>,
-    /// GPUs per tray [default: 4; 2 with --chaos].
+    /// GPUs per tray [default: the topology's; 2 with --chaos]. Every compute tray of the
+    /// topology gets this many (the Fabric Manager serves the layout so changed).
     #[arg(long)]
     gpus_per_node: Option<u32>,
+    /// The NVLink domain: a preset, nvl72 (default; 1 rack, 18 trays), nvl36 (1 rack, 9
+    /// trays), nvl36x2 (2 racks of 9 trays), nvl576 (8 racks, 144 trays).
+    #[arg(long, value_name = "NAME", default_value = openimex_fabric::topology::DEFAULT_PRESET,
+          conflicts_with_all = ["topology_file", "chaos"])]
+    topology: String,
+    /// A topology file instead of a preset (format in the README, "NVLink topologies"; every
+    /// compute tray must have the same GPU count).
+    #[arg(long, value_name = "FILE", conflicts_with = "chaos")]
+    topology_file: Option<PathBuf>,
+    /// Split the domain into K partitions (cliques) of whole trays, in slot order: imports
+    /// across cliques must be refused at map, imports within a clique verify.
+    #[arg(long, value_name = "K", default_value_t = 1, conflicts_with = "chaos")]
+    partitions: usize,
     /// Run the all-to-all workload as application processes while seeded random faults hit
     /// it (kill -9 of apps, daemons and GPU drivers, hung and flapping daemons), then check
     /// that nothing read freed memory, every byte read was the one written, no reference
@@ -93,6 +116,13 @@ struct Shared {
     /// Between the GPUs' later phases.
     barrier: Barrier,
     imports_done: AtomicUsize,
+    /// Each GPU's cliqueId, by global GPU index.
+    cliques: Vec<u32>,
+    /// Imports from another clique refused at map, and mapped anyway (the map check missing).
+    cross_refused: AtomicUsize,
+    cross_mapped: AtomicUsize,
+    /// The first refusal's error, as the application saw it.
+    refusal: Mutex<Option<String>>,
     bytes_verified: AtomicU64,
     copy_bytes: AtomicU64,
     copy_nanos: AtomicU64,
@@ -107,32 +137,43 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     if args.chaos {
         return chaos::run(args);
     }
-    let (nodes, gpus_per_node) = (args.nodes.unwrap_or(18), args.gpus_per_node.unwrap_or(4));
-    if nodes == 0 || gpus_per_node == 0 {
-        bail!("--nodes and --gpus-per-node must be at least 1");
-    }
+    let domain = Domain::load(
+        &args.topology,
+        args.topology_file.as_deref(),
+        args.gpus_per_node,
+        args.partitions,
+        args.nodes,
+    )?;
+    let binary = std::env::current_exe().context("cannot find this binary's path")?;
+    let mut spec = domain.spec(binary)?;
+    let nodes = spec.nodes;
+    let gpus_per_node = spec.gpus.map_or(0, |g| g.gpus_per_node);
     let gpus_total = nodes * gpus_per_node as usize;
+    if gpus_total < 2 {
+        bail!("the demo needs at least 2 GPUs; run more trays (--nodes)");
+    }
     let buffer = args.buffer_size.max(1).div_ceil(2 << 20) * (2 << 20);
     let slot = (buffer / gpus_total as u64) / 8 * 8;
     if slot == 0 {
         bail!("--buffer-size {buffer} is too small for {gpus_total} GPUs to each get a slot");
     }
-    let binary = std::env::current_exe().context("cannot find this binary's path")?;
-    let gpu_spec = GpuSpec {
-        gpus_per_node,
-        hbm_mib: (buffer >> 20).max(2) * 2 + 64,
-        ..GpuSpec::default()
-    };
-    let mut spec = ClusterSpec::new(nodes, binary).with_gpus(gpu_spec);
+    if let Some(g) = spec.gpus.as_mut() {
+        g.hbm_mib = (buffer >> 20).max(2) * 2 + 64;
+    }
     spec.keep_dir = args.keep;
+    let cliques: Vec<u32> = (0..gpus_total)
+        .map(|g| domain.clique_of_node(g / gpus_per_node as usize))
+        .collect();
+    let cross_expected = cross_clique_pairs(&cliques);
     let say = |s: &str| {
         if !args.json {
             println!("{s}");
         }
     };
     say(&format!(
-        "Starting a simulated NVLink domain: {} compute trays x {} GPUs, one GPU driver and one IMEX daemon per tray...",
-        nodes, gpus_per_node
+        "Starting a simulated NVLink domain, {}: the Fabric Manager, then one GPU driver and one \
+         IMEX daemon per tray...",
+        domain.describe(gpus_per_node)
     ));
     let start = Instant::now();
     let mut cluster = Cluster::start(spec).context("cannot start the nodes")?;
@@ -140,11 +181,25 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         .wait_up(0, Duration::from_secs(120))
         .context("the IMEX domain did not come UP")?;
     let formation = start.elapsed();
+    wait_probes(
+        &cluster,
+        nodes,
+        gpus_per_node,
+        |n| domain.clique_of_node(n),
+        PROBE_TIMEOUT,
+    )?;
     say(&format!(
-        "Domain UP in {} ms. Every GPU exports {} KiB; {} imports to go.",
+        "Domain UP in {} ms, every GPU's fabric probe complete in {} ms. Every GPU exports {} \
+         KiB; {} imports to go{}.",
         formation.as_millis(),
+        start.elapsed().as_millis(),
         buffer >> 10,
-        gpus_total * (gpus_total - 1)
+        gpus_total * (gpus_total - 1),
+        if cross_expected > 0 {
+            format!(", {cross_expected} of them across cliques (to be refused at map)")
+        } else {
+            String::new()
+        }
     ));
 
     let node_dirs: Vec<PathBuf> = (0..nodes)
@@ -155,6 +210,10 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         exported: Barrier::new(gpus_total + 1),
         barrier: Barrier::new(gpus_total),
         imports_done: AtomicUsize::new(0),
+        cliques,
+        cross_refused: AtomicUsize::new(0),
+        cross_mapped: AtomicUsize::new(0),
+        refusal: Mutex::new(None),
         bytes_verified: AtomicU64::new(0),
         copy_bytes: AtomicU64::new(0),
         copy_nanos: AtomicU64::new(0),
@@ -270,9 +329,26 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     let stop = Instant::now();
     let shutdown = cluster.shutdown();
     let stopped = stop.elapsed();
+    let cross_refused = shared.cross_refused.load(Ordering::Relaxed);
+    let cross_mapped = shared.cross_mapped.load(Ordering::Relaxed);
+    let refusal = shared
+        .refusal
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let topo = &domain.topo;
     let summary = serde_json::json!({
+        "topology": topo.name,
+        "racks": topo.racks.len(),
+        "compute_trays": topo.compute_tray_count(),
+        "switch_trays": topo.switch_tray_count(),
+        "partitions": domain.layout.partitions.len(),
         "nodes": nodes,
         "gpus": gpus_total,
+        "cross_clique_expected": cross_expected,
+        "cross_clique_refused": cross_refused,
+        "cross_clique_mapped": cross_mapped,
+        "refusal": refusal,
         "imports": imports,
         "bytes_verified": bytes_verified,
         "errors": errors.len(),
@@ -290,7 +366,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     if args.json {
         println!("{summary}");
     } else {
-        println!("Summary:");
+        println!("Summary ({}):", domain.describe(gpus_per_node));
         println!("  domain formation     : {} ms", formation.as_millis());
         println!("  imports              : {imports} of {total_imports} ({imports_per_s:.0}/s)");
         println!(
@@ -305,6 +381,15 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
             "  raw gRPC round trip  : p50 {grpc_rtt_us} us (unary call on loopback, this run)"
         );
         println!("  bytes verified       : {bytes_verified}");
+        if domain.layout.partitions.len() > 1 {
+            println!(
+                "  across cliques       : {cross_refused} of {cross_expected} refused at map, \
+                 {cross_mapped} mapped"
+            );
+            if let Some(r) = &refusal {
+                println!("  first refusal        : {r}");
+            }
+        }
         println!("  errors               : {}", errors.len());
         println!("  leaked references    : {leaked}");
         println!("  teardown             : {} ms", stopped.as_millis());
@@ -325,7 +410,27 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
             errors.len()
         );
     }
+    if cross_refused != cross_expected {
+        let check = if cross_refused == 0 {
+            "the map check is missing"
+        } else {
+            "the map check is only partly applied"
+        };
+        bail!(
+            "demo failed: {cross_refused} of {cross_expected} imports across cliques were \
+             refused at map ({cross_mapped} mapped): a GPU must not map memory of another \
+             clique (driver-interface §6.8), and {check}"
+        );
+    }
     Ok(())
+}
+
+/// Maps `imported` for local GPU `gpu`: the one place where the driver's map check across
+/// cliques applies. Today's client maps for the process, without naming the GPU; once the
+/// client has `Context::map_on`, this becomes `ctx.map_on(imported, gpu)`.
+fn map_import(ctx: &Context, imported: &Imported, gpu: u32) -> Result<Mapping, CuError> {
+    let _ = gpu;
+    ctx.map(imported)
 }
 
 fn bar(done: usize, total: usize) {
@@ -467,7 +572,21 @@ fn gpu_app(
                 .latencies_us
                 .push(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
             shared.imports_done.fetch_add(1, Ordering::Relaxed);
-            match ctx.map(&imported) {
+            if shared.cliques[i] != shared.cliques[me] {
+                match map_import(ctx, &imported, gpu) {
+                    Ok(_) => {
+                        shared.cross_mapped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        shared.cross_refused.fetch_add(1, Ordering::Relaxed);
+                        let mut first = shared.refusal.lock().unwrap_or_else(|e| e.into_inner());
+                        first.get_or_insert_with(|| e.to_string());
+                    }
+                }
+                imports.push((imported, None));
+                continue;
+            }
+            match map_import(ctx, &imported, gpu) {
                 Ok(mut map) => {
                     let mine = &mut map.as_mut_slice()[slot_range(me)];
                     match pattern::verify(mine, seed(i, me, 1)) {
@@ -493,7 +612,8 @@ fn gpu_app(
 
     // Phase 3: the exporter checks what every importer wrote into its slot.
     if let Some((_, map)) = &own {
-        for j in (0..gpus).filter(|j| *j != me) {
+        let peers = (0..gpus).filter(|j| *j != me && shared.cliques[*j] == shared.cliques[me]);
+        for j in peers {
             match pattern::verify(&map.as_slice()[slot_range(j)], seed(me, j, 2)) {
                 Ok(()) => {
                     shared.bytes_verified.fetch_add(slot, Ordering::Relaxed);

@@ -32,6 +32,9 @@ mod bounds;
 // bad config files fail before binding, naming file:line and the fix
 #[path = "e2e/config_errors.rs"]
 mod config_errors;
+// issue 14: `demo --topology`, topology file errors, `demo --partitions` across cliques
+#[path = "e2e/demo_topology.rs"]
+mod demo_topology;
 // issue 9: ctl domain-check HOST..., -N --svg FILE and -N --watch -j on a live domain
 #[path = "e2e/domain_tools.rs"]
 mod domain_tools;

@@ -3,7 +3,8 @@
 //! `bench all` runs every scenario, or those `--only` names, each bounded in time, and prints
 //! one table (or one JSON object with `--json`, a Markdown table with `--markdown`). A scenario
 //! that fails is reported as entries with an `error` and the run goes on. The scenarios:
-//! `formation_N` and `recovery` (in the harness, daemons only), `import`, `storm` and
+//! `formation_N` (in the harness, daemons timed on the trays of a topology) and `recovery` (in
+//! the harness, daemons only), `import`, `storm` and
 //! `datapath` ([`apps`], with applications on simulated GPUs), `footprint` ([`footprint`]).
 //! `bench formation` and `bench imports` are the older single-scenario reports.
 
@@ -26,7 +27,7 @@ use serde_json::{Value, json};
 pub(crate) enum BenchCommand {
     /// Time from starting N daemons to domain UP, against N bare processes opening their ports.
     Formation {
-        /// Nodes in the domain.
+        /// Nodes in the domain: the first N trays of nvl72 (up to 18) or nvl576 (up to 144).
         #[arg(long, default_value_t = 18)]
         nodes: usize,
         /// Rounds; medians are reported.
@@ -62,8 +63,9 @@ pub(crate) enum BenchCommand {
 #[derive(Debug, Args)]
 pub(crate) struct AllArgs {
     /// Comma-separated scenarios to run, e.g. `storm,import`: formation (= formation_18,
-    /// formation_72, formation_144), formation_N for any N of at least 2, import, storm,
-    /// datapath, recovery, footprint. Default: all.
+    /// formation_72, formation_144), formation_N for N from 2 to 144 (the first N trays of
+    /// nvl72 up to 18, of nvl576 beyond), import, storm, datapath, recovery, footprint.
+    /// Default: all.
     #[arg(long, value_name = "LIST", value_parser = parse_only)]
     only: Option<Selection>,
     /// Rounds of each repeated measurement (medians are reported); import takes 200 samples
@@ -120,10 +122,10 @@ fn parse_only(s: &str) -> Result<Selection, String> {
             "recovery" => vec![Scenario::Recovery],
             "footprint" => vec![Scenario::Footprint],
             _ => match word.strip_prefix("formation_").map(str::parse::<usize>) {
-                Some(Ok(n)) if n >= 2 => vec![Scenario::Formation(n)],
+                Some(Ok(n)) if (2..=144).contains(&n) => vec![Scenario::Formation(n)],
                 _ => {
                     return Err(format!(
-                        "unknown scenario {word:?}: expected formation, formation_N (N >= 2), \
+                        "unknown scenario {word:?}: expected formation, formation_N (2 <= N <= 144), \
                          import, storm, datapath, recovery or footprint"
                     ));
                 }
@@ -350,7 +352,14 @@ mod tests {
             parse_only("formation_3"),
             Ok(Selection(vec![Scenario::Formation(3)]))
         );
-        for bad in ["", ",", "formation_1", "formation_x", "storms"] {
+        for bad in [
+            "",
+            ",",
+            "formation_1",
+            "formation_145",
+            "formation_x",
+            "storms",
+        ] {
             assert!(parse_only(bad).is_err(), "{bad:?} was accepted");
         }
     }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 pub use entry::{BenchEntry, Unit, render_markdown, render_table};
 pub use footprint::{Footprint, daemon_pids, failed_entries, watch_during, watch_idle};
-pub use formation::{FormationReport, formation, formation_entry};
+pub use formation::{FormationReport, formation, formation_entry, formation_topology};
 pub use probe::ReadyChild;
 pub use recovery::recovery;
 

@@ -1,15 +1,20 @@
 //! `footprint`: each daemon's peak RSS, CPU% and peak open descriptors, against a bare
 //! listen-probe process over the same window ([`openimex_harness::bench::watch_during`]):
 //!
-//! - `idle_18`: 18 nodes x 4 simulated GPUs, domain UP, nothing happening;
+//! Every cluster here is started from a topology ([`topology_cluster`]): the simulated Fabric
+//! Manager first, then one GPU driver (`--fabric-manager`) and one daemon per compute tray.
+//!
+//! - `idle_18`: the 18 trays x 4 GPUs of nvl72, domain UP, every fabric probe complete, nothing
+//!   happening;
 //! - `storm_18`: the same domain during a storm (every GPU imports every other GPU's export);
 //! - `exports_18`: the same domain holding 10,000 exports: node 0's applications export 10,000
 //!   allocations of 2 MiB (2,500 per GPU; simulated HBM is a sparse file, so this costs no
 //!   disk) and node 1's applications import each of them once and keep them, so node 0's
 //!   daemon holds 10,000 exporter references and node 1's 10,000 imports; measured idle while
 //!   they are held (the daemons learn of an export only when it is imported);
-//! - `idle_144`: 144 nodes, control plane only (no GPUs: 144 driver processes more would only
-//!   load the machine), domain UP or, if it does not come UP in time, as far as it got.
+//! - `idle_144`: the 144 trays of nvl576 (8 racks), domain UP or, if it does not come UP in
+//!   time, as far as it got (the 144 drivers are idle once their probes completed, and only
+//!   the daemons are measured).
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -17,10 +22,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use openimex_client::{Allocation, Context, FabricHandleBytes, Imported};
+use openimex_harness::bench::formation_topology;
 use openimex_harness::bench::{BenchEntry, daemon_pids, failed_entries, short_error, watch_idle};
 use openimex_harness::{Cluster, ClusterSpec};
 
-use super::apps::{STORM_NODES, gpu_cluster, storm_on};
+use super::apps::{STORM_NODES, storm_on};
+use crate::demo::domain::{PROBE_TIMEOUT, wait_probes};
 
 /// Exports held in `exports_18`.
 const EXPORTS: usize = 10_000;
@@ -34,16 +41,40 @@ const HBM_MIB: u64 = (EXPORTS as u64 / GPUS as u64 + 16) * 2;
 const EXPORTS_TIMEOUT: Duration = Duration::from_secs(300);
 /// Limit for the 144-node domain to come UP.
 const BIG_UP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Limit for the 18-node domain to come UP.
+const UP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The first `trays` trays of the formation topology for that size (nvl72 up to 18, nvl576
+/// up to 144), `hbm_mib` per GPU when given, started and UP, and every GPU's fabric probe
+/// complete.
+fn topology_cluster(
+    binary: &Path,
+    trays: usize,
+    hbm_mib: Option<u64>,
+    up: Duration,
+) -> Result<Cluster> {
+    let mut spec = ClusterSpec::first_trays(formation_topology(trays)?, trays, binary)?;
+    if let (Some(g), Some(mib)) = (spec.gpus.as_mut(), hbm_mib) {
+        g.hbm_mib = mib;
+    }
+    let gpus = spec.gpus.map_or(0, |g| g.gpus_per_node);
+    let cluster = Cluster::start(spec).with_context(|| format!("start {trays} trays"))?;
+    cluster
+        .wait_up(0, up)
+        .map_err(|e| anyhow::anyhow!(short_error(&e)))?;
+    wait_probes(&cluster, trays, gpus, |_| 1, PROBE_TIMEOUT)?;
+    Ok(cluster)
+}
 
 /// Every footprint entry; a part that fails becomes failed entries and the rest still runs.
 pub(crate) fn footprint(binary: &Path, window: Duration) -> Vec<BenchEntry> {
     let mut out = Vec::new();
-    match gpu_cluster(binary, STORM_NODES, GPUS, HBM_MIB) {
+    match topology_cluster(binary, STORM_NODES, Some(HBM_MIB), UP_TIMEOUT) {
         Ok(cluster) => {
             let pids = daemon_pids(&cluster);
             eprintln!("bench: footprint: idle_18, storm_18, exports_18 ...");
             out.extend(match watch_idle(binary, &pids, window) {
-                Ok(f) => f.entries("idle_18", "18 nodes x 4 GPUs, domain UP, idle"),
+                Ok(f) => f.entries("idle_18", "the 18 trays x 4 GPUs of nvl72, domain UP, idle"),
                 Err(e) => failed_entries("idle_18", &short_error(&e)),
             });
             out.extend(match storm_footprint(&cluster, binary) {
@@ -187,11 +218,12 @@ fn exports(cluster: &Cluster, binary: &Path, window: Duration) -> Result<Vec<Ben
 
 fn idle_144(binary: &Path, window: Duration) -> Result<Vec<BenchEntry>> {
     let nodes = 144;
-    let cluster = Cluster::start(ClusterSpec::new(nodes, binary)).context("start 144 nodes")?;
+    let spec = ClusterSpec::first_trays(formation_topology(nodes)?, nodes, binary)?;
+    let cluster = Cluster::start(spec).context("start the 144 trays of nvl576")?;
     let what = match cluster.wait_up(0, BIG_UP_TIMEOUT) {
-        Ok(_) => "144 nodes, control plane only, domain UP, idle".to_owned(),
+        Ok(_) => "the 144 trays of nvl576, domain UP, idle".to_owned(),
         Err(e) => format!(
-            "144 nodes, control plane only, NOT UP ({}), measured anyway",
+            "the 144 trays of nvl576, NOT UP ({}), measured anyway",
             short_error(&e)
         ),
     };

@@ -1,4 +1,6 @@
 //! `formation`: how long N daemons take from spawn to a domain that `ctl -N -j` reports UP,
+//! on the first N compute trays of a topology ([`formation_topology`]: nvl72 up to 18 trays,
+//! nvl576 up to 144), its Fabric Manager and the trays' GPU drivers started before the clock,
 //! against how long N trivial processes (`openimex listen-probe`) take from spawn to accepting
 //! a TCP connection on the same kind of addresses. The ratio is the cost of forming the
 //! domain (handshakes, heartbeats, state propagation, the ctl round trip) over the cost of
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::HarnessError;
 use crate::addr::AddrBlock;
 use crate::cluster::{Cluster, ClusterSpec, DEFAULT_SERVER_PORT, is_up};
+use crate::fabric_manager::FabricManagerSpec;
 use crate::process::{describe_status, die_with_parent};
 
 use super::{BenchEntry, Unit, median, ms, short_error};
@@ -84,8 +87,10 @@ pub fn formation_entry(binary: &Path, nodes: usize, rounds: usize) -> BenchEntry
             Unit::Ms,
             Some(ms(r.bare_listen)),
             format!(
-                "spawn of {nodes} daemons to domain UP seen by node 0, against {nodes} bare \
+                "spawn of {nodes} daemons to domain UP seen by node 0 (the first {nodes} trays \
+                 of {}, Fabric Manager and GPU drivers already up), against {nodes} bare \
                  processes to ports open; median of {} rounds",
+                formation_topology(nodes).map_or_else(|_| "?".into(), |t| t.topology),
                 r.rounds
             ),
         ),
@@ -93,9 +98,32 @@ pub fn formation_entry(binary: &Path, nodes: usize, rounds: usize) -> BenchEntry
     }
 }
 
-/// One daemon measurement: files and addresses are prepared before the clock starts.
+/// The topology whose first `nodes` trays `formation_N` runs: nvl72 (one GB200 NVL72 rack)
+/// up to 18 trays, nvl576 (8 such racks) up to 144.
+pub fn formation_topology(nodes: usize) -> Result<FabricManagerSpec, HarnessError> {
+    match nodes {
+        0..=18 => Ok(FabricManagerSpec::preset("nvl72")),
+        19..=144 => Ok(FabricManagerSpec::preset("nvl576")),
+        _ => Err(HarnessError::parse(
+            "formation size",
+            format!(
+                "formation_{nodes} runs the first {nodes} trays of a topology, and the largest \
+                 preset (nvl576) has 144: ask for 144 trays or fewer"
+            ),
+            &nodes.to_string(),
+        )),
+    }
+}
+
+/// One daemon measurement: files, addresses, the Fabric Manager and the trays' drivers are
+/// ready before the clock starts.
 fn daemon_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
-    let mut cluster = Cluster::prepare(ClusterSpec::new(nodes, binary))?;
+    let spec = ClusterSpec::first_trays(formation_topology(nodes)?, nodes, binary)?;
+    let mut cluster = Cluster::prepare(spec)?;
+    cluster.start_fabric_manager()?;
+    for i in 0..nodes {
+        cluster.start_driver(i)?;
+    }
     let start = Instant::now();
     for i in 0..nodes {
         cluster.start_node(i)?;
@@ -197,5 +225,23 @@ mod tests {
             baseline_samples: vec![],
         };
         assert!((r.ratio() - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn formation_sizes_map_to_topologies() {
+        let name = |n| formation_topology(n).map(|t| t.topology);
+        assert_eq!(name(18).ok().as_deref(), Some("nvl72"));
+        assert_eq!(name(2).ok().as_deref(), Some("nvl72"));
+        assert_eq!(name(72).ok().as_deref(), Some("nvl576"));
+        assert_eq!(name(144).ok().as_deref(), Some("nvl576"));
+        let e = formation_topology(145).expect_err("145 trays is more than nvl576 has");
+        assert!(e.to_string().contains("144 trays or fewer"), "{e}");
+        // The spec of the largest runs the first 144 trays, 4 GPUs each, with the FM.
+        let spec =
+            ClusterSpec::first_trays(formation_topology(144).expect("nvl576"), 144, "openimex")
+                .expect("144 trays of nvl576");
+        assert_eq!(spec.nodes, 144);
+        assert_eq!(spec.gpus.map(|g| g.gpus_per_node), Some(4));
+        assert!(spec.fabric_manager.is_some());
     }
 }

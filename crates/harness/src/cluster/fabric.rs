@@ -3,6 +3,7 @@
 
 use std::process::Output;
 
+use openimex_fabric::Topology;
 use openimex_fabric::topology::preset;
 
 use super::{Cluster, ClusterSpec};
@@ -12,9 +13,11 @@ use crate::gpu::GpuSpec;
 
 impl ClusterSpec {
     /// One node per compute tray of the FM's topology (node `i` = the tray at slot `i`), each
-    /// with that tray's GPUs (the first tray's count: the presets' trays are alike), drivers
-    /// started with `--fabric-manager`, and the FM started first. Lower `nodes` afterwards to
-    /// run the first trays only; the FM still serves the whole domain.
+    /// with that tray's GPUs, drivers started with `--fabric-manager`, and the FM started
+    /// first. Lower `nodes` afterwards to run the first trays only (or use
+    /// [`ClusterSpec::first_trays`]); the FM still serves the whole domain. Every node of a
+    /// cluster runs the same GPU count, so a topology whose compute trays differ in GPUs is
+    /// refused.
     pub fn from_topology(
         fm: FabricManagerSpec,
         binary: impl Into<std::path::PathBuf>,
@@ -24,13 +27,55 @@ impl ClusterSpec {
             None => preset(&fm.topology),
         }
         .map_err(|e| HarnessError::parse("topology", e.to_string(), &fm.topology))?;
-        let gpus = topo.compute_trays().next().map_or(4, |t| t.tray.gpus);
+        let gpus = uniform_gpus(&topo)
+            .map_err(|why| HarnessError::parse("topology", why, &fm.topology))?;
         let mut spec = Self::new(topo.compute_tray_count(), binary).with_gpus(GpuSpec {
             gpus_per_node: gpus,
             ..GpuSpec::default()
         });
         spec.fabric_manager = Some(fm);
         Ok(spec)
+    }
+
+    /// [`ClusterSpec::from_topology`] running only the first `trays` compute trays; refused
+    /// when the topology has fewer.
+    pub fn first_trays(
+        fm: FabricManagerSpec,
+        trays: usize,
+        binary: impl Into<std::path::PathBuf>,
+    ) -> Result<Self, HarnessError> {
+        let name = fm.topology.clone();
+        let mut spec = Self::from_topology(fm, binary)?;
+        if trays == 0 || trays > spec.nodes {
+            return Err(HarnessError::parse(
+                "topology",
+                format!(
+                    "{trays} trays asked of a topology of {} compute trays: ask for 1 to {}, or \
+                     pick a larger topology",
+                    spec.nodes, spec.nodes
+                ),
+                &name,
+            ));
+        }
+        spec.nodes = trays;
+        Ok(spec)
+    }
+}
+
+/// The GPUs per compute tray of `topo`, the same on every tray; else which trays differ and
+/// what to do.
+fn uniform_gpus(topo: &Topology) -> Result<u32, String> {
+    let mut trays = topo.compute_trays();
+    let Some(first) = trays.next() else {
+        return Err("the topology has no compute tray: declare at least one".into());
+    };
+    match trays.find(|t| t.tray.gpus != first.tray.gpus) {
+        None => Ok(first.tray.gpus),
+        Some(other) => Err(format!(
+            "compute trays with different GPU counts ({} has {}, {} has {}): every node of a \
+             test cluster runs the same GPU count; give every compute tray the same gpus=",
+            first.tray.name, first.tray.gpus, other.tray.name, other.tray.gpus
+        )),
     }
 }
 

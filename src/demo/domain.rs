@@ -1,0 +1,250 @@
+//! The demo's NVLink domain: its topology (a preset or a topology file), its partitions, and
+//! the cluster started from it (the simulated Fabric Manager first, then one GPU driver with
+//! `--fabric-manager` and one IMEX daemon per compute tray), ready for applications once every
+//! GPU's fabric probe has completed with the clique its partition gives it. The bench starts
+//! its topology clusters through [`wait_probes`] too.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use openimex_client::Context;
+use openimex_fabric::Topology;
+use openimex_fabric::partition::{Layout, split};
+use openimex_fabric::topology::{MAX_GPUS_PER_TRAY, preset};
+use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec, ScratchDir};
+use openimex_simproto::probe::ProbeState;
+
+/// How long every GPU's probe may take to complete once the trays are up.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The layout the demo runs: the topology, its partitions, and how many of its trays run.
+pub(crate) struct Domain {
+    /// The whole topology (the FM serves all of it).
+    pub(crate) topo: Topology,
+    /// Its partitions (split into K of whole trays, in slot order).
+    pub(crate) layout: Layout,
+    /// The topology file, when not a preset.
+    file: Option<PathBuf>,
+    /// Holds the rewritten topology file of `--gpus-per-node` while the FM runs.
+    _rewritten: Option<ScratchDir>,
+    /// Compute trays that run (the first ones, in slot order).
+    pub(crate) trays: usize,
+}
+
+impl Domain {
+    /// The preset `name` or the file `file`, every compute tray with `gpus` GPUs when given,
+    /// split into `partitions`, running its first `nodes` trays (all by default).
+    pub(crate) fn load(
+        name: &str,
+        file: Option<&Path>,
+        gpus: Option<u32>,
+        partitions: usize,
+        nodes: Option<usize>,
+    ) -> Result<Self> {
+        let mut topo = match file {
+            Some(f) => openimex_fabric::file::load(f)?,
+            None => preset(name)?,
+        };
+        let mut file = file.map(Path::to_path_buf);
+        let mut rewritten = None;
+        if let Some(g) = gpus {
+            if g == 0 || g > MAX_GPUS_PER_TRAY {
+                bail!("--gpus-per-node {g}: a compute tray has 1 to {MAX_GPUS_PER_TRAY} GPUs");
+            }
+            // The FM serves the layout from a file: the same racks and trays, g GPUs each.
+            for tray in topo
+                .racks
+                .iter_mut()
+                .flat_map(|r| r.compute_trays.iter_mut())
+            {
+                tray.gpus = g;
+            }
+            let dir = ScratchDir::new("demo-topology")?;
+            let path = dir.path().join(format!("{}.topo", topo.name));
+            std::fs::write(&path, openimex_fabric::file::print(&topo))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            // Parsing it back checks the count (1 to 64 GPUs per tray) with the file's errors.
+            topo = openimex_fabric::file::load(&path).context("--gpus-per-node")?;
+            file = Some(path);
+            rewritten = Some(dir);
+        }
+        let layout = split(&topo, partitions)?;
+        let all = topo.compute_tray_count();
+        let trays = nodes.unwrap_or(all);
+        if trays == 0 || trays > all {
+            bail!(
+                "--nodes {trays}: topology {} has {all} compute trays; run 1 to {all} of them \
+                 (--nodes runs the first N in slot order)",
+                topo.name
+            );
+        }
+        Ok(Self {
+            topo,
+            layout,
+            file,
+            _rewritten: rewritten,
+            trays,
+        })
+    }
+
+    /// The cluster spec: the FM serving the whole topology with its partitions, the first
+    /// [`Domain::trays`] trays as nodes. Refuses trays with different GPU counts.
+    pub(crate) fn spec(&self, binary: PathBuf) -> Result<ClusterSpec> {
+        let fm = FabricManagerSpec {
+            topology: match &self.file {
+                Some(f) => f.display().to_string(),
+                None => self.topo.name.clone(),
+            },
+            file: self.file.clone(),
+            partitions: self.layout.partitions.len(),
+        };
+        ClusterSpec::first_trays(fm, self.trays, binary).context("cannot run this topology's trays")
+    }
+
+    /// The cliqueId the FM gives the GPUs of node `node` (the tray at that slot).
+    pub(crate) fn clique_of_node(&self, node: usize) -> u32 {
+        self.layout
+            .clique_of(u16::try_from(node).unwrap_or(u16::MAX))
+    }
+
+    /// One line for the text output: the topology's racks, trays, switch trays and GPUs, what
+    /// runs of it, and its partitions.
+    pub(crate) fn describe(&self, gpus_per_tray: u32) -> String {
+        let t = &self.topo;
+        let all = t.compute_tray_count();
+        let running = if self.trays == all {
+            String::new()
+        } else {
+            format!(" (the first {} running)", self.trays)
+        };
+        format!(
+            "topology {}: {} rack{}, {all} compute trays x {gpus_per_tray} GPUs{running}, {} \
+             switch trays, {} GPUs in all; {} partition{}",
+            t.name,
+            t.racks.len(),
+            if t.racks.len() == 1 { "" } else { "s" },
+            t.switch_tray_count(),
+            t.gpu_count(),
+            self.layout.partitions.len(),
+            if self.layout.partitions.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+        )
+    }
+}
+
+/// Waits until every GPU of the cluster's first `nodes` nodes has its fabric probe COMPLETE
+/// from the FM with the clique `want(node)` (fabric memory is refused until then, as on the
+/// real driver).
+pub(crate) fn wait_probes(
+    cluster: &Cluster,
+    nodes: usize,
+    gpus_per_node: u32,
+    want: impl Fn(usize) -> u32,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    for node in 0..nodes {
+        let dir = cluster.node(node).dir();
+        let ctx = Context::open(dir)
+            .with_context(|| format!("cannot open node {node}'s driver to read its probes"))?;
+        for gpu in 0..gpus_per_node {
+            loop {
+                let info = ctx
+                    .gpu_fabric_info(gpu)
+                    .with_context(|| format!("node {node} GPU {gpu}: fabric probe"))?;
+                if info.state == ProbeState::Complete && info.clique_id == want(node) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    bail!(
+                        "node {node} GPU {gpu}: fabric probe not complete with clique {} after \
+                         {timeout:?} (last: state {:?}, clique {}); is the Fabric Manager \
+                         running? its log is fabric-manager.log in the cluster directory \
+                         (--keep keeps it)",
+                        want(node),
+                        info.state,
+                        info.clique_id
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Ordered (importer, exporter) pairs of GPUs in different cliques.
+pub(crate) fn cross_clique_pairs(cliques: &[u32]) -> usize {
+    cliques
+        .iter()
+        .map(|a| cliques.iter().filter(|b| *b != a).count())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_give_whole_trays_their_cliques_and_nodes_runs_the_first_trays() {
+        let d = Domain::load("nvl72", None, None, 2, Some(10)).expect("nvl72 in 2");
+        assert_eq!(d.trays, 10);
+        // 2 x 9 trays: slots 0..9 in clique 1, 9.. in clique 2.
+        assert_eq!(d.clique_of_node(0), 1);
+        assert_eq!(d.clique_of_node(8), 1);
+        assert_eq!(d.clique_of_node(9), 2);
+        let line = d.describe(4);
+        assert!(
+            line.contains("nvl72") && line.contains("first 10 running"),
+            "{line}"
+        );
+        assert!(
+            line.contains("2 partitions") && line.contains("72 GPUs"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_the_limits() {
+        let e = Domain::load("nvl36", None, None, 1, Some(10))
+            .err()
+            .expect("nvl36 has 9 trays");
+        assert!(e.to_string().contains("has 9 compute trays"), "{e}");
+        let e = Domain::load("nvl36", None, None, 10, None)
+            .err()
+            .expect("10 partitions of 9 trays");
+        assert!(e.to_string().contains("ask for 1 to 9"), "{e}");
+        let e = Domain::load("nvl36", None, Some(65), 1, None)
+            .err()
+            .expect("65 GPUs per tray");
+        assert!(e.to_string().contains("1 to 64"), "{e}");
+    }
+
+    #[test]
+    fn gpus_per_node_rewrites_every_tray_and_serves_it_from_a_file() {
+        let d = Domain::load("nvl36x2", None, Some(2), 1, None).expect("nvl36x2, 2 GPUs");
+        assert_eq!(d.topo.name, "nvl36x2");
+        assert_eq!(d.topo.gpu_count(), 36);
+        let spec = d.spec(PathBuf::from("openimex")).expect("spec");
+        assert_eq!(spec.nodes, 18);
+        assert_eq!(spec.gpus.map(|g| g.gpus_per_node), Some(2));
+        let fm = spec.fabric_manager.expect("an FM");
+        let file = fm.file.expect("served from the rewritten file");
+        assert!(
+            file.exists(),
+            "{} exists while the domain lives",
+            file.display()
+        );
+    }
+
+    #[test]
+    fn cross_clique_pairs_count_ordered_pairs() {
+        assert_eq!(cross_clique_pairs(&[1, 1, 2, 2]), 8);
+        assert_eq!(cross_clique_pairs(&[1, 1, 1]), 0);
+        assert_eq!(cross_clique_pairs(&[1, 2, 3]), 6);
+    }
+}
