@@ -429,8 +429,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
 /// cliques applies. Today's client maps for the process, without naming the GPU; once the
 /// client has `Context::map_on`, this becomes `ctx.map_on(imported, gpu)`.
 fn map_import(ctx: &Context, imported: &Imported, gpu: u32) -> Result<Mapping, CuError> {
-    let _ = gpu;
-    ctx.map(imported)
+    ctx.map_on(imported, gpu)
 }
 
 fn bar(done: usize, total: usize) {

@@ -128,13 +128,10 @@ fn demo_topology_file_errors_name_file_and_line() {
     assert!(stderr.contains("9 compute trays"), "{stderr}");
 }
 
-/// Two trays of two GPUs split into two cliques: 12 imports, 8 of them across cliques.
-///
-/// The simulated driver of this branch does not check the mapping GPU's clique yet (that
-/// check lands with the per-GPU map, `Context::map_on`): the demo reports every cross-clique
-/// map as mapped, none refused, and exits non-zero saying the map check is missing, while
-/// the in-clique pairs verify and nothing leaks. With the map check, `cross_clique_refused`
-/// becomes 8, `cross_clique_mapped` 0 and the demo succeeds.
+/// Two trays of two GPUs split into two cliques: 12 imports, 8 of them across cliques. Each
+/// cross-clique import is refused at map with the driver's NV_ERR_INVALID_STATE, which the app
+/// sees as CUDA_ERROR_ILLEGAL_STATE (401) (driver-interface §1.6 "Map", §6.8), while the
+/// in-clique pairs verify and nothing leaks.
 #[test]
 fn demo_partitions_counts_imports_across_cliques() {
     let dir = ScratchDir::new("demo-topo-cliques").expect("scratch dir");
@@ -161,13 +158,17 @@ fn demo_partitions_counts_imports_across_cliques() {
     // The in-clique pairs (GPU 0 <-> 1, 2 <-> 3) verified both ways.
     let slot = (2 << 20) / 4 / 8 * 8;
     assert_eq!(num(&s, "bytes_verified"), 2 * 4 * slot, "{s}");
-    // Every cross-clique import is accounted for, refused or (without the check) mapped.
-    assert_eq!(
-        num(&s, "cross_clique_refused") + num(&s, "cross_clique_mapped"),
-        8,
-        "{s}"
+    // §6.8: every cross-clique import is refused at map with the driver's status, none maps.
+    assert_eq!(num(&s, "cross_clique_refused"), 8, "{s}");
+    assert_eq!(num(&s, "cross_clique_mapped"), 0, "{s}");
+    let refusal = s["refusal"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("CUDA_ERROR_ILLEGAL_STATE (401)"),
+        "the real error reaches the app: {s}"
     );
-    assert_eq!(num(&s, "cross_clique_refused"), 0, "no map check yet: {s}");
-    let stderr = assert_clean_failure(&out, "demo --partitions 2 without the map check");
-    assert!(stderr.contains("map check is missing"), "{stderr}");
+    assert!(
+        out.status.success(),
+        "demo --partitions 2: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
