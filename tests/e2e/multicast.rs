@@ -119,6 +119,9 @@ fn the_importers_daemon_killed_between_attaches_leaves_nothing_stale() {
     let imported = b.multicast_import(&prime.export().unwrap()).unwrap();
     prime.add_device(0).unwrap();
     imported.add_device(0).unwrap();
+    // The kill comes after node 1's first attach reached the prime (the add returns once the
+    // driver posted the event; the daemon forwards it on its own time, and logs the answer).
+    crate::common::wait_log_line(&cluster, 1, 0, &["multicast attach", "attached the GPU"]);
 
     cluster.kill9(1).expect("kill -9 the daemon of node 1");
     cluster.start_node(1).expect("restart node 1");
