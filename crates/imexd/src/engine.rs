@@ -544,10 +544,10 @@ impl Engine {
                 Action::ValidateImport {
                     import_event_id,
                     result,
-                } => self.driver.call(Call::Validate {
+                } => self.call_now(Call::Validate {
                     import_event_id,
                     result,
-                }),
+                })?,
                 Action::FinishUnimports { ids } => self.driver.call(Call::Finish { ids }),
                 Action::DisableImporters { node } => {
                     self.driver.call(Call::DisableImporters { node });
@@ -557,12 +557,12 @@ impl Engine {
                     export_uuid,
                     index,
                     channel,
-                } => self.driver.call(Call::Describe {
+                } => self.call_now(Call::Describe {
                     request,
                     export_uuid,
                     index,
                     channel,
-                }),
+                })?,
                 Action::ReleaseExportRefs { refs, ack } => {
                     if !refs.is_empty() && ack.is_none() {
                         info!("releasing {} export references", refs.len());
@@ -628,6 +628,15 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Has the driver perform `call` now if it can (`DriverThreads::call_now`), handling
+    /// its result at once.
+    fn call_now(&mut self, call: Call) -> Result<(), DaemonError> {
+        match self.driver.call_now(call) {
+            Some(input) => self.handle_driver(now(), input),
+            None => Ok(()),
+        }
     }
 
     fn perform_mesh(&mut self, action: MeshAction) {
