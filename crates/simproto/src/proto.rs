@@ -465,6 +465,7 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
     sock: &UnixStream,
 ) -> Result<(T, Vec<OwnedFd>), WireError> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    wait_readable(sock)?;
     let mut header = [0u8; 4];
     let mut fds = Vec::new();
     let got = {
@@ -504,6 +505,23 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
     let mut body = vec![0u8; len];
     (&*sock).read_exact(&mut body)?;
     Ok((serde_json::from_slice(&body)?, fds))
+}
+
+/// Waits until `sock` has input (or its peer hung up). A thread blocked in `recvmsg` itself is
+/// woken each time the other end reads what this end wrote (the kernel wakes every waiter on a
+/// unix socket when write space frees up): one needless context switch per call of this
+/// request/response protocol, on both ends, which an ioctl of the real driver does not cost.
+/// `poll` for input is woken for input only.
+fn wait_readable(sock: &UnixStream) -> Result<(), WireError> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    loop {
+        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(nix::errno::Errno::EINTR) => {}
+            done => return done.map(drop).map_err(WireError::from),
+        }
+    }
 }
 
 /// One synchronous call: send `req` (with `fds`), read the response.
