@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::session_tx::SessionTx;
 use openimex_core::node::Action;
 use openimex_core::{
-    Action as MeshAction, ConnId, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId,
-    RequestId, Status, Via,
+    Action as MeshAction, ConnId, ConnStatus, DaemonState, ImportAnswer, Node, NodeId, RequestId,
+    Via,
 };
 use openimex_driver::{Driver, DriverError};
 use openimex_proto::peer::Identity;
@@ -78,6 +78,8 @@ pub(crate) struct Engine {
     resolved: Vec<Vec<std::net::IpAddr>>,
     /// Counters and histograms of imports, unimports and links (`metrics`).
     metrics: crate::metrics::Events,
+    /// Imports in flight to each exporter, and those waiting for room.
+    outbox: outbox::Outbox,
 }
 
 fn now() -> std::time::Instant {
@@ -116,6 +118,7 @@ impl Engine {
             hosts_tx: None,
             resolved: Vec::new(),
             metrics: crate::metrics::Events::default(),
+            outbox: outbox::Outbox::default(),
         })
     }
 
@@ -448,6 +451,9 @@ impl Engine {
                 (self.metrics).import_completed(import_event_id, answer.is_ok(), now);
                 self.node
                     .handle_import_answer(now, exporter, import_event_id, answer);
+                if let Some(next) = self.outbox.answered(exporter) {
+                    self.send_import(exporter, next);
+                }
             }
             Input::UnimportDelivered {
                 exporter,
@@ -513,22 +519,11 @@ impl Engine {
         while let Some(action) = self.node.poll_action() {
             match action {
                 Action::Mesh(a) => self.perform_mesh(a),
-                Action::SendImport { peer, request } => match self.session(peer) {
-                    Some(session) => {
-                        self.metrics.import_sent(request.import_event_id, now());
-                        peer_client::import(session, peer, request, self.tx.clone());
+                Action::SendImport { peer, request } => {
+                    if let Some(request) = self.outbox.admit(peer, request) {
+                        self.send_import(peer, request);
                     }
-                    None => {
-                        let answer = Err(ImportError::new(
-                            Status::InvalidState,
-                            format!("node {peer} has no session here"),
-                        ));
-                        let import_event_id = request.import_event_id;
-                        self.metrics.import_completed(import_event_id, false, now());
-                        self.node
-                            .handle_import_answer(now(), peer, import_event_id, answer);
-                    }
-                },
+                }
                 Action::SendUnimport {
                     peer,
                     import_event_id,
@@ -797,6 +792,7 @@ impl Engine {
 }
 
 mod log;
+mod outbox;
 mod reload;
 #[cfg(test)]
 mod tests;
