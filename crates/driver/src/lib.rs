@@ -142,6 +142,27 @@ pub trait Driver: Send + Sync + 'static {
         let _ = (export_uuid, status);
         Err(no_multicast("set multicast failure"))
     }
+    /// The descriptor events arrive on, if this backend has one (the real driver's event fd):
+    /// the daemon then waits for it on its runtime, asking with [`Driver::request_events`] and
+    /// reading with [`Driver::take_events`] when it is readable, instead of a thread of its own
+    /// blocked in [`Driver::next_events`] handing each batch over (one wake-up fewer per
+    /// event). `None`, the default: [`Driver::next_events`] only. Valid while `self` lives.
+    fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// Asks for the events queued within `wait`; the answer makes [`Driver::event_fd`]
+    /// readable. Never blocks for the answer. Only for a backend with an event descriptor.
+    fn request_events(&self, wait: Duration) -> Result<(), DriverError> {
+        let _ = wait;
+        Err(DriverError::Lost(
+            "this driver has no event descriptor to wait on".into(),
+        ))
+    }
+    /// The answer to the last [`Driver::request_events`] if it has arrived (`None`: not yet;
+    /// wait for the descriptor again). Never blocks waiting for it.
+    fn take_events(&self) -> Result<Option<Vec<Event>>, DriverError> {
+        Ok(None)
+    }
 }
 
 /// A backend without multicast objects refuses their controls.

@@ -7,6 +7,7 @@
 //! session teardown) and carries the event long-polls; the *control* connection carries the
 //! other calls, authorised by the session token.
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -28,9 +29,9 @@ pub use multicast::remote_gpu_attach;
 pub const SIM_VERSION: &str = "sim-595.45.04";
 
 /// Control connections of one daemon: calls on different connections run at once, as ioctls
-/// from several threads do on the real driver's file descriptor (the daemon runs its ordered
-/// calls on one thread and describes on [`CONTROL_CONNECTIONS`]` - 1` more).
-pub const CONTROL_CONNECTIONS: usize = 5;
+/// from several threads do on the real driver's file descriptor (the daemon makes its calls
+/// from two threads: its runtime and its driver worker).
+pub const CONTROL_CONNECTIONS: usize = 2;
 
 /// The simulated driver of one node.
 #[derive(Debug)]
@@ -40,6 +41,8 @@ pub struct SimDriver {
     /// Each call takes the first free one (a call blocks only when all are busy).
     control: Vec<Mutex<UnixStream>>,
     token: Mutex<Option<u64>>,
+    /// A GET_EVENTS answer read by [`Driver::take_events`], for `next_events` to convert.
+    arrived: Mutex<Option<Response>>,
 }
 
 /// The simulated driver's status as the daemon's [`Status`] (the statuses the daemon acts on;
@@ -74,6 +77,7 @@ impl SimDriver {
             session: Mutex::new(open()?),
             control,
             token: Mutex::new(None),
+            arrived: Mutex::new(None),
             path,
         };
         let pid = std::process::id();
@@ -123,6 +127,15 @@ impl SimDriver {
             })
     }
 
+    /// GET_EVENTS, waiting up to `wait`.
+    fn events_request(&self, wait: Duration) -> Result<Request, DriverError> {
+        Ok(Request::GetEvents {
+            token: self.token()?,
+            max: 128,
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
     fn control(&self, what: &'static str, req: &Request) -> Result<Response, DriverError> {
         // The first free connection; all busy: wait for the first.
         for conn in &self.control {
@@ -143,6 +156,15 @@ impl SimDriver {
 
 fn unexpected(what: &'static str, r: &Response) -> DriverError {
     DriverError::Lost(format!("unexpected answer to {what}: {r:?}"))
+}
+
+fn lost(path: &Path, e: &proto::WireError) -> DriverError {
+    DriverError::Lost(format!("{}: {e}", path.display()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>, DriverError> {
+    m.lock()
+        .map_err(|_| DriverError::Lost("driver lock poisoned".into()))
 }
 
 impl Driver for SimDriver {
@@ -172,17 +194,12 @@ impl Driver for SimDriver {
     }
 
     fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError> {
-        let token = self.token()?;
-        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        let resp = self.call(
-            &self.session,
-            "get events",
-            &Request::GetEvents {
-                token,
-                max: 128,
-                wait_ms,
-            },
-        )?;
+        // An answer `take_events` already read, or a long-poll now.
+        let arrived = lock(&self.arrived)?.take();
+        let resp = match arrived {
+            Some(resp) => resp,
+            None => self.call(&self.session, "get events", &self.events_request(wait)?)?,
+        };
         let Response::Events { events, .. } = resp else {
             return Err(unexpected("get events", &resp));
         };
@@ -230,6 +247,37 @@ impl Driver for SimDriver {
                 }
             })
             .collect())
+    }
+
+    fn event_fd(&self) -> Option<RawFd> {
+        self.session.lock().ok().map(|s| s.as_raw_fd())
+    }
+
+    fn request_events(&self, wait: Duration) -> Result<(), DriverError> {
+        let req = self.events_request(wait)?;
+        let sock = lock(&self.session)?;
+        proto::send(&sock, &req, &[]).map_err(|e| lost(&self.path, &e))
+    }
+
+    fn take_events(&self) -> Result<Option<Vec<Event>>, DriverError> {
+        use nix::errno::Errno;
+        use nix::sys::socket::{MsgFlags, recv};
+        let resp = {
+            let sock = lock(&self.session)?;
+            // A look without waiting: the driver writes an answer in one piece, so its first
+            // byte means the frame is there.
+            let peek = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+            match recv(sock.as_raw_fd(), &mut [0u8; 1], peek) {
+                Ok(0) => return Err(lost(&self.path, &proto::WireError::Closed)),
+                Ok(_) => {}
+                Err(Errno::EAGAIN | Errno::EINTR) => return Ok(None),
+                Err(e) => return Err(lost(&self.path, &proto::WireError::Sys(e))),
+            }
+            let resp = proto::recv::<Response>(&sock).map(|(r, _)| r);
+            Self::answer(&self.path, "get events", resp)?
+        };
+        *lock(&self.arrived)? = Some(resp);
+        self.next_events(Duration::ZERO).map(Some)
     }
 
     fn describe_export(

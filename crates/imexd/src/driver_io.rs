@@ -1,21 +1,26 @@
-//! The GPU driver's threads. Driver calls block, so none runs on the async runtime:
-//! - one *worker* thread performs the engine's driver calls in the order the engine asked for
-//!   them (so a release precedes its acknowledgement, a validate precedes the unimport it
-//!   deferred) and posts each result back to the engine;
-//! - [`DESCRIBERS`] *describer* threads take the describes (an exporter's reference and page
-//!   list for a peer's import), which depend on nothing else queued: in an import storm they run
-//!   at once instead of one driver round trip after another. Order does not matter for them
-//!   because the core node settles a describe that finishes late (its importer gone, cancelled,
-//!   or the daemon stopping) by releasing the reference it took;
-//! - one *event pump* thread, started once the session is open, long-polls the driver for
-//!   fabric events and posts them.
+//! The GPU driver's calls and events. Driver calls block (briefly: the driver answers an ioctl
+//! in the caller's thread), so where each runs is chosen by what it costs in wake-ups while
+//! keeping the order the engine asked for (a release precedes its acknowledgement, a validate
+//! precedes the unimport it deferred):
+//! - on the runtime, at once ([`DriverThreads::call`] returns the result for the engine to
+//!   handle): describes (an exporter's reference and page list for a peer's import), which
+//!   depend on nothing else queued — the core node settles a describe that finishes late (its
+//!   importer gone, cancelled, or the daemon stopping) by releasing the reference it took — and
+//!   validates while nothing is queued before them. These are the import path: handing each to
+//!   a thread and its result back cost two thread wake-ups per import on each side;
+//! - on one *worker* thread, in order, everything else (calls that may take long: the open, the
+//!   releases and acknowledgements of unimports, disabling importers) and any validate queued
+//!   behind them; it posts each result back to the engine;
+//! - events: read on the runtime from the driver's event descriptor when the backend has one
+//!   (a long-poll answered on the socket wakes the runtime itself), else by an *event pump*
+//!   thread long-polling the driver. Either starts once the session is open.
 //!
 //! Any error is posted as [`DriverInput::Failed`]; the engine stops the daemon on
 //! [`DriverError::Lost`], as the `Driver` trait requires.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -27,10 +32,6 @@ use crate::mailbox::{DriverInput, Input};
 
 /// How long the event pump waits in one long-poll (bounds how long it outlives a stop).
 const EVENT_POLL: Duration = Duration::from_millis(500);
-
-/// Describes in flight at once (the simulated driver keeps a control connection for each, and
-/// one for the worker).
-pub(crate) const DESCRIBERS: usize = 4;
 
 /// A call for the worker.
 pub(crate) enum Call {
@@ -66,7 +67,7 @@ pub(crate) enum Call {
         status: Status,
     },
     /// Run this once every call queued before it is done (an answer that must follow them),
-    /// describes excepted: they run on their own threads.
+    /// describes excepted: they run at once.
     Then(Box<dyn FnOnce() + Send>),
 }
 
@@ -94,11 +95,15 @@ impl std::fmt::Debug for Call {
 
 /// The running driver threads.
 pub(crate) struct DriverThreads {
+    driver: Arc<dyn Driver>,
     calls: Option<std_mpsc::Sender<Call>>,
-    describes: Option<std_mpsc::Sender<Call>>,
-    /// The worker, then the describers.
+    /// Calls queued for the worker and not finished: while any is, a validate queues behind.
+    queued: Arc<AtomicUsize>,
+    /// The worker (the event pump thread, if any, is not waited for: it ends within a poll).
     threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
+    /// The event task on the runtime, once started.
+    events: Arc<Mutex<Option<tokio::task::AbortHandle>>>,
 }
 
 impl DriverThreads {
@@ -109,55 +114,62 @@ impl DriverThreads {
     ) -> std::io::Result<Self> {
         let (tx, rx) = std_mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::with_capacity(1 + DESCRIBERS);
-        let (d, e, s) = (driver.clone(), engine.clone(), stop.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name("driver-calls".into())
-                .spawn(move || work(d, &rx, e, s))?,
-        );
-        // One queue for all describers: each takes the next describe when it is free.
-        let (describe_tx, describe_rx) = std_mpsc::channel();
-        let describe_rx = Arc::new(std::sync::Mutex::new(describe_rx));
-        for i in 0..DESCRIBERS {
-            let (d, e, s, rx) = (
-                driver.clone(),
-                engine.clone(),
-                stop.clone(),
-                describe_rx.clone(),
-            );
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("driver-describe-{i}"))
-                    .spawn(move || work(d, &SharedQueue(rx), e, s))?,
-            );
-        }
+        let queued = Arc::new(AtomicUsize::new(0));
+        let events = Arc::default();
+        let worker = Worker {
+            driver: driver.clone(),
+            engine: engine.clone(),
+            stop: stop.clone(),
+            queued: queued.clone(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            events: Arc::clone(&events),
+        };
+        let thread = std::thread::Builder::new()
+            .name("driver-calls".into())
+            .spawn(move || worker.work(&rx))?;
         Ok(Self {
+            driver,
             calls: Some(tx),
-            describes: Some(describe_tx),
-            threads,
+            queued,
+            threads: vec![thread],
             stop,
+            events,
         })
     }
 
-    /// Queues a call. Never blocks.
-    pub(crate) fn call(&self, call: Call) {
-        let queue = match call {
-            Call::Describe { .. } => &self.describes,
-            _ => &self.calls,
+    /// Performs `call` on this thread if that keeps the order (see the module doc) and returns
+    /// what it reports, for the engine to handle now; otherwise queues it as [`Self::call`]
+    /// does and returns `None`.
+    pub(crate) fn call_now(&self, call: Call) -> Option<DriverInput> {
+        let now = match call {
+            Call::Describe { .. } => true,
+            Call::Validate { .. } => self.queued.load(Ordering::Acquire) == 0,
+            _ => false,
         };
-        if let Some(tx) = queue {
-            // The threads only exit after `stop`, so a send cannot fail before then.
-            let _ = tx.send(call);
+        if !now {
+            self.call(call);
+            return None;
+        }
+        outcome(perform_now(&self.driver, call))
+    }
+
+    /// Queues a call for the worker. Never blocks.
+    pub(crate) fn call(&self, call: Call) {
+        if let Some(tx) = &self.calls {
+            self.queued.fetch_add(1, Ordering::AcqRel);
+            // The worker only exits after `stop`, so a send cannot fail before then.
+            if tx.send(call).is_err() {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
 
-    /// Stops the event pump, lets the worker and the describers finish the calls already
-    /// queued, and waits for them. Returns once no driver call is in progress.
+    /// Stops the event pump, lets the worker finish the calls already queued, and waits for
+    /// it. Returns once no driver call is in progress.
     pub(crate) async fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.stop_events();
         self.calls = None;
-        self.describes = None;
         let threads = std::mem::take(&mut self.threads);
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {
@@ -166,11 +178,18 @@ impl DriverThreads {
         })
         .await;
     }
+
+    fn stop_events(&self) {
+        if let Some(task) = self.events.lock().ok().and_then(|mut e| e.take()) {
+            task.abort();
+        }
+    }
 }
 
 impl Drop for DriverThreads {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.stop_events();
     }
 }
 
@@ -178,62 +197,70 @@ fn post(engine: &mpsc::Sender<Input>, input: DriverInput) -> bool {
     engine.blocking_send(Input::Driver(input)).is_ok()
 }
 
-/// Where a thread takes its calls from: its own queue, or one shared by the describers.
-trait Queue {
-    fn next(&self) -> Option<Call>;
-}
-
-impl Queue for std_mpsc::Receiver<Call> {
-    fn next(&self) -> Option<Call> {
-        self.recv().ok()
-    }
-}
-
-/// The describers' queue.
-struct SharedQueue(Arc<std::sync::Mutex<std_mpsc::Receiver<Call>>>);
-
-impl Queue for SharedQueue {
-    fn next(&self) -> Option<Call> {
-        // Held while waiting, so one idle describer waits and the others wait for the lock.
-        self.0.lock().ok()?.recv().ok()
-    }
-}
-
-fn work(
+/// What the worker thread holds.
+struct Worker {
     driver: Arc<dyn Driver>,
-    calls: &dyn Queue,
     engine: mpsc::Sender<Input>,
     stop: Arc<AtomicBool>,
-) {
-    while let Some(call) = calls.next() {
-        let input = match perform(&driver, call, &engine, &stop) {
-            Ok(Some(input)) => input,
-            Ok(None) => continue,
-            Err((call, error)) => DriverInput::Failed { call, error },
-        };
-        if !post(&engine, input) {
-            return;
+    queued: Arc<AtomicUsize>,
+    /// Where the event task runs, if the backend has an event descriptor.
+    runtime: Option<tokio::runtime::Handle>,
+    events: Arc<Mutex<Option<tokio::task::AbortHandle>>>,
+}
+
+impl Worker {
+    fn work(self, calls: &std_mpsc::Receiver<Call>) {
+        while let Ok(call) = calls.recv() {
+            let input = match call {
+                Call::OpenSession { node } => outcome(self.open_session(node)),
+                call => outcome(perform_now(&self.driver, call)),
+            };
+            let posted = input.is_none_or(|input| post(&self.engine, input));
+            // Done (and its result posted) before it stops counting: a validate the engine
+            // then performs at once follows it.
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            if !posted {
+                return;
+            }
         }
     }
+
+    /// Opens the session, then starts reading events.
+    fn open_session(&self, node: NodeId) -> Outcome {
+        let info = self
+            .driver
+            .open_session(node)
+            .map_err(|e| ("open session", e))?;
+        match (&self.runtime, self.driver.event_fd()) {
+            (Some(runtime), Some(fd)) => {
+                let task = runtime.spawn(read_events(self.driver.clone(), fd, self.engine.clone()));
+                if let Ok(mut e) = self.events.lock() {
+                    *e = Some(task.abort_handle());
+                }
+            }
+            _ => spawn_event_pump(self.driver.clone(), self.engine.clone(), self.stop.clone())
+                .map_err(|e| ("open session", DriverError::Lost(e.to_string())))?,
+        }
+        Ok(Some(DriverInput::SessionOpen {
+            version: info.version,
+        }))
+    }
+}
+
+/// A failed call as the engine's input.
+fn outcome(outcome: Outcome) -> Option<DriverInput> {
+    outcome.unwrap_or_else(|(call, error)| Some(DriverInput::Failed { call, error }))
 }
 
 type Outcome = Result<Option<DriverInput>, (&'static str, DriverError)>;
 
-fn perform(
-    driver: &Arc<dyn Driver>,
-    call: Call,
-    engine: &mpsc::Sender<Input>,
-    stop: &Arc<AtomicBool>,
-) -> Outcome {
+/// Performs a call on this thread (the open, which starts the events, is the worker's).
+fn perform_now(driver: &Arc<dyn Driver>, call: Call) -> Outcome {
     match call {
-        Call::OpenSession { node } => {
-            let info = driver.open_session(node).map_err(|e| ("open session", e))?;
-            spawn_event_pump(driver.clone(), engine.clone(), stop.clone())
-                .map_err(|e| ("open session", DriverError::Lost(e.to_string())))?;
-            Ok(Some(DriverInput::SessionOpen {
-                version: info.version,
-            }))
-        }
+        Call::OpenSession { .. } => Err((
+            "open session",
+            DriverError::Lost("the session is opened by the driver worker".into()),
+        )),
         Call::Describe {
             request,
             export_uuid,
@@ -345,4 +372,76 @@ fn spawn_event_pump(
             }
         })
         .map(drop)
+}
+
+/// The driver as the runtime waits on its event descriptor: holding the driver keeps the
+/// descriptor open.
+struct EventFd {
+    driver: Arc<dyn Driver>,
+    fd: std::os::fd::RawFd,
+}
+
+impl std::os::fd::AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd
+    }
+}
+
+/// Reads the driver's events on the runtime: asks for them, waits for the descriptor, hands
+/// them to the engine, until the engine is gone or the task is aborted (the stop).
+async fn read_events(driver: Arc<dyn Driver>, fd: std::os::fd::RawFd, engine: mpsc::Sender<Input>) {
+    let failed = |error| {
+        Input::Driver(DriverInput::Failed {
+            call: "event poll",
+            error,
+        })
+    };
+    // SAFETY: `fd` is the driver's event descriptor, which the driver keeps open and unchanged
+    // for as long as it lives (`Driver::event_fd`), and the `AsyncFd` owns the driver.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(
+            EventFd { driver, fd },
+            tokio::io::Interest::READABLE,
+        )
+    };
+    let ready = match registered {
+        Ok(ready) => ready,
+        Err(e) => {
+            let _ = engine.send(failed(DriverError::Lost(e.to_string()))).await;
+            return;
+        }
+    };
+    let driver = &ready.get_ref().driver;
+    loop {
+        if let Err(error) = driver.request_events(EVENT_POLL) {
+            let _ = engine.send(failed(error)).await;
+            return;
+        }
+        let events = loop {
+            let mut guard = match ready.readable().await {
+                Ok(guard) => guard,
+                Err(e) => {
+                    let _ = engine.send(failed(DriverError::Lost(e.to_string()))).await;
+                    return;
+                }
+            };
+            match driver.take_events() {
+                Ok(Some(events)) => break events,
+                Ok(None) => guard.clear_ready(),
+                Err(error) => {
+                    let _ = engine.send(failed(error)).await;
+                    return;
+                }
+            }
+        };
+        for ev in events {
+            if engine
+                .send(Input::Driver(DriverInput::Event(ev)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@ use crate::session_tx::SessionTx;
 use openimex_core::node::Action;
 use openimex_core::{
     Action as MeshAction, ConnId, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId,
-    RequestId, Status, Via,
+    RequestId, Via,
 };
 use openimex_driver::{Driver, DriverError};
 use openimex_proto::peer::Identity;
@@ -81,6 +81,8 @@ pub(crate) struct Engine {
     metrics: crate::metrics::Events,
     /// The node's GPUs on the fabric (`fabric`), for snapshots and the identity's cliques.
     fabric: crate::fabric::SharedView,
+    /// Imports in flight to each exporter, and those waiting for room.
+    outbox: outbox::Outbox,
 }
 
 fn now() -> std::time::Instant {
@@ -120,6 +122,7 @@ impl Engine {
             resolved: Vec::new(),
             metrics: crate::metrics::Events::default(),
             fabric: crate::fabric::SharedView::default(),
+            outbox: outbox::Outbox::default(),
         })
     }
 
@@ -468,6 +471,9 @@ impl Engine {
                 (self.metrics).import_completed(import_event_id, answer.is_ok(), now);
                 self.node
                     .handle_import_answer(now, exporter, import_event_id, answer);
+                if let Some(next) = self.outbox.answered(exporter) {
+                    self.send_import(exporter, next);
+                }
             }
             Input::UnimportDelivered {
                 exporter,
@@ -544,22 +550,11 @@ impl Engine {
                 | Action::AttachRemoteGpu { .. }
                 | Action::SetMulticastFailure { .. }
                 | Action::AnswerRemoteGpuAttach { .. }) => self.perform_multicast(a),
-                Action::SendImport { peer, request } => match self.session(peer) {
-                    Some(session) => {
-                        self.metrics.import_sent(request.import_event_id, now());
-                        peer_client::import(session, peer, request, self.tx.clone());
+                Action::SendImport { peer, request } => {
+                    if let Some(request) = self.outbox.admit(peer, request) {
+                        self.send_import(peer, request);
                     }
-                    None => {
-                        let answer = Err(ImportError::new(
-                            Status::InvalidState,
-                            format!("node {peer} has no session here"),
-                        ));
-                        let import_event_id = request.import_event_id;
-                        self.metrics.import_completed(import_event_id, false, now());
-                        self.node
-                            .handle_import_answer(now(), peer, import_event_id, answer);
-                    }
-                },
+                }
                 Action::SendUnimport {
                     peer,
                     import_event_id,
@@ -575,10 +570,10 @@ impl Engine {
                 Action::ValidateImport {
                     import_event_id,
                     result,
-                } => self.driver.call(Call::Validate {
+                } => self.call_now(Call::Validate {
                     import_event_id,
                     result,
-                }),
+                })?,
                 Action::FinishUnimports { ids } => self.driver.call(Call::Finish { ids }),
                 Action::DisableImporters { node } => {
                     self.driver.call(Call::DisableImporters { node });
@@ -588,12 +583,12 @@ impl Engine {
                     export_uuid,
                     index,
                     channel,
-                } => self.driver.call(Call::Describe {
+                } => self.call_now(Call::Describe {
                     request,
                     export_uuid,
                     index,
                     channel,
-                }),
+                })?,
                 Action::ReleaseExportRefs { refs, ack } => {
                     if !refs.is_empty() && ack.is_none() {
                         info!("releasing {} export references", refs.len());
@@ -659,6 +654,15 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Has the driver perform `call` now if it can (`DriverThreads::call_now`), handling
+    /// its result at once.
+    fn call_now(&mut self, call: Call) -> Result<(), DaemonError> {
+        match self.driver.call_now(call) {
+            Some(input) => self.handle_driver(now(), input),
+            None => Ok(()),
+        }
     }
 
     fn perform_mesh(&mut self, action: MeshAction) {
@@ -821,6 +825,7 @@ impl Engine {
 
 mod log;
 mod multicast;
+mod outbox;
 mod reload;
 #[cfg(test)]
 mod tests;

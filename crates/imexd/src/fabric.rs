@@ -222,6 +222,19 @@ struct Watched {
 }
 
 impl Watched {
+    /// The events without the CLIQUE_ID_CHANGEs, which it acts on: the import engine never
+    /// sees them.
+    fn take_clique_changes(&self, mut events: Vec<Event>) -> Vec<Event> {
+        events.retain(|e| match *e {
+            Event::CliqueIdChange { gpu, clique_id } => {
+                self.clique_changed(gpu, clique_id);
+                false
+            }
+            _ => true,
+        });
+        events
+    }
+
     /// Logs the change in NVIDIA's event name, records the new clique at once (so a
     /// `ctl --fabric` right after the event shows it) and asks for a full read.
     fn clique_changed(&self, gpu: u32, clique_id: u32) {
@@ -245,15 +258,23 @@ impl Driver for Watched {
     }
 
     fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError> {
-        let mut events = self.inner.next_events(wait)?;
-        events.retain(|e| match *e {
-            Event::CliqueIdChange { gpu, clique_id } => {
-                self.clique_changed(gpu, clique_id);
-                false
-            }
-            _ => true,
-        });
-        Ok(events)
+        let events = self.inner.next_events(wait)?;
+        Ok(self.take_clique_changes(events))
+    }
+
+    fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.event_fd()
+    }
+
+    fn request_events(&self, wait: Duration) -> Result<(), DriverError> {
+        self.inner.request_events(wait)
+    }
+
+    fn take_events(&self) -> Result<Option<Vec<Event>>, DriverError> {
+        Ok(self
+            .inner
+            .take_events()?
+            .map(|events| self.take_clique_changes(events)))
     }
 
     fn describe_export(

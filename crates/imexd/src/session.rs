@@ -12,7 +12,8 @@
 //! have checked) the sender again.
 //!
 //! A request is answered by a task of its own, so a slow answer (an import waiting for the
-//! driver) never holds up the heartbeats or the other requests behind it.
+//! driver) never holds up the heartbeats or the other requests behind it; at most
+//! `session_tx::MAX_SERVING` at once per session.
 
 use openimex_core::Via;
 use openimex_core::node::PeerRequest;
@@ -69,6 +70,11 @@ where
                 ));
             }
             Some(request) => {
+                // Bounded: past MAX_SERVING, what the peer sends next waits in the transport.
+                tokio::select! {
+                    () = tx.room_to_serve() => {}
+                    () = tx.stopped() => break "closed here".to_string(),
+                }
                 let engine = engine.clone();
                 let kind = crate::stats::Kind::of_body(&request);
                 tx.answer_later(
@@ -286,6 +292,49 @@ mod tests {
             "the answer timed its heartbeat"
         );
         assert!(engine_rx.try_recv().is_err(), "no message per heartbeat");
+    }
+
+    /// A burst of requests is answered at most `MAX_SERVING` at a time: the next one reaches
+    /// the engine only when an answer is done.
+    #[tokio::test(flavor = "current_thread")]
+    async fn requests_in_flight_are_bounded_per_session() {
+        use crate::session_tx::MAX_SERVING;
+        let (tx, _out) = SessionTx::new();
+        let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(MAX_SERVING + 8);
+        let (engine, mut engine_rx) = mpsc::channel(MAX_SERVING + 8);
+        tokio::spawn(run(
+            tokio_stream::wrappers::ReceiverStream::new(in_rx),
+            tx.clone(),
+            Via::Accepted { conn: 4 },
+            engine,
+        ));
+        for id in 1..=MAX_SERVING as u64 + 2 {
+            let frame = SessionMsg {
+                id,
+                body: Some(Body::Unimport(Default::default())),
+                ..SessionMsg::default()
+            };
+            in_tx.send(Ok(frame)).await.expect("send");
+        }
+        let mut replies = Vec::new();
+        while replies.len() < MAX_SERVING {
+            match engine_rx.recv().await {
+                Some(Input::PeerUnimport { reply, .. }) => replies.push(reply),
+                Some(_) => {}
+                None => panic!("the engine mailbox closed"),
+            }
+        }
+        // Everything runnable runs on this one thread: the reader is held, not just slow.
+        for _ in 0..1000 {
+            tokio::task::yield_now().await;
+        }
+        assert!(engine_rx.try_recv().is_err(), "no request past the bound");
+        let _ = replies.pop().expect("a reply").send(true);
+        match engine_rx.recv().await {
+            Some(Input::PeerUnimport { .. }) => {}
+            _ => panic!("the next request reaches the engine once one is answered"),
+        }
+        tx.shutdown();
     }
 
     #[tokio::test]

@@ -17,6 +17,12 @@ use tokio::sync::{mpsc, oneshot};
 /// are dropped when it is full (the peer is not reading; the liveness timeout will tell).
 pub(crate) const QUEUE: usize = 1024;
 
+/// The peer's requests answered at once on one session, at most: past it the reader waits for
+/// one to finish before reading on ([`SessionTx::room_to_serve`]), so a burst waits in the
+/// transport (the peer's flow control) instead of as a task each here (10,000 at an exporter
+/// held ~15 MiB).
+pub(crate) const MAX_SERVING: usize = 256;
+
 /// How long a retired session waits for what is in flight on it.
 pub(crate) const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -214,6 +220,20 @@ impl SessionTx {
             tx.serving.fetch_sub(1, Ordering::SeqCst);
             tx.idle.notify_waiters();
         });
+    }
+
+    /// Resolves once fewer than [`MAX_SERVING`] of the peer's requests are being answered.
+    pub(crate) async fn room_to_serve(&self) {
+        loop {
+            // Registered before the look, so an answer finishing between the two is not missed.
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.serving.load(Ordering::SeqCst) < MAX_SERVING {
+                return;
+            }
+            idle.await;
+        }
     }
 
     /// Resolves once the session is stopped ([`SessionTx::shutdown`]).

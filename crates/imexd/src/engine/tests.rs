@@ -1,5 +1,5 @@
 //! The engine loop in paused tokio time, with a recording driver: the loop performs the node's
-//! actions and posts their results back, driver calls stay off the runtime, a lost driver stops
+//! actions and posts their results back, the session open stays off the runtime, a lost driver stops
 //! the daemon, and shutdown finishes queued driver calls before it returns.
 
 use std::collections::VecDeque;
