@@ -24,6 +24,7 @@
 //! range in the team's directory of the fabric directory, which the client maps.
 
 mod daemon;
+mod faults;
 mod table;
 
 use std::collections::HashMap;
@@ -84,6 +85,9 @@ pub(super) struct McDesc {
     /// The key the FM's answer carries (set when the prime sends its request).
     team_key: Option<String>,
     bound: Vec<Bound>,
+    /// Imported: the REMOTE_GPU_ATTACH event of each local attach, which the MEM_UNIMPORT
+    /// posted when the object goes names (`_memMulticastFabricGpuInfoRemove`).
+    attach_events: Vec<u64>,
 }
 
 impl McDesc {
@@ -279,6 +283,7 @@ impl Rm {
         }
         let (prime, last) = (d.prime, d.num_attached + 1 == d.num_max);
         let (import, key, page_size) = (d.import, d.key, d.page_size);
+        let mut attach_event = None;
         if prime && last {
             if let Err(s) = self.mc_team_request(id, Some(gpu)) {
                 // No team can come: every local object learns it now, not at a timeout.
@@ -302,6 +307,7 @@ impl Rm {
                 bw_mode_epoch,
                 page_size,
             };
+            attach_event = Some(event_id);
             self.events.push_back(FabricEvent::RemoteGpuAttach {
                 event_id,
                 channel,
@@ -317,6 +323,7 @@ impl Rm {
         d.num_attached += 1;
         d.local.push(gpu);
         d.nvl.get_or_insert(nvl);
+        d.attach_events.extend(attach_event);
         Ok(())
     }
 
@@ -475,9 +482,14 @@ impl Rm {
         if let Some((uuid, _)) = d.export {
             self.mc.primes.remove(&uuid);
         }
-        if let Some((uuid, index, ..)) = d.import {
+        if let Some((uuid, index, ..)) = d.import
+            && self.mc.imports.get(&(uuid, index)) == Some(&id)
+        {
+            // Only its own entry: a revoked descriptor left the cache already, and a later
+            // import of the same handle may have a new one there.
             self.mc.imports.remove(&(uuid, index));
         }
+        self.mc_post_unimports(&d);
         if let (true, Some(team)) = (d.prime, base) {
             if self.mc.fm_link {
                 self.mc.outbox.push(ToFm::McTeamRelease {
@@ -518,6 +530,7 @@ impl Rm {
                 key,
                 team_key: None,
                 bound: Vec::new(),
+                attach_events: Vec::new(),
             },
         );
         key
