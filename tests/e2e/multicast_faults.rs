@@ -24,29 +24,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use openimex_client::{Context, Multicast};
-use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec};
+use openimex_harness::Cluster;
 use openimex_simproto::multicast::McBinding;
 use serde_json::Value;
 
-use crate::apps::{Held, app, gpu_cluster_from, wait_session};
-use crate::common::{NOTICE, binary};
+use crate::apps::{Held, app, wait_session};
+use crate::common::NOTICE;
+use crate::multicast_fm::fm_trays;
 
 const TRAYS: usize = 3;
-
-/// Three trays of an nvl36 rack against its FM, every GPU's probe answered.
-fn trays() -> Cluster {
-    let mut spec = ClusterSpec::from_topology(FabricManagerSpec::preset("nvl36"), binary())
-        .expect("spec from the topology");
-    spec.nodes = TRAYS;
-    let cluster = gpu_cluster_from(spec);
-    for i in 0..TRAYS {
-        let ctx = Context::open(cluster.node(i).dir()).expect("a context");
-        wait_until(&format!("tray {i}: the FM's answer"), || {
-            ctx.gpu_fabric_info(0).is_ok_and(|f| f.mnnvl_ready())
-        });
-    }
-    cluster
-}
 
 #[track_caller]
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -87,13 +73,13 @@ fn raw(fabric_dir: &Path, b: &McBinding, at: u64, len: usize) -> Vec<u8> {
 fn team<'a>(
     cluster: &Cluster,
     ctx: &'a Context,
-    size: u64,
 ) -> (
     Multicast<'a>,
     openimex_client::Allocation,
     Vec<Held>,
     PathBuf,
 ) {
+    let size = ctx.multicast_granularity();
     let prime = ctx
         .multicast_create(TRAYS as u32, size)
         .expect("create the prime");
@@ -251,10 +237,9 @@ fn mapped(
 /// dies of SIGKILL; its driver frees its object and with it the binding.
 #[test]
 fn an_importer_killed_9_is_unbound_and_leaves_nothing() {
-    let cluster = trays();
+    let cluster = fm_trays(TRAYS);
     let ctx = Context::open(cluster.node(0).dir()).expect("a context");
-    let size = ctx.multicast_granularity();
-    let (prime, mem, mut importers, table) = team(&cluster, &ctx, size);
+    let (prime, mem, mut importers, table) = team(&cluster, &ctx);
     let (old, before) = mapped(&cluster, &prime, &table);
 
     importers.pop().expect("tray 2's importer").kill9();
@@ -267,10 +252,9 @@ fn an_importer_killed_9_is_unbound_and_leaves_nothing() {
 /// the imported object, whose free unbinds it. The daemon restarts and opens a new session.
 #[test]
 fn an_importer_trays_daemon_killed_9_revokes_and_unbinds_its_importer() {
-    let mut cluster = trays();
+    let mut cluster = fm_trays(TRAYS);
     let ctx = Context::open(cluster.node(0).dir()).expect("a context");
-    let size = ctx.multicast_granularity();
-    let (prime, mem, mut importers, table) = team(&cluster, &ctx, size);
+    let (prime, mem, mut importers, table) = team(&cluster, &ctx);
     let (old, before) = mapped(&cluster, &prime, &table);
 
     cluster.kill9(2).expect("kill -9 tray 2's daemon");
@@ -298,10 +282,9 @@ fn an_importer_trays_daemon_killed_9_revokes_and_unbinds_its_importer() {
 /// node 0's team. Their objects go, their memory is unbound: the team reaches tray 0 only.
 #[test]
 fn the_prime_trays_daemon_killed_9_revokes_every_importer_but_not_the_prime() {
-    let mut cluster = trays();
+    let mut cluster = fm_trays(TRAYS);
     let ctx = Context::open(cluster.node(0).dir()).expect("a context");
-    let size = ctx.multicast_granularity();
-    let (prime, mem, mut importers, table) = team(&cluster, &ctx, size);
+    let (prime, mem, mut importers, table) = team(&cluster, &ctx);
     let (old, before) = mapped(&cluster, &prime, &table);
 
     cluster.kill9(0).expect("kill -9 tray 0's daemon");
