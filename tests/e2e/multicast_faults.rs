@@ -15,7 +15,7 @@
 //! Each asserts nothing stale (a later store through the team, even through a mapping made
 //! before the fault, does not reach the dead member's freed memory, now allocated again) and
 //! nothing leaked (every driver's multicast and allocation counters back to zero, the team's
-//! table gone from the fabric directory).
+//! table gone from the fabric directory, the FM's team freed).
 
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
@@ -214,6 +214,14 @@ fn assert_nothing_leaked(
     }
     wait_until("the team's table leaves the fabric directory", || {
         !table.exists()
+    });
+    // Every member tray released the team at the FM (or was forgotten with its driver).
+    wait_until("the FM frees the team", || {
+        cluster
+            .fabric(&["status", "--json"])
+            .ok()
+            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+            .is_some_and(|s| s["mc_teams"].as_u64() == Some(0))
     });
 }
 

@@ -339,7 +339,9 @@ impl Rm {
     ) -> usize {
         let mut changed = 0;
         let mut release = Vec::new();
+        let mut matched = false;
         for d in self.mc.descs.values_mut().filter(|d| d.answers(team_key)) {
+            matched = true;
             match (&d.team, &result) {
                 (Team::NotReady, Ok(team)) => {
                     if !d.prime {
@@ -354,7 +356,7 @@ impl Rm {
                     tracing::warn!(team_key, reason, "multicast team refused");
                     d.team = Team::Failed(reason_status(reason));
                 }
-                (Team::Failed(_), Ok(team)) if d.prime => {
+                (Team::Failed(_), Ok(team)) => {
                     release.push(ToFm::McTeamRelease {
                         team_handle: team.team_handle,
                     });
@@ -363,6 +365,14 @@ impl Rm {
                 _ => continue,
             }
             changed += 1;
+        }
+        // Every member tray holds the team at the FM until it releases it: a tray whose
+        // objects went before the answer releases it at once (as the real response callback
+        // does for a descriptor freed meanwhile), else the range would stay taken.
+        if let (false, true, Ok(team)) = (matched, self.mc.fm_link, &result) {
+            release.push(ToFm::McTeamRelease {
+                team_handle: team.team_handle,
+            });
         }
         self.mc.outbox.extend(release);
         changed
@@ -453,8 +463,8 @@ impl Rm {
     }
 
     /// Drops one object's reference on descriptor `id`; the last unbinds its memory (dropping
-    /// the allocations' references and the table entries) and, on a prime whose team the FM
-    /// set up, releases the team (MC_TEAM_RELEASE_REQ).
+    /// the allocations' references and the table entries) and, on any descriptor whose team
+    /// the FM set up, releases the team (MC_TEAM_RELEASE_REQ).
     pub(super) fn mc_unref(&mut self, id: u64) {
         let Some(d) = self.mc.descs.get_mut(&id) else {
             return;
@@ -490,14 +500,17 @@ impl Rm {
             self.mc.imports.remove(&(uuid, index));
         }
         self.mc_post_unimports(&d);
-        if let (true, Some(team)) = (d.prime, base) {
-            if self.mc.fm_link {
-                self.mc.outbox.push(ToFm::McTeamRelease {
-                    team_handle: team.team_handle,
-                });
-            } else {
+        // `_memMulticastFabricDescriptorFree` releases the team from every node whose
+        // descriptor had it installed, imported ones too: the FM frees the range once every
+        // member tray released it.
+        match (d.prime, base) {
+            (_, Some(team)) if self.mc.fm_link => self.mc.outbox.push(ToFm::McTeamRelease {
+                team_handle: team.team_handle,
+            }),
+            (true, Some(team)) => {
                 table::remove_team(&table_dir(&self.config.fabric_dir, team.address_base));
             }
+            _ => {}
         }
     }
 

@@ -6,6 +6,7 @@
 
 use super::multicast::{Pair, TEAM, bind, gpu, pair};
 use super::*;
+use openimex_simproto::inband::ToFm;
 use openimex_simproto::multicast::table_dir;
 
 /// A 2-GPU team: A's GPU 0 and B's GPU 0 (B's attach through the daemons, played here), set up
@@ -66,6 +67,13 @@ fn an_imported_objects_free_unbinds_and_posts_mem_unimport_per_attach() {
     assert!(!p.b.unimport_pending(*unimport_event_id), "no blocked free");
     p.b.finish_unimport(p.b_token, &[*unimport_event_id])
         .unwrap();
+    assert_eq!(
+        p.b.take_fm_messages(),
+        vec![ToFm::McTeamRelease {
+            team_handle: TEAM.team_handle
+        }],
+        "every member tray releases the team at the FM, not only the prime's"
+    );
     let s = p.b.stats();
     assert_eq!(
         (
@@ -165,4 +173,28 @@ fn a_session_teardown_revokes_multicast_importers_but_not_the_prime() {
         ),
         (0, 0, 0, 0)
     );
+}
+
+/// The FM's answer reaches a tray whose imported object went while it waited (the process was
+/// killed before the last attach): the tray releases the team at once, as the real response
+/// callback does for a descriptor freed meanwhile, so the FM can free the range.
+#[test]
+fn a_team_set_up_after_the_importer_went_is_released_by_its_tray() {
+    let dir = TempDir::new("mcf-late-answer");
+    let mut p = pair(&dir, 2, true);
+    p.b.mc_attach_gpu(p.b_app, p.import, 0).unwrap();
+    p.b.disconnect(p.b_app);
+    let members = [gpu(0, 0), gpu(1, 0)];
+    assert_eq!(p.b.apply_mc_team(&p.uuid, &members, Ok(TEAM)), 0);
+    assert_eq!(
+        p.b.take_fm_messages(),
+        vec![ToFm::McTeamRelease {
+            team_handle: TEAM.team_handle
+        }]
+    );
+    assert_eq!(
+        p.b.apply_mc_team(&p.uuid, &members, Err("NV_ERR_NO_MEMORY: x".into())),
+        0
+    );
+    assert_eq!(p.b.take_fm_messages(), vec![], "a refusal holds nothing");
 }
