@@ -64,6 +64,10 @@ mod multicast;
 // issue 14: a multicast team over four trays set up by the real Fabric Manager, and its failure
 #[path = "e2e/multicast_fm.rs"]
 mod multicast_fm;
+// issue 14: multicast under an importer's, an importer tray daemon's and the prime tray
+// daemon's kill -9 (nothing stale, nothing leaked)
+#[path = "e2e/multicast_faults.rs"]
+mod multicast_faults;
 // kill -9 and restart, clean SIGTERM departure, mismatched node maps
 #[path = "e2e/faults.rs"]
 mod faults;

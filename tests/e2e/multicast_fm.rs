@@ -18,13 +18,13 @@ use crate::common::{NOTICE, binary, text};
 
 const TRAYS: usize = 4;
 
-/// Four trays of an nvl36 rack against its FM, every GPU's probe answered.
-fn four_trays() -> Cluster {
+/// `n` trays of an nvl36 rack against its FM, every GPU's probe answered.
+pub(crate) fn fm_trays(n: usize) -> Cluster {
     let mut spec = ClusterSpec::from_topology(FabricManagerSpec::preset("nvl36"), binary())
         .expect("spec from the topology");
-    spec.nodes = TRAYS;
+    spec.nodes = n;
     let cluster = gpu_cluster_from(spec);
-    for i in 0..TRAYS {
+    for i in 0..n {
         wait_session(&cluster, i);
         let ctx = Context::open(cluster.node(i).dir()).expect("a context");
         let deadline = Instant::now() + NOTICE;
@@ -54,7 +54,7 @@ fn team_of(mc: &Multicast<'_>) -> Result<u64, CuError> {
 
 #[test]
 fn a_team_over_four_trays_is_set_up_by_the_fm_after_the_last_attach_and_fails_everywhere() {
-    let cluster = four_trays();
+    let cluster = fm_trays(TRAYS);
     let ctxs: Vec<Context> = (0..TRAYS)
         .map(|i| Context::open(cluster.node(i).dir()).expect("a context"))
         .collect();

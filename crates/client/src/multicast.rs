@@ -33,8 +33,9 @@
 //! ```
 
 use std::fs::{self, OpenOptions};
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
 
 use memmap2::{MmapMut, MmapOptions};
 use openimex_simproto::multicast::{McBind, McBinding, McInfo, McRequest, McResponse};
@@ -176,9 +177,12 @@ impl Multicast<'_> {
             ranges.push(self.map_binding(b)?);
         }
         ranges.sort_by_key(|r| r.mc_offset);
+        let stamp = table_stamp(&dir);
         Ok(McMapping {
             size: info.size,
             ranges,
+            dir,
+            stamp: Mutex::new(stamp),
         })
     }
 
@@ -260,6 +264,10 @@ struct Range {
 pub struct McMapping {
     size: u64,
     ranges: Vec<Range>,
+    /// The team's table, and its modification time when mapped: while it is unchanged every
+    /// mapped range is still bound.
+    dir: PathBuf,
+    stamp: Mutex<Option<SystemTime>>,
 }
 
 impl McMapping {
@@ -283,7 +291,8 @@ impl McMapping {
     /// there (the NVSwitch replicates the write).
     pub fn store(&mut self, offset: u64, bytes: &[u8]) -> Result<(), CuError> {
         let len = self.check(offset, bytes.len())?;
-        for r in &mut self.ranges {
+        let live = self.live();
+        for (r, _) in self.ranges.iter_mut().zip(live).filter(|(_, l)| *l) {
             if let Some((at, from, n)) = overlap(r.mc_offset, r.binding.size, offset, len) {
                 r.mmap[at..at + n].copy_from_slice(&bytes[from..from + n]);
             }
@@ -325,7 +334,8 @@ impl McMapping {
             .checked_mul(4)
             .ok_or_else(|| CuError::InvalidValue(format!("{count} elements is too many")))?;
         let len = self.check(offset, bytes)?;
-        for r in &self.ranges {
+        let live = self.live();
+        for (r, _) in self.ranges.iter().zip(live).filter(|(_, l)| *l) {
             if let Some((at, from, n)) = overlap(r.mc_offset, r.binding.size, offset, len) {
                 for k in (0..n).step_by(4) {
                     let mut b = [0u8; 4];
@@ -335,6 +345,34 @@ impl McMapping {
             }
         }
         Ok(())
+    }
+
+    /// Which mapped ranges are still bound. The switch stops replicating to a member the moment
+    /// its driver detaches the memory (`_memorymulticastfabricDetachMem`): a store through an
+    /// older mapping must not land in memory that was freed and maybe reused. The table's
+    /// modification time says whether anything changed since the mapping (one `stat` per
+    /// access); if it did, each range counts only while its binding is still listed as mapped.
+    fn live(&self) -> Vec<bool> {
+        let now = table_stamp(&self.dir);
+        let mut stamp = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
+        if now.is_some() && now == *stamp {
+            return vec![true; self.ranges.len()];
+        }
+        let live: Vec<bool> = self
+            .ranges
+            .iter()
+            .map(|r| {
+                fs::read(self.dir.join(r.binding.file_name()))
+                    .ok()
+                    .and_then(|text| serde_json::from_slice::<McBinding>(&text).ok())
+                    .is_some_and(|b| b == r.binding)
+            })
+            .collect();
+        if live.iter().all(|l| *l) {
+            // Only bindings added (or nothing that matters): the fast path again.
+            *stamp = now;
+        }
+        live
     }
 
     /// `len` bytes at `offset` must lie in the object.
@@ -348,6 +386,11 @@ impl McMapping {
         }
         Ok(len)
     }
+}
+
+/// The modification time of the team's table `dir` (None once it is gone).
+fn table_stamp(dir: &Path) -> Option<SystemTime> {
+    fs::metadata(dir).and_then(|m| m.modified()).ok()
 }
 
 /// Where the access `[offset, offset + len)` meets the range `[start, start + size)`: (index in

@@ -366,7 +366,7 @@ fn serve_driver(shared: &Shared, stream: &UnixStream) {
                 st.deliver(out);
             }
             ToFm::McTeamRelease { team_handle } => {
-                if !st.manager.mc_team_release(team_handle) {
+                if !st.manager.mc_team_release(slot, team_handle) {
                     tracing::warn!(slot, team_handle, "release of an unknown multicast team");
                 }
             }

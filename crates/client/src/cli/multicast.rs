@@ -2,7 +2,8 @@
 //! library, end to end: create, add every GPU, bind each GPU's memory, store through the
 //! team (checked in every GPU's memory) and load-reduce (`reference/driver-interface.md`
 //! §6.10). For scripts and the tests of the driver's multicast lifecycle (`--hold`, then kill
-//! the process: the driver frees the team with it).
+//! the process: the driver frees the team with it). `--import HANDLE` joins another tray's
+//! team instead (import, add the GPUs, bind their memory).
 
 use serde_json::json;
 
@@ -25,6 +26,12 @@ pub(super) struct MulticastArgs {
     /// Keep the team until stdin ends, `exit` or SIGTERM.
     #[arg(long)]
     hold: bool,
+    /// Join another tray's team instead: import this multicast handle (128 hex digits), add
+    /// the GPUs, wait for the team, bind SIZE bytes of each GPU's memory and say so (one JSON
+    /// line), then release (or, with `--hold`, keep it all: kill the process to test what the
+    /// driver frees).
+    #[arg(long, value_name = "HEX")]
+    import: Option<String>,
 }
 
 /// The word stored through the team.
@@ -41,6 +48,9 @@ pub(super) fn multicast(a: &MulticastArgs) -> Result<(), Failure> {
         a.gpus.clone()
     };
     let n = u32::try_from(gpus.len()).map_err(|_| Failure::Io("too many GPUs".into()))?;
+    if let Some(hex) = &a.import {
+        return join(a, &ctx, &gpus, hex);
+    }
     let mc = ctx
         .multicast_create(n, a.size)
         .map_err(cuda("multicast create"))?;
@@ -77,14 +87,59 @@ pub(super) fn multicast(a: &MulticastArgs) -> Result<(), Failure> {
     })
     .to_string());
     if a.hold {
-        let rx = stdin_lines();
-        while let Some(line) = next_line(&rx) {
-            if line.trim() == "exit" {
-                break;
-            }
-        }
+        hold();
     }
     drop(map);
+    release(&ctx, mc, mems)
+}
+
+/// `--import`: this tray's members of another tray's team, bound and (with `--hold`) held.
+fn join(a: &MulticastArgs, ctx: &Context, gpus: &[u32], hex: &str) -> Result<(), Failure> {
+    let handle = crate::FabricHandleBytes::from_hex(hex.trim()).map_err(cuda("import"))?;
+    let mc = ctx
+        .multicast_import(&handle)
+        .map_err(cuda("multicast import"))?;
+    let mut mems = Vec::new();
+    for &g in gpus {
+        mems.push(ctx.mem_create(g, a.size).map_err(cuda("create"))?);
+        mc.add_device(g).map_err(cuda("multicast add device"))?;
+    }
+    // Binding waits for the team: the prime's tray counts this tray's attaches first.
+    for m in &mems {
+        mc.bind_mem(m.gpu(), 0, m, 0, a.size)
+            .map_err(cuda("multicast bind"))?;
+    }
+    let info = mc
+        .info(std::time::Duration::ZERO)
+        .map_err(cuda("multicast info"))?;
+    say(&json!({
+        "imported": true,
+        "gpus": gpus,
+        "size": a.size,
+        "address_base": info.team.map(|t| t.address_base),
+    })
+    .to_string());
+    if a.hold {
+        hold();
+    }
+    release(ctx, mc, mems)
+}
+
+/// Until stdin ends, says `exit`, or SIGTERM.
+fn hold() {
+    let rx = stdin_lines();
+    while let Some(line) = next_line(&rx) {
+        if line.trim() == "exit" {
+            break;
+        }
+    }
+}
+
+fn release(
+    ctx: &Context,
+    mc: crate::Multicast<'_>,
+    mems: Vec<crate::Allocation>,
+) -> Result<(), Failure> {
     mc.release().map_err(cuda("multicast release"))?;
     for m in mems {
         ctx.release(m).map_err(cuda("release"))?;

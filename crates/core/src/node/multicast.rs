@@ -13,6 +13,12 @@
 //! SET_FAILURE. A refused ATTACH_REMOTE_GPU does not: the driver failed the prime itself, with
 //! the precise status (`_memorymulticastfabricCtrlAttachRemoteGpu`), which a second
 //! SET_FAILURE would overwrite.
+//!
+//! The MEM_UNIMPORT an imported multicast object posts when it goes names its
+//! REMOTE_GPU_ATTACH event, which is not an import here: it is finished at once and the owner
+//! is not told. The owner's daemon holds nothing for a remote member (the real driver keeps the
+//! member in the prime until the prime goes and has no control that detaches one), and the
+//! driver does not block the free on it (`_memMulticastFabricGpuInfoRemove`).
 
 use std::time::Instant;
 

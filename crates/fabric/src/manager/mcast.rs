@@ -42,11 +42,13 @@ impl Teams {
         self.by_handle.len()
     }
 
-    /// Frees the teams none of whose trays is attached any more (their drivers are gone, no one
-    /// is left to release them).
+    /// Forgets the trays that are not attached any more (their drivers are gone and will never
+    /// release), and frees the teams left with no tray.
     pub(super) fn forget_detached(&mut self, attached: &BTreeSet<u16>) {
-        self.by_handle
-            .retain(|_, t| t.slots.iter().any(|s| attached.contains(s)));
+        for t in self.by_handle.values_mut() {
+            t.slots.retain(|s| attached.contains(s));
+        }
+        self.by_handle.retain(|_, t| !t.slots.is_empty());
     }
 
     /// The lowest free range of `size` bytes (first fit among live teams).
@@ -170,9 +172,21 @@ impl Manager {
         Ok(())
     }
 
-    /// MC_TEAM_RELEASE: frees the team's range. Whether the handle named a live team.
-    pub fn mc_team_release(&mut self, team_handle: u64) -> bool {
-        self.teams.by_handle.remove(&team_handle).is_some()
+    /// MC_TEAM_RELEASE from the driver of tray `from`: that tray's objects of the team are
+    /// gone (every member tray's driver sends it when its object goes,
+    /// `_memMulticastFabricDescriptorFree`, not only the prime's). The range is freed once
+    /// every member tray released it (or detached): a new team placed there earlier would
+    /// share its multicast table with a member still bound to the old one. Whether the handle
+    /// named a live team that tray had not released yet.
+    pub fn mc_team_release(&mut self, from: u16, team_handle: u64) -> bool {
+        let Some(team) = self.teams.by_handle.get_mut(&team_handle) else {
+            return false;
+        };
+        let released = team.slots.remove(&from);
+        if team.slots.is_empty() {
+            self.teams.by_handle.remove(&team_handle);
+        }
+        released
     }
 
     /// A prime object failed while remote GPUs had attached (`ToFm::McTeamFailed` from tray

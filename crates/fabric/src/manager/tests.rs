@@ -273,9 +273,23 @@ fn a_team_is_answered_once_per_member_tray_with_disjoint_ranges() {
     assert!(t2.address_base >= t1.address_base + t1.address_size);
     assert_ne!(t1.team_handle, t2.team_handle);
     assert_eq!(m.status().mc_teams, 2);
-    // A released range is reused.
-    assert!(m.mc_team_release(t1.team_handle));
-    assert!(!m.mc_team_release(t1.team_handle));
+    // A range is freed once every member tray released it, then reused.
+    for slot in 0..3 {
+        assert!(m.mc_team_release(slot, t1.team_handle));
+    }
+    assert!(
+        !m.mc_team_release(0, t1.team_handle),
+        "tray 0 released already"
+    );
+    let out = m.mc_team_setup(0, "k2b", 2 << 20, &[gpu(0, 0)]);
+    let held = team_results(&out)[0].1.clone().expect("team");
+    assert_ne!(
+        held.address_base, MC_BASE,
+        "tray 3 still holds the first range"
+    );
+    assert!(m.mc_team_release(0, held.team_handle));
+    assert!(m.mc_team_release(3, t1.team_handle));
+    assert!(!m.mc_team_release(3, t1.team_handle), "gone");
     let out = m.mc_team_setup(0, "k3", 2 << 20, &[gpu(0, 0)]);
     let t3 = team_results(&out)[0].1.clone().expect("team");
     assert_eq!(t3.address_base, MC_BASE);

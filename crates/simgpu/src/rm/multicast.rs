@@ -24,6 +24,7 @@
 //! range in the team's directory of the fabric directory, which the client maps.
 
 mod daemon;
+mod faults;
 mod table;
 
 use std::collections::HashMap;
@@ -84,6 +85,9 @@ pub(super) struct McDesc {
     /// The key the FM's answer carries (set when the prime sends its request).
     team_key: Option<String>,
     bound: Vec<Bound>,
+    /// Imported: the REMOTE_GPU_ATTACH event of each local attach, which the MEM_UNIMPORT
+    /// posted when the object goes names (`_memMulticastFabricGpuInfoRemove`).
+    attach_events: Vec<u64>,
 }
 
 impl McDesc {
@@ -279,6 +283,7 @@ impl Rm {
         }
         let (prime, last) = (d.prime, d.num_attached + 1 == d.num_max);
         let (import, key, page_size) = (d.import, d.key, d.page_size);
+        let mut attach_event = None;
         if prime && last {
             if let Err(s) = self.mc_team_request(id, Some(gpu)) {
                 // No team can come: every local object learns it now, not at a timeout.
@@ -302,6 +307,7 @@ impl Rm {
                 bw_mode_epoch,
                 page_size,
             };
+            attach_event = Some(event_id);
             self.events.push_back(FabricEvent::RemoteGpuAttach {
                 event_id,
                 channel,
@@ -317,6 +323,7 @@ impl Rm {
         d.num_attached += 1;
         d.local.push(gpu);
         d.nvl.get_or_insert(nvl);
+        d.attach_events.extend(attach_event);
         Ok(())
     }
 
@@ -332,7 +339,9 @@ impl Rm {
     ) -> usize {
         let mut changed = 0;
         let mut release = Vec::new();
+        let mut matched = false;
         for d in self.mc.descs.values_mut().filter(|d| d.answers(team_key)) {
+            matched = true;
             match (&d.team, &result) {
                 (Team::NotReady, Ok(team)) => {
                     if !d.prime {
@@ -347,7 +356,7 @@ impl Rm {
                     tracing::warn!(team_key, reason, "multicast team refused");
                     d.team = Team::Failed(reason_status(reason));
                 }
-                (Team::Failed(_), Ok(team)) if d.prime => {
+                (Team::Failed(_), Ok(team)) => {
                     release.push(ToFm::McTeamRelease {
                         team_handle: team.team_handle,
                     });
@@ -356,6 +365,14 @@ impl Rm {
                 _ => continue,
             }
             changed += 1;
+        }
+        // Every member tray holds the team at the FM until it releases it: a tray whose
+        // objects went before the answer releases it at once (as the real response callback
+        // does for a descriptor freed meanwhile), else the range would stay taken.
+        if let (false, true, Ok(team)) = (matched, self.mc.fm_link, &result) {
+            release.push(ToFm::McTeamRelease {
+                team_handle: team.team_handle,
+            });
         }
         self.mc.outbox.extend(release);
         changed
@@ -446,8 +463,8 @@ impl Rm {
     }
 
     /// Drops one object's reference on descriptor `id`; the last unbinds its memory (dropping
-    /// the allocations' references and the table entries) and, on a prime whose team the FM
-    /// set up, releases the team (MC_TEAM_RELEASE_REQ).
+    /// the allocations' references and the table entries) and, on any descriptor whose team
+    /// the FM set up, releases the team (MC_TEAM_RELEASE_REQ).
     pub(super) fn mc_unref(&mut self, id: u64) {
         let Some(d) = self.mc.descs.get_mut(&id) else {
             return;
@@ -475,17 +492,25 @@ impl Rm {
         if let Some((uuid, _)) = d.export {
             self.mc.primes.remove(&uuid);
         }
-        if let Some((uuid, index, ..)) = d.import {
+        if let Some((uuid, index, ..)) = d.import
+            && self.mc.imports.get(&(uuid, index)) == Some(&id)
+        {
+            // Only its own entry: a revoked descriptor left the cache already, and a later
+            // import of the same handle may have a new one there.
             self.mc.imports.remove(&(uuid, index));
         }
-        if let (true, Some(team)) = (d.prime, base) {
-            if self.mc.fm_link {
-                self.mc.outbox.push(ToFm::McTeamRelease {
-                    team_handle: team.team_handle,
-                });
-            } else {
+        self.mc_post_unimports(&d);
+        // `_memMulticastFabricDescriptorFree` releases the team from every node whose
+        // descriptor had it installed, imported ones too: the FM frees the range once every
+        // member tray released it.
+        match (d.prime, base) {
+            (_, Some(team)) if self.mc.fm_link => self.mc.outbox.push(ToFm::McTeamRelease {
+                team_handle: team.team_handle,
+            }),
+            (true, Some(team)) => {
                 table::remove_team(&table_dir(&self.config.fabric_dir, team.address_base));
             }
+            _ => {}
         }
     }
 
@@ -518,6 +543,7 @@ impl Rm {
                 key,
                 team_key: None,
                 bound: Vec::new(),
+                attach_events: Vec::new(),
             },
         );
         key

@@ -183,6 +183,9 @@ impl Rm {
             DescState::Failed => NvStatus::InvalidObject,
             DescState::Pending | DescState::Ready(_) => NvStatus::ResetRequired,
         });
+        // Holders of imported multicast objects of that node too (`bImported` in
+        // `_checkClientDesiredImporterAndClearCache`).
+        let disabled = disabled + self.mc_revoke_importers(Some(node)).1;
         tracing::warn!(
             node,
             descriptors = gone.len(),
@@ -230,6 +233,7 @@ impl Rm {
             DescState::Ready(_) => NvStatus::ResetRequired,
             DescState::Failed => NvStatus::InvalidObject,
         });
+        let disabled = disabled + self.mc_revoke_importers(None).1;
         tracing::info!(
             node = old_node,
             token = session.token,

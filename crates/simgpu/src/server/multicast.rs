@@ -42,6 +42,12 @@ pub(super) fn handle(
             let until = deadline(wait_ms);
             loop {
                 match rm.mc_info(client, mc) {
+                    // A revoked client's process is being killed: its wait ends with it (the
+                    // real wait is the process's own), and the kill's disconnect frees its
+                    // objects now, not at the wait's deadline.
+                    Err(NvStatus::NotReady) if rm.is_disabled(client) => {
+                        break Err(NvStatus::ResetRequired);
+                    }
                     Err(NvStatus::NotReady)
                         if !shared.stopping() && until.is_some_and(|d| Instant::now() < d) =>
                     {

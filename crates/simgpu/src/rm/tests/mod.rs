@@ -12,6 +12,7 @@ mod cliques;
 mod fidelity;
 mod lifecycle;
 mod multicast;
+mod multicast_faults;
 mod probe;
 
 const MIB: u64 = 1 << 20;

@@ -10,14 +10,14 @@ use openimex_simproto::inband::{FabricGpu, McTeam, ToFm};
 use openimex_simproto::multicast::{McBind, McBinding, RemoteGpu, table_dir};
 use openimex_simproto::probe::ProbeInfo;
 
-const TEAM: McTeam = McTeam {
+pub(super) const TEAM: McTeam = McTeam {
     team_handle: 77,
     address_base: 1 << 50,
     address_size: 4 * MIB,
 };
 
 /// ATTACH_MEM's arguments, in their order.
-fn bind(gpu: u32, offset: u64, mem: u64, mem_offset: u64, size: u64) -> McBind {
+pub(super) fn bind(gpu: u32, offset: u64, mem: u64, mem_offset: u64, size: u64) -> McBind {
     McBind {
         gpu,
         offset,
@@ -27,7 +27,7 @@ fn bind(gpu: u32, offset: u64, mem: u64, mem_offset: u64, size: u64) -> McBind {
     }
 }
 
-fn gpu(slot: u16, gpu: u32) -> FabricGpu {
+pub(super) fn gpu(slot: u16, gpu: u32) -> FabricGpu {
     FabricGpu { slot, gpu }
 }
 
@@ -44,21 +44,23 @@ fn remote(g: FabricGpu, clique_id: u32, page_size: u64) -> RemoteGpu {
 }
 
 /// A prime on A for `num_gpus` GPUs, exported, and B's import of it, both with an FM linked.
-struct Pair {
-    a: Rm,
-    a_token: u64,
-    b: Rm,
-    b_token: u64,
-    a_app: ClientId,
-    b_app: ClientId,
-    prime: u64,
-    import: u64,
-    uuid: String,
+pub(super) struct Pair {
+    pub(super) a: Rm,
+    pub(super) a_daemon: ClientId,
+    pub(super) a_token: u64,
+    pub(super) b: Rm,
+    pub(super) b_daemon: ClientId,
+    pub(super) b_token: u64,
+    pub(super) a_app: ClientId,
+    pub(super) b_app: ClientId,
+    pub(super) prime: u64,
+    pub(super) import: u64,
+    pub(super) uuid: String,
 }
 
-fn pair(dir: &TempDir, num_gpus: u32, fm_link: bool) -> Pair {
-    let (mut a, _, a_token) = node_with_session(dir, 0, 0);
-    let (mut b, _, b_token) = node_with_session(dir, 1, 1);
+pub(super) fn pair(dir: &TempDir, num_gpus: u32, fm_link: bool) -> Pair {
+    let (mut a, a_daemon, a_token) = node_with_session(dir, 0, 0);
+    let (mut b, b_daemon, b_token) = node_with_session(dir, 1, 1);
     a.set_fm_link(fm_link);
     b.set_fm_link(fm_link);
     let a_app = app(&mut a, 3);
@@ -72,8 +74,10 @@ fn pair(dir: &TempDir, num_gpus: u32, fm_link: bool) -> Pair {
     let import = b.mc_import(b_app, &handle).unwrap();
     Pair {
         a,
+        a_daemon,
         a_token,
         b,
+        b_daemon,
         b_token,
         a_app,
         b_app,
@@ -86,7 +90,7 @@ fn pair(dir: &TempDir, num_gpus: u32, fm_link: bool) -> Pair {
 impl Pair {
     /// B attaches `g`: its REMOTE_GPU_ATTACH event, forwarded to A as B's daemon and A's would
     /// (§1.6 "Multicast" 3-4). Returns A's answer.
-    fn remote_attach(&mut self, g: u32) -> Result<(), NvStatus> {
+    pub(super) fn remote_attach(&mut self, g: u32) -> Result<(), NvStatus> {
         self.b.mc_attach_gpu(self.b_app, self.import, g).unwrap();
         let queued = events(&mut self.b, self.b_token);
         let [
