@@ -171,8 +171,8 @@ fn a_partition_change_at_run_time_reaches_the_moved_trays_gpus() {
 }
 
 /// §5 health: a switch tray down lowers every GPU's bandwidth (DEGRADED_BW, LIMITED_CAPACITY)
-/// without cutting any off, so a live cross-node mapping keeps reading and writing; up again,
-/// every GPU is HEALTHY.
+/// without cutting any off, so a live cross-node mapping keeps reading and writing, and the
+/// daemons report it per GPU (`ctl --fabric`); up again, every GPU is HEALTHY.
 #[test]
 fn a_switch_tray_down_degrades_every_gpu_while_traffic_continues() {
     let cluster = gpu_cluster_from(fm_spec("nvl36", 2));
@@ -203,6 +203,23 @@ fn a_switch_tray_down_degrades_every_gpu_while_traffic_continues() {
         .collect();
     assert_eq!(down.len(), 1, "{s}");
     assert_eq!(down[0]["name"], "r0-s3");
+    // The daemon reports each GPU's fabric health as its driver has it (`ctl --fabric`).
+    let mut last = Value::Null;
+    let shown = wait_for(NOTICE, || {
+        let out = cluster.ctl(1, &["--fabric", "-j"]).expect("run ctl");
+        last = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        last["gpus"].as_array().is_some_and(|g| {
+            !g.is_empty()
+                && g.iter().all(|g| {
+                    g["health_summary"] == "LIMITED_CAPACITY"
+                        && g["health"]["DEGRADED_BW"] == "TRUE"
+                })
+        })
+    });
+    assert!(
+        shown,
+        "ctl --fabric on node 1 after the switch tray went down:\n{last:#}"
+    );
 
     fabric_ok(&cluster, &["switch-tray", "up", "r0-s3"]);
     for i in 0..2 {
