@@ -15,17 +15,6 @@ use openimex_proto::cmd::{DomainReply, NodeReport};
 use openimex_proto::peer::GpuFabric;
 use serde_json::{Value, json};
 
-/// NVML's name of each named 2-bit health field.
-fn field_name(f: HealthField) -> &'static str {
-    match f {
-        HealthField::DegradedBw => "DEGRADED_BW",
-        HealthField::RouteUpdate => "ROUTE_UPDATE",
-        HealthField::ConnectionUnhealthy => "CONNECTION_UNHEALTHY",
-        HealthField::AccessTimeoutRecovery => "ACCESS_TIMEOUT_RECOVERY",
-        HealthField::PartitionAssigned => "PARTITION_ASSIGNED",
-    }
-}
-
 /// The fields' words: NOT_SUPPORTED 0, TRUE 1, FALSE 2 (NV2080_CTRL_GPU_FABRIC_HEALTH_MASK_*).
 fn flag_word(raw: u32) -> &'static str {
     match raw {
@@ -43,7 +32,7 @@ fn health_bits(mask: u32) -> String {
     let mut bits: Vec<String> = HealthField::ALL
         .into_iter()
         .filter(|f| *f != HealthField::PartitionAssigned && m.is(*f))
-        .map(|f| field_name(f).to_string())
+        .map(|f| f.name().to_string())
         .collect();
     if m.raw(HealthField::PartitionAssigned) == 2 {
         bits.push("NO_PARTITION".into());
@@ -193,7 +182,7 @@ fn gpu_json(g: &GpuFabric) -> Value {
     let m = HealthMask(g.health_mask);
     let fields: serde_json::Map<String, Value> = HealthField::ALL
         .into_iter()
-        .map(|f| (field_name(f).to_string(), json!(flag_word(m.raw(f)))))
+        .map(|f| (f.name().to_string(), json!(flag_word(m.raw(f)))))
         .collect();
     json!({
         "gpu": g.gpu,

@@ -244,16 +244,7 @@ pub fn true_flags(mask: u32) -> Vec<String> {
     HealthField::ALL
         .into_iter()
         .filter(|f| mask.is(*f))
-        .map(|f| {
-            match f {
-                HealthField::DegradedBw => "DEGRADED_BW",
-                HealthField::RouteUpdate => "ROUTE_UPDATE",
-                HealthField::ConnectionUnhealthy => "CONNECTION_UNHEALTHY",
-                HealthField::AccessTimeoutRecovery => "ACCESS_TIMEOUT_RECOVERY",
-                HealthField::PartitionAssigned => "PARTITION_ASSIGNED",
-            }
-            .to_owned()
-        })
+        .map(|f| f.name().to_owned())
         .collect()
 }
 

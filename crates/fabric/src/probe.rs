@@ -90,6 +90,18 @@ impl HealthField {
         HealthField::AccessTimeoutRecovery,
         HealthField::PartitionAssigned,
     ];
+
+    /// NVML's name of the field (the suffix of NV2080_CTRL_GPU_FABRIC_HEALTH_MASK_*), what
+    /// tools print.
+    pub fn name(self) -> &'static str {
+        match self {
+            HealthField::DegradedBw => "DEGRADED_BW",
+            HealthField::RouteUpdate => "ROUTE_UPDATE",
+            HealthField::ConnectionUnhealthy => "CONNECTION_UNHEALTHY",
+            HealthField::AccessTimeoutRecovery => "ACCESS_TIMEOUT_RECOVERY",
+            HealthField::PartitionAssigned => "PARTITION_ASSIGNED",
+        }
+    }
 }
 
 /// The 4-bit INCORRECT_CONFIGURATION reason, bits 11:8 (§5 "plus a 4-bit
