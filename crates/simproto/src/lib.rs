@@ -15,6 +15,7 @@
 //!   (probe answers and updates, multicast team set-up).
 //! - [`multicast`] — multicast (NVLS) objects' requests and the multicast table in the fabric
 //!   directory.
+//! - [`status`] — the driver's status codes (`NV_ERR_*`), re-exported by [`proto`].
 //! - [`node_dir`] — where a node's driver socket and IMEX channel files live, and the channel
 //!   file names (`channelN`).
 
@@ -26,3 +27,4 @@ pub mod multicast;
 pub mod node_dir;
 pub mod probe;
 pub mod proto;
+pub mod status;

@@ -1,7 +1,7 @@
 //! The driver protocol's multicast (NVLS) messages: the NV_MEMORY_MULTICAST_FABRIC (class
 //! 0xFD) object's allocation and controls (`reference/driver-interface.md` §1.2-1.4, §1.6
-//! "Multicast (NVLS) across nodes"), carried in [`crate::proto::Request::Multicast`] and
-//! [`crate::proto::Response::Multicast`], and the multicast table the drivers keep in the
+//! "Multicast (NVLS) across nodes"), carried in the driver protocol's `Request::Multicast` and
+//! `Response::Multicast`, and the multicast table the drivers keep in the
 //! fabric directory (the simulated NVSwitch's multicast group: which HBM ranges a store to the
 //! team's address reaches).
 //!
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::inband::{FabricGpu, McTeam};
-use crate::proto::NvStatus;
+use crate::status::NvStatus;
 
 /// The directory, under the fabric directory, of the multicast tables.
 pub const MC_TABLE_DIR: &str = "multicast";
@@ -116,7 +116,7 @@ pub enum McRequest {
         num_gpus: u32,
         /// Bytes (a multiple of the page size).
         size: u64,
-        /// 0 for the default ([`crate::proto::PAGE_SIZE`] here).
+        /// 0 for the default (the fabric's 2 MiB page here).
         page_size: u64,
     },
     /// Export of the prime object (NV_MEMORY_EXPORT, FABRIC_MC): a 64-byte handle, hex.
@@ -193,7 +193,7 @@ pub struct McInfo {
     pub table_dir: Option<String>,
 }
 
-/// The driver's answer to a [`McRequest`] (failures are [`crate::proto::Response::Error`]).
+/// The driver's answer to a [`McRequest`] (failures are the protocol's `Response::Error`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum McResponse {
     /// To `Create` and `Import`: the object's handle.
