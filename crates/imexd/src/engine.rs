@@ -12,8 +12,7 @@ use std::time::Duration;
 use crate::session_tx::SessionTx;
 use openimex_core::node::Action;
 use openimex_core::{
-    Action as MeshAction, ConnId, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId,
-    RequestId, Via,
+    ConnId, ConnStatus, DaemonState, ImportAnswer, ImportError, Node, NodeId, RequestId, Via,
 };
 use openimex_driver::{Driver, DriverError};
 use openimex_proto::peer::Identity;
@@ -665,117 +664,6 @@ impl Engine {
         }
     }
 
-    fn perform_mesh(&mut self, action: MeshAction) {
-        match action {
-            MeshAction::Dial { peer, attempt } => self.dial(peer, attempt),
-            MeshAction::SendHeartbeat { via, .. } => {
-                if let Some(session) = self.session_by(via) {
-                    self.heartbeat_seq += 1;
-                    // A full queue means the peer is not reading; the timeout will tell.
-                    session.heartbeat(self.heartbeat_seq, false);
-                }
-            }
-            MeshAction::CloseSession { peer, via } => match via {
-                Via::Dialled { attempt, .. } => {
-                    // Retired, not cut: what is in flight on it still gets its answer (the
-                    // pair may just have moved to its other session). Its reader reports the
-                    // end, which the node ignores for a session that no longer carries the pair.
-                    if self.sessions.get(&peer).is_some_and(|(a, _)| *a == attempt)
-                        && let Some((_, link)) = self.sessions.remove(&peer)
-                    {
-                        link.session.retire();
-                    }
-                }
-                Via::Accepted { conn } => {
-                    if let Some((session, _)) = self.accepted.remove(&conn) {
-                        session.retire();
-                    }
-                }
-            },
-            MeshAction::SendGoodbye { peer, via } => {
-                if let Some(session) = self.session_by(via) {
-                    self.goodbyes.push((peer, session));
-                }
-            }
-            MeshAction::LinkChanged {
-                peer,
-                from,
-                to,
-                reason,
-                times_connected,
-            } => {
-                let hosts = &self.settings.hosts;
-                (self.metrics).link_changed(peer, to, times_connected, hosts);
-                self.log_link(peer, from, to, &reason, times_connected);
-            }
-            MeshAction::PeerRestarted { peer, old, new } => warn!(
-                "Node {peer} restarted (instance {old} -> {new}): its previous imports and exports are gone"
-            ),
-            MeshAction::PeerLeft { peer, instance } => {
-                info!("Node {peer} (instance {instance}) left: ending its imports and exports here")
-            }
-            MeshAction::StateChanged { from, to } => {
-                info!("IMEX daemon state {from} -> {to}");
-                let _ = self.state_tx.send(to);
-            }
-            MeshAction::InitDriver => self.driver.call(Call::OpenSession {
-                node: self.settings.local,
-            }),
-        }
-    }
-
-    /// Hands the node every session's sign of life since the last timer (see
-    /// [`SessionTx::heard`]), so its liveness check sees them.
-    fn collect_heartbeats(&mut self, now: std::time::Instant) {
-        for (peer, (attempt, link)) in &self.sessions {
-            if link.session.heard() {
-                let via = Via::Dialled {
-                    peer: *peer,
-                    attempt: *attempt,
-                };
-                self.node.handle_heartbeat(now, via);
-            }
-        }
-        for (conn, (session, _)) in &self.accepted {
-            if session.heard() {
-                self.node.handle_session_heartbeat(now, *conn);
-            }
-        }
-    }
-
-    /// The session that carries the pair with `peer` now, if any (core's `mesh::pair`).
-    fn session(&self, peer: NodeId) -> Option<SessionTx> {
-        self.node
-            .session_of(peer)
-            .and_then(|via| self.session_by(via))
-    }
-
-    /// The session `via` names, if it is still open here.
-    fn session_by(&self, via: Via) -> Option<SessionTx> {
-        match via {
-            Via::Dialled { peer, attempt } => self
-                .sessions
-                .get(&peer)
-                .filter(|(a, _)| *a == attempt)
-                .map(|(_, l)| l.session.clone()),
-            Via::Accepted { conn } => self.accepted.get(&conn).map(|(s, _)| s.clone()),
-        }
-    }
-
-    /// The peer's address on the session that carries the pair with `peer`: the address we
-    /// dialled, or the one its dial came from.
-    fn carrier_remote(&self, peer: NodeId) -> Option<std::net::IpAddr> {
-        let remote = match self.node.session_of(peer)? {
-            Via::Dialled { attempt, .. } => self
-                .sessions
-                .get(&peer)
-                .filter(|(a, _)| *a == attempt)
-                .map(|(_, l)| l.remote)?,
-            Via::Accepted { conn } => self.accepted.get(&conn).map(|(_, r)| *r)?,
-        };
-        Some(remote.ip().to_canonical())
-    }
-
     fn snapshot(&self) -> Snapshot {
         let links = self.node.links();
         let peers = links
@@ -795,35 +683,10 @@ impl Engine {
             fabric: crate::fabric::read(&self.fabric.0),
         }
     }
-
-    fn dial(&mut self, peer: NodeId, attempt: u64) {
-        let Some(host) = self.settings.hosts.get(peer.index()).cloned() else {
-            return;
-        };
-        let target = peer_client::Target {
-            peer,
-            attempt,
-            local: self.local_ip,
-            scope: self.settings.link_scope,
-            host,
-            port: self.settings.server_port,
-            timeout: self.settings.dial_timeout(),
-            keepalive: crate::transport_keepalive(self.settings.peer_timeout),
-            tls: self.settings.tls.as_ref().map(|t| t.sides()),
-        };
-        let me = self.cached_identity();
-        tokio::spawn(peer_client::dial(target, me, self.tx.clone()));
-    }
-
-    fn host(&self, peer: NodeId) -> &str {
-        self.settings
-            .hosts
-            .get(peer.index())
-            .map_or("?", String::as_str)
-    }
 }
 
 mod log;
+mod mesh_io;
 mod multicast;
 mod outbox;
 mod reload;
