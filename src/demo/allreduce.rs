@@ -1,0 +1,473 @@
+//! `openimex demo --allreduce`: an NVLS-style all-reduce, as NCCL's NVLS algorithm does it,
+//! over ONE multicast object spanning every GPU of the domain (issue 14, item 6;
+//! driver-interface §1.6). The prime is created on tray 0 for every GPU and exported; every
+//! other tray imports it once; every GPU is added and binds its own buffer. GPU g's buffer
+//! starts with u32 values derived from g and the index ([`value`]); each GPU takes its slice
+//! of the buffer ([`slice`]), load-reduces it over all members (`multimem.ld_reduce`) and
+//! stores the sums back to all of them (`multimem.st`); then every buffer must hold the sums
+//! ([`expected`]) everywhere.
+//!
+//! One thread per tray sets the tray up with its own driver client (as one process per tray
+//! would), then one thread per GPU does that GPU's reduce with its own mapping of the team.
+//! The all-reduce runs [`ROUNDS`] times on the same buffers (one warm-up, then the timed
+//! ones): after k rounds every element is the first round's sum times n^(k-1), which is
+//! what the check expects.
+//!
+//! What bounds the bandwidth: the simulated switch does the fan-out in software. For a
+//! buffer of B bytes over n GPUs, each GPU's slice of B/n bytes is read from n memories
+//! (B bytes read, summed 4 bytes at a time) and written to n memories (B bytes), so one round
+//! moves n·B bytes in and n·B bytes out of memory where a local memcpy of the buffer moves B
+//! and B, on as many CPU cores as the machine has rather than n GPUs' worth of NVLink. The
+//! figures report the load-reduce and store shares of the time to show it.
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use openimex_client::{Allocation, Context, FabricHandleBytes, Mapping, McMapping, Multicast};
+
+use super::{DemoArgs, Prepared, gbps, leak_check, local_memcpy_gbps, prepare, start_domain};
+
+/// All-reduce rounds over the same buffers: one warm-up, then the timed ones.
+const ROUNDS: u32 = 5;
+
+/// The element range of GPU `g`'s slice of `elements` over `gpus` GPUs: consecutive, disjoint,
+/// covering everything, sizes differing by at most one.
+fn slice(elements: usize, gpus: usize, g: usize) -> Range<usize> {
+    let at = |k: usize| (elements as u128 * k as u128 / gpus.max(1) as u128) as usize;
+    at(g)..at(g + 1)
+}
+
+/// GPU `g`'s starting value at element `i`: depends on both, so a missing member, a member
+/// counted twice or a shifted element all change the sum.
+fn value(g: usize, i: usize) -> u32 {
+    let (g, i) = (g as u32, i as u32);
+    g.wrapping_add(1)
+        .wrapping_mul(i.wrapping_add(1))
+        .wrapping_add(g.wrapping_mul(g))
+}
+
+/// Element `i` of every buffer after `rounds` all-reduces over `gpus` GPUs: the sum of
+/// [`value`] over the GPUs (closed form, wrapping as the u32 reduce does), times gpus^(rounds-1)
+/// since every later round sums n equal buffers.
+fn expected(gpus: usize, i: usize, rounds: u32) -> u32 {
+    let n = gpus as u64;
+    // Σ(g+1) = n(n+1)/2 and Σg² = (n-1)n(2n-1)/6 over g in 0..n, reduced mod 2^32.
+    let firsts = (n * (n + 1) / 2) as u32;
+    let squares = (n.saturating_sub(1) * n * (2 * n).saturating_sub(1) / 6) as u32;
+    let once = firsts
+        .wrapping_mul((i as u32).wrapping_add(1))
+        .wrapping_add(squares);
+    (1..rounds).fold(once, |acc, _| acc.wrapping_mul(gpus as u32))
+}
+
+/// NCCL's bus bandwidth for all-reduce: algorithm bandwidth × 2(n-1)/n.
+fn bus_bandwidth(alg_gbps: f64, gpus: usize) -> f64 {
+    alg_gbps * 2.0 * (gpus as f64 - 1.0) / gpus as f64
+}
+
+/// Shared between the tray and GPU threads.
+struct Shared {
+    gpus: usize,
+    gpus_per_node: usize,
+    buffer: u64,
+    handle: Mutex<Option<FabricHandleBytes>>,
+    /// Trays: the prime exported; every buffer bound (map after it, as NCCL's ranks do).
+    exported: Barrier,
+    bound: Barrier,
+    /// Every GPU and the main thread: the timed rounds start, and end.
+    start: Barrier,
+    end: Barrier,
+    /// Trays: every GPU checked its buffer (nobody releases while others still read).
+    verified: Barrier,
+    imports: AtomicU64,
+    reduce_nanos: AtomicU64,
+    store_nanos: AtomicU64,
+    errors: Mutex<Vec<String>>,
+    mismatches: AtomicU64,
+}
+
+impl Shared {
+    fn fail(&self, what: String) {
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(what);
+    }
+}
+
+/// Runs the all-reduce demo; prints the summary; fails when any check does.
+pub(super) fn run(args: &DemoArgs) -> Result<()> {
+    if args.partitions > 1 {
+        bail!(
+            "--allreduce runs one multicast team over the whole domain, which must be one \
+             clique: drop --partitions"
+        );
+    }
+    let Prepared {
+        domain,
+        spec,
+        nodes,
+        gpus_per_node,
+        buffer,
+    } = prepare(args)?;
+    let gpus = nodes * gpus_per_node as usize;
+    if buffer / 4 < gpus as u64 {
+        bail!("--buffer-size {buffer} is too small for {gpus} GPUs to each get a slice");
+    }
+    let say = |s: &str| {
+        if !args.json {
+            println!("{s}");
+        }
+    };
+    let (mut cluster, formation, probed) = start_domain(&domain, spec, &say)?;
+    say(&format!(
+        "Domain UP in {} ms, every GPU's fabric probe complete in {} ms. All-reduce of {} KiB \
+         per GPU over one multicast object of {gpus} GPUs, {ROUNDS} rounds...",
+        formation.as_millis(),
+        probed.as_millis(),
+        buffer >> 10,
+    ));
+    let node_dirs: Vec<PathBuf> = (0..nodes)
+        .map(|i| cluster.node(i).dir().to_path_buf())
+        .collect();
+    let shared = Shared {
+        gpus,
+        gpus_per_node: gpus_per_node as usize,
+        buffer,
+        handle: Mutex::new(None),
+        exported: Barrier::new(nodes),
+        bound: Barrier::new(nodes),
+        start: Barrier::new(gpus + 1),
+        end: Barrier::new(gpus + 1),
+        verified: Barrier::new(nodes),
+        imports: AtomicU64::new(0),
+        reduce_nanos: AtomicU64::new(0),
+        store_nanos: AtomicU64::new(0),
+        errors: Mutex::new(Vec::new()),
+        mismatches: AtomicU64::new(0),
+    };
+    let elapsed = std::thread::scope(|s| {
+        for (tray, dir) in node_dirs.iter().enumerate() {
+            let shared = &shared;
+            s.spawn(move || tray_app(tray, dir, shared));
+        }
+        shared.start.wait();
+        let t = Instant::now();
+        shared.end.wait();
+        t.elapsed()
+    });
+    let local = local_memcpy_gbps(buffer);
+    let (leaked, leak_notes) = leak_check(&node_dirs)?;
+    let shutdown = cluster.shutdown();
+
+    let timed = u64::from(ROUNDS - 1);
+    let alg = gbps(
+        buffer * timed,
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+    );
+    let bus = bus_bandwidth(alg, gpus);
+    let ratio = if local > 0.0 { alg / local } else { 0.0 };
+    let reduce_ns = shared.reduce_nanos.load(Ordering::Relaxed);
+    let store_ns = shared.store_nanos.load(Ordering::Relaxed);
+    let reduce_share = reduce_ns as f64 / (reduce_ns + store_ns).max(1) as f64;
+    let errors = shared
+        .errors
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    let mismatches = shared.mismatches.load(Ordering::Relaxed);
+    let imports = shared.imports.load(Ordering::Relaxed);
+    let round2 = |x: f64| (x * 100.0).round() / 100.0;
+    let summary = serde_json::json!({
+        "topology": domain.topo.name,
+        "nodes": nodes,
+        "gpus": gpus,
+        "imports": imports,
+        "errors": errors.len(),
+        "leaked_refs": leaked,
+        "allreduce_errors": mismatches,
+        "buffer_bytes": buffer,
+        "rounds": timed,
+        "allreduce_us": u64::try_from(elapsed.as_micros() / u128::from(timed)).unwrap_or(u64::MAX),
+        "allreduce_algbw_gbps": round2(alg),
+        "allreduce_busbw_gbps": round2(bus),
+        "local_memcpy_gbps": round2(local),
+        "allreduce_ratio": (ratio * 10_000.0).round() / 10_000.0,
+        "load_reduce_share": round2(reduce_share),
+        "formation_ms": formation.as_millis() as u64,
+    });
+    if args.json {
+        println!("{summary}");
+    } else {
+        println!("Summary ({}):", domain.describe(gpus_per_node));
+        println!("  GPUs in the team     : {gpus} (the prime on tray 0, {imports} imports of it)");
+        println!(
+            "  all-reduce           : {} KiB per GPU, {} us per round ({timed} timed rounds)",
+            buffer >> 10,
+            elapsed.as_micros() / u128::from(timed)
+        );
+        println!("  algorithm bandwidth  : {alg:.2} GB/s (bytes of one buffer / time)");
+        println!("  bus bandwidth        : {bus:.2} GB/s (x 2(n-1)/n, as NCCL reports)");
+        println!(
+            "  local memcpy         : {local:.2} GB/s in this run; ratio {ratio:.4} (algorithm \
+             bandwidth / memcpy)"
+        );
+        println!(
+            "  time in load-reduce  : {:.0}% (the rest in the fan-out stores)",
+            reduce_share * 100.0
+        );
+        println!("  elements wrong       : {mismatches}");
+        println!("  errors               : {}", errors.len());
+        println!("  leaked references    : {leaked}");
+    }
+    for e in errors.iter().take(10) {
+        eprintln!("error: {e}");
+    }
+    for n in &leak_notes {
+        eprintln!("leak: {n}");
+    }
+    shutdown.context("stopping the nodes")?;
+    if !errors.is_empty() || leaked > 0 || mismatches > 0 || imports != nodes as u64 - 1 {
+        bail!(
+            "all-reduce failed: {} errors, {mismatches} wrong elements, {leaked} leaked \
+             references, {imports} of {} imports",
+            errors.len(),
+            nodes - 1
+        );
+    }
+    Ok(())
+}
+
+/// What one tray set up: its client, the team object, and each local GPU's buffer with its
+/// own mapping (to fill it and check it).
+type Buffers = Vec<(Allocation, Mapping)>;
+
+/// One tray: create or import the team, add and bind every local GPU, then run its GPUs'
+/// threads, check their buffers and release everything. Every barrier is met even after a
+/// failure, so the other trays finish (and report) too.
+fn tray_app(tray: usize, dir: &std::path::Path, shared: &Shared) {
+    let fail = |what: String| shared.fail(format!("tray {tray}: {what}"));
+    let ctx = Context::open(dir)
+        .map_err(|e| fail(format!("open driver: {e}")))
+        .ok();
+    let prime = match (&ctx, tray) {
+        (Some(ctx), 0) => match ctx.multicast_create(shared.gpus as u32, shared.buffer) {
+            Ok(mc) => {
+                match mc.export() {
+                    Ok(h) => *shared.handle.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+                    Err(e) => fail(format!("export the multicast object: {e}")),
+                }
+                Some(mc)
+            }
+            Err(e) => {
+                fail(format!("create the multicast object: {e}"));
+                None
+            }
+        },
+        _ => None,
+    };
+    shared.exported.wait();
+    let mc = match (&ctx, prime) {
+        (_, Some(mc)) => Some(mc),
+        (Some(ctx), None) if tray > 0 => import(ctx, shared).map_err(fail).ok(),
+        _ => None,
+    };
+    let buffers = match (&ctx, &mc) {
+        (Some(ctx), Some(mc)) => setup(tray, ctx, mc, shared).map_err(fail).ok(),
+        _ => None,
+    };
+    shared.bound.wait();
+    let first = tray * shared.gpus_per_node;
+    std::thread::scope(|s| {
+        for k in 0..shared.gpus_per_node {
+            let map = mc
+                .as_ref()
+                .filter(|_| buffers.is_some())
+                .map(|mc| {
+                    mc.map()
+                        .map_err(|e| fail(format!("GPU {k}: map the team: {e}")))
+                })
+                .and_then(Result::ok);
+            s.spawn(move || gpu_app(first + k, map, shared));
+        }
+    });
+    if let Some(buffers) = &buffers {
+        for (k, (_, map)) in buffers.iter().enumerate() {
+            check(first + k, map, shared);
+        }
+    }
+    shared.verified.wait();
+    let Some(ctx) = &ctx else { return };
+    if let Some(mc) = mc
+        && let Err(e) = mc.release()
+    {
+        fail(format!("release the multicast object: {e}"));
+    }
+    for (k, (alloc, map)) in buffers.into_iter().flatten().enumerate() {
+        drop(map);
+        if let Err(e) = ctx.release(alloc) {
+            fail(format!("GPU {k}: release the buffer: {e}"));
+        }
+    }
+}
+
+/// Imports the prime's handle on this tray.
+fn import<'a>(ctx: &'a Context, shared: &Shared) -> Result<Multicast<'a>, String> {
+    let handle = shared
+        .handle
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let handle = handle.ok_or("no handle from tray 0 (its create or export failed)")?;
+    let mc = ctx
+        .multicast_import(&handle)
+        .map_err(|e| format!("import the multicast object: {e}"))?;
+    shared.imports.fetch_add(1, Ordering::Relaxed);
+    Ok(mc)
+}
+
+/// Adds every local GPU to the team, then gives each a buffer holding its [`value`]s, bound
+/// at offset 0 of the object (binding waits for the team: every GPU of the domain added).
+fn setup(
+    tray: usize,
+    ctx: &Context,
+    mc: &Multicast<'_>,
+    shared: &Shared,
+) -> Result<Buffers, String> {
+    let locals = 0..shared.gpus_per_node as u32;
+    for gpu in locals.clone() {
+        mc.add_device(gpu)
+            .map_err(|e| format!("GPU {gpu}: add to the team: {e}"))?;
+    }
+    let mut buffers = Vec::new();
+    for gpu in locals {
+        let g = tray * shared.gpus_per_node + gpu as usize;
+        let alloc = ctx
+            .mem_create(gpu, shared.buffer)
+            .map_err(|e| format!("GPU {gpu}: allocate the buffer: {e}"))?;
+        let mut map = ctx
+            .map(&alloc)
+            .map_err(|e| format!("GPU {gpu}: map the buffer: {e}"))?;
+        for (i, word) in map.as_mut_slice().chunks_exact_mut(4).enumerate() {
+            word.copy_from_slice(&value(g, i).to_le_bytes());
+        }
+        let bound = mc.bind_mem(gpu, 0, &alloc, 0, shared.buffer);
+        buffers.push((alloc, map));
+        bound.map_err(|e| format!("GPU {gpu}: bind the buffer: {e}"))?;
+    }
+    Ok(buffers)
+}
+
+/// GPU `g`: [`ROUNDS`] all-reduces of its slice (the first untimed), each a load-reduce over
+/// every member and a store of the sums to every member.
+fn gpu_app(g: usize, map: Option<McMapping>, shared: &Shared) {
+    let range = slice(shared.buffer as usize / 4, shared.gpus, g);
+    let offset = range.start as u64 * 4;
+    let mut bytes = Vec::with_capacity(range.len() * 4);
+    let mut round = |map: &mut McMapping| -> Result<(u64, u64), String> {
+        let t = Instant::now();
+        let sums = map
+            .load_reduce_u32(offset, range.len())
+            .map_err(|e| format!("GPU {g}: load-reduce: {e}"))?;
+        let reduced = t.elapsed();
+        bytes.clear();
+        bytes.extend(sums.iter().flat_map(|v| v.to_le_bytes()));
+        map.store(offset, &bytes)
+            .map_err(|e| format!("GPU {g}: multicast store: {e}"))?;
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Ok((nanos(reduced), nanos(t.elapsed() - reduced)))
+    };
+    let mut map = map;
+    let mut run = |timed: bool| {
+        let Some(m) = map.as_mut() else { return };
+        match round(m) {
+            Ok((r, s)) if timed => {
+                shared.reduce_nanos.fetch_add(r, Ordering::Relaxed);
+                shared.store_nanos.fetch_add(s, Ordering::Relaxed);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                shared.fail(e);
+                map = None;
+            }
+        }
+    };
+    run(false);
+    shared.start.wait();
+    for _ in 1..ROUNDS {
+        run(true);
+    }
+    shared.end.wait();
+}
+
+/// GPU `g`'s buffer must hold the sums of every round in every element.
+fn check(g: usize, map: &Mapping, shared: &Shared) {
+    let mut wrong = 0u64;
+    let mut first = None;
+    for (i, word) in map.as_slice().chunks_exact(4).enumerate() {
+        let got = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+        let want = expected(shared.gpus, i, ROUNDS);
+        if got != want {
+            wrong += 1;
+            first.get_or_insert((i, got, want));
+        }
+    }
+    if let Some((i, got, want)) = first {
+        shared.fail(format!(
+            "GPU {g}: {wrong} elements wrong after the all-reduce, the first at {i}: {got} \
+             instead of {want}"
+        ));
+        shared.mismatches.fetch_add(wrong, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_are_disjoint_cover_everything_and_differ_by_at_most_one() {
+        for (elements, gpus) in [(524_288, 72), (10, 3), (7, 7), (1000, 36)] {
+            let slices: Vec<_> = (0..gpus).map(|g| slice(elements, gpus, g)).collect();
+            assert_eq!(slices[0].start, 0);
+            assert_eq!(slices[gpus - 1].end, elements);
+            for w in slices.windows(2) {
+                assert_eq!(w[0].end, w[1].start, "{elements} over {gpus}");
+            }
+            let lens: Vec<usize> = slices.iter().map(|s| s.len()).collect();
+            let (lo, hi) = (lens.iter().min(), lens.iter().max());
+            assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{lens:?}");
+        }
+    }
+
+    #[test]
+    fn expected_sums_match_summing_every_gpu_and_every_round() {
+        for gpus in [2, 3, 8, 72] {
+            for i in [0, 1, 17, 524_287] {
+                let once = (0..gpus).fold(0u32, |a, g| a.wrapping_add(value(g, i)));
+                assert_eq!(expected(gpus, i, 1), once, "{gpus} GPUs, element {i}");
+                // Round 2 sums n buffers that each hold `once`.
+                let twice = (0..gpus).fold(0u32, |a, _| a.wrapping_add(once));
+                assert_eq!(expected(gpus, i, 2), twice, "{gpus} GPUs, element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn values_tell_gpus_and_elements_apart() {
+        assert_ne!(value(0, 1), value(1, 0));
+        assert_ne!(value(2, 5), value(2, 6));
+        // A member missing from the sum changes it.
+        let all = expected(4, 9, 1);
+        assert_ne!(all, expected(3, 9, 1));
+    }
+
+    #[test]
+    fn bus_bandwidth_is_nccls_all_reduce_factor() {
+        assert!((bus_bandwidth(10.0, 2) - 10.0).abs() < 1e-9);
+        assert!((bus_bandwidth(10.0, 72) - 10.0 * 142.0 / 72.0).abs() < 1e-9);
+    }
+}
