@@ -69,6 +69,15 @@ fn bus_bandwidth(alg_gbps: f64, gpus: usize) -> f64 {
     alg_gbps * 2.0 * (gpus as f64 - 1.0) / gpus as f64
 }
 
+/// `x` to 4 significant digits (a debug build's figures are far below 0.01 GB/s).
+fn significant(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(3 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
 /// Shared between the tray and GPU threads.
 struct Shared {
     gpus: usize,
@@ -180,7 +189,6 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         .unwrap_or_else(|e| e.into_inner());
     let mismatches = shared.mismatches.load(Ordering::Relaxed);
     let imports = shared.imports.load(Ordering::Relaxed);
-    let round2 = |x: f64| (x * 100.0).round() / 100.0;
     let summary = serde_json::json!({
         "topology": domain.topo.name,
         "nodes": nodes,
@@ -192,11 +200,11 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         "buffer_bytes": buffer,
         "rounds": timed,
         "allreduce_us": u64::try_from(elapsed.as_micros() / u128::from(timed)).unwrap_or(u64::MAX),
-        "allreduce_algbw_gbps": round2(alg),
-        "allreduce_busbw_gbps": round2(bus),
-        "local_memcpy_gbps": round2(local),
-        "allreduce_ratio": (ratio * 10_000.0).round() / 10_000.0,
-        "load_reduce_share": round2(reduce_share),
+        "allreduce_algbw_gbps": significant(alg),
+        "allreduce_busbw_gbps": significant(bus),
+        "local_memcpy_gbps": significant(local),
+        "allreduce_ratio": significant(ratio),
+        "load_reduce_share": significant(reduce_share),
         "formation_ms": formation.as_millis() as u64,
     });
     if args.json {
@@ -209,11 +217,19 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
             buffer >> 10,
             elapsed.as_micros() / u128::from(timed)
         );
-        println!("  algorithm bandwidth  : {alg:.2} GB/s (bytes of one buffer / time)");
-        println!("  bus bandwidth        : {bus:.2} GB/s (x 2(n-1)/n, as NCCL reports)");
         println!(
-            "  local memcpy         : {local:.2} GB/s in this run; ratio {ratio:.4} (algorithm \
-             bandwidth / memcpy)"
+            "  algorithm bandwidth  : {} GB/s (bytes of one buffer / time)",
+            significant(alg)
+        );
+        println!(
+            "  bus bandwidth        : {} GB/s (x 2(n-1)/n, as NCCL reports)",
+            significant(bus)
+        );
+        println!(
+            "  local memcpy         : {} GB/s in this run; ratio {} (algorithm \
+             bandwidth / memcpy)",
+            significant(local),
+            significant(ratio)
         );
         println!(
             "  time in load-reduce  : {:.0}% (the rest in the fan-out stores)",
@@ -463,6 +479,13 @@ mod tests {
         // A member missing from the sum changes it.
         let all = expected(4, 9, 1);
         assert_ne!(all, expected(3, 9, 1));
+    }
+
+    #[test]
+    fn figures_keep_four_significant_digits() {
+        assert_eq!(significant(0.004_378_9), 0.004_379);
+        assert_eq!(significant(12.894_4), 12.89);
+        assert_eq!(significant(0.0), 0.0);
     }
 
     #[test]
