@@ -17,8 +17,10 @@
 //! buffer of B bytes over n GPUs, each GPU's slice of B/n bytes is read from n memories
 //! (B bytes read, summed 4 bytes at a time) and written to n memories (B bytes), so one round
 //! moves n·B bytes in and n·B bytes out of memory where a local memcpy of the buffer moves B
-//! and B, on as many CPU cores as the machine has rather than n GPUs' worth of NVLink. The
-//! figures report the load-reduce and store shares of the time to show it.
+//! and B, on as many CPU cores as the machine has rather than n GPUs' worth of NVLink. GPU 0
+//! measures both rates alone after the timed rounds (one more all-reduce, of the whole buffer,
+//! which the check counts), and the summary predicts the ratio from them:
+//! cores / (n × (memcpy/reduce + memcpy/store)).
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -90,11 +92,14 @@ struct Shared {
     /// Every GPU and the main thread: the timed rounds start, and end.
     start: Barrier,
     end: Barrier,
+    /// Every GPU: GPU 0's lone round is over.
+    solo: Barrier,
     /// Trays: every GPU checked its buffer (nobody releases while others still read).
     verified: Barrier,
     imports: AtomicU64,
-    reduce_nanos: AtomicU64,
-    store_nanos: AtomicU64,
+    /// GPU 0's lone all-reduce of the whole buffer: its load-reduce and its store.
+    solo_reduce_nanos: AtomicU64,
+    solo_store_nanos: AtomicU64,
     errors: Mutex<Vec<String>>,
     mismatches: AtomicU64,
 }
@@ -152,10 +157,11 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         bound: Barrier::new(nodes),
         start: Barrier::new(gpus + 1),
         end: Barrier::new(gpus + 1),
+        solo: Barrier::new(gpus),
         verified: Barrier::new(nodes),
         imports: AtomicU64::new(0),
-        reduce_nanos: AtomicU64::new(0),
-        store_nanos: AtomicU64::new(0),
+        solo_reduce_nanos: AtomicU64::new(0),
+        solo_store_nanos: AtomicU64::new(0),
         errors: Mutex::new(Vec::new()),
         mismatches: AtomicU64::new(0),
     };
@@ -180,9 +186,17 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
     );
     let bus = bus_bandwidth(alg, gpus);
     let ratio = if local > 0.0 { alg / local } else { 0.0 };
-    let reduce_ns = shared.reduce_nanos.load(Ordering::Relaxed);
-    let store_ns = shared.store_nanos.load(Ordering::Relaxed);
-    let reduce_share = reduce_ns as f64 / (reduce_ns + store_ns).max(1) as f64;
+    // The bound: one round reads n x B bytes (each slice from n members) and writes n x B
+    // (each sum to n members), on `cores` cores; GPU 0's lone round measured both rates.
+    let solo_r = shared.solo_reduce_nanos.load(Ordering::Relaxed);
+    let solo_s = shared.solo_store_nanos.load(Ordering::Relaxed);
+    let fanout = gpus as u64 * buffer;
+    let (reduce_gbps, store_gbps) = (gbps(fanout, solo_r), gbps(fanout, solo_s));
+    let cores = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(gpus);
+    let predicted = gbps(buffer * cores as u64, solo_r + solo_s);
+    let predicted_ratio = if local > 0.0 { predicted / local } else { 0.0 };
     let errors = shared
         .errors
         .into_inner()
@@ -204,7 +218,10 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         "allreduce_busbw_gbps": significant(bus),
         "local_memcpy_gbps": significant(local),
         "allreduce_ratio": significant(ratio),
-        "load_reduce_share": significant(reduce_share),
+        "fanout_reduce_gbps": significant(reduce_gbps),
+        "fanout_store_gbps": significant(store_gbps),
+        "cores": cores,
+        "predicted_ratio": significant(predicted_ratio),
         "formation_ms": formation.as_millis() as u64,
     });
     if args.json {
@@ -232,8 +249,12 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
             significant(ratio)
         );
         println!(
-            "  time in load-reduce  : {:.0}% (the rest in the fan-out stores)",
-            reduce_share * 100.0
+            "  software fan-out     : one core load-reduces {} GB/s and stores {} GB/s of \
+             member memory; a round moves {gpus} x the buffer each way on {cores} core(s), \
+             which predicts a ratio of {}",
+            significant(reduce_gbps),
+            significant(store_gbps),
+            significant(predicted_ratio)
         );
         println!("  elements wrong       : {mismatches}");
         println!("  errors               : {}", errors.len());
@@ -377,46 +398,57 @@ fn setup(
     Ok(buffers)
 }
 
-/// GPU `g`: [`ROUNDS`] all-reduces of its slice (the first untimed), each a load-reduce over
-/// every member and a store of the sums to every member.
-fn gpu_app(g: usize, map: Option<McMapping>, shared: &Shared) {
-    let range = slice(shared.buffer as usize / 4, shared.gpus, g);
+/// One all-reduce step of the elements `range` through `map`: the load-reduce over every
+/// member, then the store of the sums to every member; the nanoseconds of each.
+fn reduce_store(
+    map: &mut McMapping,
+    range: Range<usize>,
+    bytes: &mut Vec<u8>,
+) -> Result<(u64, u64), String> {
     let offset = range.start as u64 * 4;
-    let mut bytes = Vec::with_capacity(range.len() * 4);
-    let mut round = |map: &mut McMapping| -> Result<(u64, u64), String> {
-        let t = Instant::now();
-        let sums = map
-            .load_reduce_u32(offset, range.len())
-            .map_err(|e| format!("GPU {g}: load-reduce: {e}"))?;
-        let reduced = t.elapsed();
-        bytes.clear();
-        bytes.extend(sums.iter().flat_map(|v| v.to_le_bytes()));
-        map.store(offset, &bytes)
-            .map_err(|e| format!("GPU {g}: multicast store: {e}"))?;
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        Ok((nanos(reduced), nanos(t.elapsed() - reduced)))
-    };
+    let t = Instant::now();
+    let sums = map
+        .load_reduce_u32(offset, range.len())
+        .map_err(|e| format!("load-reduce: {e}"))?;
+    let reduced = t.elapsed();
+    bytes.clear();
+    bytes.extend(sums.iter().flat_map(|v| v.to_le_bytes()));
+    map.store(offset, bytes)
+        .map_err(|e| format!("multicast store: {e}"))?;
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    Ok((nanos(reduced), nanos(t.elapsed() - reduced)))
+}
+
+/// GPU `g`: [`ROUNDS`] all-reduces of its slice (the first untimed). Then GPU 0 alone, while
+/// the others wait, all-reduces the whole buffer once more: the cost of the software fan-out
+/// on one quiet core.
+fn gpu_app(g: usize, map: Option<McMapping>, shared: &Shared) {
+    let elements = shared.buffer as usize / 4;
+    let mine = slice(elements, shared.gpus, g);
     let mut map = map;
-    let mut run = |timed: bool| {
-        let Some(m) = map.as_mut() else { return };
-        match round(m) {
-            Ok((r, s)) if timed => {
-                shared.reduce_nanos.fetch_add(r, Ordering::Relaxed);
-                shared.store_nanos.fetch_add(s, Ordering::Relaxed);
-            }
-            Ok(_) => {}
-            Err(e) => {
-                shared.fail(e);
-                map = None;
-            }
-        }
+    let mut bytes = Vec::new();
+    let mut step = |map: &mut Option<McMapping>, range: Range<usize>| {
+        let m = map.as_mut()?;
+        reduce_store(m, range, &mut bytes)
+            .map_err(|e| {
+                shared.fail(format!("GPU {g}: {e}"));
+                *map = None;
+            })
+            .ok()
     };
-    run(false);
+    step(&mut map, mine.clone());
     shared.start.wait();
     for _ in 1..ROUNDS {
-        run(true);
+        step(&mut map, mine.clone());
     }
     shared.end.wait();
+    if g == 0
+        && let Some((r, s)) = step(&mut map, 0..elements)
+    {
+        shared.solo_reduce_nanos.store(r, Ordering::Relaxed);
+        shared.solo_store_nanos.store(s, Ordering::Relaxed);
+    }
+    shared.solo.wait();
 }
 
 /// GPU `g`'s buffer must hold the sums of every round in every element.
@@ -425,7 +457,7 @@ fn check(g: usize, map: &Mapping, shared: &Shared) {
     let mut first = None;
     for (i, word) in map.as_slice().chunks_exact(4).enumerate() {
         let got = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
-        let want = expected(shared.gpus, i, ROUNDS);
+        let want = expected(shared.gpus, i, ROUNDS + 1);
         if got != want {
             wrong += 1;
             first.get_or_insert((i, got, want));
