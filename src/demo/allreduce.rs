@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use openimex_client::{Allocation, Context, FabricHandleBytes, Mapping, McMapping, Multicast};
 
-use super::{DemoArgs, Prepared, gbps, leak_check, local_memcpy_gbps, prepare, start_domain};
+use super::{DemoArgs, gbps, leak_check, local_memcpy_gbps, prepare, start_domain};
 
 /// All-reduce rounds over the same buffers: one warm-up, then the timed ones.
 const ROUNDS: u32 = 5;
@@ -121,13 +121,9 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
              clique: drop --partitions"
         );
     }
-    let Prepared {
-        domain,
-        spec,
-        nodes,
-        gpus_per_node,
-        buffer,
-    } = prepare(args)?;
+    let prepared = prepare(args)?;
+    let (nodes, gpus_per_node, buffer) = (prepared.nodes, prepared.gpus_per_node, prepared.buffer);
+    let domain = &prepared.domain;
     let gpus = nodes * gpus_per_node as usize;
     if buffer / 4 < gpus as u64 {
         bail!("--buffer-size {buffer} is too small for {gpus} GPUs to each get a slice");
@@ -137,7 +133,7 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
             println!("{s}");
         }
     };
-    let (mut cluster, formation, probed) = start_domain(&domain, spec, &say)?;
+    let (mut cluster, formation, probed) = start_domain(domain, prepared.spec, &say)?;
     say(&format!(
         "Domain UP in {} ms, every GPU's fabric probe complete in {} ms. All-reduce of {} KiB \
          per GPU over one multicast object of {gpus} GPUs, {ROUNDS} rounds...",
@@ -353,11 +349,7 @@ fn tray_app(tray: usize, dir: &std::path::Path, shared: &Shared) {
 
 /// Imports the prime's handle on this tray.
 fn import<'a>(ctx: &'a Context, shared: &Shared) -> Result<Multicast<'a>, String> {
-    let handle = shared
-        .handle
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let handle = *shared.handle.lock().unwrap_or_else(|e| e.into_inner());
     let handle = handle.ok_or("no handle from tray 0 (its create or export failed)")?;
     let mc = ctx
         .multicast_import(&handle)
