@@ -12,8 +12,10 @@
 //! One thread per GPU plays that GPU's application, each with its own driver client (as each
 //! process has its own CUDA context), so imports run concurrently as they would in a job.
 //!
-//! `--chaos` runs the fault-injection workload instead ([`chaos`]).
+//! `--chaos` runs the fault-injection workload instead ([`chaos`]), `--allreduce` an NVLS-style
+//! all-reduce over one multicast object ([`allreduce`]).
 
+mod allreduce;
 mod chaos;
 pub(crate) mod domain;
 
@@ -61,6 +63,12 @@ pub(crate) struct DemoArgs {
     /// when an invariant fails.
     #[arg(long)]
     chaos: bool,
+    /// Run an NVLS-style all-reduce instead: one multicast object over every GPU of the
+    /// domain (the prime on tray 0, imported on every other tray), each GPU's buffer bound to
+    /// it; each GPU load-reduces its slice over all members and stores the sum back to all;
+    /// then every buffer must hold the sums. Reports bandwidth next to a local memcpy.
+    #[arg(long, conflicts_with = "chaos")]
+    allreduce: bool,
     /// With --chaos: how long faults are injected, seconds.
     #[arg(long, default_value_t = 60, requires = "chaos")]
     seconds: u64,
@@ -137,30 +145,21 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     if args.chaos {
         return chaos::run(args);
     }
-    let domain = Domain::load(
-        &args.topology,
-        args.topology_file.as_deref(),
-        args.gpus_per_node,
-        args.partitions,
-        args.nodes,
-    )?;
-    let binary = std::env::current_exe().context("cannot find this binary's path")?;
-    let mut spec = domain.spec(binary)?;
-    let nodes = spec.nodes;
-    let gpus_per_node = spec.gpus.map_or(0, |g| g.gpus_per_node);
-    let gpus_total = nodes * gpus_per_node as usize;
-    if gpus_total < 2 {
-        bail!("the demo needs at least 2 GPUs; run more trays (--nodes)");
+    if args.allreduce {
+        return allreduce::run(args);
     }
-    let buffer = args.buffer_size.max(1).div_ceil(2 << 20) * (2 << 20);
+    let Prepared {
+        domain,
+        spec,
+        nodes,
+        gpus_per_node,
+        buffer,
+    } = prepare(args)?;
+    let gpus_total = nodes * gpus_per_node as usize;
     let slot = (buffer / gpus_total as u64) / 8 * 8;
     if slot == 0 {
         bail!("--buffer-size {buffer} is too small for {gpus_total} GPUs to each get a slot");
     }
-    if let Some(g) = spec.gpus.as_mut() {
-        g.hbm_mib = (buffer >> 20).max(2) * 2 + 64;
-    }
-    spec.keep_dir = args.keep;
     let cliques: Vec<u32> = (0..gpus_total)
         .map(|g| domain.clique_of_node(g / gpus_per_node as usize))
         .collect();
@@ -170,29 +169,12 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
             println!("{s}");
         }
     };
-    say(&format!(
-        "Starting a simulated NVLink domain, {}: the Fabric Manager, then one GPU driver and one \
-         IMEX daemon per tray...",
-        domain.describe(gpus_per_node)
-    ));
-    let start = Instant::now();
-    let mut cluster = Cluster::start(spec).context("cannot start the nodes")?;
-    cluster
-        .wait_up(0, Duration::from_secs(120))
-        .context("the IMEX domain did not come UP")?;
-    let formation = start.elapsed();
-    wait_probes(
-        &cluster,
-        nodes,
-        gpus_per_node,
-        |n| domain.clique_of_node(n),
-        PROBE_TIMEOUT,
-    )?;
+    let (mut cluster, formation, probed) = start_domain(&domain, spec, &say)?;
     say(&format!(
         "Domain UP in {} ms, every GPU's fabric probe complete in {} ms. Every GPU exports {} \
          KiB; {} imports to go{}.",
         formation.as_millis(),
-        start.elapsed().as_millis(),
+        probed.as_millis(),
         buffer >> 10,
         gpus_total * (gpus_total - 1),
         if cross_expected > 0 {
@@ -277,33 +259,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         }));
     }
 
-    // Every driver's counts must be back to zero once the applications released everything.
-    let mut leaked = 0u64;
-    let mut leak_notes = Vec::new();
-    for (i, dir) in node_dirs.iter().enumerate() {
-        let ctx = Context::open(dir)
-            .with_context(|| format!("cannot open node {i}'s driver for the leak check"))?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let s = ctx
-                .stats()
-                .with_context(|| format!("node {i} driver stats"))?;
-            let refs = (s.allocations
-                + s.exports
-                + s.daemon_export_refs
-                + s.import_descriptors
-                + s.import_refs
-                + s.pending_unimports) as u64;
-            if refs == 0 || Instant::now() >= deadline {
-                if refs > 0 {
-                    leak_notes.push(format!("node {i}: {s:?}"));
-                }
-                leaked += refs;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    let (leaked, leak_notes) = leak_check(&node_dirs)?;
 
     let mut lat: Vec<u64> = reports
         .iter()
@@ -423,6 +379,110 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The domain the flags ask for, its cluster spec (HBM sized for the buffers), and the buffer
+/// size rounded up to the driver's 2 MiB.
+struct Prepared {
+    domain: Domain,
+    spec: openimex_harness::ClusterSpec,
+    nodes: usize,
+    gpus_per_node: u32,
+    buffer: u64,
+}
+
+fn prepare(args: &DemoArgs) -> Result<Prepared> {
+    let domain = Domain::load(
+        &args.topology,
+        args.topology_file.as_deref(),
+        args.gpus_per_node,
+        args.partitions,
+        args.nodes,
+    )?;
+    let binary = std::env::current_exe().context("cannot find this binary's path")?;
+    let mut spec = domain.spec(binary)?;
+    let nodes = spec.nodes;
+    let gpus_per_node = spec.gpus.map_or(0, |g| g.gpus_per_node);
+    if nodes * (gpus_per_node as usize) < 2 {
+        bail!("the demo needs at least 2 GPUs; run more trays (--nodes)");
+    }
+    let buffer = args.buffer_size.max(1).div_ceil(2 << 20) * (2 << 20);
+    if let Some(g) = spec.gpus.as_mut() {
+        g.hbm_mib = (buffer >> 20).max(2) * 2 + 64;
+    }
+    spec.keep_dir = args.keep;
+    Ok(Prepared {
+        domain,
+        spec,
+        nodes,
+        gpus_per_node,
+        buffer,
+    })
+}
+
+/// Starts the cluster (the FM first) and waits for the IMEX domain to be UP and every GPU's
+/// probe to be complete with its clique: the cluster, the time to UP, the time to probed.
+fn start_domain(
+    domain: &Domain,
+    spec: openimex_harness::ClusterSpec,
+    say: &dyn Fn(&str),
+) -> Result<(Cluster, Duration, Duration)> {
+    let nodes = spec.nodes;
+    let gpus_per_node = spec.gpus.map_or(0, |g| g.gpus_per_node);
+    say(&format!(
+        "Starting a simulated NVLink domain, {}: the Fabric Manager, then one GPU driver and one \
+         IMEX daemon per tray...",
+        domain.describe(gpus_per_node)
+    ));
+    let start = Instant::now();
+    let cluster = Cluster::start(spec).context("cannot start the nodes")?;
+    cluster
+        .wait_up(0, Duration::from_secs(120))
+        .context("the IMEX domain did not come UP")?;
+    let formation = start.elapsed();
+    wait_probes(
+        &cluster,
+        nodes,
+        gpus_per_node,
+        |n| domain.clique_of_node(n),
+        PROBE_TIMEOUT,
+    )?;
+    Ok((cluster, formation, start.elapsed()))
+}
+
+/// Every driver's counts must be back to zero once the applications released everything
+/// (allocations, exports, imports and multicast objects and bindings): the references left
+/// after a grace of 10 s, and one note per node that kept some.
+fn leak_check(node_dirs: &[PathBuf]) -> Result<(u64, Vec<String>)> {
+    let mut leaked = 0u64;
+    let mut leak_notes = Vec::new();
+    for (i, dir) in node_dirs.iter().enumerate() {
+        let ctx = Context::open(dir)
+            .with_context(|| format!("cannot open node {i}'s driver for the leak check"))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = ctx
+                .stats()
+                .with_context(|| format!("node {i} driver stats"))?;
+            let refs = (s.allocations
+                + s.exports
+                + s.daemon_export_refs
+                + s.import_descriptors
+                + s.import_refs
+                + s.pending_unimports
+                + s.multicast_objects
+                + s.multicast_bindings) as u64;
+            if refs == 0 || Instant::now() >= deadline {
+                if refs > 0 {
+                    leak_notes.push(format!("node {i}: {s:?}"));
+                }
+                leaked += refs;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok((leaked, leak_notes))
 }
 
 /// Maps `imported` for local GPU `gpu`: the one place where the driver's map check across

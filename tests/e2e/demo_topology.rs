@@ -172,3 +172,53 @@ fn demo_partitions_counts_imports_across_cliques() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--allreduce` on two trays of an nvl36 rack (8 GPUs): one multicast team over every GPU
+/// (the prime on tray 0, imported once on tray 1; driver-interface §1.6 "Multicast (NVLS)
+/// across nodes"), each GPU's slice load-reduced over all members and stored back to all;
+/// every buffer holds the sums, nothing leaks (multicast objects and bindings included), and
+/// the bandwidth is reported against a local memcpy.
+#[test]
+fn demo_allreduce_sums_every_gpus_buffer_over_one_multicast_team() {
+    let out = demo(&["--allreduce", "--topology", "nvl36", "--nodes", "2"]);
+    let s = summary(&out);
+    assert_eq!(s["topology"], "nvl36", "{s}");
+    expect(
+        &s,
+        &[
+            ("gpus", 8),
+            ("imports", 1),
+            ("errors", 0),
+            ("leaked_refs", 0),
+            ("allreduce_errors", 0),
+        ],
+    );
+    for key in [
+        "allreduce_ratio",
+        "allreduce_algbw_gbps",
+        "allreduce_busbw_gbps",
+        "local_memcpy_gbps",
+    ] {
+        assert!(
+            s[key].as_f64().is_some_and(|x| x > 0.0),
+            "{key} must be positive: {s}"
+        );
+    }
+    assert!(
+        out.status.success(),
+        "demo --allreduce: {}",
+        text(&out.stderr)
+    );
+
+    // One team over the whole domain needs one clique: refused before anything starts.
+    let out = run(Command::new(binary()).args([
+        "demo",
+        "--allreduce",
+        "--topology",
+        "nvl36",
+        "--partitions",
+        "2",
+    ]));
+    let stderr = assert_clean_failure(&out, "demo --allreduce --partitions 2");
+    assert!(stderr.contains("--partitions"), "{stderr}");
+}

@@ -304,8 +304,8 @@ impl McMapping {
     /// wrapping sum over every member memory bound there.
     pub fn load_reduce_u32(&self, offset: u64, count: usize) -> Result<Vec<u32>, CuError> {
         let mut sum = vec![0u32; count];
-        self.reduce(offset, count, |i, b| {
-            sum[i] = sum[i].wrapping_add(u32::from_le_bytes(b));
+        self.reduce(offset, &mut sum, |s, b| {
+            *s = s.wrapping_add(u32::from_le_bytes(b));
         })?;
         Ok(sum)
     }
@@ -314,33 +314,40 @@ impl McMapping {
     /// over every member memory bound there.
     pub fn load_reduce_f32(&self, offset: u64, count: usize) -> Result<Vec<f32>, CuError> {
         let mut sum = vec![0f32; count];
-        self.reduce(offset, count, |i, b| sum[i] += f32::from_le_bytes(b))?;
+        self.reduce(offset, &mut sum, |s, b| *s += f32::from_le_bytes(b))?;
         Ok(sum)
     }
 
-    /// Calls `add(i, bytes)` for element `i` of every range covering it.
-    fn reduce(
+    /// Calls `add(&mut sum[i], bytes)` for element `i` (4 bytes at `offset + 4i`) of every
+    /// range covering it. Range by range over plain slices, so the compiler can vectorise the
+    /// integer sum: this loop is what bounds an all-reduce through the simulated switch.
+    fn reduce<T>(
         &self,
         offset: u64,
-        count: usize,
-        mut add: impl FnMut(usize, [u8; 4]),
+        sum: &mut [T],
+        add: impl Fn(&mut T, [u8; 4]),
     ) -> Result<(), CuError> {
         if !offset.is_multiple_of(4) {
             return Err(CuError::InvalidValue(format!(
                 "load-reduce at offset {offset}: elements are 4-byte aligned"
             )));
         }
+        let count = sum.len();
         let bytes = count
             .checked_mul(4)
             .ok_or_else(|| CuError::InvalidValue(format!("{count} elements is too many")))?;
         let len = self.check(offset, bytes)?;
         let live = self.live();
         for (r, _) in self.ranges.iter().zip(live).filter(|(_, l)| *l) {
+            // Ranges start on pages and the access on 4 bytes: `from` and `n` are whole
+            // elements.
             if let Some((at, from, n)) = overlap(r.mc_offset, r.binding.size, offset, len) {
-                for k in (0..n).step_by(4) {
-                    let mut b = [0u8; 4];
-                    b.copy_from_slice(&r.mmap[at + k..at + k + 4]);
-                    add((from + k) / 4, b);
+                let src = &r.mmap[at..at + n];
+                for (s, b) in sum[from / 4..(from + n) / 4]
+                    .iter_mut()
+                    .zip(src.chunks_exact(4))
+                {
+                    add(s, [b[0], b[1], b[2], b[3]]);
                 }
             }
         }
