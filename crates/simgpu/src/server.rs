@@ -10,13 +10,18 @@
 //! unimport handshake, which that connection's thread waits for), and if it held the IMEX
 //! session the session is torn down.
 
+mod calls;
 mod multicast;
+mod requests;
+
+use calls::error;
+use requests::handle;
 
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,12 +30,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use openimex_simproto::inband::ToFm;
-use openimex_simproto::node_dir::{channel_files, channel_path, channels_dir, socket_path};
-use openimex_simproto::proto::{self, DriverStats, NvStatus, Request, Response, WireError};
+use openimex_simproto::node_dir::{channel_path, channels_dir, socket_path};
+use openimex_simproto::proto::{self, DriverStats, NvStatus, Request, WireError};
 use sha2::{Digest, Sha256};
 
 use crate::channels::{DEFAULT_CHANNEL_MODE, create_channel_file, warn_open_to_all};
-use crate::rm::{ClientId, ImportState, NO_FLA_RANGE, ProbeStart, Released, Rm, RmConfig};
+use crate::rm::{ClientId, ProbeStart, Rm, RmConfig};
 
 /// Longest a blocked call sleeps before re-checking for shutdown or a hung-up peer.
 const SLICE: Duration = Duration::from_millis(100);
@@ -560,262 +565,4 @@ fn disconnect(shared: &Shared, client: ClientId) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(&client);
-}
-
-/// May the peer of `stream` open the IMEX session? The real driver grants it only with a
-/// descriptor of the fabric-imex-mgmt capability, a root-only file
-/// (`reference/driver-interface.md` §1.4, §1.5: NV_IMEX_SESSION's `capDescriptor`, validated
-/// by osRmCapAcquire). The simulation has no capability file, so it asks the kernel who is
-/// calling: root, or the user the driver itself runs as. Otherwise any local user could take
-/// the session while no daemon holds it and answer imports with any node's memory.
-fn may_manage_fabric(stream: &UnixStream) -> bool {
-    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-    // /proc/self belongs to this process's effective user.
-    let own = fs::metadata("/proc/self").map(|m| m.uid()).ok();
-    getsockopt(stream, PeerCredentials).is_ok_and(|c| c.uid() == 0 || Some(c.uid()) == own)
-}
-
-fn error(status: NvStatus, detail: impl Into<String>) -> Response {
-    Response::Error {
-        status,
-        detail: detail.into(),
-    }
-}
-
-fn deadline(ms: u64) -> Option<Instant> {
-    Instant::now().checked_add(Duration::from_millis(ms))
-}
-
-/// Whether the other end of `stream` hung up (without consuming anything).
-fn peer_gone(stream: &UnixStream) -> bool {
-    use nix::sys::socket::{MsgFlags, recv};
-    let mut b = [0u8; 1];
-    match recv(
-        stream.as_raw_fd(),
-        &mut b,
-        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
-    ) {
-        Ok(0) => true,
-        Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => false,
-        Err(_) => true,
-    }
-}
-
-/// The channel whose file the descriptor is open on: same (device, inode) as one of the node's
-/// channel files ([`channel_files`]), as the real driver checks that the descriptor is
-/// open on an `nvidia-caps-imex-channels` device and takes its minor.
-fn resolve_channel(node_dir: &Path, fd: &OwnedFd) -> Option<u32> {
-    let st = fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
-    let (dev, ino) = (st.dev(), st.ino());
-    channel_files(node_dir)
-        .ok()?
-        .into_iter()
-        .find_map(|(n, path)| {
-            let m = fs::metadata(path).ok()?;
-            (m.dev() == dev && m.ino() == ino).then_some(n)
-        })
-}
-
-fn handle(
-    shared: &Shared,
-    client: ClientId,
-    stream: &UnixStream,
-    req: Request,
-    fds: &[OwnedFd],
-) -> Response {
-    let mut rm = shared.rm();
-    let result: Result<Response, NvStatus> = match req {
-        Request::Hello { pid } => {
-            tracing::debug!(client, pid, "hello");
-            Ok(Response::Hello {
-                node_id: rm.node_id(),
-                gpus: rm.gpus(),
-                fabric_dir: rm.fabric_dir().to_string_lossy().into_owned(),
-            })
-        }
-        Request::SubscribeChannel => {
-            let resolved = fds
-                .first()
-                .and_then(|fd| resolve_channel(&shared.node_dir, fd));
-            match rm.subscribe_descriptor(client, resolved) {
-                Ok(channel) => Ok(Response::Subscribed { channel }),
-                Err(NvStatus::NotSupported) => {
-                    return error(
-                        NvStatus::NotSupported,
-                        "this driver has no IMEX channels (its IMEX channel count is 0)",
-                    );
-                }
-                Err(NvStatus::InsufficientPermissions) => {
-                    let count = rm.config().imex_channel_count;
-                    return error(
-                        NvStatus::InsufficientPermissions,
-                        match resolved {
-                            Some(n) => format!(
-                                "channel{n} is not an IMEX channel of this driver (it has \
-                                 channels 0 to {})",
-                                count.saturating_sub(1)
-                            ),
-                            None => format!(
-                                "the attached descriptor is not an IMEX channel of {}",
-                                channels_dir(&shared.node_dir).display()
-                            ),
-                        },
-                    );
-                }
-                Err(s) => Err(s),
-            }
-        }
-        Request::Create { gpu, size } => match rm.create(client, gpu, size) {
-            Ok(c) => Ok(Response::Created {
-                mem: c.mem,
-                size: c.location.size,
-                file: c.location.file.to_string_lossy().into_owned(),
-                offset: c.location.offset,
-            }),
-            Err(NvStatus::InvalidState) if rm.allow_fabric_alloc() => {
-                let state = rm.probe_info(gpu).map(|p| p.state.nvml_name());
-                return error(
-                    NvStatus::InvalidState,
-                    format!(
-                        "{NO_FLA_RANGE} GPU {gpu}'s fabric probe is {}: no Fabric Manager has \
-                         answered it; complete the probe (CompleteFabricProbe) or start the \
-                         driver without `--probe pending`",
-                        state.unwrap_or("unknown")
-                    ),
-                );
-            }
-            Err(s) => Err(s),
-        },
-        Request::Export { mem } => rm
-            .export(client, mem)
-            .map(|handle| Response::Exported { handle }),
-        Request::Import { handle, import_id } => match rm.import(client, &handle, import_id) {
-            Ok(import) => Ok(Response::Imported { import }),
-            Err(NvStatus::NotReady) => {
-                return error(
-                    NvStatus::NotReady,
-                    "no IMEX daemon session on this node to post the import to",
-                );
-            }
-            Err(NvStatus::NotSupported) => {
-                return error(
-                    NvStatus::NotSupported,
-                    "the handle was exported while its node had no IMEX daemon (export node \
-                     ID 0xFFFF): it can only be used on that node",
-                );
-            }
-            Err(s) => Err(s),
-        },
-        Request::WaitImport { import, timeout_ms } => {
-            let until = deadline(timeout_ms);
-            loop {
-                match rm.wait_import(client, import) {
-                    Ok(ImportState::Ready(l)) => {
-                        break Ok(Response::ImportReady {
-                            size: l.size,
-                            file: l.file.to_string_lossy().into_owned(),
-                            offset: l.offset,
-                        });
-                    }
-                    Ok(ImportState::Pending) if until.is_some_and(|d| Instant::now() >= d) => {
-                        break Err(NvStatus::NotReady);
-                    }
-                    Ok(ImportState::Pending) if shared.stopping() => {
-                        break Err(NvStatus::InvalidState);
-                    }
-                    Ok(ImportState::Pending) => rm = shared.wait(rm, until),
-                    Err(s) => break Err(s),
-                }
-            }
-        }
-        Request::Release { handle } => match rm.release(client, handle) {
-            Ok(Released::Done) => Ok(Response::Ok),
-            Ok(Released::Unimporting(id)) => {
-                shared.changed.notify_all();
-                while rm.unimport_pending(id) && !shared.stopping() {
-                    rm = shared.wait(rm, None);
-                }
-                Ok(Response::Ok)
-            }
-            Err(s) => Err(s),
-        },
-        Request::Stats => Ok(Response::Stats(rm.stats())),
-        Request::OpenSession { node_id } => {
-            if !may_manage_fabric(stream) {
-                return error(
-                    NvStatus::InsufficientPermissions,
-                    "opening the IMEX session needs the fabric-imex-mgmt capability: only root \
-                     or the user the driver runs as may; run the IMEX daemon as root",
-                );
-            }
-            rm.open_session(client, node_id)
-                .map(|token| Response::Session { token })
-        }
-        Request::GetEvents {
-            token,
-            max,
-            wait_ms,
-        } => {
-            let until = deadline(wait_ms);
-            loop {
-                match rm.get_events(token, max) {
-                    Ok((events, more))
-                        if !events.is_empty()
-                            || max == 0
-                            || until.is_some_and(|d| Instant::now() >= d)
-                            || shared.stopping()
-                            || peer_gone(stream) =>
-                    {
-                        break Ok(Response::Events { events, more });
-                    }
-                    Ok(_) => rm = shared.wait(rm, until),
-                    Err(s) => break Err(s),
-                }
-            }
-        }
-        Request::DescribeExport {
-            token,
-            export_uuid,
-            index,
-            channel,
-        } => rm
-            .describe_export(token, &export_uuid, index, channel)
-            .map(|(export_ref, pages)| Response::Described { export_ref, pages }),
-        Request::ReleaseExportRef { token, export_ref } => rm
-            .release_export_ref(token, export_ref)
-            .map(|()| Response::Ok),
-        Request::Validate {
-            token,
-            import_event_id,
-            result,
-        } => rm
-            .validate(token, import_event_id, result)
-            .map(|()| Response::Ok),
-        Request::FinishUnimport {
-            token,
-            unimport_event_ids,
-        } => rm
-            .finish_unimport(token, &unimport_event_ids)
-            .map(|()| Response::Ok),
-        Request::DisableImporters { token, node } => {
-            rm.disable_importers(token, node).map(|()| Response::Ok)
-        }
-        Request::FabricProbeInfo { gpu } => rm.probe_info(gpu).map(Response::FabricProbeInfo),
-        Request::MapOnGpu { handle, gpu } => match rm.map_on_gpu(client, handle, gpu) {
-            Ok(()) => Ok(Response::Ok),
-            Err((status, detail)) => return error(status, detail),
-        },
-        Request::CompleteFabricProbe { gpu, info } => {
-            if !may_manage_fabric(stream) {
-                return error(
-                    NvStatus::InsufficientPermissions,
-                    "completing a GPU's fabric probe is the Fabric Manager's: only root or the \
-                     user the driver runs as may; run the Fabric Manager as root",
-                );
-            }
-            rm.complete_probe(gpu, info).map(|()| Response::Ok)
-        }
-        Request::Multicast(req) => return multicast::handle(shared, client, stream, req, rm),
-    };
-    result.unwrap_or_else(|s| error(s, s.to_string()))
 }

@@ -10,7 +10,8 @@ use std::time::Instant;
 use openimex_simproto::multicast::{McRequest, McResponse};
 use openimex_simproto::proto::{NvStatus, Response};
 
-use super::{Shared, deadline, error, may_manage_fabric};
+use super::Shared;
+use super::calls::{deadline, error, may_manage_fabric};
 use crate::rm::{ClientId, Rm};
 
 /// Answers one multicast request (the caller holds the driver's lock, `rm`).

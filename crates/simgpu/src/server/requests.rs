@@ -1,0 +1,252 @@
+//! One request of a driver client, answered under the driver's lock: the dispatch of every
+//! [`Request`] to the state machine ([`crate::rm`]), the calls that block as the real driver's
+//! do (import waits, the unimport handshake, the daemon's event poll), and who may do what
+//! (the IMEX session and the fabric controls are root's or the driver's own user's).
+
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Instant;
+
+use openimex_simproto::node_dir::{channel_files, channels_dir};
+use openimex_simproto::proto::{NvStatus, Request, Response};
+
+use super::calls::{deadline, error, may_manage_fabric};
+use super::{Shared, multicast};
+use crate::rm::{ClientId, ImportState, NO_FLA_RANGE, Released};
+
+/// Whether the other end of `stream` hung up (without consuming anything).
+pub(super) fn peer_gone(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{MsgFlags, recv};
+    let mut b = [0u8; 1];
+    match recv(
+        stream.as_raw_fd(),
+        &mut b,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(0) => true,
+        Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => false,
+        Err(_) => true,
+    }
+}
+
+/// The channel whose file the descriptor is open on: same (device, inode) as one of the node's
+/// channel files ([`channel_files`]), as the real driver checks that the descriptor is
+/// open on an `nvidia-caps-imex-channels` device and takes its minor.
+pub(super) fn resolve_channel(node_dir: &Path, fd: &OwnedFd) -> Option<u32> {
+    let st = fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
+    let (dev, ino) = (st.dev(), st.ino());
+    channel_files(node_dir)
+        .ok()?
+        .into_iter()
+        .find_map(|(n, path)| {
+            let m = fs::metadata(path).ok()?;
+            (m.dev() == dev && m.ino() == ino).then_some(n)
+        })
+}
+
+pub(super) fn handle(
+    shared: &Shared,
+    client: ClientId,
+    stream: &UnixStream,
+    req: Request,
+    fds: &[OwnedFd],
+) -> Response {
+    let mut rm = shared.rm();
+    let result: Result<Response, NvStatus> = match req {
+        Request::Hello { pid } => {
+            tracing::debug!(client, pid, "hello");
+            Ok(Response::Hello {
+                node_id: rm.node_id(),
+                gpus: rm.gpus(),
+                fabric_dir: rm.fabric_dir().to_string_lossy().into_owned(),
+            })
+        }
+        Request::SubscribeChannel => {
+            let resolved = fds
+                .first()
+                .and_then(|fd| resolve_channel(&shared.node_dir, fd));
+            match rm.subscribe_descriptor(client, resolved) {
+                Ok(channel) => Ok(Response::Subscribed { channel }),
+                Err(NvStatus::NotSupported) => {
+                    return error(
+                        NvStatus::NotSupported,
+                        "this driver has no IMEX channels (its IMEX channel count is 0)",
+                    );
+                }
+                Err(NvStatus::InsufficientPermissions) => {
+                    let count = rm.config().imex_channel_count;
+                    return error(
+                        NvStatus::InsufficientPermissions,
+                        match resolved {
+                            Some(n) => format!(
+                                "channel{n} is not an IMEX channel of this driver (it has \
+                                 channels 0 to {})",
+                                count.saturating_sub(1)
+                            ),
+                            None => format!(
+                                "the attached descriptor is not an IMEX channel of {}",
+                                channels_dir(&shared.node_dir).display()
+                            ),
+                        },
+                    );
+                }
+                Err(s) => Err(s),
+            }
+        }
+        Request::Create { gpu, size } => match rm.create(client, gpu, size) {
+            Ok(c) => Ok(Response::Created {
+                mem: c.mem,
+                size: c.location.size,
+                file: c.location.file.to_string_lossy().into_owned(),
+                offset: c.location.offset,
+            }),
+            Err(NvStatus::InvalidState) if rm.allow_fabric_alloc() => {
+                let state = rm.probe_info(gpu).map(|p| p.state.nvml_name());
+                return error(
+                    NvStatus::InvalidState,
+                    format!(
+                        "{NO_FLA_RANGE} GPU {gpu}'s fabric probe is {}: no Fabric Manager has \
+                         answered it; complete the probe (CompleteFabricProbe) or start the \
+                         driver without `--probe pending`",
+                        state.unwrap_or("unknown")
+                    ),
+                );
+            }
+            Err(s) => Err(s),
+        },
+        Request::Export { mem } => rm
+            .export(client, mem)
+            .map(|handle| Response::Exported { handle }),
+        Request::Import { handle, import_id } => match rm.import(client, &handle, import_id) {
+            Ok(import) => Ok(Response::Imported { import }),
+            Err(NvStatus::NotReady) => {
+                return error(
+                    NvStatus::NotReady,
+                    "no IMEX daemon session on this node to post the import to",
+                );
+            }
+            Err(NvStatus::NotSupported) => {
+                return error(
+                    NvStatus::NotSupported,
+                    "the handle was exported while its node had no IMEX daemon (export node \
+                     ID 0xFFFF): it can only be used on that node",
+                );
+            }
+            Err(s) => Err(s),
+        },
+        Request::WaitImport { import, timeout_ms } => {
+            let until = deadline(timeout_ms);
+            loop {
+                match rm.wait_import(client, import) {
+                    Ok(ImportState::Ready(l)) => {
+                        break Ok(Response::ImportReady {
+                            size: l.size,
+                            file: l.file.to_string_lossy().into_owned(),
+                            offset: l.offset,
+                        });
+                    }
+                    Ok(ImportState::Pending) if until.is_some_and(|d| Instant::now() >= d) => {
+                        break Err(NvStatus::NotReady);
+                    }
+                    Ok(ImportState::Pending) if shared.stopping() => {
+                        break Err(NvStatus::InvalidState);
+                    }
+                    Ok(ImportState::Pending) => rm = shared.wait(rm, until),
+                    Err(s) => break Err(s),
+                }
+            }
+        }
+        Request::Release { handle } => match rm.release(client, handle) {
+            Ok(Released::Done) => Ok(Response::Ok),
+            Ok(Released::Unimporting(id)) => {
+                shared.changed.notify_all();
+                while rm.unimport_pending(id) && !shared.stopping() {
+                    rm = shared.wait(rm, None);
+                }
+                Ok(Response::Ok)
+            }
+            Err(s) => Err(s),
+        },
+        Request::Stats => Ok(Response::Stats(rm.stats())),
+        Request::OpenSession { node_id } => {
+            if !may_manage_fabric(stream) {
+                return error(
+                    NvStatus::InsufficientPermissions,
+                    "opening the IMEX session needs the fabric-imex-mgmt capability: only root \
+                     or the user the driver runs as may; run the IMEX daemon as root",
+                );
+            }
+            rm.open_session(client, node_id)
+                .map(|token| Response::Session { token })
+        }
+        Request::GetEvents {
+            token,
+            max,
+            wait_ms,
+        } => {
+            let until = deadline(wait_ms);
+            loop {
+                match rm.get_events(token, max) {
+                    Ok((events, more))
+                        if !events.is_empty()
+                            || max == 0
+                            || until.is_some_and(|d| Instant::now() >= d)
+                            || shared.stopping()
+                            || peer_gone(stream) =>
+                    {
+                        break Ok(Response::Events { events, more });
+                    }
+                    Ok(_) => rm = shared.wait(rm, until),
+                    Err(s) => break Err(s),
+                }
+            }
+        }
+        Request::DescribeExport {
+            token,
+            export_uuid,
+            index,
+            channel,
+        } => rm
+            .describe_export(token, &export_uuid, index, channel)
+            .map(|(export_ref, pages)| Response::Described { export_ref, pages }),
+        Request::ReleaseExportRef { token, export_ref } => rm
+            .release_export_ref(token, export_ref)
+            .map(|()| Response::Ok),
+        Request::Validate {
+            token,
+            import_event_id,
+            result,
+        } => rm
+            .validate(token, import_event_id, result)
+            .map(|()| Response::Ok),
+        Request::FinishUnimport {
+            token,
+            unimport_event_ids,
+        } => rm
+            .finish_unimport(token, &unimport_event_ids)
+            .map(|()| Response::Ok),
+        Request::DisableImporters { token, node } => {
+            rm.disable_importers(token, node).map(|()| Response::Ok)
+        }
+        Request::FabricProbeInfo { gpu } => rm.probe_info(gpu).map(Response::FabricProbeInfo),
+        Request::MapOnGpu { handle, gpu } => match rm.map_on_gpu(client, handle, gpu) {
+            Ok(()) => Ok(Response::Ok),
+            Err((status, detail)) => return error(status, detail),
+        },
+        Request::CompleteFabricProbe { gpu, info } => {
+            if !may_manage_fabric(stream) {
+                return error(
+                    NvStatus::InsufficientPermissions,
+                    "completing a GPU's fabric probe is the Fabric Manager's: only root or the \
+                     user the driver runs as may; run the Fabric Manager as root",
+                );
+            }
+            rm.complete_probe(gpu, info).map(|()| Response::Ok)
+        }
+        Request::Multicast(req) => return multicast::handle(shared, client, stream, req, rm),
+    };
+    result.unwrap_or_else(|s| error(s, s.to_string()))
+}
