@@ -3,7 +3,7 @@
 //! driver-interface §1.6). The prime is created on tray 0 for every GPU and exported; every
 //! other tray imports it once; every GPU is added and binds its own buffer. GPU g's buffer
 //! starts with u32 values derived from g and the index ([`value`]); each GPU takes its slice
-//! of the buffer ([`slice`]), load-reduces it over all members (`multimem.ld_reduce`) and
+//! of the buffer ([`slice()`]), load-reduces it over all members (`multimem.ld_reduce`) and
 //! stores the sums back to all of them (`multimem.st`); then every buffer must hold the sums
 //! ([`expected`]) everywhere.
 //!

@@ -7,7 +7,7 @@
 //! - an operator command (partitions, switch trays, links, route updates, access-timeout
 //!   recovery) → a probe update for every attached GPU whose answer changed, and the list of
 //!   changes for the operator; a tray attaching later gets the current answer;
-//! - a multicast team request → one team answer per member tray ([`mcast`]).
+//! - a multicast team request → one team answer per member tray (the `mcast` module).
 //!
 //! The process around it (`server`) only moves these messages between sockets.
 
