@@ -19,7 +19,11 @@ const NOBODY: u32 = 65534;
 
 /// `ctl -q -u SOCKET`, as `uid`:`uid` if given.
 fn ctl_q(sock: &std::path::Path, uid: Option<u32>) -> std::process::Output {
-    let mut cmd = Command::new(binary());
+    let exe = match uid {
+        Some(_) => openimex_harness::runnable_by_everyone(&binary()).expect("a reachable binary"),
+        None => binary(),
+    };
+    let mut cmd = Command::new(exe);
     cmd.args(["ctl", "-q", "-u"]).arg(sock);
     if let Some(id) = uid {
         cmd.uid(id).gid(id);

@@ -316,7 +316,7 @@ fn an_unknown_slot_is_refused_and_drivers_survive_an_fm_restart() {
 fn as_nobody(args: &[&str]) -> Output {
     run(Command::new("setpriv")
         .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups"])
-        .arg(binary())
+        .arg(openimex_harness::runnable_by_everyone(&binary()).expect("a reachable binary"))
         .arg("fabric")
         .args(args))
 }

@@ -59,6 +59,7 @@ pub mod chaos;
 pub mod cluster;
 pub mod domain;
 mod error;
+mod everyone;
 pub mod fabric_manager;
 pub mod gpu;
 pub mod names;
@@ -79,6 +80,7 @@ pub use domain::{
     is_ctl_timestamp,
 };
 pub use error::HarnessError;
+pub use everyone::runnable_by_everyone;
 pub use fabric_manager::{FabricManager, FabricManagerSpec};
 pub use gpu::GpuSpec;
 pub use node::Node;

@@ -47,7 +47,9 @@ fn only_root_opens_the_imex_session() {
     let dir = ScratchDir::new("simgpu-session").expect("scratch dir");
     let config = config(dir.path(), 0);
     let server = Server::bind(&config).expect("bind").spawn().expect("spawn");
-    let out = Command::new(std::env::current_exe().expect("this binary"))
+    // `nobody` must be able to reach this binary (a checkout may be private).
+    let exe = std::env::current_exe().expect("this binary");
+    let out = Command::new(openimex_harness::runnable_by_everyone(&exe).expect("reachable"))
         .args([
             "--exact",
             "session_child",

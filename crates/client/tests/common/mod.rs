@@ -114,10 +114,17 @@ pub(crate) fn rerun_as(
 ) -> std::process::Command {
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
-    let mut cmd = std::process::Command::new(std::env::current_exe().expect("this binary"));
-    if let Some(uid) = uid {
-        cmd.uid(uid).gid(uid);
-    }
+    let exe = std::env::current_exe().expect("this binary");
+    let mut cmd = match uid {
+        // Another user must be able to reach this binary (a checkout may be private).
+        Some(uid) => {
+            let exe = openimex_harness::runnable_by_everyone(&exe).expect("a reachable binary");
+            let mut cmd = std::process::Command::new(exe);
+            cmd.uid(uid).gid(uid);
+            cmd
+        }
+        None => std::process::Command::new(exe),
+    };
     cmd.args([
         "--exact",
         entry,
