@@ -64,6 +64,7 @@
 //!   released at once.
 
 mod exporter;
+mod give_backs;
 mod grace;
 mod importer;
 mod multicast;
@@ -341,6 +342,8 @@ pub struct Node {
     /// Imports failed by their timeout, with the exporter instance then: a success that still
     /// arrives from that instance is handed back.
     abandoned: HashMap<u64, (NodeId, InstanceId)>,
+    /// Give-backs that found nothing held here: their late requests are refused.
+    give_backs: give_backs::GiveBacks,
     timers: BTreeSet<(Instant, Timer)>,
     deadlines: HashMap<Timer, Instant>,
     actions: VecDeque<Action>,
@@ -366,6 +369,7 @@ impl Node {
             describing: HashMap::new(),
             unimports: HashMap::new(),
             abandoned: HashMap::new(),
+            give_backs: give_backs::GiveBacks::default(),
             timers: BTreeSet::new(),
             deadlines: HashMap::new(),
             actions: VecDeque::new(),

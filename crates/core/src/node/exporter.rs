@@ -34,6 +34,21 @@ impl Node {
             });
             return;
         }
+        if self
+            .give_backs
+            .take(from.node, from.instance, import.import_event_id)
+        {
+            // Its give-back came first (the request was held on a connection the importer
+            // already gave up): a reference taken now would be answered to nobody.
+            self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(
+                    Status::InvalidState,
+                    "the importer gave this import up before its request arrived",
+                )),
+            });
+            return;
+        }
         let pending = self
             .describing
             .values()
@@ -148,11 +163,18 @@ impl Node {
             Some(export_ref) => self.release(now, vec![export_ref], Some(request)),
             None => {
                 // An import the importer gave up on may still be being described: the
-                // reference it takes is released when it lands.
+                // reference it takes is released when it lands. Or its request has not
+                // arrived yet: it is refused when it does.
+                let mut describing = false;
                 for d in self.describing.values_mut() {
                     if d.importer.node == from.node && d.import_event_id == import_event_id {
                         d.cancelled = true;
+                        describing = true;
                     }
+                }
+                if !describing && self.knows(from) {
+                    self.give_backs
+                        .mark(from.node, from.instance, import_event_id);
                 }
                 self.actions.push_back(Action::AnswerUnimport {
                     request,

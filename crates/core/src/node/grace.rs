@@ -75,6 +75,7 @@ impl Node {
         current: Option<InstanceId>,
     ) -> (Vec<u64>, Cleaned) {
         let exports_released = self.release_held_for(now, peer, current);
+        self.give_backs.forget(peer);
         let (maybe_held, mut cleaned) = self.fence(peer);
         cleaned.exports_released = exports_released;
         (maybe_held, cleaned)
