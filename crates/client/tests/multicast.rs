@@ -130,3 +130,55 @@ fn without_a_fabric_manager_a_two_tray_team_is_refused() {
     assert_eq!(dom.a.stats().multicast_objects, 0);
     assert_eq!(dom.b.stats().multicast_objects, 0);
 }
+
+/// Set in the child run of [`a_process_killed_in_a_team_wait_is_cleaned_up_at_once`]: the
+/// driver's node directory.
+const WAITER_DIR: &str = "OPENIMEX_TEST_MC_WAITER_DIR";
+
+/// The child: creates a 2-GPU object, adds one GPU, says so, then waits a minute for a team
+/// that never completes.
+#[test]
+fn mc_team_waiter_child() {
+    let Ok(dir) = std::env::var(WAITER_DIR) else {
+        return;
+    };
+    let ctx = Context::open(std::path::Path::new(&dir)).unwrap();
+    let mc = ctx.multicast_create(2, 2 * MIB).unwrap();
+    mc.add_device(0).unwrap();
+    println!("waiting");
+    let _ = mc.info(Duration::from_secs(60));
+}
+
+/// A fatal signal ends a real ioctl at once and the process's exit frees its objects; a
+/// process killed while blocked in the team wait (§6.10: every control but the attaches answers
+/// NOT_READY until the team is set up) is cleaned up within the driver's wait slice, not at the
+/// end of its minute-long wait.
+#[test]
+fn a_process_killed_in_a_team_wait_is_cleaned_up_at_once() {
+    use std::io::{BufRead, BufReader};
+    let dir = ScratchDir::new("client-mc-killed-waiter").unwrap();
+    let (server, node_dir) = driver(&dir, 0, 2);
+    let mut child = common::rerun_as(
+        "mc_team_waiter_child",
+        (WAITER_DIR, node_dir.display().to_string()),
+        None,
+    )
+    .spawn()
+    .unwrap();
+    let out = child.stdout.take().unwrap();
+    let said = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l == "waiting");
+    assert!(said, "the child reached the wait");
+    assert_eq!(server.stats().multicast_objects, 1);
+    // The child is blocked in the wait (its answer cannot come before the team does).
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(child.try_wait().unwrap(), None, "still waiting");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    common::eventually("the killed waiter's object is freed", || {
+        let s = server.stats();
+        s.multicast_objects == 0 && s.clients == 0
+    });
+}

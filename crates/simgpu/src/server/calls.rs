@@ -1,7 +1,8 @@
-//! Small pieces every request handler shares: the error answer, a call's deadline, and who
-//! may use the daemon's side of the driver. A leaf, so the handlers do not import each other.
+//! Small pieces every request handler shares: the error answer, a call's deadline, whether the
+//! caller hung up, and who may use the daemon's side of the driver. A leaf, so the handlers do not import each other.
 
 use std::fs;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -30,4 +31,19 @@ pub(super) fn error(status: NvStatus, detail: impl Into<String>) -> Response {
 
 pub(super) fn deadline(ms: u64) -> Option<Instant> {
     Instant::now().checked_add(Duration::from_millis(ms))
+}
+
+/// Whether the other end of `stream` hung up (without consuming anything).
+pub(super) fn peer_gone(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{MsgFlags, recv};
+    let mut b = [0u8; 1];
+    match recv(
+        stream.as_raw_fd(),
+        &mut b,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(0) => true,
+        Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => false,
+        Err(_) => true,
+    }
 }

@@ -11,7 +11,7 @@ use openimex_simproto::multicast::{McRequest, McResponse};
 use openimex_simproto::proto::{NvStatus, Response};
 
 use super::Shared;
-use super::calls::{deadline, error, may_manage_fabric};
+use super::calls::{deadline, error, may_manage_fabric, peer_gone};
 use crate::rm::{ClientId, Rm};
 
 /// Answers one multicast request (the caller holds the driver's lock, `rm`).
@@ -48,6 +48,11 @@ pub(super) fn handle(
                     // objects now, not at the wait's deadline.
                     Err(NvStatus::NotReady) if rm.is_disabled(client) => {
                         break Err(NvStatus::ResetRequired);
+                    }
+                    // The caller died in the wait (a fatal signal ends a real ioctl at once):
+                    // stop waiting, so the disconnect frees its objects now.
+                    Err(NvStatus::NotReady) if peer_gone(stream) => {
+                        break Err(NvStatus::InvalidState);
                     }
                     Err(NvStatus::NotReady)
                         if !shared.stopping() && until.is_some_and(|d| Instant::now() < d) =>

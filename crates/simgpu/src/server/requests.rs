@@ -4,7 +4,7 @@
 //! (the IMEX session and the fabric controls are root's or the driver's own user's).
 
 use std::fs;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -13,24 +13,9 @@ use std::time::Instant;
 use openimex_simproto::node_dir::{channel_files, channels_dir};
 use openimex_simproto::proto::{NvStatus, Request, Response};
 
-use super::calls::{deadline, error, may_manage_fabric};
+use super::calls::{deadline, error, may_manage_fabric, peer_gone};
 use super::{Shared, multicast};
 use crate::rm::{ClientId, ImportState, NO_FLA_RANGE, Released};
-
-/// Whether the other end of `stream` hung up (without consuming anything).
-pub(super) fn peer_gone(stream: &UnixStream) -> bool {
-    use nix::sys::socket::{MsgFlags, recv};
-    let mut b = [0u8; 1];
-    match recv(
-        stream.as_raw_fd(),
-        &mut b,
-        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
-    ) {
-        Ok(0) => true,
-        Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => false,
-        Err(_) => true,
-    }
-}
 
 /// The channel whose file the descriptor is open on: same (device, inode) as one of the node's
 /// channel files ([`channel_files`]), as the real driver checks that the descriptor is
