@@ -261,6 +261,16 @@ pub enum Action {
         /// Whether a reference was released (always `false` here; see `ReleaseExportRefs`).
         released: bool,
     },
+    /// Exporter side: refuse a peer's unimport that no session proves (sent on a connection
+    /// that no longer carries the pair, or without a hello). Unlike `AnswerUnimport`, the
+    /// importer must not take it as delivered: it sends the unimport again on the pair's
+    /// session, or the reference it names would stay held.
+    RefuseUnimport {
+        /// The request.
+        request: RequestId,
+        /// Why, for the importer's log.
+        reason: String,
+    },
     /// Importer side (multicast): forward a local GPU's REMOTE_GPU_ATTACH to the prime's node
     /// (`node/multicast.rs`). Its answer is only logged: the team's outcome reaches the
     /// importer's driver from the Fabric Manager.

@@ -319,6 +319,9 @@ impl Harness {
                     prop_assert!(!released);
                     prop_assert!(self.unimports.remove(&request), "unimport {request} again");
                 }
+                Action::RefuseUnimport { request, .. } => {
+                    prop_assert!(self.unimports.remove(&request), "unimport {request} again");
+                }
                 Action::Mesh(mesh::Action::Dial { peer, attempt }) => dials.push((peer, attempt)),
                 _ => {}
             }

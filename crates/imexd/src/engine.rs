@@ -37,7 +37,7 @@ const DRIVER_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 struct Waiting {
     next: RequestId,
     imports: HashMap<RequestId, oneshot::Sender<ImportAnswer>>,
-    unimports: HashMap<RequestId, oneshot::Sender<bool>>,
+    unimports: HashMap<RequestId, oneshot::Sender<Result<bool, String>>>,
     remote_gpu_attaches: HashMap<RequestId, oneshot::Sender<Result<(), ImportError>>>,
 }
 
@@ -524,7 +524,7 @@ impl Engine {
                 .handle_remote_gpu_attached(now, request, &attach, result),
             DriverInput::Released { request } => {
                 if let Some(reply) = self.waiting.unimports.remove(&request) {
-                    let _ = reply.send(true);
+                    let _ = reply.send(Ok(true));
                 }
             }
             DriverInput::Failed {
@@ -647,7 +647,12 @@ impl Engine {
                 }
                 Action::AnswerUnimport { request, released } => {
                     if let Some(reply) = self.waiting.unimports.remove(&request) {
-                        let _ = reply.send(released);
+                        let _ = reply.send(Ok(released));
+                    }
+                }
+                Action::RefuseUnimport { request, reason } => {
+                    if let Some(reply) = self.waiting.unimports.remove(&request) {
+                        let _ = reply.send(Err(reason));
                     }
                 }
             }

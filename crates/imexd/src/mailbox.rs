@@ -97,12 +97,13 @@ pub(crate) enum Input {
         attach: openimex_core::RemoteGpuAttach,
         reply: oneshot::Sender<Result<(), ImportError>>,
     },
-    /// A peer unimported.
+    /// A peer unimported (answered with whether a reference was released, or refused: the
+    /// importer must send it again on the pair's session).
     PeerUnimport {
         via: Via,
         claimed: Option<PeerId>,
         import_event_id: u64,
-        reply: oneshot::Sender<bool>,
+        reply: oneshot::Sender<Result<bool, String>>,
     },
     /// The exporter answered our import (or the request failed).
     ImportAnswered {

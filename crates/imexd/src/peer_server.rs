@@ -246,7 +246,8 @@ impl Peer for PeerService {
             import_event_id: req.import_event_id,
             reply,
         })
-        .await?;
+        .await?
+        .map_err(Status::failed_precondition)?;
         Ok(Response::new(UnimportReply { released }))
     }
 

@@ -218,7 +218,10 @@ async fn fake_engine(mut rx: mpsc::Receiver<Input>) -> Vec<openimex_core::Import
                 }));
                 seen.push(request);
             }
-            Input::PeerUnimport { reply, .. } | Input::Goodbye { reply, .. } => {
+            Input::PeerUnimport { reply, .. } => {
+                let _ = reply.send(Ok(true));
+            }
+            Input::Goodbye { reply, .. } => {
                 let _ = reply.send(true);
             }
             _ => {}

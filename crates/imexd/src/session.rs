@@ -117,7 +117,7 @@ async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<
                 reply,
             })
             .await
-            .map_err(stopping)?;
+            .map_err(stopping)??;
             Ok(Body::UnimportReply(UnimportReply { released }))
         }
         Body::Goodbye(req) => {
@@ -329,10 +329,48 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(engine_rx.try_recv().is_err(), "no request past the bound");
-        let _ = replies.pop().expect("a reply").send(true);
+        let _ = replies.pop().expect("a reply").send(Ok(true));
         match engine_rx.recv().await {
             Some(Input::PeerUnimport { .. }) => {}
             _ => panic!("the next request reaches the engine once one is answered"),
+        }
+        tx.shutdown();
+    }
+
+    /// An unimport the exporter's core refuses (no session proves the sender on this
+    /// connection) goes back as a refusal, which the importer does not take as delivered
+    /// (`peer_client::unimport`), and one it answers goes back as a reply.
+    #[tokio::test]
+    async fn a_refused_unimport_is_answered_as_a_refusal_not_as_a_reply() {
+        let (tx, mut out_rx) = SessionTx::new();
+        let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
+        let (engine, mut engine_rx) = mpsc::channel(8);
+        tokio::spawn(run(
+            tokio_stream::wrappers::ReceiverStream::new(in_rx),
+            tx.clone(),
+            Via::Accepted { conn: 5 },
+            engine,
+        ));
+        for (id, answer) in [(7, Err("no session".to_string())), (8, Ok(false))] {
+            let frame = SessionMsg {
+                id,
+                body: Some(Body::Unimport(Default::default())),
+                ..SessionMsg::default()
+            };
+            in_tx.send(Ok(frame)).await.expect("send");
+            match engine_rx.recv().await {
+                Some(Input::PeerUnimport { reply, .. }) => {
+                    let _ = reply.send(answer);
+                }
+                _ => panic!("the unimport reaches the engine"),
+            }
+            let sent = out_rx.next().await.expect("an answer");
+            assert_eq!(sent.id, id);
+            match (id, sent.body) {
+                (7, Some(Body::Refused(why))) => assert!(why.contains("no session"), "{why}"),
+                (8, Some(Body::UnimportReply(r))) => assert!(!r.released),
+                (_, body) => panic!("unimport {id} answered with {body:?}"),
+            }
         }
         tx.shutdown();
     }

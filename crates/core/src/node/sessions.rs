@@ -268,7 +268,8 @@ impl Node {
         }
     }
 
-    /// An unimport request on session `via`. Refused, it releases nothing.
+    /// An unimport request on session `via`. Refused, it releases nothing, and the refusal is
+    /// not an answer the importer may take as delivered.
     pub fn handle_session_unimport(
         &mut self,
         now: Instant,
@@ -279,9 +280,11 @@ impl Node {
     ) {
         match self.authenticate(via, claimed, PeerRequest::Unimport) {
             Some(peer) => self.handle_peer_unimport(now, request, peer, import_event_id),
-            None => self.actions.push_back(Action::AnswerUnimport {
+            None => self.actions.push_back(Action::RefuseUnimport {
                 request,
-                released: false,
+                reason: "no session proves that identity on this connection; send it again on \
+                         the pair's session"
+                    .to_string(),
             }),
         }
     }

@@ -175,6 +175,8 @@ pub enum Msg {
     UnimportReq(u64),
     ImportResp(ImportAnswer),
     UnimportResp,
+    /// The server refused the unimport (no session proves the sender there): not delivered.
+    UnimportRefused,
     Goodbye,
     /// The goodbye was recorded (and the server's actions for it performed).
     GoodbyeResp,
@@ -946,6 +948,9 @@ impl World {
             Action::AnswerUnimport { request, .. } => {
                 self.respond(i, request, Msg::UnimportResp);
             }
+            Action::RefuseUnimport { request, .. } => {
+                self.respond(i, request, Msg::UnimportRefused);
+            }
             // This world's drivers post no multicast events (tests/multicast.rs covers them).
             a @ (Action::SendRemoteGpuAttach { .. }
             | Action::AttachRemoteGpu { .. }
@@ -1169,7 +1174,10 @@ impl World {
                         Msg::ImportReq(_) | Msg::UnimportReq(_) | Msg::Goodbye => {
                             self.deliver_request(from, to, (client, server), sess, m.rpc, m.msg);
                         }
-                        Msg::ImportResp(_) | Msg::UnimportResp | Msg::GoodbyeResp => {
+                        Msg::ImportResp(_)
+                        | Msg::UnimportResp
+                        | Msg::UnimportRefused
+                        | Msg::GoodbyeResp => {
                             self.deliver_response(from, m.rpc, m.msg);
                         }
                     }
@@ -1441,7 +1449,7 @@ impl World {
                 self.pump();
                 self.respond(server, request, Msg::GoodbyeResp);
             }
-            Msg::ImportResp(_) | Msg::UnimportResp | Msg::GoodbyeResp => {
+            Msg::ImportResp(_) | Msg::UnimportResp | Msg::UnimportRefused | Msg::GoodbyeResp => {
                 unreachable!("response sent to a server")
             }
         }
@@ -1472,6 +1480,9 @@ impl World {
             }
             (RpcKind::Unimport(e), Msg::UnimportResp) => {
                 n.handle_unimport_delivered(now, exporter, e, true);
+            }
+            (RpcKind::Unimport(e), Msg::UnimportRefused) => {
+                n.handle_unimport_delivered(now, exporter, e, false);
             }
             (RpcKind::Goodbye, Msg::GoodbyeResp) => n.handle_goodbye_delivered(now, exporter, true),
             (kind, msg) => panic!("mismatched response {msg:?} for {kind:?}"),
