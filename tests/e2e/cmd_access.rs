@@ -19,10 +19,12 @@ const NOBODY: u32 = 65534;
 
 /// `ctl -q -u SOCKET`, as `uid`:`uid` if given.
 fn ctl_q(sock: &std::path::Path, uid: Option<u32>) -> std::process::Output {
-    let exe = match uid {
-        Some(_) => openimex_harness::runnable_by_everyone(&binary()).expect("a reachable binary"),
-        None => binary(),
-    };
+    // Held until the command ran: the link it may be offered through goes with it.
+    let offered =
+        uid.map(|_| openimex_harness::runnable_by_everyone(&binary()).expect("a reachable binary"));
+    let exe = offered
+        .as_ref()
+        .map_or_else(binary, |r| r.path().to_path_buf());
     let mut cmd = Command::new(exe);
     cmd.args(["ctl", "-q", "-u"]).arg(sock);
     if let Some(id) = uid {

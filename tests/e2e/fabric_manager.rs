@@ -314,9 +314,10 @@ fn an_unknown_slot_is_refused_and_drivers_survive_an_fm_restart() {
 
 /// Runs `openimex fabric ARGS` as `nobody`.
 fn as_nobody(args: &[&str]) -> Output {
+    let offered = openimex_harness::runnable_by_everyone(&binary()).expect("a reachable binary");
     run(Command::new("setpriv")
         .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups"])
-        .arg(openimex_harness::runnable_by_everyone(&binary()).expect("a reachable binary"))
+        .arg(offered.path())
         .arg("fabric")
         .args(args))
 }

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Output, Stdio};
+use std::process::{Child, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use openimex_client::node_dir::socket_path;
@@ -59,7 +59,7 @@ fn prefixed(name: &str, args: Vec<OsString>) -> Vec<OsString> {
     std::iter::once(name.into()).chain(args).collect()
 }
 
-fn child_command(kind: &str, args: &[&str], uid: Option<u32>) -> Command {
+fn child_command(kind: &str, args: &[&str], uid: Option<u32>) -> common::Rerun {
     let spec: Vec<&str> = std::iter::once(kind).chain(args.iter().copied()).collect();
     let mut cmd = common::rerun_as("child", (CHILD, spec.join("\u{1f}")), uid);
     cmd.stdin(Stdio::null());

@@ -80,7 +80,7 @@ pub use domain::{
     is_ctl_timestamp,
 };
 pub use error::HarnessError;
-pub use everyone::runnable_by_everyone;
+pub use everyone::{Runnable, runnable_by_everyone};
 pub use fabric_manager::{FabricManager, FabricManagerSpec};
 pub use gpu::GpuSpec;
 pub use node::Node;

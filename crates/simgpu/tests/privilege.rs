@@ -49,7 +49,8 @@ fn only_root_opens_the_imex_session() {
     let server = Server::bind(&config).expect("bind").spawn().expect("spawn");
     // `nobody` must be able to reach this binary (a checkout may be private).
     let exe = std::env::current_exe().expect("this binary");
-    let out = Command::new(openimex_harness::runnable_by_everyone(&exe).expect("reachable"))
+    let offered = openimex_harness::runnable_by_everyone(&exe).expect("reachable");
+    let out = Command::new(offered.path())
         .args([
             "--exact",
             "session_child",

@@ -105,25 +105,41 @@ impl Domain {
     }
 }
 
+/// A command and the path it runs from, which must outlive its spawn (see [`rerun_as`]).
+pub(crate) struct Rerun {
+    cmd: std::process::Command,
+    _exe: Option<openimex_harness::Runnable>,
+}
+
+impl std::ops::Deref for Rerun {
+    type Target = std::process::Command;
+    fn deref(&self) -> &Self::Target {
+        &self.cmd
+    }
+}
+
+impl std::ops::DerefMut for Rerun {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.cmd
+    }
+}
+
 /// This test binary run again, as user `uid` if given, to run only the test `entry` (which
-/// reads what to be from `env`), with piped stdin, stdout and stderr.
-pub(crate) fn rerun_as(
-    entry: &str,
-    env: (&str, String),
-    uid: Option<u32>,
-) -> std::process::Command {
+/// reads what to be from `env`), with piped stdin, stdout and stderr. Spawn it before the
+/// result drops: another user may run this binary only through a link that goes with it.
+pub(crate) fn rerun_as(entry: &str, env: (&str, String), uid: Option<u32>) -> Rerun {
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     let exe = std::env::current_exe().expect("this binary");
-    let mut cmd = match uid {
+    let (mut cmd, exe) = match uid {
         // Another user must be able to reach this binary (a checkout may be private).
         Some(uid) => {
             let exe = openimex_harness::runnable_by_everyone(&exe).expect("a reachable binary");
-            let mut cmd = std::process::Command::new(exe);
+            let mut cmd = std::process::Command::new(exe.path());
             cmd.uid(uid).gid(uid);
-            cmd
+            (cmd, Some(exe))
         }
-        None => std::process::Command::new(exe),
+        None => (std::process::Command::new(&exe), None),
     };
     cmd.args([
         "--exact",
@@ -136,7 +152,7 @@ pub(crate) fn rerun_as(
     .stdin(Stdio::piped())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    cmd
+    Rerun { cmd, _exe: exe }
 }
 
 pub(crate) fn code<T: std::fmt::Debug>(r: Result<T, CuError>) -> u32 {
