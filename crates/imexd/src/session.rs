@@ -180,20 +180,38 @@ mod tests {
     use openimex_proto::peer::ImportReply;
     use tokio_stream::StreamExt;
 
-    #[tokio::test]
-    async fn answers_reach_their_calls_and_the_end_fails_the_rest() {
-        let (tx, mut out_rx) = SessionTx::new();
-        let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
-        let (engine, _engine_rx) = mpsc::channel(8);
-        let reader = tokio::spawn(run(
+    /// What [`reader`] returns.
+    type Reader = (
+        SessionTx,
+        crate::session_tx::Outbound,
+        mpsc::Sender<Result<SessionMsg, tonic::Status>>,
+        mpsc::Receiver<Input>,
+        tokio::task::JoinHandle<String>,
+    );
+
+    /// A session reader over `via` with channels `depth` deep: the session's sender, its
+    /// outbound frames, the peer's side of the inbound stream, the engine's mailbox and the
+    /// reader's task.
+    fn reader(via: Via, depth: usize) -> Reader {
+        let (tx, out) = SessionTx::new();
+        let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(depth);
+        let (engine, engine_rx) = mpsc::channel(depth);
+        let task = tokio::spawn(run(
             tokio_stream::wrappers::ReceiverStream::new(in_rx),
             tx.clone(),
-            Via::Dialled {
-                peer: NodeId(1),
-                attempt: 1,
-            },
+            via,
             engine,
         ));
+        (tx, out, in_tx, engine_rx, task)
+    }
+
+    #[tokio::test]
+    async fn answers_reach_their_calls_and_the_end_fails_the_rest() {
+        let via = Via::Dialled {
+            peer: NodeId(1),
+            attempt: 1,
+        };
+        let (tx, mut out_rx, in_tx, _engine_rx, reader) = reader(via, 8);
         let a = tokio::spawn({
             let tx = tx.clone();
             async move { tx.call(Body::Unimport(Default::default())).await }
@@ -240,15 +258,7 @@ mod tests {
 
     #[tokio::test]
     async fn heartbeats_are_answered_and_noted_for_the_engine() {
-        let (tx, mut out_rx) = SessionTx::new();
-        let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
-        let (engine, mut engine_rx) = mpsc::channel(8);
-        tokio::spawn(run(
-            tokio_stream::wrappers::ReceiverStream::new(in_rx),
-            tx.clone(),
-            Via::Accepted { conn: 9 },
-            engine,
-        ));
+        let (tx, mut out_rx, in_tx, mut engine_rx, _reader) = reader(Via::Accepted { conn: 9 }, 8);
         assert!(!tx.heard(), "nothing heard yet");
         in_tx
             .send(Ok(SessionMsg {
@@ -299,15 +309,8 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn requests_in_flight_are_bounded_per_session() {
         use crate::session_tx::MAX_SERVING;
-        let (tx, _out) = SessionTx::new();
-        let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(MAX_SERVING + 8);
-        let (engine, mut engine_rx) = mpsc::channel(MAX_SERVING + 8);
-        tokio::spawn(run(
-            tokio_stream::wrappers::ReceiverStream::new(in_rx),
-            tx.clone(),
-            Via::Accepted { conn: 4 },
-            engine,
-        ));
+        let (tx, _out, in_tx, mut engine_rx, _reader) =
+            reader(Via::Accepted { conn: 4 }, MAX_SERVING + 8);
         for id in 1..=MAX_SERVING as u64 + 2 {
             let frame = SessionMsg {
                 id,
@@ -342,15 +345,7 @@ mod tests {
     /// (`peer_client::unimport`), and one it answers goes back as a reply.
     #[tokio::test]
     async fn a_refused_unimport_is_answered_as_a_refusal_not_as_a_reply() {
-        let (tx, mut out_rx) = SessionTx::new();
-        let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
-        let (engine, mut engine_rx) = mpsc::channel(8);
-        tokio::spawn(run(
-            tokio_stream::wrappers::ReceiverStream::new(in_rx),
-            tx.clone(),
-            Via::Accepted { conn: 5 },
-            engine,
-        ));
+        let (tx, mut out_rx, in_tx, mut engine_rx, _reader) = reader(Via::Accepted { conn: 5 }, 8);
         for (id, answer) in [(7, Err("no session".to_string())), (8, Ok(false))] {
             let frame = SessionMsg {
                 id,
@@ -377,15 +372,7 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_ends_the_reader_the_outbound_stream_and_waiting_calls() {
-        let (tx, mut out) = SessionTx::new();
-        let (_in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(8);
-        let (engine, _engine_rx) = mpsc::channel(8);
-        let reader = tokio::spawn(run(
-            tokio_stream::wrappers::ReceiverStream::new(in_rx),
-            tx.clone(),
-            Via::Accepted { conn: 3 },
-            engine,
-        ));
+        let (tx, mut out, _in_tx, _engine_rx, reader) = reader(Via::Accepted { conn: 3 }, 8);
         let call = tokio::spawn({
             let tx = tx.clone();
             async move { tx.call(Body::Unimport(Default::default())).await }

@@ -1,5 +1,6 @@
 //! The importer side of a node: MEM_IMPORT and MEM_UNIMPORT events from the local driver,
-//! the exporters' answers, and the unimports told to them.
+//! the exporters' answers, imports that time out and the give-backs they send, and the unimports
+//! told to exporters (delivered now, or queued until the link is back).
 
 use std::time::Instant;
 
@@ -117,6 +118,91 @@ impl Node {
         if let Some(token) = token {
             self.actions
                 .push_back(Action::FinishUnimports { ids: vec![token] });
+        }
+    }
+
+    // ---- internals: timeouts, give-backs and unimports told to exporters ----------------
+
+    pub(super) fn import_timed_out(&mut self, now: Instant, import_event_id: u64) {
+        let Some(exporter) = self.imports.in_flight(import_event_id) else {
+            return;
+        };
+        if let Some(instance) = self.mesh.peer(exporter).and_then(|(_, i)| i) {
+            self.abandoned.insert(import_event_id, (exporter, instance));
+        }
+        self.actions.push_back(Action::ValidateImport {
+            import_event_id,
+            result: Err(Status::InvalidState),
+        });
+        if let Some(step) = self.imports.answered(import_event_id, false) {
+            self.unimport_step(now, step, import_event_id);
+        }
+        // The exporter may have taken a reference (its answer is late or lost): hand it back.
+        self.give_back(now, exporter, import_event_id);
+    }
+
+    /// Tells `exporter` to drop whatever it took for an import this node gave up on: now, or
+    /// when its link is back. Nothing is waiting locally; the exporter answers `released: false`
+    /// if it held nothing.
+    pub(super) fn give_back(&mut self, now: Instant, exporter: NodeId, import_event_id: u64) {
+        if self.connected(exporter).is_some() {
+            self.send_unimport(now, exporter, import_event_id, None);
+        } else {
+            self.imports.undelivered(exporter, import_event_id);
+        }
+    }
+
+    pub(super) fn unimport_step(&mut self, now: Instant, step: UnimportStep, import_event_id: u64) {
+        match step {
+            UnimportStep::Deferred => {}
+            UnimportStep::FinishNow { unimport_event_id } => {
+                self.actions.push_back(Action::FinishUnimports {
+                    ids: vec![unimport_event_id],
+                });
+            }
+            UnimportStep::TellExporter {
+                exporter,
+                unimport_event_id,
+            } => {
+                if self.connected(exporter).is_some() {
+                    self.send_unimport(now, exporter, import_event_id, Some(unimport_event_id));
+                } else {
+                    // Tell it when it is back; the local releaser need not wait for that.
+                    self.imports.undelivered(exporter, import_event_id);
+                    self.actions.push_back(Action::FinishUnimports {
+                        ids: vec![unimport_event_id],
+                    });
+                }
+            }
+        }
+    }
+
+    pub(super) fn send_unimport(
+        &mut self,
+        now: Instant,
+        exporter: NodeId,
+        import_event_id: u64,
+        token: Option<u64>,
+    ) {
+        if let Some(Some(earlier)) = self.unimports.insert((exporter, import_event_id), token) {
+            // A second unimport of the same import (a retried delivery): finish the first.
+            self.actions
+                .push_back(Action::FinishUnimports { ids: vec![earlier] });
+        }
+        self.arm(
+            now + self.import_timeout,
+            Timer::Unimport(exporter, import_event_id),
+        );
+        self.actions.push_back(Action::SendUnimport {
+            peer: exporter,
+            import_event_id,
+        });
+    }
+
+    /// A link came up: deliver the unimports that waited for it.
+    pub(super) fn flush_undelivered(&mut self, now: Instant, peer: NodeId) {
+        for import_event_id in self.imports.take_undelivered(peer) {
+            self.send_unimport(now, peer, import_event_id, None);
         }
     }
 }
