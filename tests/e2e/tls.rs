@@ -185,6 +185,37 @@ fn a_certificate_that_does_not_name_the_node_entry_is_refused() {
     assert_ne!(v2.link(2, 0).expect("2->0").status, "CONNECTED");
 }
 
+/// Names mode (the nodes file lists host names): each certificate names its node's host name,
+/// and the domain forms over TLS; a certificate that names the node's IP address instead is
+/// refused, though the name resolves to that address, because the check is against the
+/// nodes-file entry, as a dialler's `ServerName` is.
+#[test]
+fn in_names_mode_certificates_name_the_host_names_and_an_address_is_not_enough() {
+    let mut cluster = Cluster::prepare(spec(3).with_names().with_tls()).expect("prepare");
+    let entries = cluster.nodes_lines().to_vec();
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.parse::<std::net::IpAddr>().is_err()),
+        "names mode lists host names: {entries:?}"
+    );
+    let ip = cluster.node(2).ip().to_string();
+    let pem = cluster.tls_ca().expect("tls").issue(&ip).expect("cert");
+    give_node(&mut cluster, 2, &pem);
+    start_all(&mut cluster);
+
+    let reason_out = "tls: server certificate does not name the node's entry";
+    let v = cluster
+        .wait_links(0, FORM, "0-1 connected over TLS, node 2 refused", |v| {
+            connected_among(v, &[0, 1])
+                && v.link(0, 2).is_some_and(|l| l.reason.contains(reason_out))
+        })
+        .expect("node 2 refused");
+    assert_ne!(v.link(0, 2).expect("0->2").status, "CONNECTED");
+    let cfg = std::fs::read_to_string(cluster.node(0).dir().join("config.cfg")).expect("cfg");
+    assert!(cfg.contains("IMEX_ENABLE_AUTH_ENCRYPTION=1"), "{cfg}");
+}
+
 #[test]
 fn rotated_certificates_take_effect_on_sigusr1_with_live_imports_intact() {
     let mut cluster = gpu_cluster_from(spec(3).with_gpus(GpuSpec::default()).with_tls());
