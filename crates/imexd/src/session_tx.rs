@@ -28,36 +28,68 @@ pub(crate) const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_se
 
 /// A session's stop: once set, its reader and its outbound stream end, even while clones of
 /// its sender live on in tasks still answering.
+///
+/// Tasks wait on a [`tokio::sync::Notify`], whose waiters leave it when their wait is dropped;
+/// the outbound stream (one poller) keeps one waker slot. A list of wakers kept here until the
+/// stop grew by one per request answered on the session (each answer's task polls the stop
+/// while it sends), which at an exporter holding 10,000 imports was ~11 MiB of finished tasks.
 #[derive(Default)]
 struct Stop {
     set: AtomicBool,
-    wakers: Mutex<Vec<Waker>>,
+    tasks: tokio::sync::Notify,
+    stream: Mutex<Option<Waker>>,
 }
 
 impl Stop {
     fn set(&self) {
         self.set.store(true, Ordering::SeqCst);
-        let wakers = self.wakers.lock().map(|mut w| std::mem::take(&mut *w));
-        for w in wakers.into_iter().flatten() {
+        self.tasks.notify_waiters();
+        if let Some(w) = self.stream.lock().ok().and_then(|mut w| w.take()) {
             w.wake();
         }
     }
 
-    fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.set.load(Ordering::SeqCst) {
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::SeqCst)
+    }
+
+    /// For the outbound stream: its waker replaces the one before.
+    fn poll_stream(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_set() {
             return Poll::Ready(());
         }
-        if let Ok(mut w) = self.wakers.lock()
-            && !w.iter().any(|k| k.will_wake(cx.waker()))
-        {
-            w.push(cx.waker().clone());
+        if let Ok(mut w) = self.stream.lock() {
+            match &mut *w {
+                Some(k) if k.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
         }
         // Set between the first look and the registration: seen now.
-        if self.set.load(Ordering::SeqCst) {
+        if self.is_set() {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
+    }
+
+    /// Resolves once the stop is set; dropping it leaves nothing behind.
+    async fn wait(&self) {
+        loop {
+            // Registered before the look, so a stop between the two is not missed.
+            let told = self.tasks.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            told.await;
+        }
+    }
+
+    /// Wakers kept for the stream (tests check nothing accumulates).
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.stream.lock().map(|w| usize::from(w.is_some())).unwrap_or(0)
     }
 }
 
@@ -79,7 +111,7 @@ impl tokio_stream::Stream for Outbound {
     type Item = SessionMsg;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SessionMsg>> {
-        if self.stop.poll(cx).is_ready() {
+        if self.stop.poll_stream(cx).is_ready() {
             return Poll::Ready(None);
         }
         self.rx.poll_recv(cx)
@@ -238,7 +270,7 @@ impl SessionTx {
 
     /// Resolves once the session is stopped ([`SessionTx::shutdown`]).
     pub(crate) async fn stopped(&self) {
-        std::future::poll_fn(|cx| self.stop.poll(cx)).await;
+        self.stop.wait().await;
     }
 
     /// The answer to heartbeat `seq` arrived.
@@ -349,7 +381,7 @@ impl SessionTx {
     async fn send(&self, frame: SessionMsg) -> bool {
         tokio::select! {
             sent = self.out.send(frame) => sent.is_ok(),
-            () = std::future::poll_fn(|cx| self.stop.poll(cx)) => false,
+            () = self.stop.wait() => false,
         }
     }
 
@@ -405,5 +437,35 @@ mod tests {
             ended.expect("not held forever").expect("join"),
             Err(CallError::Closed)
         );
+    }
+
+    /// Counts the clones of a waker still alive: the test's own `Arc` is one.
+    struct Counted;
+    impl std::task::Wake for Counted {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    #[tokio::test]
+    async fn a_send_that_waited_keeps_no_waker_once_done() {
+        let (tx, mut out) = SessionTx::new();
+        for seq in 0..QUEUE as u64 {
+            tx.heartbeat(seq, false);
+        }
+        let counted = Arc::new(Counted);
+        let waker = Waker::from(Arc::clone(&counted));
+        let mut cx = Context::from_waker(&waker);
+        {
+            let mut send = Box::pin(tx.notify(Body::Unimport(Default::default())));
+            // The queue is full: the send waits, on the queue and on the stop.
+            assert!(send.as_mut().poll(&mut cx).is_pending());
+            assert!(Arc::strong_count(&counted) > 2, "registered while it waits");
+            assert!(out.try_next().is_some());
+            assert_eq!(send.as_mut().poll(&mut cx), Poll::Ready(true));
+        }
+        drop(waker);
+        // Before, the stop kept every waiting task's waker until the session ended: one
+        // finished task's memory per answer sent (an exporter with 10,000 imports: ~11 MiB).
+        assert_eq!(Arc::strong_count(&counted), 1, "no waker kept after the send");
+        assert_eq!(tx.stop.kept(), 0);
     }
 }
