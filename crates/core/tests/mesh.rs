@@ -487,3 +487,56 @@ fn a_peer_session_while_our_dial_is_out_ends_the_dialling() {
         assert_eq!(dial(&mut m), None, "no dial while the peer's session is up");
     }
 }
+
+#[test]
+fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
+    let map = NodeMap::new(sim::hosts(1000));
+    #[allow(clippy::disallowed_methods)]
+    let t0 = std::time::Instant::now();
+    let hello_900 = Mesh::new(sim::config(900, map.clone(), 2, QuorumPolicy::None), t0).hello();
+    let cfg = sim::config(0, map, 1, QuorumPolicy::None);
+    let put_off = cfg.backoff.min;
+    let mut m = Mesh::new(cfg, t0);
+    m.handle_start(t0);
+    let dials = |m: &mut Mesh| {
+        std::iter::from_fn(|| m.poll_action())
+            .filter_map(|a| match a {
+                Action::Dial { peer, attempt } => Some((peer, attempt)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut out = dials(&mut m);
+    // Node 900 is far down the first round's queue; its hello arrives before our dial to it.
+    assert_eq!(m.handle_hello(t0, &hello_900), Verdict::Accept);
+    // Its session does not follow here. Every slot frees up and refills, quickly, many times:
+    // the queue reaches 900's place, yet no dial to it before the put-off ends.
+    let mut now = t0;
+    let mut dialled_900 = None;
+    for _ in 0..5000 {
+        let Some((peer, attempt)) = out.pop() else {
+            match m.poll_timeout() {
+                Some(t) => {
+                    now = now.max(t);
+                    m.handle_timeout(now);
+                    out.extend(dials(&mut m));
+                    continue;
+                }
+                None => break,
+            }
+        };
+        if peer == NodeId(900) {
+            dialled_900 = Some(now);
+            break;
+        }
+        now += Duration::from_micros(20);
+        m.handle_dial_failed(now, peer, attempt, "connection refused".into());
+        out.extend(dials(&mut m));
+    }
+    let at = dialled_900.expect("the dial goes out once the put-off ends (no session came)");
+    assert!(
+        at >= t0 + put_off,
+        "dialled {:?} after the hello, before the put-off of {put_off:?}",
+        at - t0
+    );
+}

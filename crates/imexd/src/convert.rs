@@ -14,8 +14,16 @@ use openimex_proto::peer::{
 
 use crate::mailbox::{PeersSnapshot, Snapshot};
 
-/// Our identity as sent on the wire, with the node's `cliques`.
-pub(crate) fn identity(hello: &Hello, driver_version: &str, cliques: Vec<u32>) -> Identity {
+/// Our identity as sent on the wire, with the node's `cliques`; without the node map's
+/// entries unless `with_map` (they only explain a mismatch, or admit a map grown by SIGUSR1,
+/// and a peer whose digest is ours needs neither: at 144 nodes the entries are most of a
+/// hello answer's bytes).
+pub(crate) fn identity(
+    hello: &Hello,
+    driver_version: &str,
+    cliques: Vec<u32>,
+    with_map: bool,
+) -> Identity {
     Identity {
         domain_id: hello.domain_id.clone(),
         node_id: u32::from(hello.node.0),
@@ -23,7 +31,11 @@ pub(crate) fn identity(hello: &Hello, driver_version: &str, cliques: Vec<u32>) -
         node_map_digest: hello.digest.clone(),
         software_version: env!("CARGO_PKG_VERSION").to_string(),
         protocol_version: hello.protocol_version,
-        node_map: hello.node_map.to_vec(),
+        node_map: if with_map {
+            hello.node_map.to_vec()
+        } else {
+            Vec::new()
+        },
         driver_version: driver_version.to_string(),
         node_map_base_len: u32::try_from(hello.map_base_len).unwrap_or(u32::MAX),
         cliques,

@@ -153,8 +153,14 @@ impl DriverThreads {
         outcome(perform_now(&self.driver, call))
     }
 
-    /// Queues a call for the worker. Never blocks.
+    /// Queues a call for the worker. Never blocks. A [`Call::Then`] with nothing queued before
+    /// it runs at once: most hellos change nothing in the driver, and their answers need not
+    /// wait for the worker thread to wake (two thread hand-offs per hello).
     pub(crate) fn call(&self, call: Call) {
+        let call = match call {
+            Call::Then(then) if self.queued.load(Ordering::Acquire) == 0 => return then(),
+            call => call,
+        };
         if let Some(tx) = &self.calls {
             self.queued.fetch_add(1, Ordering::AcqRel);
             // The worker only exits after `stop`, so a send cannot fail before then.

@@ -282,14 +282,19 @@ impl Engine {
         {
             return Arc::clone(me);
         }
-        let me = Arc::new(self.identity());
+        let me = Arc::new(self.identity(true));
         self.me_cache = Some(Arc::clone(&me));
         me
     }
 
-    fn identity(&self) -> Identity {
+    fn identity(&self, with_map: bool) -> Identity {
         let cliques = crate::fabric::cliques(&self.fabric);
-        convert::identity(&self.node.mesh().hello(), &self.driver_version, cliques)
+        convert::identity(
+            &self.node.mesh().hello(),
+            &self.driver_version,
+            cliques,
+            with_map,
+        )
     }
 
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
@@ -309,7 +314,9 @@ impl Engine {
                 // its importers disabled here), so a recovering peer that gets our answer knows
                 // we map nothing of its old instance any more.
                 self.perform()?;
-                let answer = (verdict, self.identity());
+                // A caller with our node map's digest needs none of its entries.
+                let with_map = hello.digest != self.node.mesh().config().map.digest();
+                let answer = (verdict, self.identity(with_map));
                 self.driver.call(Call::Then(Box::new(move || {
                     let _ = reply.send(answer);
                 })));

@@ -89,7 +89,10 @@ impl Stop {
     /// Wakers kept for the stream (tests check nothing accumulates).
     #[cfg(test)]
     fn kept(&self) -> usize {
-        self.stream.lock().map(|w| usize::from(w.is_some())).unwrap_or(0)
+        self.stream
+            .lock()
+            .map(|w| usize::from(w.is_some()))
+            .unwrap_or(0)
     }
 }
 
@@ -465,7 +468,11 @@ mod tests {
         drop(waker);
         // Before, the stop kept every waiting task's waker until the session ended: one
         // finished task's memory per answer sent (an exporter with 10,000 imports: ~11 MiB).
-        assert_eq!(Arc::strong_count(&counted), 1, "no waker kept after the send");
+        assert_eq!(
+            Arc::strong_count(&counted),
+            1,
+            "no waker kept after the send"
+        );
         assert_eq!(tx.stop.kept(), 0);
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Action, Mesh};
+use super::{Action, Dialer, Mesh};
 use crate::ids::{InstanceId, NodeId};
 use crate::state::{DaemonState, Mismatch};
 
@@ -54,14 +54,27 @@ impl Mesh {
     /// to the address in the node map may mark a link mismatched. An accepted hello only
     /// records the peer's instance: the link comes up when the peer opens its session
     /// ([`Mesh::handle_session_opened`]), with no dial of ours.
+    ///
+    /// Our dial to that peer, if it is still waiting for a slot, is put off by the backoff's
+    /// first delay: the peer's session follows its hello within a round trip and makes that
+    /// dial unneeded, and at formation (every node dialling every other, a few at a time) a
+    /// dial that would open a second session only for the pair to close one costs each side a
+    /// TCP connection, a TLS and HTTP/2 start and a hello. If the session does not follow, the
+    /// dial goes out then.
     pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
-        let _ = now;
         if self.state == DaemonState::ShuttingDown {
             return Verdict::ShuttingDown;
         }
         let verdict = self.judge(remote, None);
         if verdict == Verdict::Accept {
             self.note_instance(remote.node, remote.instance);
+            if self
+                .link(remote.node)
+                .is_some_and(|l| l.carrier.is_none() && matches!(l.dialer, Dialer::Queued(_)))
+            {
+                let at = now + self.cfg.backoff.min;
+                self.set_dialer(remote.node, Dialer::Waiting(at));
+            }
         }
         verdict
     }

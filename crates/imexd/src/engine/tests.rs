@@ -394,3 +394,71 @@ async fn shutdown_finishes_queued_driver_calls_before_returning() {
         "every acknowledgement the node asked for reached the driver before run returned"
     );
 }
+
+/// Node 1's hello to the engine's node 0, from instance `instance`, with node map `hosts`
+/// (grown past `settings()`'s two entries when longer; base: the two).
+async fn hello_from_1(
+    tx: &mpsc::Sender<Input>,
+    instance: u64,
+    hosts: Vec<String>,
+) -> (openimex_core::Verdict, openimex_proto::peer::Identity) {
+    let map = NodeMap::new(hosts.clone());
+    let hello = openimex_core::Hello {
+        domain_id: NodeMap::new(settings().hosts).derived_domain_id(),
+        node: NodeId(1),
+        instance: InstanceId(instance),
+        digest: map.digest().to_string(),
+        node_map: hosts.into(),
+        map_base_len: 2,
+        protocol_version: 1,
+    };
+    crate::mailbox::ask(tx, |reply| Input::Hello {
+        hello,
+        conn: 1000 + instance,
+        from_node_address: true,
+        reply,
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_hello_answer_carries_the_node_map_only_to_a_peer_whose_map_differs() {
+    let d = Recorder::default();
+    let mut r = start(d.clone());
+    wait_state(&mut r, DaemonState::Ready).await;
+    let same = settings().hosts;
+    let (verdict, me) = hello_from_1(&r.tx, 5, same).await;
+    assert_eq!(verdict, openimex_core::Verdict::Accept);
+    assert_eq!(me.node_map_digest, NodeMap::new(settings().hosts).digest());
+    assert!(me.node_map.is_empty(), "same digest: no entries sent");
+    // A peer whose map SIGUSR1 grew: accepted (its first two entries are ours), and it gets
+    // our entries, which it needs to accept us in turn.
+    let mut grown = settings().hosts;
+    grown.push("127.0.0.9".into());
+    let (verdict, me) = hello_from_1(&r.tx, 5, grown).await;
+    assert_eq!(verdict, openimex_core::Verdict::Accept);
+    assert_eq!(me.node_map, settings().hosts);
+    r.stop.take().unwrap().send(()).unwrap();
+    engine_result(r.done).await.unwrap();
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_restarted_peers_hello_is_answered_after_its_importers_are_disabled() {
+    let d = Recorder::default();
+    let mut r = start(d.clone());
+    wait_state(&mut r, DaemonState::Ready).await;
+    let _ = hello_from_1(&r.tx, 5, settings().hosts).await;
+    assert!(!d.seen().contains(&Seen::Disable(NodeId(1))));
+    // A new instance: its old instance's memory is disabled here before the answer goes, so a
+    // recovering peer that has our answer knows nothing of its old self is mapped here.
+    let (verdict, _) = hello_from_1(&r.tx, 6, settings().hosts).await;
+    assert_eq!(verdict, openimex_core::Verdict::Accept);
+    assert!(
+        d.seen().contains(&Seen::Disable(NodeId(1))),
+        "answered before the driver disabled node 1's importers: {:?}",
+        d.seen()
+    );
+    r.stop.take().unwrap().send(()).unwrap();
+    engine_result(r.done).await.unwrap();
+}
