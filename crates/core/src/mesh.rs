@@ -288,6 +288,8 @@ pub struct Mesh {
     phase: Instant,
     /// The next heartbeat tick, while there is a session.
     tick: Option<Instant>,
+    /// The last tick came late and lost nobody (`liveness`): the next one checks regardless.
+    spared_late_tick: bool,
 }
 
 impl Mesh {
@@ -324,6 +326,7 @@ impl Mesh {
             accepted: HashMap::new(),
             phase: now,
             tick: None,
+            spared_late_tick: false,
         }
     }
 

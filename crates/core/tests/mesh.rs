@@ -540,3 +540,70 @@ fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
         at - t0
     );
 }
+
+/// Node 0 of a pair whose peer (node 1) opened its session to it at `t0`.
+fn pair_with_accepted_session(t0: std::time::Instant) -> (Mesh, Via) {
+    let map = NodeMap::new(sim::hosts(2));
+    let hello_1 = Mesh::new(sim::config(1, map.clone(), 2, QuorumPolicy::None), t0).hello();
+    let mut m = Mesh::new(sim::config(0, map, 1, QuorumPolicy::None), t0);
+    m.handle_start(t0);
+    assert_eq!(m.handle_hello(t0, &hello_1), Verdict::Accept);
+    assert!(m.handle_session_opened(t0, NodeId(1), hello_1.instance, 3));
+    while m.poll_action().is_some() {}
+    (m, Via::Accepted { conn: 3 })
+}
+
+#[test]
+fn a_tick_that_runs_late_loses_nobody_and_the_next_one_checks() {
+    #[allow(clippy::disallowed_methods)]
+    let t0 = std::time::Instant::now();
+    let (mut m, via) = pair_with_accepted_session(t0);
+    let cfg = m.config().clone();
+    let peer = NodeId(1);
+    // Answers on time for 2 s.
+    let mut now = t0;
+    while now < t0 + 2 * SEC {
+        now = m.poll_timeout().unwrap();
+        m.handle_timeout(now);
+        m.handle_heartbeat(now, via);
+    }
+    let heard = now;
+    // This daemon does not run for longer than the peer timeout (starved): its first tick comes
+    // late, with the peer's answers still unread in the socket. Nobody is lost on it.
+    let late = heard + cfg.peer_timeout + SEC;
+    assert!(m.poll_timeout().unwrap() < late);
+    m.handle_timeout(late);
+    assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected, "spared");
+    // The reader catches up: the answers count, and the next tick (on time) keeps the pair.
+    m.handle_heartbeat(late, via);
+    let next = m.poll_timeout().unwrap();
+    assert!(next <= late + cfg.heartbeat_interval);
+    m.handle_timeout(next);
+    assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
+
+    // Late again, and this time the peer really is silent: the late tick spares, the next
+    // one (on time) loses it, one interval later than an on-time check would have.
+    let late = next + cfg.peer_timeout + SEC;
+    m.handle_timeout(late);
+    assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
+    let next = m.poll_timeout().unwrap();
+    m.handle_timeout(next);
+    assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Recovering);
+    assert!(m.links()[1].reason.contains("no heartbeat answer"));
+}
+
+#[test]
+fn late_ticks_in_a_row_spare_only_the_first() {
+    #[allow(clippy::disallowed_methods)]
+    let t0 = std::time::Instant::now();
+    let (mut m, _via) = pair_with_accepted_session(t0);
+    let cfg = m.config().clone();
+    // Every tick runs late (a daemon that never catches up) and the peer is silent: still
+    // lost, on the second late tick.
+    let mut now = t0 + cfg.peer_timeout + SEC;
+    m.handle_timeout(now);
+    assert_eq!(m.peer(NodeId(1)).unwrap().0, ConnStatus::Connected);
+    now = m.poll_timeout().unwrap() + 2 * cfg.heartbeat_interval;
+    m.handle_timeout(now);
+    assert_eq!(m.peer(NodeId(1)).unwrap().0, ConnStatus::Recovering);
+}

@@ -150,6 +150,9 @@ impl Engine {
                     result = self.handle(input).and_then(|()| self.perform());
                 }
                 () = timer => {
+                    // The session readers woken with this timer run first: what arrived while
+                    // the daemon waited for the CPU counts before the liveness check.
+                    tokio::task::yield_now().await;
                     let now = now();
                     self.collect_heartbeats(now);
                     self.node.handle_timeout(now);

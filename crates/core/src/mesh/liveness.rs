@@ -15,6 +15,12 @@
 //! once per interval instead of once per peer, so each wake-up handles a batch of messages. A
 //! loss is seen between `peer_timeout` and `peer_timeout + heartbeat_interval` after the last
 //! sign of life. A killed peer is seen at once: its sessions close.
+//!
+//! A tick that comes a whole interval or more after it was due means this daemon did not run
+//! (a starved or stopped process, a machine swapping): the peers' heartbeats may be waiting
+//! unread in its sockets, so the silence it measures is its own. Such a tick sends the
+//! heartbeats but loses nobody; the next tick checks, late or not. A 144-node domain forming on
+//! 2 cores kept losing pairs to ticks that ran seconds late, and every loss cost a new session.
 
 use std::time::{Duration, Instant};
 
@@ -79,6 +85,10 @@ impl Mesh {
             self.tick = None;
             return;
         }
+        let due = self.tick.unwrap_or(now);
+        let late = now.saturating_duration_since(due) >= self.cfg.heartbeat_interval;
+        let spare = late && !self.spared_late_tick;
+        self.spared_late_tick = spare;
         let ids: Vec<(NodeId, Via, Instant)> = self
             .links
             .iter()
@@ -92,7 +102,7 @@ impl Mesh {
             .collect();
         for (id, via, last_rx) in ids {
             let sender = self.sends_heartbeats(id);
-            if now.saturating_duration_since(last_rx) >= timeout {
+            if !spare && now.saturating_duration_since(last_rx) >= timeout {
                 let what = if sender {
                     "no heartbeat answer"
                 } else {
