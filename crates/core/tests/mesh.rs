@@ -408,15 +408,6 @@ fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
     let mut m = Mesh::new(sim::config(0, map, 1, QuorumPolicy::None), t0);
     let cap = m.dial_budget().max_in_flight;
     m.handle_start(t0);
-    let dials = |m: &mut Mesh| {
-        let mut out = Vec::new();
-        while let Some(a) = m.poll_action() {
-            if let Action::Dial { peer, attempt } = a {
-                out.push((peer, attempt));
-            }
-        }
-        out
-    };
     let first = dials(&mut m);
     assert_eq!(
         first.len(),
@@ -498,14 +489,6 @@ fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
     let put_off = cfg.backoff.min;
     let mut m = Mesh::new(cfg, t0);
     m.handle_start(t0);
-    let dials = |m: &mut Mesh| {
-        std::iter::from_fn(|| m.poll_action())
-            .filter_map(|a| match a {
-                Action::Dial { peer, attempt } => Some((peer, attempt)),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-    };
     let mut out = dials(&mut m);
     // Node 900 is far down the first round's queue; its hello arrives before our dial to it.
     assert_eq!(m.handle_hello(t0, &hello_900), Verdict::Accept);
@@ -606,4 +589,14 @@ fn late_ticks_in_a_row_spare_only_the_first() {
     now = m.poll_timeout().unwrap() + 2 * cfg.heartbeat_interval;
     m.handle_timeout(now);
     assert_eq!(m.peer(NodeId(1)).unwrap().0, ConnStatus::Recovering);
+}
+
+/// The dials among the actions `m` has queued (the rest are dropped).
+fn dials(m: &mut Mesh) -> Vec<(NodeId, u64)> {
+    std::iter::from_fn(|| m.poll_action())
+        .filter_map(|a| match a {
+            Action::Dial { peer, attempt } => Some((peer, attempt)),
+            _ => None,
+        })
+        .collect()
 }

@@ -228,6 +228,19 @@ fn start(driver: Recorder) -> Running {
     }
 }
 
+/// [`start`], waited for until READY.
+async fn ready(d: &Recorder) -> Running {
+    let mut r = start(d.clone());
+    wait_state(&mut r, DaemonState::Ready).await;
+    r
+}
+
+/// Stops the engine and checks it returned cleanly.
+async fn stop(mut r: Running) {
+    r.stop.take().unwrap().send(()).unwrap();
+    engine_result(r.done).await.unwrap();
+}
+
 async fn snapshot(tx: &mpsc::Sender<Input>) -> Snapshot {
     crate::mailbox::ask(tx, |reply| Input::Snapshot { reply })
         .await
@@ -283,15 +296,13 @@ async fn driver_session_opens_off_the_runtime() {
     d.with(|s| s.gate = Some(true));
     wait_state(&mut r, DaemonState::Ready).await;
     assert_eq!(snapshot(&r.tx).await.driver_version, "test-1");
-    r.stop.take().unwrap().send(()).unwrap();
-    engine_result(r.done).await.unwrap();
+    stop(r).await;
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn the_loop_performs_the_nodes_actions_and_posts_their_results() {
     let d = Recorder::default();
-    let mut r = start(d.clone());
-    wait_state(&mut r, DaemonState::Ready).await;
+    let r = ready(&d).await;
     // Node 1 is not connected: the node fails the import at once (INVALID_STATE), and the
     // worker performs that on the driver.
     d.push_event(Event::Import {
@@ -329,8 +340,7 @@ async fn the_loop_performs_the_nodes_actions_and_posts_their_results() {
         "{:?}",
         snap.links[1]
     );
-    r.stop.take().unwrap().send(()).unwrap();
-    engine_result(r.done).await.unwrap();
+    stop(r).await;
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -362,8 +372,7 @@ async fn a_lost_driver_stops_the_daemon_with_an_error() {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn shutdown_finishes_queued_driver_calls_before_returning() {
     let d = Recorder::default();
-    let mut r = start(d.clone());
-    wait_state(&mut r, DaemonState::Ready).await;
+    let mut r = ready(&d).await;
     d.with(|s| s.finish_delay = Duration::from_millis(200));
     for id in [7, 8, 9] {
         d.push_event(Event::Unimport {
@@ -425,8 +434,7 @@ async fn hello_from_1(
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_hello_answer_carries_the_node_map_only_to_a_peer_whose_map_differs() {
     let d = Recorder::default();
-    let mut r = start(d.clone());
-    wait_state(&mut r, DaemonState::Ready).await;
+    let r = ready(&d).await;
     let same = settings().hosts;
     let (verdict, me) = hello_from_1(&r.tx, 5, same).await;
     assert_eq!(verdict, openimex_core::Verdict::Accept);
@@ -439,15 +447,13 @@ async fn a_hello_answer_carries_the_node_map_only_to_a_peer_whose_map_differs() 
     let (verdict, me) = hello_from_1(&r.tx, 5, grown).await;
     assert_eq!(verdict, openimex_core::Verdict::Accept);
     assert_eq!(me.node_map, settings().hosts);
-    r.stop.take().unwrap().send(()).unwrap();
-    engine_result(r.done).await.unwrap();
+    stop(r).await;
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_restarted_peers_hello_is_answered_after_its_importers_are_disabled() {
     let d = Recorder::default();
-    let mut r = start(d.clone());
-    wait_state(&mut r, DaemonState::Ready).await;
+    let r = ready(&d).await;
     let _ = hello_from_1(&r.tx, 5, settings().hosts).await;
     assert!(!d.seen().contains(&Seen::Disable(NodeId(1))));
     // A new instance: its old instance's memory is disabled here before the answer goes, so a
@@ -459,6 +465,5 @@ async fn a_restarted_peers_hello_is_answered_after_its_importers_are_disabled() 
         "answered before the driver disabled node 1's importers: {:?}",
         d.seen()
     );
-    r.stop.take().unwrap().send(()).unwrap();
-    engine_result(r.done).await.unwrap();
+    stop(r).await;
 }
