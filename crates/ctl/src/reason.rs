@@ -12,26 +12,28 @@
 use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport};
 
-use crate::cells::row;
+use crate::cells::{cell, row};
 
 /// The local node's report, if the reply has it.
 pub fn local(reply: &DomainReply) -> Option<&NodeReport> {
-    reply
-        .nodes
-        .iter()
-        .find(|n| n.node_id == reply.local_node_id)
+    let id = reply.local_node_id;
+    // Reports come in node order: look where it should be before searching.
+    let at = usize::try_from(id).ok().and_then(|i| reply.nodes.get(i));
+    at.filter(|n| n.node_id == id)
+        .or_else(|| reply.nodes.iter().find(|n| n.node_id == id))
 }
 
 /// The status of the link from `from` to node `to`, and the reason of its last change when
 /// the reply carries reasons (empty otherwise).
 pub fn link(reply: &DomainReply, from: &NodeReport, to: u32) -> (ConnStatus, String) {
-    let status = row(from, reply.nodes.len())
-        .get(to as usize)
-        .map_or(ConnStatus::Invalid, |(s, _)| *s);
-    let why = from
+    let (status, _) = cell(from, reply.nodes.len(), to);
+    // Connections come in node order: look where it should be before searching.
+    let at = from
         .connections
-        .iter()
-        .find(|c| c.node_id == to)
+        .get(to as usize)
+        .filter(|c| c.node_id == to);
+    let why = at
+        .or_else(|| from.connections.iter().find(|c| c.node_id == to))
         .map(|c| c.reason.clone())
         .unwrap_or_default();
     (status, why)
@@ -196,5 +198,43 @@ mod tests {
             status: "UP".into(),
         };
         assert_eq!(domain(&reply), None);
+    }
+
+    #[test]
+    fn an_unreachable_nodes_reason_quotes_the_local_link_in_or_out_of_order() {
+        use openimex_proto::peer::ConnectionStatus;
+        let n = 2000u32;
+        let conns = |order: &mut dyn Iterator<Item = u32>| -> Vec<ConnectionStatus> {
+            order
+                .map(|i| ConnectionStatus {
+                    node_id: i,
+                    status: "RECOVERING".into(),
+                    reason: format!("why {i}"),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        for reversed in [false, true] {
+            let mut local = report(3, "READY", &vec![ConnStatus::Recovering; n as usize]);
+            local.connections = match reversed {
+                false => conns(&mut (0..n)),
+                true => conns(&mut (0..n).rev()),
+            };
+            let mut nodes: Vec<NodeReport> =
+                (0..n).map(|i| report(i, "UNAVAILABLE", &[])).collect();
+            nodes[3] = local;
+            let reply = DomainReply {
+                local_node_id: 3,
+                nodes,
+                status: "DEGRADED".into(),
+            };
+            for at in [0, 5, 1999] {
+                let why = node(&reply, &reply.nodes[at]).expect("a reason");
+                assert!(
+                    why.contains("RECOVERING") && why.contains(&format!("(why {at})")),
+                    "node {at}, reversed {reversed}: {why}"
+                );
+            }
+        }
     }
 }
