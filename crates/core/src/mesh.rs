@@ -193,6 +193,9 @@ enum Dialer {
     InFlight,
     /// Next attempt at this time.
     Waiting(Instant),
+    /// A dial that was due, put off until this time because the peer's hello arrived and its
+    /// session should follow (`handshake.rs`); then due again with its place kept.
+    PutOff(Instant, DueKey),
 }
 
 /// One peer as this node sees it.
@@ -604,6 +607,8 @@ impl Mesh {
                     };
                     self.set_dialer(id, Dialer::Queued((class, at, id)));
                 }
+                // A first-round dial stays one: it needs no token of the retry budget.
+                Dialer::PutOff(_, key) => self.set_dialer(id, Dialer::Queued(key)),
                 Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => {}
             }
         }
@@ -693,7 +698,7 @@ impl Mesh {
     /// Sessions have none: the heartbeat tick covers them all.
     fn deadline(dialer: Dialer) -> Option<Instant> {
         match dialer {
-            Dialer::Waiting(at) => Some(at),
+            Dialer::Waiting(at) | Dialer::PutOff(at, _) => Some(at),
             Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => None,
         }
     }
@@ -712,7 +717,7 @@ impl Mesh {
                 self.due.remove(&key);
             }
             Dialer::InFlight => self.in_flight -= 1,
-            Dialer::Idle | Dialer::Waiting(_) => {}
+            Dialer::Idle | Dialer::Waiting(_) | Dialer::PutOff(..) => {}
         }
         if let Some(at) = Self::deadline(to) {
             self.timers.insert((at, peer));
@@ -722,7 +727,7 @@ impl Mesh {
                 self.due.insert(key);
             }
             Dialer::InFlight => self.in_flight += 1,
-            Dialer::Idle | Dialer::Waiting(_) => {}
+            Dialer::Idle | Dialer::Waiting(_) | Dialer::PutOff(..) => {}
         }
         if let Some(link) = self.link_mut(peer) {
             link.dialer = to;

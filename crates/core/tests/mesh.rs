@@ -488,6 +488,12 @@ fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
     let cfg = sim::config(0, map, 1, QuorumPolicy::None);
     let put_off = cfg.backoff.min;
     let mut m = Mesh::new(cfg, t0);
+    // One retry, then no token for an hour: only first-round dials go out.
+    m.set_dial_budget(DialBudget {
+        burst: 1,
+        interval: Duration::from_secs(3600),
+        max_in_flight: 32,
+    });
     m.handle_start(t0);
     let mut out = dials(&mut m);
     // Node 900 is far down the first round's queue; its hello arrives before our dial to it.
@@ -520,6 +526,12 @@ fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
     assert!(
         at >= t0 + put_off,
         "dialled {:?} after the hello, before the put-off of {put_off:?}",
+        at - t0
+    );
+    // Put off, it is still a first-round dial: it does not wait for the retry budget.
+    assert!(
+        at < t0 + put_off + SEC,
+        "dialled {:?} after the hello: it waited for a retry token",
         at - t0
     );
 }
@@ -560,7 +572,11 @@ fn a_tick_that_runs_late_loses_nobody_and_the_next_one_checks() {
     // The reader catches up: the answers count, and the next tick (on time) keeps the pair.
     m.handle_heartbeat(late, via);
     let next = m.poll_timeout().unwrap();
-    assert!(next <= late + cfg.heartbeat_interval);
+    assert_eq!(
+        next,
+        late + cfg.heartbeat_interval,
+        "a whole interval to catch up"
+    );
     m.handle_timeout(next);
     assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
 

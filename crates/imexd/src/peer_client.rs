@@ -207,6 +207,16 @@ async fn connect_from(
     ))
 }
 
+/// The peer leaves its node map's entries out of its hello answer when its digest is the one
+/// we sent (engine's Hello): they are the entries we sent, put back here. Without them an
+/// answer that crossed our own map's growth (SIGUSR1 while it was on its way) would fail the
+/// check against the grown map, whose digest is no longer the peer's, as a mismatch.
+fn restore_node_map(answer: &mut Identity, sent: &Identity) {
+    if answer.node_map.is_empty() && answer.node_map_digest == sent.node_map_digest {
+        answer.node_map.clone_from(&sent.node_map);
+    }
+}
+
 async fn handshake(
     target: &Target,
     me: std::sync::Arc<Identity>,
@@ -234,9 +244,10 @@ async fn handshake(
             mismatch: convert::mismatch(refusal),
         });
     }
-    let identity = reply
+    let mut identity = reply
         .from
         .ok_or_else(|| DialError::Identity("carries no identity".into()))?;
+    restore_node_map(&mut identity, &me);
     let remote = convert::hello(&identity).map_err(DialError::Identity)?;
     crate::fabric::note_peer(&me.cliques, remote.node, &identity.cliques);
 
@@ -352,5 +363,43 @@ pub(crate) async fn goodbye(peer: NodeId, session: SessionTx, timeout: Duration)
             tracing::warn!("goodbye to node {peer} timed out");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openimex_core::NodeMap;
+
+    fn identity(map: &NodeMap, entries: bool) -> Identity {
+        Identity {
+            node_map_digest: map.digest().to_string(),
+            node_map: if entries {
+                map.hosts().to_vec()
+            } else {
+                Vec::new()
+            },
+            ..Identity::default()
+        }
+    }
+
+    #[test]
+    fn an_answer_without_entries_still_proves_the_map_after_ours_grew() {
+        let hosts: Vec<String> = vec!["10.0.0.1".into(), "10.0.0.2".into()];
+        let before = NodeMap::new(hosts.clone());
+        let sent = identity(&before, true);
+        // The peer had our digest and left its entries out; meanwhile SIGUSR1 appended a node.
+        let mut answer = identity(&before, false);
+        let grown = NodeMap::new([hosts, vec!["10.0.0.3".into()]].concat());
+        let check = |a: &Identity| grown.accepts(2, &a.node_map, &a.node_map_digest, 2);
+        assert!(check(&answer).is_err(), "without its entries: a mismatch");
+        restore_node_map(&mut answer, &sent);
+        assert_eq!(check(&answer), Ok(()));
+        // A peer with another digest must send its own entries: nothing is made up for it.
+        let other = NodeMap::new(vec!["10.0.0.9".into(), "10.0.0.2".into()]);
+        let mut foreign = identity(&other, false);
+        restore_node_map(&mut foreign, &sent);
+        assert!(foreign.node_map.is_empty());
+        assert!(check(&foreign).is_err());
     }
 }

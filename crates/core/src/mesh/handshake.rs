@@ -60,7 +60,7 @@ impl Mesh {
     /// dial unneeded, and at formation (every node dialling every other, a few at a time) a
     /// dial that would open a second session only for the pair to close one costs each side a
     /// TCP connection, a TLS and HTTP/2 start and a hello. If the session does not follow, the
-    /// dial goes out then.
+    /// dial is due again then, with its place kept (a first-round dial needs no retry token).
     pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
         if self.state == DaemonState::ShuttingDown {
             return Verdict::ShuttingDown;
@@ -68,12 +68,13 @@ impl Mesh {
         let verdict = self.judge(remote, None);
         if verdict == Verdict::Accept {
             self.note_instance(remote.node, remote.instance);
-            if self
+            if let Some(Dialer::Queued(key)) = self
                 .link(remote.node)
-                .is_some_and(|l| l.carrier.is_none() && matches!(l.dialer, Dialer::Queued(_)))
+                .filter(|l| l.carrier.is_none())
+                .map(|l| l.dialer)
             {
                 let at = now + self.cfg.backoff.min;
-                self.set_dialer(remote.node, Dialer::Waiting(at));
+                self.set_dialer(remote.node, Dialer::PutOff(at, key));
             }
         }
         verdict

@@ -236,7 +236,7 @@ impl Mesh {
         // Connected: nothing to dial. A dial in flight is let finish; the rule decides then.
         if matches!(
             self.link(peer).map(|l| l.dialer),
-            Some(Dialer::Queued(_) | Dialer::Waiting(_))
+            Some(Dialer::Queued(_) | Dialer::Waiting(_) | Dialer::PutOff(..))
         ) {
             self.set_dialer(peer, Dialer::Idle);
         }
