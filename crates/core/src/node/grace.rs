@@ -15,7 +15,10 @@
 //!
 //! The margin cannot help a peer whose daemon is frozen (SIGSTOP, a hung host) for longer than
 //! the grace time while its applications keep running: nothing on that node can disable them
-//! until the daemon runs again. A grace time of N seconds declares that a peer silent for N
+//! until the daemon runs again. A daemon starved of the CPU for an interval or more is outside
+//! the margin's reckoning too: its liveness tick spares that late check (`mesh::liveness`), so
+//! its loss detection lags by its own delay plus one heartbeat; as for a frozen daemon, no
+//! fixed margin covers a delay without bound. A grace time of N seconds declares that a peer silent for N
 //! seconds is dead; where that may not hold, NVIDIA's default (-1, wait forever) is the safe
 //! setting.
 //!
