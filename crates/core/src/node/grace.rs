@@ -18,9 +18,9 @@
 //! until the daemon runs again. A daemon starved of the CPU for an interval or more is outside
 //! the margin's reckoning too: its liveness tick spares that late check (`mesh::liveness`), so
 //! its loss detection lags by its own delay plus one heartbeat; as for a frozen daemon, no
-//! fixed margin covers a delay without bound. A grace time of N seconds declares that a peer silent for N
-//! seconds is dead; where that may not hold, NVIDIA's default (-1, wait forever) is the safe
-//! setting.
+//! fixed margin covers a delay without bound. A grace time of N seconds declares that a peer
+//! silent for N seconds is dead; where that may not hold, NVIDIA's default (-1, wait forever)
+//! is the safe setting.
 //!
 //! If the peer comes back (same instance) between the fence and the release, the references
 //! stay: the peer fenced too and its queued unimports release them, or it never lost us and
