@@ -473,6 +473,30 @@ mod tests {
             1,
             "no waker kept after the send"
         );
-        assert_eq!(tx.stop.kept(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_outbound_stream_keeps_one_waker_however_often_polled() {
+        let (tx, mut out) = SessionTx::new();
+        let counted: Vec<Arc<Counted>> = (0..3).map(|_| Arc::new(Counted)).collect();
+        for c in &counted {
+            let waker = Waker::from(Arc::clone(c));
+            let mut cx = Context::from_waker(&waker);
+            // Nothing queued: the stream waits, on its queue and on the stop.
+            assert!(tokio_stream::Stream::poll_next(Pin::new(&mut out), &mut cx).is_pending());
+        }
+        assert_eq!(
+            tx.stop.kept(),
+            1,
+            "each poll's waker replaces the one before"
+        );
+        tx.shutdown();
+        let waker = Waker::from(Arc::clone(&counted[0]));
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(
+            tokio_stream::Stream::poll_next(Pin::new(&mut out), &mut cx),
+            Poll::Ready(None),
+            "the stream ends at the stop"
+        );
     }
 }
