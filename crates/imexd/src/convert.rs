@@ -15,9 +15,7 @@ use openimex_proto::peer::{
 use crate::mailbox::{PeersSnapshot, Snapshot};
 
 /// Our identity as sent on the wire, with the node's `cliques`; without the node map's
-/// entries unless `with_map` (they only explain a mismatch, or admit a map grown by SIGUSR1,
-/// and a peer whose digest is ours needs neither: at 144 nodes the entries are most of a
-/// hello answer's bytes).
+/// entries unless `with_map` (core's `Mesh::shares_map` says when a peer needs none).
 pub(crate) fn identity(
     hello: &Hello,
     driver_version: &str,

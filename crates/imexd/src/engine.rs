@@ -317,8 +317,7 @@ impl Engine {
                 // its importers disabled here), so a recovering peer that gets our answer knows
                 // we map nothing of its old instance any more.
                 self.perform()?;
-                // A caller with our node map's digest needs none of its entries.
-                let with_map = hello.digest != self.node.mesh().config().map.digest();
+                let with_map = !self.node.mesh().shares_map(&hello);
                 let answer = (verdict, self.identity(with_map));
                 self.driver.call(Call::Then(Box::new(move || {
                     let _ = reply.send(answer);

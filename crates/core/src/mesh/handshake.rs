@@ -80,6 +80,13 @@ impl Mesh {
         verdict
     }
 
+    /// Whether `remote` has our node map (same digest): an answer to its hello needs none of
+    /// our entries, which only explain a mismatch or admit a map grown by SIGUSR1 (at 144
+    /// nodes they are most of an answer's bytes).
+    pub fn shares_map(&self, remote: &Hello) -> bool {
+        remote.digest == self.cfg.map.digest()
+    }
+
     pub(super) fn judge(&self, remote: &Hello, expected_node: Option<NodeId>) -> Verdict {
         let refuse = |mismatch, detail: String| Verdict::Refuse { mismatch, detail };
         if remote.protocol_version != self.cfg.protocol_version {
