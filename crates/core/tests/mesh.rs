@@ -400,12 +400,7 @@ fn live_nodes_among_ten_thousand_entries_form_and_recover_at_once() {
 
 #[test]
 fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
-    let map = NodeMap::new(sim::hosts(1000));
-    let other = sim::config(900, map.clone(), 2, QuorumPolicy::None);
-    #[allow(clippy::disallowed_methods)]
-    let t0 = std::time::Instant::now();
-    let hello_900 = Mesh::new(other, t0).hello();
-    let mut m = Mesh::new(sim::config(0, map, 1, QuorumPolicy::None), t0);
+    let (mut m, hello_900, t0) = node_0_and_hello_of(1000, 900);
     let cap = m.dial_budget().max_in_flight;
     m.handle_start(t0);
     let first = dials(&mut m);
@@ -449,11 +444,7 @@ fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
 
 #[test]
 fn a_peer_session_while_our_dial_is_out_ends_the_dialling() {
-    let map = NodeMap::new(sim::hosts(2));
-    #[allow(clippy::disallowed_methods)]
-    let t0 = std::time::Instant::now();
-    let hello_1 = Mesh::new(sim::config(1, map.clone(), 2, QuorumPolicy::None), t0).hello();
-    let mut m = Mesh::new(sim::config(0, map, 1, QuorumPolicy::None), t0);
+    let (mut m, hello_1, t0) = node_0_and_hello_of(2, 1);
     m.handle_start(t0);
     let dial = |m: &mut Mesh| {
         std::iter::from_fn(|| m.poll_action()).find_map(|a| match a {
@@ -481,13 +472,8 @@ fn a_peer_session_while_our_dial_is_out_ends_the_dialling() {
 
 #[test]
 fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
-    let map = NodeMap::new(sim::hosts(1000));
-    #[allow(clippy::disallowed_methods)]
-    let t0 = std::time::Instant::now();
-    let hello_900 = Mesh::new(sim::config(900, map.clone(), 2, QuorumPolicy::None), t0).hello();
-    let cfg = sim::config(0, map, 1, QuorumPolicy::None);
-    let put_off = cfg.backoff.min;
-    let mut m = Mesh::new(cfg, t0);
+    let (mut m, hello_900, t0) = node_0_and_hello_of(1000, 900);
+    let put_off = m.config().backoff.min;
     // One retry, then no token for an hour: only first-round dials go out.
     m.set_dial_budget(DialBudget {
         burst: 1,
@@ -536,23 +522,19 @@ fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
     );
 }
 
-/// Node 0 of a pair whose peer (node 1) opened its session to it at `t0`.
-fn pair_with_accepted_session(t0: std::time::Instant) -> (Mesh, Via) {
-    let map = NodeMap::new(sim::hosts(2));
-    let hello_1 = Mesh::new(sim::config(1, map.clone(), 2, QuorumPolicy::None), t0).hello();
-    let mut m = Mesh::new(sim::config(0, map, 1, QuorumPolicy::None), t0);
+/// Node 0 of a pair whose peer (node 1) opened its session to it at the returned start.
+fn pair_with_accepted_session() -> (Mesh, Via, std::time::Instant) {
+    let (mut m, hello_1, t0) = node_0_and_hello_of(2, 1);
     m.handle_start(t0);
     assert_eq!(m.handle_hello(t0, &hello_1), Verdict::Accept);
     assert!(m.handle_session_opened(t0, NodeId(1), hello_1.instance, 3));
     while m.poll_action().is_some() {}
-    (m, Via::Accepted { conn: 3 })
+    (m, Via::Accepted { conn: 3 }, t0)
 }
 
 #[test]
 fn a_tick_that_runs_late_loses_nobody_and_the_next_one_checks() {
-    #[allow(clippy::disallowed_methods)]
-    let t0 = std::time::Instant::now();
-    let (mut m, via) = pair_with_accepted_session(t0);
+    let (mut m, via, t0) = pair_with_accepted_session();
     let cfg = m.config().clone();
     let peer = NodeId(1);
     // Answers on time for 2 s.
@@ -593,9 +575,7 @@ fn a_tick_that_runs_late_loses_nobody_and_the_next_one_checks() {
 
 #[test]
 fn late_ticks_in_a_row_spare_only_the_first() {
-    #[allow(clippy::disallowed_methods)]
-    let t0 = std::time::Instant::now();
-    let (mut m, _via) = pair_with_accepted_session(t0);
+    let (mut m, _via, t0) = pair_with_accepted_session();
     let cfg = m.config().clone();
     // Every tick runs late (a daemon that never catches up) and the peer is silent: still
     // lost, on the second late tick.
@@ -615,4 +595,18 @@ fn dials(m: &mut Mesh) -> Vec<(NodeId, u64)> {
             _ => None,
         })
         .collect()
+}
+
+/// Node 0 of an `n`-entry map (not started), the hello node `peer` of the same map sends, and
+/// the instant both were made at.
+fn node_0_and_hello_of(n: usize, peer: usize) -> (Mesh, Hello, std::time::Instant) {
+    let map = NodeMap::new(sim::hosts(n));
+    #[allow(clippy::disallowed_methods)]
+    let t0 = std::time::Instant::now();
+    let hello = Mesh::new(sim::config(peer, map.clone(), 2, QuorumPolicy::None), t0).hello();
+    (
+        Mesh::new(sim::config(0, map, 1, QuorumPolicy::None), t0),
+        hello,
+        t0,
+    )
 }
