@@ -323,7 +323,8 @@ impl Server {
 }
 
 /// The driver's state for a companion thread of the same process (the Fabric Manager link,
-/// [`crate::fm_link`]): what it changes, blocked calls re-check.
+/// module `fm_link`, which depends on this one and not the other way round): what it changes,
+/// blocked calls re-check.
 #[derive(Debug, Clone)]
 pub struct RmAccess(Arc<Shared>);
 

@@ -11,7 +11,9 @@
 //! ([`fm_socket_path`]), served by `openimex fabric serve`. Each tray's driver keeps one
 //! connection to it: it sends [`ToFm::Attach`] first and then whatever it needs; the FM sends
 //! [`FromFm`] messages at any time (answers and unsolicited updates alike). The framing is the
-//! driver protocol's ([`crate::proto::send`], [`crate::proto::recv`]), with no descriptors.
+//! driver protocol's (`proto::send` and `proto::recv`, whose module depends on this one for
+//! the multicast types, not the other way round), with no descriptors; the integration test
+//! `tests/inband_framing.rs` sends messages of both directions through it.
 
 use std::path::{Path, PathBuf};
 
@@ -120,46 +122,7 @@ pub struct McTeam {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::net::UnixStream;
-
     use super::*;
-    use crate::probe::HealthSummary;
-    use crate::proto::{recv, send};
-
-    /// Both directions cross the driver protocol's framing intact.
-    #[test]
-    fn messages_cross_the_framing() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let attach = ToFm::Attach { slot: 3, gpus: 4 };
-        send(&a, &attach, &[]).unwrap();
-        let (got, fds) = recv::<ToFm>(&b).unwrap();
-        assert_eq!(got, attach);
-        assert!(fds.is_empty());
-        let probe = FromFm::Probe {
-            gpu: 2,
-            info: ProbeInfo {
-                cluster_uuid: "ab".repeat(16),
-                partition_id: 1,
-                clique_id: 2,
-                fla_base: 1 << 40,
-                fla_size: 1 << 36,
-                caps: 3,
-                health_mask: 0,
-                health_summary: HealthSummary::Healthy,
-                bw_mode: 0,
-                bw_mode_epoch: 0,
-            },
-        };
-        send(&b, &probe, &[]).unwrap();
-        assert_eq!(recv::<FromFm>(&a).unwrap().0, probe);
-        let team = FromFm::McTeam {
-            team_key: "k".into(),
-            members: vec![FabricGpu { slot: 0, gpu: 1 }],
-            result: Err("no room".into()),
-        };
-        send(&b, &team, &[]).unwrap();
-        assert_eq!(recv::<FromFm>(&a).unwrap().0, team);
-    }
 
     #[test]
     fn the_socket_lives_in_the_fabric_directory() {
