@@ -1,10 +1,14 @@
 //! The driver's socket server: `<node-dir>/dev/nvidiactl.sock` ([`socket_path`]), one std
-//! thread per connection (one RM client each), a shared [`Rm`] behind a mutex, and one condvar
-//! that every request able to change what a blocked call waits for signals. The calls that block in the real driver wait on it here:
+//! thread per connection (one RM client each) and a shared [`Rm`] behind a mutex. The calls
+//! that block in the real driver are parked ([`parked`]) and answered by the request that
+//! makes them answerable:
 //! - `WaitImport`: until the import is no longer pending, or `timeout_ms` (→ NotReady);
 //! - `Release` of the last reference to a remote import: until FINISH_MEM_UNIMPORT names the
 //!   unimport or the session is torn down;
 //! - `GetEvents`: until an event is queued, `wait_ms` passes, or the daemon hung up.
+//!
+//! The waits that stay on a thread (a disconnect's unimports, a multicast object's wait for its
+//! team) sleep on one condvar that every such change signals.
 //!
 //! When a connection closes, everything its client owned is released (imports through the
 //! unimport handshake, which that connection's thread waits for), and if it held the IMEX
@@ -12,10 +16,12 @@
 
 mod calls;
 mod multicast;
+mod parked;
 mod requests;
 
 use calls::error;
-use requests::handle;
+use parked::ParkedCalls;
+use requests::{Answer, handle};
 
 use std::collections::HashMap;
 use std::fs;
@@ -127,6 +133,8 @@ pub fn prepare_node_dir(node_dir: &Path, channels: u32) -> Result<(), ServerErro
 #[derive(Debug)]
 struct Shared {
     rm: Mutex<Rm>,
+    /// The calls waiting for a change, by client (locked after `rm`).
+    parked: Mutex<ParkedCalls>,
     /// Signalled after every request that can change what a blocked call waits for
     /// ([`wakes_waiters`]) and every disconnect: the blocked calls re-check.
     changed: Condvar,
@@ -280,6 +288,7 @@ impl Server {
             .map_err(io_err("cannot set mode 0666 on", &sock))?;
         let shared = Arc::new(Shared {
             rm: Mutex::new(rm),
+            parked: Mutex::new(HashMap::new()),
             changed: Condvar::new(),
             node_dir,
             socket_path: sock,
@@ -329,10 +338,11 @@ impl Server {
 pub struct RmAccess(Arc<Shared>);
 
 impl RmAccess {
-    /// Runs `f` under the driver's lock, then wakes every blocked call.
+    /// Runs `f` under the driver's lock, then answers or wakes every call it unblocked.
     pub fn with<R>(&self, f: impl FnOnce(&mut Rm) -> R) -> R {
         let r = f(&mut self.0.rm());
         self.0.flush_fm();
+        self.0.answer_parked();
         self.0.changed.notify_all();
         r
     }
@@ -467,6 +477,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, max_clients: usize
             .unwrap_or_else(PoisonError::into_inner)
             .insert(client, clone);
         let sh = Arc::clone(shared);
+        let stream = Arc::new(stream);
         let spawned = std::thread::Builder::new()
             .name(format!("simgpu-client-{client}"))
             .spawn(move || serve(&sh, &stream, client));
@@ -487,7 +498,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, max_clients: usize
 }
 
 /// One connection: one request, one response, until it closes.
-fn serve(shared: &Shared, stream: &UnixStream, client: ClientId) {
+fn serve(shared: &Shared, stream: &Arc<UnixStream>, client: ClientId) {
     loop {
         let (req, fds) = match proto::recv::<Request>(stream) {
             Ok(m) => m,
@@ -502,15 +513,20 @@ fn serve(shared: &Shared, stream: &UnixStream, client: ClientId) {
             Err(_) => break,
         };
         let wakes = wakes_waiters(&req);
-        let resp = handle(shared, client, stream, req, &fds);
+        let answer = handle(shared, client, stream, req, &fds);
         drop(fds);
         shared.flush_fm();
         if wakes {
             let revoked = shared.rm().take_revoked();
             shared.kill_revoked(revoked);
+            shared.answer_parked();
             shared.changed.notify_all();
         }
-        if proto::send(stream, &resp, &[]).is_err() {
+        let sent = match answer {
+            Answer::Now(resp) => proto::send(stream, &resp, &[]).is_ok(),
+            Answer::Parked => parked::watch(shared, client, stream) == parked::Then::Serve,
+        };
+        if !sent {
             break;
         }
     }
@@ -545,11 +561,13 @@ fn wakes_waiters(req: &Request) -> bool {
 /// thread of a real process does.
 fn disconnect(shared: &Shared, client: ClientId) {
     let mut rm = shared.rm();
+    shared.parked().remove(&client);
     let unimports = rm.disconnect(client);
     let revoked = rm.take_revoked();
     drop(rm);
     shared.flush_fm();
     shared.kill_revoked(revoked);
+    shared.answer_parked();
     let mut rm = shared.rm();
     shared.changed.notify_all();
     while !shared.stopping() && unimports.iter().any(|&id| rm.unimport_pending(id)) {

@@ -18,7 +18,7 @@ use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::handle::{ExportUuid, FabricHandle};
 use openimex_simproto::node_dir::channel_path;
 use openimex_simproto::proto::{
-    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response,
+    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response, Validation,
 };
 
 const MIB: u64 = 1 << 20;
@@ -611,4 +611,185 @@ fn finish_unimport_refuses_zero_or_more_than_256_tokens() {
             "{n} tokens (unknown IDs are ignored)"
         );
     }
+}
+
+/// A remote handle on node B's driver (exporter node 5), and an application of B that imported
+/// it (the import is pending: no daemon answers) and the import's handle.
+fn pending_import(b: &ServerHandle, node_b: &Path, export: u64) -> (Conn, u64) {
+    let remote = FabricHandle {
+        export_uuid: ExportUuid::new(export, 5),
+        index: 0,
+        size: PAGE_SIZE,
+        cluster_uuid: [3; 16],
+    };
+    let app = Conn::open(b);
+    app.subscribe(node_b, 0);
+    let Response::Imported { import } = app.call(Request::Import {
+        handle: remote.to_hex(),
+        import_id: 0,
+    }) else {
+        panic!()
+    };
+    (app, import)
+}
+
+/// §1.6 "Import request" 3-4 and "Daemon B" 3: VALIDATE initialises the waiting importers'
+/// objects and signals their events, and only theirs. Each application blocked in its import
+/// wait is answered when the daemon validates its own import, whatever else is validated or
+/// queued on the node meanwhile; a wait nobody answers ends at its timeout with NotReady.
+#[test]
+fn each_import_wait_is_answered_by_the_validate_of_its_own_import() {
+    let dir = TempDir::new("waits");
+    let b = start(&dir.0, 1);
+    let node_b = config(&dir.0, 1).node_dir;
+    let daemon = Conn::open(&b);
+    let token = daemon.session(1);
+    let apps: Vec<(Conn, u64)> = (0..3)
+        .map(|e| pending_import(&b, &node_b, 10 + e))
+        .collect();
+    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
+        token,
+        max: 8,
+        wait_ms: 1000,
+    }) else {
+        panic!()
+    };
+    let ids: Vec<u64> = events
+        .iter()
+        .map(|e| match e {
+            FabricEvent::Import { event_id, .. } => *event_id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids.len(), 3, "{events:?}");
+    let waiters: Vec<_> = apps
+        .into_iter()
+        .enumerate()
+        .map(|(i, (app, import))| {
+            let (tx, rx) = mpsc::channel();
+            let timeout_ms = if i == 2 { 300 } else { 20_000 };
+            let t = thread::spawn(move || {
+                tx.send(app.call(Request::WaitImport { import, timeout_ms }))
+                    .unwrap();
+                app
+            });
+            (t, rx)
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(100));
+    // Failed imports (no exporter here to describe pages): each object reports
+    // NV_ERR_INVALID_OBJECT from its VALIDATE on (§4 "Failed import").
+    let fail = |id: u64| Request::Validate {
+        token,
+        import_event_id: id,
+        result: Validation::ImportFailed,
+    };
+    // The second import first: only its application is answered.
+    assert_eq!(daemon.call(fail(ids[1])), Response::Ok);
+    let answer = waiters[1].1.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(status(answer), NvStatus::InvalidObject);
+    assert!(
+        waiters[0]
+            .1
+            .recv_timeout(Duration::from_millis(200))
+            .is_err(),
+        "another import's VALIDATE must not answer this wait"
+    );
+    // Nobody validates the third: its wait ends at its timeout.
+    assert_eq!(
+        status(waiters[2].1.recv_timeout(Duration::from_secs(5)).unwrap()),
+        NvStatus::NotReady
+    );
+    assert_eq!(daemon.call(fail(ids[0])), Response::Ok);
+    let answer = waiters[0].1.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(status(answer), NvStatus::InvalidObject);
+    // The connections are still in step: each answers its next request.
+    for (t, _) in waiters {
+        let app = t.join().unwrap();
+        assert!(matches!(app.call(Request::Stats), Response::Stats(_)));
+    }
+}
+
+/// §4 "Importer process exits" and §1.6 "Unimport" 5: a process killed while it waits for its
+/// import (a fatal signal ends the real wait at once) is gone at once: its import, still in
+/// progress, is unimported with an event for the daemon now, not when the wait would have
+/// timed out, and a driver stopping with waits in progress stops at once.
+#[test]
+fn an_importer_killed_in_its_import_wait_is_unimported_at_once() {
+    let dir = TempDir::new("killed-wait");
+    let b = start(&dir.0, 1);
+    let node_b = config(&dir.0, 1).node_dir;
+    let daemon = Conn::open(&b);
+    let token = daemon.session(1);
+    let (app, import) = pending_import(&b, &node_b, 21);
+    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
+        token,
+        max: 8,
+        wait_ms: 1000,
+    }) else {
+        panic!()
+    };
+    let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    // The application waits a minute for its import, and dies in the wait.
+    proto::send(
+        &app.0,
+        &Request::WaitImport {
+            import,
+            timeout_ms: 60_000,
+        },
+        &[],
+    )
+    .unwrap();
+    thread::sleep(Duration::from_millis(100));
+    let before = Instant::now();
+    drop(app);
+    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
+        token,
+        max: 8,
+        wait_ms: 10_000,
+    }) else {
+        panic!()
+    };
+    assert!(
+        matches!(
+            events.as_slice(),
+            [FabricEvent::Unimport { import_event_id, .. }] if import_event_id == event_id
+        ),
+        "{events:?}"
+    );
+    assert!(
+        before.elapsed() < Duration::from_secs(10),
+        "the unimport came with the process's death, not with its wait's timeout"
+    );
+
+    // Another application waits; the driver stops under it.
+    let (app, import) = pending_import(&b, &node_b, 22);
+    let (tx, rx) = mpsc::channel();
+    let waiter = thread::spawn(move || {
+        tx.send(proto::call(
+            &app.0,
+            &Request::WaitImport {
+                import,
+                timeout_ms: 60_000,
+            },
+            &[],
+        ))
+        .unwrap();
+    });
+    thread::sleep(Duration::from_millis(100));
+    let stopping = Instant::now();
+    b.stop();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "the stop waited for a wait"
+    );
+    // Its connection closes; an error answer may get there first (the stopping driver ends
+    // the wait with NV_ERR_INVALID_STATE), never a ready import.
+    match rx.recv_timeout(Duration::from_secs(5)).unwrap() {
+        Err(_) | Ok(Response::Error { .. }) => {}
+        Ok(other) => panic!("a stopped driver answered a wait with {other:?}"),
+    }
+    waiter.join().unwrap();
 }

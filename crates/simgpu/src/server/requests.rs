@@ -8,14 +8,31 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use openimex_simproto::node_dir::{channel_files, channels_dir};
 use openimex_simproto::proto::{NvStatus, Request, Response};
 
-use super::calls::{deadline, error, may_manage_fabric, peer_gone};
+use super::calls::{deadline, error, may_manage_fabric};
+use super::parked::Wait;
 use super::{Shared, multicast};
 use crate::rm::{ClientId, ImportState, NO_FLA_RANGE, Released};
+
+/// What becomes of a request.
+#[derive(Debug)]
+pub(super) enum Answer {
+    /// Its response, for the connection's thread to send.
+    Now(Response),
+    /// It waits, parked ([`super::parked`]): whoever makes it answerable answers it.
+    Parked,
+}
+
+impl From<Response> for Answer {
+    fn from(r: Response) -> Self {
+        Answer::Now(r)
+    }
+}
 
 /// The channel whose file the descriptor is open on: same (device, inode) as one of the node's
 /// channel files ([`channel_files`]), as the real driver checks that the descriptor is
@@ -35,11 +52,18 @@ pub(super) fn resolve_channel(node_dir: &Path, fd: &OwnedFd) -> Option<u32> {
 pub(super) fn handle(
     shared: &Shared,
     client: ClientId,
-    stream: &UnixStream,
+    stream: &Arc<UnixStream>,
     req: Request,
     fds: &[OwnedFd],
-) -> Response {
+) -> Answer {
     let mut rm = shared.rm();
+    // Parks the call (under the lock, so the change that makes it answerable sees it).
+    macro_rules! park {
+        ($wait:expr, $until:expr) => {{
+            shared.park(&rm, client, $wait, $until, stream);
+            return Answer::Parked;
+        }};
+    }
     let result: Result<Response, NvStatus> = match req {
         Request::Hello { pid } => {
             tracing::debug!(client, pid, "hello");
@@ -59,7 +83,8 @@ pub(super) fn handle(
                     return error(
                         NvStatus::NotSupported,
                         "this driver has no IMEX channels (its IMEX channel count is 0)",
-                    );
+                    )
+                    .into();
                 }
                 Err(NvStatus::InsufficientPermissions) => {
                     let count = rm.config().imex_channel_count;
@@ -76,7 +101,8 @@ pub(super) fn handle(
                                 channels_dir(&shared.node_dir).display()
                             ),
                         },
-                    );
+                    )
+                    .into();
                 }
                 Err(s) => Err(s),
             }
@@ -98,7 +124,8 @@ pub(super) fn handle(
                          driver without `--probe pending`",
                         state.unwrap_or("unknown")
                     ),
-                );
+                )
+                .into();
             }
             Err(s) => Err(s),
         },
@@ -111,48 +138,41 @@ pub(super) fn handle(
                 return error(
                     NvStatus::NotReady,
                     "no IMEX daemon session on this node to post the import to",
-                );
+                )
+                .into();
             }
             Err(NvStatus::NotSupported) => {
                 return error(
                     NvStatus::NotSupported,
                     "the handle was exported while its node had no IMEX daemon (export node \
                      ID 0xFFFF): it can only be used on that node",
-                );
+                )
+                .into();
             }
             Err(s) => Err(s),
         },
         Request::WaitImport { import, timeout_ms } => {
             let until = deadline(timeout_ms);
-            loop {
-                match rm.wait_import(client, import) {
-                    Ok(ImportState::Ready(l)) => {
-                        break Ok(Response::ImportReady {
-                            size: l.size,
-                            file: l.file.to_string_lossy().into_owned(),
-                            offset: l.offset,
-                        });
-                    }
-                    Ok(ImportState::Pending) if until.is_some_and(|d| Instant::now() >= d) => {
-                        break Err(NvStatus::NotReady);
-                    }
-                    Ok(ImportState::Pending) if shared.stopping() => {
-                        break Err(NvStatus::InvalidState);
-                    }
-                    Ok(ImportState::Pending) => rm = shared.wait(rm, until),
-                    Err(s) => break Err(s),
+            match rm.wait_import(client, import) {
+                Ok(ImportState::Ready(l)) => Ok(Response::ImportReady {
+                    size: l.size,
+                    file: l.file.to_string_lossy().into_owned(),
+                    offset: l.offset,
+                }),
+                Ok(ImportState::Pending) if until.is_some_and(|d| Instant::now() >= d) => {
+                    Err(NvStatus::NotReady)
                 }
+                Ok(ImportState::Pending) if shared.stopping() => Err(NvStatus::InvalidState),
+                Ok(ImportState::Pending) => park!(Wait::Import { import }, until),
+                Err(s) => Err(s),
             }
         }
         Request::Release { handle } => match rm.release(client, handle) {
             Ok(Released::Done) => Ok(Response::Ok),
-            Ok(Released::Unimporting(id)) => {
-                shared.changed.notify_all();
-                while rm.unimport_pending(id) && !shared.stopping() {
-                    rm = shared.wait(rm, None);
-                }
-                Ok(Response::Ok)
+            Ok(Released::Unimporting(id)) if !shared.stopping() => {
+                park!(Wait::Unimport { id }, None)
             }
+            Ok(Released::Unimporting(_)) => Ok(Response::Ok),
             Err(s) => Err(s),
         },
         Request::Stats => Ok(Response::Stats(rm.stats())),
@@ -162,7 +182,8 @@ pub(super) fn handle(
                     NvStatus::InsufficientPermissions,
                     "opening the IMEX session needs the fabric-imex-mgmt capability: only root \
                      or the user the driver runs as may; run the IMEX daemon as root",
-                );
+                )
+                .into();
             }
             rm.open_session(client, node_id)
                 .map(|token| Response::Session { token })
@@ -173,20 +194,17 @@ pub(super) fn handle(
             wait_ms,
         } => {
             let until = deadline(wait_ms);
-            loop {
-                match rm.get_events(token, max) {
-                    Ok((events, more))
-                        if !events.is_empty()
-                            || max == 0
-                            || until.is_some_and(|d| Instant::now() >= d)
-                            || shared.stopping()
-                            || peer_gone(stream) =>
-                    {
-                        break Ok(Response::Events { events, more });
-                    }
-                    Ok(_) => rm = shared.wait(rm, until),
-                    Err(s) => break Err(s),
+            match rm.get_events(token, max) {
+                Ok((events, more))
+                    if !events.is_empty()
+                        || max == 0
+                        || until.is_some_and(|d| Instant::now() >= d)
+                        || shared.stopping() =>
+                {
+                    Ok(Response::Events { events, more })
                 }
+                Ok(_) => park!(Wait::Events { token, max }, until),
+                Err(s) => Err(s),
             }
         }
         Request::DescribeExport {
@@ -219,7 +237,7 @@ pub(super) fn handle(
         Request::FabricProbeInfo { gpu } => rm.probe_info(gpu).map(Response::FabricProbeInfo),
         Request::MapOnGpu { handle, gpu } => match rm.map_on_gpu(client, handle, gpu) {
             Ok(()) => Ok(Response::Ok),
-            Err((status, detail)) => return error(status, detail),
+            Err((status, detail)) => return error(status, detail).into(),
         },
         Request::CompleteFabricProbe { gpu, info } => {
             if !may_manage_fabric(stream) {
@@ -227,11 +245,14 @@ pub(super) fn handle(
                     NvStatus::InsufficientPermissions,
                     "completing a GPU's fabric probe is the Fabric Manager's: only root or the \
                      user the driver runs as may; run the Fabric Manager as root",
-                );
+                )
+                .into();
             }
             rm.complete_probe(gpu, info).map(|()| Response::Ok)
         }
-        Request::Multicast(req) => return multicast::handle(shared, client, stream, req, rm),
+        Request::Multicast(req) => {
+            return Answer::Now(multicast::handle(shared, client, stream, req, rm));
+        }
     };
-    result.unwrap_or_else(|s| error(s, s.to_string()))
+    Answer::Now(result.unwrap_or_else(|s| error(s, s.to_string())))
 }
