@@ -97,7 +97,7 @@ impl SimDriver {
         let sock = conn
             .lock()
             .map_err(|_| DriverError::Lost("driver connection lock poisoned".into()))?;
-        Self::answer(&self.path, what, proto::call(&sock, req, &[]))
+        Self::answer(&self.path, what, proto::call_untimed(&sock, req, &[]))
     }
 
     fn answer(
@@ -140,7 +140,9 @@ impl SimDriver {
         // The first free connection; all busy: wait for the first.
         for conn in &self.control {
             match conn.try_lock() {
-                Ok(sock) => return Self::answer(&self.path, what, proto::call(&sock, req, &[])),
+                Ok(sock) => {
+                    return Self::answer(&self.path, what, proto::call_untimed(&sock, req, &[]));
+                }
                 Err(std::sync::TryLockError::WouldBlock) => {}
                 Err(std::sync::TryLockError::Poisoned(_)) => {
                     return Err(DriverError::Lost("driver connection lock poisoned".into()));
@@ -273,7 +275,7 @@ impl Driver for SimDriver {
                 Err(Errno::EAGAIN | Errno::EINTR) => return Ok(None),
                 Err(e) => return Err(lost(&self.path, &proto::WireError::Sys(e))),
             }
-            let resp = proto::recv::<Response>(&sock).map(|(r, _)| r);
+            let resp = proto::recv_arrived::<Response>(&sock).map(|(r, _)| r);
             Self::answer(&self.path, "get events", resp)?
         };
         *lock(&self.arrived)? = Some(resp);

@@ -500,7 +500,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, max_clients: usize
 /// One connection: one request, one response, until it closes.
 fn serve(shared: &Shared, stream: &Arc<UnixStream>, client: ClientId) {
     loop {
-        let (req, fds) = match proto::recv::<Request>(stream) {
+        // The driver sets no read timeout on its connections: a client may wait as long as it
+        // likes between two calls.
+        let (req, fds) = match proto::recv_within::<Request>(stream, None) {
             Ok(m) => m,
             Err(WireError::Json(e)) => {
                 // The frame was read whole, so the stream is still in step: answer and go on.

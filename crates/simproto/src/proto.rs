@@ -456,12 +456,31 @@ pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[RawFd]) -> Result<(
 /// Linux's SCM_MAX_FD: the most descriptors one SCM_RIGHTS message carries.
 const SCM_MAX_FD: usize = 253;
 
-/// Reads one message and the descriptors that came with it.
+/// Reads one message and the descriptors that came with it, waiting at most the socket's read
+/// timeout for it.
 pub fn recv<T: for<'de> Deserialize<'de>>(
     sock: &UnixStream,
 ) -> Result<(T, Vec<OwnedFd>), WireError> {
+    recv_within(sock, sock.read_timeout()?)
+}
+
+/// [`recv`] for a caller that knows how long it waits (`None`: for as long as it takes), which
+/// spares asking the kernel for the socket's read timeout on every message of a connection that
+/// has none.
+pub fn recv_within<T: for<'de> Deserialize<'de>>(
+    sock: &UnixStream,
+    timeout: Option<std::time::Duration>,
+) -> Result<(T, Vec<OwnedFd>), WireError> {
+    wait_readable(sock, timeout)?;
+    recv_arrived(sock)
+}
+
+/// Reads a message whose first byte the caller saw readable (a frame is written in one piece,
+/// so the rest is there): no wait before the read.
+pub fn recv_arrived<T: for<'de> Deserialize<'de>>(
+    sock: &UnixStream,
+) -> Result<(T, Vec<OwnedFd>), WireError> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    wait_readable(sock)?;
     let mut header = [0u8; 4];
     let mut fds = Vec::new();
     let got = {
@@ -507,12 +526,12 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
 /// woken each time the other end reads what this end wrote (the kernel wakes every waiter on a
 /// unix socket when write space frees up): one needless context switch per call of this
 /// request/response protocol, on both ends, which an ioctl of the real driver does not cost.
-/// `poll` for input is woken for input only. A read timeout set on the socket bounds the wait
-/// as it bounds a read.
-fn wait_readable(sock: &UnixStream) -> Result<(), WireError> {
+/// `poll` for input is woken for input only. `timeout` bounds the wait as a read timeout set
+/// on the socket bounds a read.
+fn wait_readable(sock: &UnixStream, timeout: Option<std::time::Duration>) -> Result<(), WireError> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     use std::os::fd::AsFd;
-    let timeout = match sock.read_timeout()? {
+    let timeout = match timeout {
         None => PollTimeout::NONE,
         Some(t) => PollTimeout::try_from(t).unwrap_or(PollTimeout::MAX),
     };
@@ -526,10 +545,22 @@ fn wait_readable(sock: &UnixStream) -> Result<(), WireError> {
     }
 }
 
-/// One synchronous call: send `req` (with `fds`), read the response.
+/// One synchronous call: send `req` (with `fds`), read the response (within the socket's read
+/// timeout).
 pub fn call(sock: &UnixStream, req: &Request, fds: &[RawFd]) -> Result<Response, WireError> {
     send(sock, req, fds)?;
     Ok(recv::<Response>(sock)?.0)
+}
+
+/// [`call`] on a connection whose answers are awaited for as long as they take (no read
+/// timeout), as a caller blocked in a real ioctl waits.
+pub fn call_untimed(
+    sock: &UnixStream,
+    req: &Request,
+    fds: &[RawFd],
+) -> Result<Response, WireError> {
+    send(sock, req, fds)?;
+    Ok(recv_within::<Response>(sock, None)?.0)
 }
 
 /// The NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO answer for one GPU.
@@ -662,6 +693,28 @@ mod tests {
             Err(WireError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
             other => panic!("a timeout, not {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_wait_given_by_the_caller_bounds_the_wait_whatever_the_socket_says() {
+        let (a, b) = UnixStream::pair().unwrap();
+        // The socket would wait a minute; the caller says 20 ms.
+        a.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let t = std::time::Instant::now();
+        match recv_within::<Request>(&a, Some(std::time::Duration::from_millis(20))) {
+            Err(WireError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
+            other => panic!("a timeout, not {other:?}"),
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(30));
+        // A frame that has arrived is read whole, and the next one after it.
+        send(&b, &Request::Stats, &[]).unwrap();
+        send(&b, &Request::Hello { pid: 7 }, &[]).unwrap();
+        assert_eq!(recv_arrived::<Request>(&a).unwrap().0, Request::Stats);
+        assert_eq!(
+            recv_within::<Request>(&a, None).unwrap().0,
+            Request::Hello { pid: 7 }
+        );
     }
 
     #[test]
