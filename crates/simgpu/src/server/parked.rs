@@ -20,8 +20,8 @@ use std::time::Instant;
 
 use openimex_simproto::proto::{self, NvStatus, Response};
 
+use super::Shared;
 use super::calls::{error, peer_gone};
-use super::{SLICE, Shared};
 use crate::rm::{ClientId, ImportState, Rm};
 
 /// What a parked call waits for.
@@ -211,11 +211,13 @@ pub(super) fn watch(shared: &Shared, client: ClientId, stream: &UnixStream) -> T
         let Some(until) = shared.is_parked(client) else {
             return Then::Serve;
         };
-        // A slice at most, so a stop is seen even if the socket's shutdown were missed.
-        let slice = until.map_or(SLICE, |d| {
-            d.saturating_duration_since(Instant::now()).min(SLICE)
-        });
-        let timeout = PollTimeout::try_from(slice).unwrap_or(PollTimeout::MAX);
+        // Until the deadline, with no slices: a stop shuts every connection down, which wakes
+        // this poll, so an idle daemon's parked event poll costs its driver no wake-ups.
+        let timeout = match until {
+            None => PollTimeout::NONE,
+            Some(d) => PollTimeout::try_from(d.saturating_duration_since(Instant::now()))
+                .unwrap_or(PollTimeout::MAX),
+        };
         let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN)];
         let readable = match poll(&mut fds, timeout) {
             Ok(n) => n > 0,
