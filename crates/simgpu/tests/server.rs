@@ -64,6 +64,18 @@ impl Conn {
         }
     }
 
+    /// The daemon's event poll (at most 8), waiting up to `wait_ms` for the first.
+    fn events(&self, token: u64, wait_ms: u64) -> Vec<FabricEvent> {
+        match self.call(Request::GetEvents {
+            token,
+            max: 8,
+            wait_ms,
+        }) {
+            Response::Events { events, .. } => events,
+            other => panic!("get events: {other:?}"),
+        }
+    }
+
     fn stats(&self) -> DriverStats {
         match self.call(Request::Stats) {
             Response::Stats(s) => s,
@@ -235,13 +247,7 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
             .unwrap();
         app
     });
-    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
-        token,
-        max: 8,
-        wait_ms: 5000,
-    }) else {
-        panic!()
-    };
+    let events = daemon.events(token, 5000);
     let [
         FabricEvent::Unimport {
             unimport_event_id,
@@ -287,13 +293,7 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
     eventually("the unimport is posted", || {
         daemon.stats().pending_unimports == 1
     });
-    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
-        token,
-        max: 8,
-        wait_ms: 1000,
-    }) else {
-        panic!()
-    };
+    let events = daemon.events(token, 1000);
     assert!(
         matches!(
             events.as_slice(),
@@ -633,6 +633,25 @@ fn pending_import(b: &ServerHandle, node_b: &Path, export: u64) -> (Conn, u64) {
     (app, import)
 }
 
+/// `app` waits for `import` on a thread of its own: the answer comes on the channel, the
+/// connection back when the thread is joined.
+fn waiting(
+    app: Conn,
+    import: u64,
+    timeout_ms: u64,
+) -> (
+    thread::JoinHandle<Conn>,
+    mpsc::Receiver<Result<Response, proto::WireError>>,
+) {
+    let (tx, rx) = mpsc::channel();
+    let t = thread::spawn(move || {
+        let req = Request::WaitImport { import, timeout_ms };
+        let _ = tx.send(proto::call(&app.0, &req, &[]));
+        app
+    });
+    (t, rx)
+}
+
 /// §1.6 "Import request" 3-4 and "Daemon B" 3: VALIDATE initialises the waiting importers'
 /// objects and signals their events, and only theirs. Each application blocked in its import
 /// wait is answered when the daemon validates its own import, whatever else is validated or
@@ -647,13 +666,7 @@ fn each_import_wait_is_answered_by_the_validate_of_its_own_import() {
     let apps: Vec<(Conn, u64)> = (0..3)
         .map(|e| pending_import(&b, &node_b, 10 + e))
         .collect();
-    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
-        token,
-        max: 8,
-        wait_ms: 1000,
-    }) else {
-        panic!()
-    };
+    let events = daemon.events(token, 1000);
     let ids: Vec<u64> = events
         .iter()
         .map(|e| match e {
@@ -665,16 +678,7 @@ fn each_import_wait_is_answered_by_the_validate_of_its_own_import() {
     let waiters: Vec<_> = apps
         .into_iter()
         .enumerate()
-        .map(|(i, (app, import))| {
-            let (tx, rx) = mpsc::channel();
-            let timeout_ms = if i == 2 { 300 } else { 20_000 };
-            let t = thread::spawn(move || {
-                tx.send(app.call(Request::WaitImport { import, timeout_ms }))
-                    .unwrap();
-                app
-            });
-            (t, rx)
-        })
+        .map(|(i, (app, import))| waiting(app, import, if i == 2 { 300 } else { 20_000 }))
         .collect();
     thread::sleep(Duration::from_millis(100));
     // Failed imports (no exporter here to describe pages): each object reports
@@ -686,7 +690,11 @@ fn each_import_wait_is_answered_by_the_validate_of_its_own_import() {
     };
     // The second import first: only its application is answered.
     assert_eq!(daemon.call(fail(ids[1])), Response::Ok);
-    let answer = waiters[1].1.recv_timeout(Duration::from_secs(5)).unwrap();
+    let answer = waiters[1]
+        .1
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
     assert_eq!(status(answer), NvStatus::InvalidObject);
     assert!(
         waiters[0]
@@ -697,11 +705,21 @@ fn each_import_wait_is_answered_by_the_validate_of_its_own_import() {
     );
     // Nobody validates the third: its wait ends at its timeout.
     assert_eq!(
-        status(waiters[2].1.recv_timeout(Duration::from_secs(5)).unwrap()),
+        status(
+            waiters[2]
+                .1
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap()
+                .unwrap()
+        ),
         NvStatus::NotReady
     );
     assert_eq!(daemon.call(fail(ids[0])), Response::Ok);
-    let answer = waiters[0].1.recv_timeout(Duration::from_secs(5)).unwrap();
+    let answer = waiters[0]
+        .1
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
     assert_eq!(status(answer), NvStatus::InvalidObject);
     // The connections are still in step: each answers its next request.
     for (t, _) in waiters {
@@ -722,13 +740,7 @@ fn an_importer_killed_in_its_import_wait_is_unimported_at_once() {
     let daemon = Conn::open(&b);
     let token = daemon.session(1);
     let (app, import) = pending_import(&b, &node_b, 21);
-    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
-        token,
-        max: 8,
-        wait_ms: 1000,
-    }) else {
-        panic!()
-    };
+    let events = daemon.events(token, 1000);
     let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
         panic!("{events:?}")
     };
@@ -745,13 +757,7 @@ fn an_importer_killed_in_its_import_wait_is_unimported_at_once() {
     thread::sleep(Duration::from_millis(100));
     let before = Instant::now();
     drop(app);
-    let Response::Events { events, .. } = daemon.call(Request::GetEvents {
-        token,
-        max: 8,
-        wait_ms: 10_000,
-    }) else {
-        panic!()
-    };
+    let events = daemon.events(token, 10_000);
     assert!(
         matches!(
             events.as_slice(),
@@ -766,18 +772,7 @@ fn an_importer_killed_in_its_import_wait_is_unimported_at_once() {
 
     // Another application waits; the driver stops under it.
     let (app, import) = pending_import(&b, &node_b, 22);
-    let (tx, rx) = mpsc::channel();
-    let waiter = thread::spawn(move || {
-        tx.send(proto::call(
-            &app.0,
-            &Request::WaitImport {
-                import,
-                timeout_ms: 60_000,
-            },
-            &[],
-        ))
-        .unwrap();
-    });
+    let (waiter, rx) = waiting(app, import, 60_000);
     thread::sleep(Duration::from_millis(100));
     let stopping = Instant::now();
     b.stop();

@@ -72,6 +72,24 @@ enum End {
     Stopping,
 }
 
+/// The answer to a call when it arrives: `None` if it must wait, parked, past `until`.
+pub(super) fn answer_at_once(
+    rm: &mut Rm,
+    client: ClientId,
+    wait: Wait,
+    until: Option<Instant>,
+    stopping: bool,
+) -> Option<Response> {
+    let end = if stopping {
+        End::Stopping
+    } else if until.is_some_and(|d| Instant::now() >= d) {
+        End::Expired
+    } else {
+        End::NotYet
+    };
+    answer(rm, client, wait, end)
+}
+
 /// The answer to `wait` for `client` now, or `None` if it should go on waiting.
 fn answer(rm: &mut Rm, client: ClientId, wait: Wait, end: End) -> Option<Response> {
     let result = match wait {

@@ -15,9 +15,9 @@ use openimex_simproto::node_dir::{channel_files, channels_dir};
 use openimex_simproto::proto::{NvStatus, Request, Response};
 
 use super::calls::{deadline, error, may_manage_fabric};
-use super::parked::Wait;
+use super::parked::{self, Wait};
 use super::{Shared, multicast};
-use crate::rm::{ClientId, ImportState, NO_FLA_RANGE, Released};
+use crate::rm::{ClientId, NO_FLA_RANGE, Released};
 
 /// What becomes of a request.
 #[derive(Debug)]
@@ -57,11 +57,18 @@ pub(super) fn handle(
     fds: &[OwnedFd],
 ) -> Answer {
     let mut rm = shared.rm();
-    // Parks the call (under the lock, so the change that makes it answerable sees it).
-    macro_rules! park {
+    // A call that blocks in the real driver: its answer now if it has one, else it is parked
+    // (under the lock, so the change that makes it answerable sees it).
+    macro_rules! wait {
         ($wait:expr, $until:expr) => {{
-            shared.park(&rm, client, $wait, $until, stream);
-            return Answer::Parked;
+            let (wait, until) = ($wait, $until);
+            match parked::answer_at_once(&mut rm, client, wait, until, shared.stopping()) {
+                Some(resp) => return resp.into(),
+                None => {
+                    shared.park(&rm, client, wait, until, stream);
+                    return Answer::Parked;
+                }
+            }
         }};
     }
     let result: Result<Response, NvStatus> = match req {
@@ -152,27 +159,11 @@ pub(super) fn handle(
             Err(s) => Err(s),
         },
         Request::WaitImport { import, timeout_ms } => {
-            let until = deadline(timeout_ms);
-            match rm.wait_import(client, import) {
-                Ok(ImportState::Ready(l)) => Ok(Response::ImportReady {
-                    size: l.size,
-                    file: l.file.to_string_lossy().into_owned(),
-                    offset: l.offset,
-                }),
-                Ok(ImportState::Pending) if until.is_some_and(|d| Instant::now() >= d) => {
-                    Err(NvStatus::NotReady)
-                }
-                Ok(ImportState::Pending) if shared.stopping() => Err(NvStatus::InvalidState),
-                Ok(ImportState::Pending) => park!(Wait::Import { import }, until),
-                Err(s) => Err(s),
-            }
+            wait!(Wait::Import { import }, deadline(timeout_ms))
         }
         Request::Release { handle } => match rm.release(client, handle) {
             Ok(Released::Done) => Ok(Response::Ok),
-            Ok(Released::Unimporting(id)) if !shared.stopping() => {
-                park!(Wait::Unimport { id }, None)
-            }
-            Ok(Released::Unimporting(_)) => Ok(Response::Ok),
+            Ok(Released::Unimporting(id)) => wait!(Wait::Unimport { id }, None),
             Err(s) => Err(s),
         },
         Request::Stats => Ok(Response::Stats(rm.stats())),
@@ -193,19 +184,12 @@ pub(super) fn handle(
             max,
             wait_ms,
         } => {
-            let until = deadline(wait_ms);
-            match rm.get_events(token, max) {
-                Ok((events, more))
-                    if !events.is_empty()
-                        || max == 0
-                        || until.is_some_and(|d| Instant::now() >= d)
-                        || shared.stopping() =>
-                {
-                    Ok(Response::Events { events, more })
-                }
-                Ok(_) => park!(Wait::Events { token, max }, until),
-                Err(s) => Err(s),
-            }
+            // Asking for no events is answered at once, as a poll whose wait is over.
+            let until = match max {
+                0 => Some(Instant::now()),
+                _ => deadline(wait_ms),
+            };
+            wait!(Wait::Events { token, max }, until)
         }
         Request::DescribeExport {
             token,
