@@ -1,6 +1,6 @@
 //! The driver's socket server: `<node-dir>/dev/nvidiactl.sock` ([`socket_path`]), one std
 //! thread per connection (one RM client each) and a shared [`Rm`] behind a mutex. The calls
-//! that block in the real driver are parked ([`parked`]) and answered by the request that
+//! that block in the real driver are parked (module `parked`) and answered by the request that
 //! makes them answerable:
 //! - `WaitImport`: until the import is no longer pending, or `timeout_ms` (→ NotReady);
 //! - `Release` of the last reference to a remote import: until FINISH_MEM_UNIMPORT names the
