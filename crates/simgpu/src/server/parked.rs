@@ -60,7 +60,7 @@ pub(super) struct Parked {
 /// before, so a call parked under the `Rm` lock is seen by the next change.
 pub(super) type ParkedCalls = HashMap<ClientId, Parked>;
 
-/// Why a parked call ends without what it waited for.
+/// How far a call's wait has come: still waiting, or over (answer with what there is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
     /// It is still waiting: answer only if ready.
@@ -72,7 +72,7 @@ enum End {
     Stopping,
 }
 
-/// The answer to a call when it arrives: `None` if it must wait, parked, past `until`.
+/// The answer to a call as it arrives, or `None`: it waits, parked, for its answer or `until`.
 pub(super) fn answer_at_once(
     rm: &mut Rm,
     client: ClientId,
