@@ -112,6 +112,9 @@ pub enum Action {
         peer: NodeId,
         /// The pair's session.
         via: Via,
+        /// Whether the peer is to answer it (`liveness.rs`: every other heartbeat goes
+        /// unanswered while the peer answers the others).
+        answer: bool,
     },
     /// Close session `via` of the pair with `peer` (lost, or not the one the pair keeps).
     /// Nothing that arrives on it afterwards is a request of the peer's any more: requests in

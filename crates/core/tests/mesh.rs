@@ -587,6 +587,84 @@ fn late_ticks_in_a_row_spare_only_the_first() {
     assert_eq!(m.peer(NodeId(1)).unwrap().0, ConnStatus::Recovering);
 }
 
+/// The heartbeats among the actions `m` has queued: whether each asks for an answer.
+fn heartbeats(m: &mut Mesh) -> Vec<bool> {
+    std::iter::from_fn(|| m.poll_action())
+        .filter_map(|a| match a {
+            Action::SendHeartbeat { answer, .. } => Some(answer),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Ticks `m` until `until`, answering every heartbeat that asks for it at once; returns what
+/// each tick's heartbeat asked.
+fn tick_answering(m: &mut Mesh, via: Via, until: std::time::Instant) -> Vec<bool> {
+    let mut asked = Vec::new();
+    while m.poll_timeout().unwrap() < until {
+        let now = m.poll_timeout().unwrap();
+        m.handle_timeout(now);
+        for answer in heartbeats(m) {
+            if answer {
+                m.handle_heartbeat(now, via);
+            }
+            asked.push(answer);
+        }
+    }
+    asked
+}
+
+#[test]
+fn while_answers_arrive_every_other_heartbeat_asks_for_none_and_a_silent_peer_is_still_lost() {
+    let (mut m, via, t0) = pair_with_accepted_session();
+    let cfg = m.config().clone();
+    assert!(cfg.peer_timeout >= 4 * cfg.heartbeat_interval);
+    // Answered whenever asked for 5 s: every other heartbeat asks, a quarter fewer messages.
+    let asked = tick_answering(&mut m, via, t0 + 5 * SEC);
+    assert!(asked.len() >= 9, "{asked:?}");
+    assert!(
+        asked.windows(2).all(|w| w[0] != w[1]),
+        "answers asked every other tick: {asked:?}"
+    );
+    assert_eq!(m.peer(NodeId(1)).unwrap().0, ConnStatus::Connected);
+    // The peer goes silent. The first heartbeat may ask for nothing (the last one was
+    // answered), every later one asks; the pair is lost a peer timeout after its last answer,
+    // which came one or two intervals before the silence.
+    let mut now = m.poll_timeout().unwrap();
+    let silent_from = now;
+    let mut asked = Vec::new();
+    loop {
+        m.handle_timeout(now);
+        asked.extend(heartbeats(&mut m));
+        if m.peer(NodeId(1)).unwrap().0 != ConnStatus::Connected {
+            break;
+        }
+        now = m.poll_timeout().unwrap();
+        assert!(now <= silent_from + cfg.peer_timeout + cfg.heartbeat_interval);
+    }
+    assert!(asked.iter().skip(1).all(|a| *a), "{asked:?}");
+    assert!(now >= silent_from + cfg.peer_timeout - 2 * cfg.heartbeat_interval);
+    assert!(m.links()[1].reason.contains("no heartbeat answer"));
+}
+
+#[test]
+fn with_a_peer_timeout_under_four_intervals_every_heartbeat_asks_for_an_answer() {
+    let map = NodeMap::new(sim::hosts(2));
+    #[allow(clippy::disallowed_methods)]
+    let t0 = std::time::Instant::now();
+    let mut cfg = sim::config(0, map.clone(), 1, QuorumPolicy::None);
+    cfg.peer_timeout = 3 * cfg.heartbeat_interval;
+    let mut m = Mesh::new(cfg, t0);
+    let hello = Mesh::new(sim::config(1, map, 2, QuorumPolicy::None), t0).hello();
+    m.handle_start(t0);
+    assert_eq!(m.handle_hello(t0, &hello), Verdict::Accept);
+    assert!(m.handle_session_opened(t0, NodeId(1), hello.instance, 3));
+    while m.poll_action().is_some() {}
+    let asked = tick_answering(&mut m, Via::Accepted { conn: 3 }, t0 + 5 * SEC);
+    assert!(asked.len() >= 9 && asked.iter().all(|a| *a), "{asked:?}");
+    assert_eq!(m.peer(NodeId(1)).unwrap().0, ConnStatus::Connected);
+}
+
 /// The dials among the actions `m` has queued (the rest are dropped).
 fn dials(m: &mut Mesh) -> Vec<(NodeId, u64)> {
     std::iter::from_fn(|| m.poll_action())

@@ -606,11 +606,18 @@ fn heartbeats_on_an_accepted_session_keep_the_pair_alive() {
         t = t.max(at);
         n.handle_timeout(t);
         for a in drain(&mut n) {
-            if let node::Action::Mesh(Action::SendHeartbeat { peer, via: v }) = a {
+            if let node::Action::Mesh(Action::SendHeartbeat {
+                peer,
+                via: v,
+                answer,
+            }) = a
+            {
                 assert_eq!((peer, v), (NodeId(1), via));
                 beats += 1;
                 if t <= answered_until {
-                    n.handle_heartbeat(t, v);
+                    if answer {
+                        n.handle_heartbeat(t, v);
+                    }
                 } else {
                     // An answer on some other session proves nothing about this one.
                     n.handle_heartbeat(

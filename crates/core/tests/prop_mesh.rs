@@ -313,7 +313,7 @@ impl Harness {
                     prop_assert!(from != DaemonState::ShuttingDown, "left SHUTTING_DOWN");
                     self.state = to;
                 }
-                Action::SendHeartbeat { peer, via } | Action::SendGoodbye { peer, via } => {
+                Action::SendHeartbeat { peer, via, .. } | Action::SendGoodbye { peer, via } => {
                     prop_assert_eq!(self.mesh.session_of(peer), Some(via));
                 }
                 Action::CloseSession { .. }

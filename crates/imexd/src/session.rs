@@ -51,7 +51,11 @@ where
         };
         crate::stats::arrived(&msg);
         match msg.body {
-            None => tx.received_heartbeat(msg.heartbeat_seq, msg.heartbeat_ack),
+            None => tx.received_heartbeat(
+                msg.heartbeat_seq,
+                msg.heartbeat_ack,
+                msg.heartbeat_no_answer,
+            ),
             // The peer's words end up in logs and import errors: made safe here.
             Some(Body::Refused(why)) => tx.resolve(msg.id, Body::Refused(convert::bounded(&why))),
             Some(
@@ -302,6 +306,35 @@ mod tests {
             "the answer timed its heartbeat"
         );
         assert!(engine_rx.try_recv().is_err(), "no message per heartbeat");
+
+        // A heartbeat that asks for no answer is a sign of life, and gets none.
+        in_tx
+            .send(Ok(SessionMsg {
+                heartbeat_seq: 43,
+                heartbeat_no_answer: true,
+                ..SessionMsg::default()
+            }))
+            .await
+            .expect("send");
+        while !tx.heard() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the heartbeat is noted"
+            );
+            tokio::task::yield_now().await;
+        }
+        assert!(out_rx.try_next().is_none(), "no answer asked, none sent");
+        // And ours asks for none, untimed.
+        tx.heartbeat_unanswered(44);
+        let sent = out_rx.next().await.expect("our heartbeat");
+        assert_eq!(
+            (
+                sent.heartbeat_seq,
+                sent.heartbeat_ack,
+                sent.heartbeat_no_answer
+            ),
+            (44, false, true)
+        );
     }
 
     /// A burst of requests is answered at most `MAX_SERVING` at a time: the next one reaches

@@ -231,11 +231,11 @@ impl SessionTx {
 
     /// A heartbeat (`ack` false: answered here) or the answer to ours arrived: the pair's
     /// sign of life, which the engine collects ([`SessionTx::heard`]).
-    pub(crate) fn received_heartbeat(&self, seq: u64, ack: bool) {
+    pub(crate) fn received_heartbeat(&self, seq: u64, ack: bool, no_answer: bool) {
         self.heard.store(true, Ordering::Release);
         if ack {
             self.heartbeat_answered(seq);
-        } else {
+        } else if !no_answer {
             self.heartbeat(seq, true);
         }
     }
@@ -302,21 +302,31 @@ impl SessionTx {
         self.stop.set();
     }
 
+    /// Sends heartbeat `seq` asking for no answer (core's `Mesh::may_skip_answer`): it proves
+    /// us alive to the peer, and is not timed.
+    pub(crate) fn heartbeat_unanswered(&self, seq: u64) {
+        self.send_heartbeat(SessionMsg {
+            heartbeat_seq: seq,
+            heartbeat_no_answer: true,
+            ..SessionMsg::default()
+        });
+    }
+
     /// Sends a heartbeat (or its answer) if there is room.
     pub(crate) fn heartbeat(&self, seq: u64, ack: bool) {
         if !ack && let Ok(mut rtt) = self.rtt.lock() {
             rtt.sent = Some((seq, tokio::time::Instant::now()));
         }
-        let trip = crate::stats::Trip::heartbeat(ack);
-        trip.sent_if(
-            self.out
-                .try_send(SessionMsg {
-                    heartbeat_seq: seq,
-                    heartbeat_ack: ack,
-                    ..SessionMsg::default()
-                })
-                .is_ok(),
-        );
+        self.send_heartbeat(SessionMsg {
+            heartbeat_seq: seq,
+            heartbeat_ack: ack,
+            ..SessionMsg::default()
+        });
+    }
+
+    fn send_heartbeat(&self, msg: SessionMsg) {
+        let trip = crate::stats::Trip::heartbeat(msg.heartbeat_ack);
+        trip.sent_if(self.out.try_send(msg).is_ok());
     }
 
     /// Sends a request and waits for its answer. No timer here: callers that need one (the

@@ -70,6 +70,9 @@ pub(super) struct Carrier {
     pub(super) instance: InstanceId,
     /// The pair was last heard from then (see `liveness`).
     pub(super) last_rx: Instant,
+    /// When our last heartbeat on it asked for an answer; `None` if it asked for none, or none
+    /// was sent yet (see `liveness`).
+    pub(super) asked_at: Option<Instant>,
 }
 
 impl Mesh {
@@ -228,6 +231,7 @@ impl Mesh {
                 via,
                 instance,
                 last_rx: now,
+                asked_at: None,
             }),
         );
         if let Some((attempt, instance)) = retired {

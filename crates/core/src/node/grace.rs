@@ -10,7 +10,11 @@
 //! peer behind a partition runs the same grace timer from its own loss detection, which lags
 //! or leads ours by at most a peer timeout and a heartbeat; the margin adds one more heartbeat
 //! so that its fence comes strictly first, and none of its importers can read memory freed
-//! here. Releasing at the same
+//! here. (The pair's lower node hears the higher one only every other interval while answers
+//! arrive, `mesh::liveness`, so its last sign of life may be two intervals old where the higher
+//! node's is one: the two detections differ by at most three intervals, inside that bound,
+//! because answers are skipped only with a peer timeout of four intervals or more.) Releasing
+//! at the same
 //! instant (as the fence) would be a race between two daemons' timers.
 //!
 //! The margin cannot help a peer whose daemon is frozen (SIGSTOP, a hung host) for longer than

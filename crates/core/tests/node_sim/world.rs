@@ -978,14 +978,16 @@ impl World {
                     },
                 );
             }
-            mesh::Action::SendHeartbeat { peer, via } => {
+            mesh::Action::SendHeartbeat { peer, via, answer } => {
                 let b = peer.index();
                 if let Some((key, sess)) = self.find(a, b, via)
                     && !self.is_cut(a, b)
                 {
                     let rtt = self.delay().min(Duration::from_millis(500)) * 2;
                     self.push(now + rtt / 2, Ev::HeartbeatArrive { a, b, key, sess });
-                    self.push(now + rtt, Ev::HeartbeatAck { a, b, key, sess });
+                    if answer {
+                        self.push(now + rtt, Ev::HeartbeatAck { a, b, key, sess });
+                    }
                 }
             }
             mesh::Action::CloseSession { peer, via } => {

@@ -282,15 +282,18 @@ impl Net {
                     }
                 }
             }
-            Action::SendHeartbeat { peer, via } => {
+            Action::SendHeartbeat { peer, via, answer } => {
                 let b = peer.index();
                 if let Some((key, s)) = self.find(a, via)
                     && self.reachable(a, b)
                 {
-                    // The pair's sign of life on both sides (one heartbeat per pair).
+                    // The pair's sign of life on both sides (one heartbeat per pair); the
+                    // sender hears back only when it asked for an answer.
                     let there = Self::other_end(key, s, a);
                     self.nodes[b].as_mut().unwrap().handle_heartbeat(now, there);
-                    self.nodes[a].as_mut().unwrap().handle_heartbeat(now, via);
+                    if answer {
+                        self.nodes[a].as_mut().unwrap().handle_heartbeat(now, via);
+                    }
                 }
             }
             Action::CloseSession { peer, via } => {

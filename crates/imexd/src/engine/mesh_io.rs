@@ -15,11 +15,14 @@ impl Engine {
     pub(super) fn perform_mesh(&mut self, action: MeshAction) {
         match action {
             MeshAction::Dial { peer, attempt } => self.dial(peer, attempt),
-            MeshAction::SendHeartbeat { via, .. } => {
+            MeshAction::SendHeartbeat { via, answer, .. } => {
                 if let Some(session) = self.session_by(via) {
                     self.heartbeat_seq += 1;
                     // A full queue means the peer is not reading; the timeout will tell.
-                    session.heartbeat(self.heartbeat_seq, false);
+                    match answer {
+                        true => session.heartbeat(self.heartbeat_seq, false),
+                        false => session.heartbeat_unanswered(self.heartbeat_seq),
+                    }
                 }
             }
             MeshAction::CloseSession { peer, via } => match via {
