@@ -2,10 +2,10 @@
 //!
 //! The pair's lower node ID sends heartbeats on the pair's session, whichever side dialled it,
 //! and the higher one answers those that ask for an answer: every other one while answers
-//! arrive, every one otherwise, and every one when the peer timeout is under four intervals. Each side takes the same exchange as proof the pair is
-//! alive: the lower node from the answers, the higher one from the heartbeats it answers, both
-//! reported by [`Mesh::handle_heartbeat`] with the session they arrived on. A pair silent for
-//! `peer_timeout` is lost on both sides.
+//! arrive, every one otherwise, and every one when the peer timeout is under four intervals.
+//! Each side takes the same exchange as proof the pair is alive: the lower node from the
+//! answers, the higher one from the heartbeats, both reported by [`Mesh::handle_heartbeat`]
+//! with the session they arrived on. A pair silent for `peer_timeout` is lost on both sides.
 //! Halving the heartbeats halves the idle traffic of a domain, which grows as n²: at 144 nodes
 //! the messages, not the sessions, are what a machine cannot keep up with.
 //!
@@ -27,12 +27,12 @@
 use std::time::{Duration, Instant};
 
 use super::{Action, Mesh, Via};
+use crate::ids::NodeId;
+use crate::state::DaemonState;
 
 /// Heartbeats may go unanswered every other tick only with a peer timeout of at least this many
 /// heartbeat intervals (`Mesh::may_skip_answer`).
 const SKIP_MARGIN: u32 = 4;
-use crate::ids::NodeId;
-use crate::state::DaemonState;
 
 impl Mesh {
     /// Aligns heartbeat ticks on `phase + k * heartbeat_interval` (default: the mesh's
@@ -59,7 +59,7 @@ impl Mesh {
     }
 
     /// Whether a heartbeat sent now may go unanswered: the last one asked for an answer and the
-    /// pair has been heard from since (that answer, or anything else), and the peer timeout is
+    /// pair has been heard from since (its answer), and the peer timeout is
     /// at least [`SKIP_MARGIN`] intervals. So answers come every other tick while they come,
     /// every tick while they do not, and the pair never goes two ticks without asking: a
     /// quarter fewer messages per pair, and a hung peer is seen at most one interval later than
