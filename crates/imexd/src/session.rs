@@ -260,6 +260,16 @@ mod tests {
         );
     }
 
+    /// Waits until the session's reader has noted a sign of life (taking it), failing with
+    /// `what` after 5 s.
+    async fn heard_within_5s(tx: &SessionTx, what: &str) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !tx.heard() {
+            assert!(tokio::time::Instant::now() < deadline, "{what}");
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn heartbeats_are_answered_and_noted_for_the_engine() {
         let (tx, mut out_rx, in_tx, mut engine_rx, _reader) = reader(Via::Accepted { conn: 9 }, 8);
@@ -292,14 +302,7 @@ mod tests {
             }))
             .await
             .expect("send");
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !tx.heard() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the answer is noted"
-            );
-            tokio::task::yield_now().await;
-        }
+        heard_within_5s(&tx, "the answer is noted").await;
         assert!(out_rx.try_next().is_none(), "an answer is not answered");
         assert!(
             tx.heartbeat_rtt().is_some(),
@@ -316,13 +319,7 @@ mod tests {
             }))
             .await
             .expect("send");
-        while !tx.heard() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the heartbeat is noted"
-            );
-            tokio::task::yield_now().await;
-        }
+        heard_within_5s(&tx, "the heartbeat is noted").await;
         assert!(out_rx.try_next().is_none(), "no answer asked, none sent");
         // And ours asks for none, untimed.
         tx.heartbeat_unanswered(44);

@@ -64,6 +64,17 @@ impl Conn {
         }
     }
 
+    /// Imports `handle`, which must succeed (the import itself may still be pending).
+    fn import(&self, handle: &FabricHandle) -> u64 {
+        match self.call(Request::Import {
+            handle: handle.to_hex(),
+            import_id: 0,
+        }) {
+            Response::Imported { import } => import,
+            other => panic!("import: {other:?}"),
+        }
+    }
+
     /// The daemon's event poll (at most 8), waiting up to `wait_ms` for the first.
     fn events(&self, token: u64, wait_ms: u64) -> Vec<FabricEvent> {
         match self.call(Request::GetEvents {
@@ -197,22 +208,12 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
         status(Conn::open(&b).call(Request::OpenSession { node_id: 2 })),
         NvStatus::InUse
     );
-    let remote = FabricHandle {
-        export_uuid: ExportUuid::new(7, 5),
-        index: 0,
-        size: PAGE_SIZE,
-        cluster_uuid: [3; 16],
-    };
+    let remote = remote_handle(7);
 
     // An importer whose import stays pending, then is released.
     let app = Conn::open(&b);
     app.subscribe(&node_b, 0);
-    let Response::Imported { import } = app.call(Request::Import {
-        handle: remote.to_hex(),
-        import_id: 0,
-    }) else {
-        panic!()
-    };
+    let import = app.import(&remote);
     assert_eq!(
         status(app.call(Request::WaitImport {
             import,
@@ -279,12 +280,7 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
 
     // Same again, but the daemon dies instead of finishing: the release completes, and the
     // long-polling GetEvents of a vanished daemon does not hold the session open.
-    let Response::Imported { import } = app.call(Request::Import {
-        handle: remote.to_hex(),
-        import_id: 0,
-    }) else {
-        panic!()
-    };
+    let import = app.import(&remote);
     let (tx, rx) = mpsc::channel();
     let releaser = thread::spawn(move || {
         tx.send(app.call(Request::Release { handle: import }))
@@ -527,12 +523,7 @@ fn with_no_daemon_memory_is_created_and_exported_but_imports_are_refused_as_the_
     assert_eq!(status, NvStatus::NotSupported, "{detail}");
     assert!(detail.contains("0xFFFF"), "{detail}");
 
-    let remote = FabricHandle {
-        export_uuid: ExportUuid::new(7, 5),
-        index: 0,
-        size: PAGE_SIZE,
-        cluster_uuid: [3; 16],
-    };
+    let remote = remote_handle(7);
     let r = c.call(Request::Import {
         handle: remote.to_hex(),
         import_id: 0,
@@ -613,23 +604,23 @@ fn finish_unimport_refuses_zero_or_more_than_256_tokens() {
     }
 }
 
-/// A remote handle on node B's driver (exporter node 5), and an application of B that imported
-/// it (the import is pending: no daemon answers) and the import's handle.
-fn pending_import(b: &ServerHandle, node_b: &Path, export: u64) -> (Conn, u64) {
-    let remote = FabricHandle {
+/// A handle exported on node 5, which no test node is: imports of it stay pending until a
+/// daemon answers.
+fn remote_handle(export: u64) -> FabricHandle {
+    FabricHandle {
         export_uuid: ExportUuid::new(export, 5),
         index: 0,
         size: PAGE_SIZE,
         cluster_uuid: [3; 16],
-    };
+    }
+}
+
+/// An application of node B that imported a remote handle (pending: no daemon answers), and
+/// the import's handle.
+fn pending_import(b: &ServerHandle, node_b: &Path, export: u64) -> (Conn, u64) {
     let app = Conn::open(b);
     app.subscribe(node_b, 0);
-    let Response::Imported { import } = app.call(Request::Import {
-        handle: remote.to_hex(),
-        import_id: 0,
-    }) else {
-        panic!()
-    };
+    let import = app.import(&remote_handle(export));
     (app, import)
 }
 
