@@ -34,7 +34,9 @@ pub use domain::{NodeRow, domain_status, domain_status_of};
 pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
 pub use gpu::{Event, GpuFabric, ImportAnswer, ImportError, Pages, RemoteGpuAttach, Status};
 pub use ids::{ConnId, InstanceId, NodeId};
-pub use mesh::{Action, DialBudget, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict, Via};
+pub use mesh::{
+    Action, DialBudget, DialFailure, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict, Via,
+};
 pub use node::{
     CleanUp, Cleaned, ImportRequest, Node, NodeConfig, PERSIST_LINGER, PeerId, PeerState, RequestId,
 };

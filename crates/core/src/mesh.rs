@@ -43,12 +43,14 @@ mod liveness;
 mod pair;
 mod quorum;
 mod remap;
+mod retry;
 
 pub use budget::DialBudget;
 use budget::Tokens;
 pub use handshake::{Hello, Verdict};
 use pair::Carrier;
 pub use pair::Via;
+pub use retry::DialFailure;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -497,8 +499,16 @@ impl Mesh {
     }
 
     /// The dial of `attempt` failed before a session (refused connection, timeout, DNS).
-    /// The link keeps its state; the error is kept for `ctl` and the next attempt is scheduled.
-    pub fn handle_dial_failed(&mut self, now: Instant, peer: NodeId, attempt: u64, error: String) {
+    /// The link keeps its state; the error is kept for `ctl` and the next attempt is scheduled
+    /// (`retry.rs`: after a refused connection, at the backoff's cap).
+    pub fn handle_dial_failed(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        attempt: u64,
+        failure: DialFailure,
+        error: String,
+    ) {
         if !self.is_current(peer, attempt, Dialer::InFlight) {
             return;
         }
@@ -514,7 +524,7 @@ impl Mesh {
             self.lose(now, peer, format!("connection lost: {error}"));
         } else {
             link.last_error = Some(error);
-            self.schedule_retry(now, peer);
+            self.schedule_retry(now, peer, failure);
         }
         self.pump_dials(now);
     }
@@ -584,7 +594,7 @@ impl Mesh {
             if let Some(link) = self.link_mut(peer) {
                 link.failures = 0;
             }
-            self.schedule_retry(now, peer);
+            self.schedule_retry(now, peer, DialFailure::Other);
             self.pump_dials(now);
         }
     }
@@ -737,20 +747,6 @@ impl Mesh {
         }
     }
 
-    fn schedule_retry(&mut self, now: Instant, peer: NodeId) {
-        if self.state == DaemonState::ShuttingDown {
-            self.set_dialer(peer, Dialer::Idle);
-            return;
-        }
-        let backoff = self.cfg.backoff;
-        let Some(link) = self.links.get_mut(peer.index()).and_then(Option::as_mut) else {
-            return;
-        };
-        let delay = backoff.delay(link.failures, &mut self.rng);
-        link.failures = link.failures.saturating_add(1);
-        self.set_dialer(peer, Dialer::Waiting(now + delay));
-    }
-
     fn fail_attempt(&mut self, now: Instant, peer: NodeId, status: ConnStatus, reason: String) {
         if let Some(link) = self.link_mut(peer) {
             link.last_error = Some(reason.clone());
@@ -764,7 +760,7 @@ impl Mesh {
         if self.link(peer).is_some_and(|l| l.status != status) {
             self.set_status(now, peer, status, reason);
         }
-        self.schedule_retry(now, peer);
+        self.schedule_retry(now, peer, DialFailure::Other);
     }
 
     fn lose(&mut self, now: Instant, peer: NodeId, reason: String) {
@@ -780,7 +776,7 @@ impl Mesh {
         // Clean-up of a lost peer's imports waits for the grace time (forever by default), so
         // the cell shows R, as NVIDIA's does.
         self.set_status(now, peer, ConnStatus::Recovering, reason);
-        self.schedule_retry(now, peer);
+        self.schedule_retry(now, peer, DialFailure::Other);
     }
 
     fn set_status(&mut self, now: Instant, peer: NodeId, to: ConnStatus, reason: String) {

@@ -84,7 +84,7 @@ use std::time::{Duration, Instant};
 use crate::fabric::{ExportRefs, Imports, UnimportStep};
 use crate::gpu::{Event, ImportAnswer, ImportError, Pages, RemoteGpuAttach, Status};
 use crate::ids::{InstanceId, NodeId};
-use crate::mesh::{self, Hello, LinkView, Mesh, MeshConfig, Verdict, Via};
+use crate::mesh::{self, DialFailure, Hello, LinkView, Mesh, MeshConfig, Verdict, Via};
 use crate::state::{ConnStatus, DaemonState, Mismatch};
 
 /// Names a peer request the owner is waiting to answer; chosen by the owner, echoed in the
@@ -530,8 +530,16 @@ impl Node {
     }
 
     /// See [`Mesh::handle_dial_failed`].
-    pub fn handle_dial_failed(&mut self, now: Instant, peer: NodeId, attempt: u64, error: String) {
-        self.mesh.handle_dial_failed(now, peer, attempt, error);
+    pub fn handle_dial_failed(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        attempt: u64,
+        failure: DialFailure,
+        error: String,
+    ) {
+        self.mesh
+            .handle_dial_failed(now, peer, attempt, failure, error);
         self.absorb_mesh(now);
     }
 

@@ -75,7 +75,13 @@ fn pump(o: &mut One) -> Vec<Action> {
                     o.n.handle_dial_ok(o.now, *peer, *attempt, &h);
                 }
                 Action::Mesh(mesh::Action::Dial { peer, attempt }) => {
-                    o.n.handle_dial_failed(o.now, *peer, *attempt, "refused".into());
+                    o.n.handle_dial_failed(
+                        o.now,
+                        *peer,
+                        *attempt,
+                        DialFailure::NotListening,
+                        "connection refused".into(),
+                    );
                 }
                 Action::Mesh(mesh::Action::SendHeartbeat { via, .. }) if o.up => {
                     o.n.handle_heartbeat(o.now, *via);

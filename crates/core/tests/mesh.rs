@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use sim::Net;
 
 const SEC: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
 
 #[test]
 fn eighteen_nodes_form() {
@@ -417,7 +418,13 @@ fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
     );
     // One answer, one more dial.
     let (peer, attempt) = first[0];
-    m.handle_dial_failed(t0, peer, attempt, "connection refused".into());
+    m.handle_dial_failed(
+        t0,
+        peer,
+        attempt,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
     let next = dials(&mut m);
     assert_eq!(next.len(), 1, "{next:?}");
     assert_eq!(next[0].0, NodeId(u16::try_from(cap + 1).unwrap()));
@@ -432,12 +439,24 @@ fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
     // Every other entry is dialled in turn as slots free up; node 900 never.
     let mut all = Vec::new();
     for (peer, attempt) in first[1..].iter().chain(&next) {
-        m.handle_dial_failed(t0, *peer, *attempt, "connection refused".into());
+        m.handle_dial_failed(
+            t0,
+            *peer,
+            *attempt,
+            DialFailure::NotListening,
+            "connection refused".into(),
+        );
         all.extend(dials(&mut m));
     }
     while let Some((peer, attempt)) = all.pop() {
         assert_ne!(peer, NodeId(900), "a connected peer is not dialled");
-        m.handle_dial_failed(t0, peer, attempt, "connection refused".into());
+        m.handle_dial_failed(
+            t0,
+            peer,
+            attempt,
+            DialFailure::NotListening,
+            "connection refused".into(),
+        );
         all.extend(dials(&mut m));
     }
 }
@@ -459,7 +478,13 @@ fn a_peer_session_while_our_dial_is_out_ends_the_dialling() {
     assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
     assert_eq!(dial(&mut m), None, "one dial at a time");
     // Our dial fails: the pair is carried, so nothing is retried.
-    m.handle_dial_failed(t0, peer, attempt, "connection refused".into());
+    m.handle_dial_failed(
+        t0,
+        peer,
+        attempt,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
     assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
     assert_eq!(m.dials_in_flight(), 0);
     // (Nobody answers heartbeats here, so stay within the peer timeout.)
@@ -468,6 +493,79 @@ fn a_peer_session_while_our_dial_is_out_ends_the_dialling() {
         m.handle_timeout(t);
         assert_eq!(dial(&mut m), None, "no dial while the peer's session is up");
     }
+}
+
+/// The first dial after `t` (running the timers), and when it went out.
+fn next_dial_after(
+    m: &mut Mesh,
+    t: std::time::Instant,
+) -> Option<(std::time::Instant, NodeId, u64)> {
+    let mut now = t;
+    for _ in 0..1000 {
+        if let Some((peer, attempt)) = dials(m).first().copied() {
+            return Some((now, peer, attempt));
+        }
+        now = now.max(m.poll_timeout()?);
+        m.handle_timeout(now);
+    }
+    None
+}
+
+#[test]
+fn a_refused_dial_leaves_the_pair_to_the_peers_own_dial_and_retries_at_the_cap() {
+    let (mut m, hello_1, t0) = node_0_and_hello_of(2, 1);
+    let backoff = m.config().backoff;
+    m.handle_start(t0);
+    let (_, peer, attempt) = next_dial_after(&mut m, t0).expect("first dial");
+    // Nothing listens there: node 1's daemon has not started.
+    m.handle_dial_failed(
+        t0,
+        peer,
+        attempt,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
+    let (at, _, again) = next_dial_after(&mut m, t0).expect("a retry, as a safety net");
+    assert!(
+        at - t0 >= backoff.max / 2,
+        "retried {:?} after a refused connection: before half the cap {:?} (the first delay \
+         is {:?})",
+        at - t0,
+        backoff.max,
+        backoff.min
+    );
+    // It starts meanwhile and dials us: connected by its session, our retry cancelled.
+    m.handle_dial_failed(
+        at,
+        peer,
+        again,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
+    let started = at + 300 * MS;
+    assert_eq!(m.handle_hello(started, &hello_1), Verdict::Accept);
+    assert!(m.handle_session_opened(started, peer, hello_1.instance, 3));
+    assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
+    assert_eq!(dials(&mut m), vec![]);
+    assert_eq!(m.dials_in_flight(), 0);
+
+    // Any other failure (here a connect that timed out) keeps the backoff's first delay.
+    let (mut m, _, t0) = node_0_and_hello_of(2, 1);
+    m.handle_start(t0);
+    let (_, peer, attempt) = next_dial_after(&mut m, t0).expect("first dial");
+    m.handle_dial_failed(
+        t0,
+        peer,
+        attempt,
+        DialFailure::Other,
+        "no answer within 2000 ms".into(),
+    );
+    let (at, _, _) = next_dial_after(&mut m, t0).expect("a retry");
+    assert!(
+        at - t0 <= backoff.min,
+        "retried {:?} after a timeout",
+        at - t0
+    );
 }
 
 #[test]
@@ -505,7 +603,13 @@ fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
             break;
         }
         now += Duration::from_micros(20);
-        m.handle_dial_failed(now, peer, attempt, "connection refused".into());
+        m.handle_dial_failed(
+            now,
+            peer,
+            attempt,
+            DialFailure::NotListening,
+            "connection refused".into(),
+        );
         out.extend(dials(&mut m));
     }
     let at = dialled_900.expect("the dial goes out once the put-off ends (no session came)");

@@ -235,7 +235,13 @@ fn a_crossed_dial_hands_over_without_a_flap() {
             "no carrier until the answer"
         );
         if dial_fails {
-            t.m[0].handle_dial_failed(t.now, NodeId(1), a0, "refused".into());
+            t.m[0].handle_dial_failed(
+                t.now,
+                NodeId(1),
+                a0,
+                DialFailure::NotListening,
+                "connection refused".into(),
+            );
             t.drain(0);
             assert_eq!(t.status(0), ConnStatus::Recovering, "the dial failed: lost");
         } else {
@@ -354,7 +360,13 @@ fn staggered_start_connects_the_early_node_without_its_dials() {
 fn an_accepted_session_cancels_a_waiting_retry() {
     let mut t = Two::new();
     let [a0, _] = t.start();
-    t.m[0].handle_dial_failed(t.now, NodeId(1), a0, "connection refused".into());
+    t.m[0].handle_dial_failed(
+        t.now,
+        NodeId(1),
+        a0,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
     t.drain(0);
     let retry_at = t.m[0].poll_timeout().expect("a retry is scheduled");
     assert!(retry_at > t.now);
@@ -382,7 +394,13 @@ fn a_lost_pair_session_is_restored_by_either_sides_redial() {
     for redialler in [0, 1] {
         let mut t = Two::new();
         let [a0, a1] = t.start();
-        t.m[1].handle_dial_failed(t.now, NodeId(0), a1, "connection refused".into());
+        t.m[1].handle_dial_failed(
+            t.now,
+            NodeId(0),
+            a1,
+            DialFailure::NotListening,
+            "connection refused".into(),
+        );
         t.dial_ok(0, a0);
         assert!(t.opened(0, 9));
         let via = [
@@ -412,7 +430,13 @@ fn a_lost_pair_session_is_restored_by_either_sides_redial() {
                     if i == redialler {
                         attempt = Some(n);
                     } else {
-                        t.m[i].handle_dial_failed(t.now, peer, n, "refused".into());
+                        t.m[i].handle_dial_failed(
+                            t.now,
+                            peer,
+                            n,
+                            DialFailure::NotListening,
+                            "connection refused".into(),
+                        );
                         t.drain(i);
                     }
                 }
@@ -587,7 +611,13 @@ fn heartbeats_on_an_accepted_session_keep_the_pair_alive() {
     });
     let started = sim::node::start(&mut n, now);
     let a1 = sim::node::dial_attempt(&started, 1).expect("dials node 1");
-    n.handle_dial_failed(now, NodeId(1), a1, "connection refused".into());
+    n.handle_dial_failed(
+        now,
+        NodeId(1),
+        a1,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
     n.handle_session_hello(now, 8, true, &hellos[1]);
     assert!(n.handle_session_opened(now, 8));
     drain(&mut n);
@@ -654,7 +684,13 @@ fn heartbeats_on_an_accepted_session_keep_the_pair_alive() {
 fn the_higher_node_takes_heartbeats_on_the_accepted_session() {
     let mut t = Two::new();
     let [a0, a1] = t.start();
-    t.m[1].handle_dial_failed(t.now, NodeId(0), a1, "connection refused".into());
+    t.m[1].handle_dial_failed(
+        t.now,
+        NodeId(0),
+        a1,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
     t.dial_ok(0, a0);
     assert!(t.opened(0, 4));
     let at_1 = Via::Accepted { conn: 4 };

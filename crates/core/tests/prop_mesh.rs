@@ -196,8 +196,13 @@ impl Harness {
                 let peer = NodeId(p);
                 let attempt = self.attempt(peer, a);
                 self.answered(peer, attempt);
-                self.mesh
-                    .handle_dial_failed(now, peer, attempt, "refused".into());
+                self.mesh.handle_dial_failed(
+                    now,
+                    peer,
+                    attempt,
+                    DialFailure::NotListening,
+                    "connection refused".into(),
+                );
             }
             Input::DialRefused(p, a, m) => {
                 let peer = NodeId(p);

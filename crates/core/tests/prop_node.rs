@@ -328,8 +328,13 @@ impl Harness {
         }
         // Our dials never reach anyone: the peers' sessions to us carry the pairs.
         for (peer, attempt) in dials {
-            self.node
-                .handle_dial_failed(self.now, peer, attempt, "unreachable".into());
+            self.node.handle_dial_failed(
+                self.now,
+                peer,
+                attempt,
+                DialFailure::Other,
+                "unreachable".into(),
+            );
             released += self.drain()?;
         }
         Ok(released)

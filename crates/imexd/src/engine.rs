@@ -363,9 +363,11 @@ impl Engine {
                     self.node
                         .refused(reason, format!("node {peer} ({host}): {error}"));
                 }
+                let failure = error.failure();
                 let error = error.to_string();
                 self.log_dial_failure(peer, &error);
-                self.node.handle_dial_failed(now, peer, attempt, error);
+                self.node
+                    .handle_dial_failed(now, peer, attempt, failure, error);
             }
             Input::DialRefused {
                 peer,

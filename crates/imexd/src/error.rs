@@ -99,7 +99,12 @@ pub(crate) enum DialError {
     BadAddress { addr: String, cause: String },
     /// TCP/HTTP2 connection failed.
     #[error("cannot connect to {addr}: {cause}")]
-    Connect { addr: String, cause: String },
+    Connect {
+        addr: String,
+        cause: String,
+        /// The connection was refused: nothing listens at `addr`.
+        refused: bool,
+    },
     /// The hello call failed.
     #[error("handshake failed: {0}")]
     Handshake(String),
@@ -120,4 +125,14 @@ pub(crate) enum DialError {
     /// Nothing within the dial timeout.
     #[error("no answer from {host}:{port} within {ms} ms")]
     Timeout { host: String, port: u16, ms: u128 },
+}
+
+impl DialError {
+    /// The failure as core's retry sees it.
+    pub(crate) fn failure(&self) -> openimex_core::DialFailure {
+        match self {
+            Self::Connect { refused: true, .. } => openimex_core::DialFailure::NotListening,
+            _ => openimex_core::DialFailure::Other,
+        }
+    }
 }

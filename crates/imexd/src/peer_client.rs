@@ -103,6 +103,7 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
     let channel = connected.map_err(|e| DialError::Connect {
         addr: addr.to_string(),
         cause: openimex_proto::root_cause(&e),
+        refused: refused(&e),
     })?;
     Ok((channel, addr))
 }
@@ -161,9 +162,25 @@ async fn connect_tls(
             None => DialError::Connect {
                 addr: addr.to_string(),
                 cause: openimex_proto::root_cause(&e),
+                refused: refused(&e),
             },
         }),
     }
+}
+
+/// Whether `e`, or an error it wraps, is a refused connection (nothing listens there).
+fn refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// A TCP connection to `to`, leaving from `from` when given.
@@ -401,5 +418,65 @@ mod tests {
         restore_node_map(&mut foreign, &sent);
         assert!(foreign.node_map.is_empty());
         assert!(check(&foreign).is_err());
+    }
+
+    fn target(port: u16, tls: Option<crate::tls::Sides>) -> Target {
+        Target {
+            peer: NodeId(1),
+            attempt: 1,
+            local: None,
+            scope: 0,
+            host: "127.0.0.1".into(),
+            port,
+            timeout: Duration::from_secs(10),
+            keepalive: Duration::from_secs(10),
+            tls,
+        }
+    }
+
+    /// A port on 127.0.0.1 nothing listens on (bound, then released).
+    fn closed_port() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_refused_connection_is_told_apart_from_other_failures() {
+        let tls = crate::tls::Tls::new(crate::tls::tests::material(&["127.0.0.1"], None), None)
+            .unwrap()
+            .sides();
+        for tls in [None, Some(tls)] {
+            let with_tls = tls.is_some();
+            // Nothing listens: refused, the retry waits for the peer's own dial (core retry.rs).
+            let err = connect(&target(closed_port(), tls.clone()))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, DialError::Connect { refused: true, .. }),
+                "tls {with_tls}: {err:?}"
+            );
+            assert_eq!(err.failure(), openimex_core::DialFailure::NotListening);
+            assert!(err.to_string().contains("refused"), "{err}");
+            // Something listens and hangs up at once: a failure of another kind.
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = l.local_addr().unwrap().port();
+            let hang_up = tokio::spawn(async move {
+                loop {
+                    let (s, _) = l.accept().await.unwrap();
+                    drop(s);
+                }
+            });
+            let (engine, _inputs) = mpsc::channel(1);
+            let me = std::sync::Arc::new(Identity::default());
+            let Err(err) = handshake(&target(port, tls), me, engine).await else {
+                panic!("tls {with_tls}: a peer that hangs up completed a handshake");
+            };
+            hang_up.abort();
+            assert_eq!(
+                err.failure(),
+                openimex_core::DialFailure::Other,
+                "tls {with_tls}: {err:?}"
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@
 
 mod reload;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::{Arc, RwLock};
 

@@ -188,7 +188,10 @@ enum DialResult {
     Accept(Box<Hello>, ConnId),
     Refused(Mismatch, String),
     ShuttingDown,
-    Unreachable,
+    /// Nothing listens there: the peer's daemon is not running.
+    NotListening,
+    /// The connect timed out (a partition).
+    TimedOut,
 }
 
 /// A scripted operation (applications and faults); see `chaos.rs`.
@@ -1227,10 +1230,10 @@ impl World {
                 let d = self.delay();
                 if !self.reachable(a, b) {
                     // A dead peer refuses at once; a partition times the connect out.
-                    let wait = if self.alive(b) {
-                        Duration::from_millis(1000)
+                    let (wait, result) = if self.alive(b) {
+                        (Duration::from_millis(1000), DialResult::TimedOut)
                     } else {
-                        d
+                        (d, DialResult::NotListening)
                     };
                     self.push(
                         now + wait,
@@ -1239,7 +1242,7 @@ impl World {
                             b,
                             attempt,
                             a_inst,
-                            result: DialResult::Unreachable,
+                            result,
                         },
                     );
                     return;
@@ -1318,15 +1321,26 @@ impl World {
                             now,
                             peer,
                             attempt,
+                            DialFailure::Other,
                             "connection reset".into(),
                         );
                     }
-                    DialResult::ShuttingDown | DialResult::Unreachable => {
+                    DialResult::NotListening => {
                         self.node_mut(a).handle_dial_failed(
                             now,
                             peer,
                             attempt,
+                            DialFailure::NotListening,
                             "connection refused".into(),
+                        );
+                    }
+                    DialResult::ShuttingDown | DialResult::TimedOut => {
+                        self.node_mut(a).handle_dial_failed(
+                            now,
+                            peer,
+                            attempt,
+                            DialFailure::Other,
+                            "no answer".into(),
                         );
                     }
                 }

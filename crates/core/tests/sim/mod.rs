@@ -248,11 +248,17 @@ impl Net {
             Action::Dial { peer, attempt } => {
                 let b = peer.index();
                 if !self.reachable(a, b) {
+                    // A stopped node refuses the connection; a cut one lets it time out.
+                    let (failure, error) = match self.nodes.get(b).is_some_and(Option::is_some) {
+                        true => (DialFailure::Other, "no answer within the dial timeout"),
+                        false => (DialFailure::NotListening, "connection refused"),
+                    };
                     self.nodes[a].as_mut().unwrap().handle_dial_failed(
                         now,
                         peer,
                         attempt,
-                        "connection refused".into(),
+                        failure,
+                        error.into(),
                     );
                     return;
                 }
@@ -277,9 +283,13 @@ impl Net {
                     Verdict::Refuse { mismatch, detail } => {
                         ma.handle_dial_refused(now, peer, attempt, mismatch, detail)
                     }
-                    Verdict::ShuttingDown => {
-                        ma.handle_dial_failed(now, peer, attempt, "peer shutting down".into())
-                    }
+                    Verdict::ShuttingDown => ma.handle_dial_failed(
+                        now,
+                        peer,
+                        attempt,
+                        DialFailure::Other,
+                        "peer shutting down".into(),
+                    ),
                 }
             }
             Action::SendHeartbeat { peer, via, answer } => {

@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use super::*;
 
 /// Material whose certificate names `names`, signed by a fresh CA.
-fn material(names: &[&str], target_override: Option<&str>) -> TlsMaterial {
+pub(crate) fn material(names: &[&str], target_override: Option<&str>) -> TlsMaterial {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
