@@ -80,6 +80,23 @@ pub(crate) fn serve(addr: SocketAddr) -> Result<()> {
     })
 }
 
+/// A client of a [`RawServer`] with the runtime it runs on.
+pub(crate) struct RawClient {
+    rt: tokio::runtime::Runtime,
+    client: openimex_ctl::Client,
+}
+
+impl RawClient {
+    /// One unary round trip, timed.
+    pub(crate) fn round_trip(&mut self) -> Result<Duration> {
+        let t = Instant::now();
+        self.rt
+            .block_on(self.client.state())
+            .context("raw RPC failed")?;
+        Ok(t.elapsed())
+    }
+}
+
 /// A running raw RPC server, killed on drop.
 pub(crate) struct RawServer {
     _child: ReadyChild,
@@ -116,24 +133,18 @@ impl RawServer {
             .context("cannot connect to the raw RPC server")
     }
 
-    /// `n` unary round trips, one at a time from one client (after a warm-up).
-    pub(crate) fn round_trips(&self, n: usize) -> Result<Vec<Duration>> {
+    /// One client, connected and warmed up, for round trips timed one at a time
+    /// ([`RawClient::round_trip`]), between the measured operation's own samples.
+    pub(crate) fn client(&self) -> Result<RawClient> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("cannot start the async runtime")?;
-        rt.block_on(async {
-            let mut client = self.connect().await?;
-            let mut samples = Vec::with_capacity(n);
-            for i in 0..WARM_UP + n {
-                let t = Instant::now();
-                client.state().await.context("raw RPC failed")?;
-                if i >= WARM_UP {
-                    samples.push(t.elapsed());
-                }
-            }
-            Ok(samples)
-        })
+        let mut client = rt.block_on(self.connect())?;
+        for _ in 0..WARM_UP {
+            rt.block_on(client.state()).context("raw RPC failed")?;
+        }
+        Ok(RawClient { rt, client })
     }
 
     /// Wall time of `clients` concurrent clients (each on its own connection, connected before
