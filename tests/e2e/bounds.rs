@@ -12,7 +12,7 @@ use openimex_proto::peer::peer_client::PeerClient;
 use openimex_proto::peer::{HelloRequest, Identity};
 use tonic::transport::Endpoint;
 
-use crate::common::{FORM, spec};
+use crate::common::{FORM, say_hello, spec};
 use crate::forged::{links, refused};
 
 fn two_nodes() -> Cluster {
@@ -149,11 +149,11 @@ fn oversized_hellos_are_refused_without_a_crash_or_a_log_flood() {
         to_node_id: 0,
     };
     // 5 MB in one message: over the peer request limit.
-    let big = rt.block_on(c.hello(hello(vec!["x".repeat(1000); 5000])));
+    let big = say_hello(&rt, &mut c, hello(vec!["x".repeat(1000); 5000]));
     assert!(big.is_err(), "a 5 MB hello is refused");
     // A 300 KB node-map entry, ten times: refused as malformed, never copied into the log.
     for _ in 0..10 {
-        let r = rt.block_on(c.hello(hello(vec!["y".repeat(300_000)])));
+        let r = say_hello(&rt, &mut c, hello(vec!["y".repeat(300_000)]));
         let status = r.expect_err("a 300 KB entry is refused");
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     }

@@ -111,3 +111,30 @@ pub(crate) fn wait_log_line(cluster: &Cluster, i: usize, from: usize, needles: &
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Says `hello` to a daemon's peer port the way a daemon does: as the first frame of a session
+/// on `c`. The answer's first frame (the verdict), or the status the session was refused with.
+pub(crate) fn say_hello(
+    rt: &tokio::runtime::Runtime,
+    c: &mut openimex_proto::peer::peer_client::PeerClient<tonic::transport::Channel>,
+    hello: openimex_proto::peer::HelloRequest,
+) -> Result<openimex_proto::peer::HelloResponse, tonic::Status> {
+    use openimex_proto::peer::SessionMsg;
+    use openimex_proto::peer::session_msg::Body;
+    rt.block_on(async {
+        let first = SessionMsg {
+            body: Some(Body::Hello(hello)),
+            ..SessionMsg::default()
+        };
+        let mut inbound = c.session(tokio_stream::once(first)).await?.into_inner();
+        match inbound.message().await? {
+            Some(SessionMsg {
+                body: Some(Body::HelloReply(answer)),
+                ..
+            }) => Ok(answer),
+            other => Err(tonic::Status::internal(format!(
+                "the session's first frame is no answer to the hello: {other:?}"
+            ))),
+        }
+    })
+}

@@ -16,7 +16,7 @@ use serde_json::Value;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::apps::*;
-use crate::common::NOTICE;
+use crate::common::{NOTICE, say_hello};
 
 /// A live import: node 0 exports, an app on node 1 maps it; node 0's daemon holds one reference.
 struct Live {
@@ -188,13 +188,11 @@ fn a_forged_restart_from_another_address_is_not_believed() {
     // Claim to be node 0 restarted (new instance) to node 1, which holds node 0's memory:
     // believed, node 1 would disable (kill) its importer and drop its import.
     let (rt, mut c) = client(&live, 1, ELSEWHERE);
-    let reply = rt
-        .block_on(c.hello(HelloRequest {
-            from: Some(claim(0, 0xdead_beef)),
-            to_node_id: 1,
-        }))
-        .expect("answered")
-        .into_inner();
+    let hello = HelloRequest {
+        from: Some(claim(0, 0xdead_beef)),
+        to_node_id: 1,
+    };
+    let reply = say_hello(&rt, &mut c, hello).expect("answered");
     assert_ne!(reply.refusal, i32::from(Refusal::None), "refused");
     assert!(reply.from.is_none(), "a refusal tells nothing: {reply:?}");
     assert!(
@@ -223,13 +221,11 @@ fn a_refused_hello_naming_a_real_peer_changes_no_link() {
     let mut forged = claim(0, instance(&live.links_before, 0));
     forged.node_map_digest = "0".repeat(64);
     forged.node_map = vec!["10.9.9.9".into(); 3];
-    let reply = rt
-        .block_on(c.hello(HelloRequest {
-            from: Some(forged),
-            to_node_id: 1,
-        }))
-        .expect("answered")
-        .into_inner();
+    let hello = HelloRequest {
+        from: Some(forged),
+        to_node_id: 1,
+    };
+    let reply = say_hello(&rt, &mut c, hello).expect("answered");
     assert_eq!(reply.refusal, i32::from(Refusal::NodeMapMismatch));
     assert!(reply.from.is_none() && reply.detail.is_empty(), "{reply:?}");
     nothing_changed(&mut live);

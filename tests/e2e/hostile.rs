@@ -19,7 +19,7 @@ use openimex_proto::peer::{HelloRequest, Identity};
 use tonic::transport::Endpoint;
 
 use crate::apps::*;
-use crate::common::{NOTICE, run, text};
+use crate::common::{NOTICE, run, say_hello, text};
 use crate::forged::{links, refused};
 
 /// Imports each of node 1 and node 2 must complete under attack.
@@ -179,7 +179,7 @@ fn oversized_messages(from: &Source, stop: &AtomicBool, rounds: &Rounds) {
         });
         if let Some(channel) = channel {
             let mut c = PeerClient::new(channel).max_encoding_message_size(64 << 20);
-            let answer = rt.block_on(c.hello(hello.clone()));
+            let answer = say_hello(rt, &mut c, hello.clone());
             assert!(answer.is_err(), "a 5 MB hello must be refused");
             rounds.oversized_messages.fetch_add(1, Ordering::Relaxed);
         }

@@ -105,13 +105,13 @@ pub(crate) enum DialError {
         /// The connection was refused: nothing listens at `addr`.
         refused: bool,
     },
-    /// The hello call failed.
+    /// The session carrying our hello failed, or its first frame answered nothing.
     #[error("handshake failed: {0}")]
     Handshake(String),
     /// The peer accepted but sent no usable identity.
     #[error("handshake reply {0}")]
     Identity(String),
-    /// The session stream was refused.
+    /// The peer accepted our hello but keeps the pair on the session it dialled.
     #[error("session refused: {0}")]
     Session(String),
     /// The TLS handshake failed, or the peer closed the connection over our certificate.

@@ -8,7 +8,8 @@ use std::time::Duration;
 use openimex_core::{ImportError, ImportRequest, NodeId, Status, Via};
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{
-    GoodbyeRequest, HelloRequest, Identity, Refusal, UnimportRequest, peer_client::PeerClient,
+    GoodbyeRequest, HelloRequest, Identity, Refusal, SessionMsg, UnimportRequest,
+    peer_client::PeerClient,
 };
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
@@ -234,6 +235,8 @@ fn restore_node_map(answer: &mut Identity, sent: &Identity) {
     }
 }
 
+/// Dials `target` and opens the session with our hello as its first frame; the answer's first
+/// frame is the peer's verdict.
 async fn handshake(
     target: &Target,
     me: std::sync::Arc<Identity>,
@@ -241,18 +244,35 @@ async fn handshake(
 ) -> Result<Input, DialError> {
     let (peer, attempt) = (target.peer, target.attempt);
     let (channel, addr) = connect(target).await?;
-    let mut client = PeerClient::new(channel.clone());
-    let reply = client
-        .hello(HelloRequest {
-            from: Some((*me).clone()),
-            to_node_id: u32::from(peer.0),
-        })
+    let failed = |s: tonic::Status| match (&target.tls, s.code()) {
+        // The pair keeps the session the peer dialled (core's `mesh::pair`).
+        (_, tonic::Code::AlreadyExists) => DialError::Session(s.message().to_string()),
+        (Some(_), _) => crate::tls::hello_failed(&s),
+        (None, _) => DialError::Handshake(s.message().to_string()),
+    };
+    let (session, outbound) = SessionTx::new();
+    session.open_with(Body::Hello(HelloRequest {
+        from: Some((*me).clone()),
+        to_node_id: u32::from(peer.0),
+    }));
+    let mut inbound = PeerClient::new(channel.clone())
+        .max_decoding_message_size(crate::limits::MAX_SESSION_FRAME)
+        .session(outbound)
         .await
-        .map_err(|s| match &target.tls {
-            Some(_) => crate::tls::hello_failed(&s),
-            None => DialError::Handshake(s.message().to_string()),
-        })?
+        .map_err(failed)?
         .into_inner();
+    let reply = match inbound.message().await.map_err(failed)? {
+        Some(SessionMsg {
+            body: Some(Body::HelloReply(reply)),
+            ..
+        }) => reply,
+        Some(_) => {
+            return Err(DialError::Handshake(
+                "the session's first frame is no answer to our hello".into(),
+            ));
+        }
+        None => return Err(DialError::Handshake("the session ended unanswered".into())),
+    };
     let refusal = Refusal::try_from(reply.refusal).unwrap_or(Refusal::WrongNode);
     if refusal != Refusal::None {
         return Ok(Input::DialRefused {
@@ -268,13 +288,6 @@ async fn handshake(
     let remote = convert::hello(&identity).map_err(DialError::Identity)?;
     crate::fabric::note_peer(&me.cliques, remote.node, &identity.cliques);
 
-    let (session, outbound) = SessionTx::new();
-    let inbound = client
-        .max_decoding_message_size(crate::limits::MAX_SESSION_FRAME)
-        .session(outbound)
-        .await
-        .map_err(|s| DialError::Session(s.message().to_string()))?
-        .into_inner();
     let via = Via::Dialled { peer, attempt };
     let reader = tokio::spawn({
         let session = session.clone();

@@ -1,11 +1,12 @@
-//! Inbound side of the peer protocol: handshakes (answered by the engine's verdict), session
-//! heartbeats (answered here, one for one, and reported to the engine as the pair's sign of
-//! life), goodbyes and status rows.
+//! Inbound side of the peer protocol: sessions, each opened by its hello (judged by the
+//! engine's verdict and answered before anything else on the stream), and the unary goodbyes,
+//! imports, unimports and status rows.
 
 use std::net::IpAddr;
 use std::pin::Pin;
 
 use openimex_core::{Hello, NodeId, PeerId, Verdict, Via};
+use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{
     GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, Identity, ImportReply,
     ImportRequest, NodeStatus, NodeStatusRequest, Refusal, SessionMsg, UnimportReply,
@@ -116,20 +117,27 @@ impl PeerService {
     }
 }
 
-type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionMsg, Status>> + Send>>;
+/// What a hello earned.
+enum Greeting {
+    /// Accepted: our identity, for the answer.
+    Accepted(Identity),
+    /// Refused with this answer (a reason code only: a refusal tells nothing about us).
+    Refused(HelloResponse),
+}
 
-#[tonic::async_trait]
-impl Peer for PeerService {
-    async fn hello(
-        &self,
-        request: Request<HelloRequest>,
-    ) -> Result<Response<HelloResponse>, Status> {
-        let info = conn(&request)?;
-        let from = request.into_inner().from;
-        let peer_cliques = from.as_ref().map(|f| f.cliques.clone()).unwrap_or_default();
-        let hello = sender(from, "hello")?;
+impl PeerService {
+    /// Judges the hello that opens a session on connection `info`: its identity, its source
+    /// address, its certificate (with TLS), then the engine's verdict. An accepted hello marks
+    /// the connection greeted.
+    async fn greet(&self, info: &ConnInfo, request: HelloRequest) -> Result<Greeting, Status> {
+        let peer_cliques = request
+            .from
+            .as_ref()
+            .map(|f| f.cliques.clone())
+            .unwrap_or_default();
+        let hello = sender(request.from, "hello")?;
         let peer = hello.node;
-        self.check_certificate(&info, hello.node).await?;
+        self.check_certificate(info, hello.node).await?;
         let from_node_address = self.is_node_address(hello.node, info.remote.ip()).await;
         let (verdict, me) = ask(&self.engine, |reply| Input::Hello {
             hello,
@@ -138,50 +146,82 @@ impl Peer for PeerService {
             reply,
         })
         .await?;
-        let reply = match verdict {
+        Ok(match verdict {
             Verdict::ShuttingDown => return Err(Status::unavailable("daemon is shutting down")),
             Verdict::Accept => {
                 info.greeted();
                 crate::fabric::note_peer(&me.cliques, peer, &peer_cliques);
-                HelloResponse {
-                    from: Some(me),
-                    refusal: Refusal::None.into(),
-                    detail: String::new(),
-                }
+                Greeting::Accepted(me)
             }
-            // A refusal tells nothing about us: the reason code only.
-            Verdict::Refuse { mismatch, .. } => HelloResponse {
+            Verdict::Refuse { mismatch, .. } => Greeting::Refused(HelloResponse {
                 from: None,
                 refusal: convert::refusal(mismatch).into(),
                 detail: String::new(),
-            },
-        };
-        Ok(Response::new(reply))
+            }),
+        })
     }
+}
 
+/// A session frame carrying `body` alone.
+fn frame(body: Body) -> SessionMsg {
+    SessionMsg {
+        body: Some(body),
+        ..SessionMsg::default()
+    }
+}
+
+type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionMsg, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Peer for PeerService {
     type SessionStream = SessionStream;
 
+    /// A session: its first frame is the caller's hello, answered by ours before anything
+    /// else on the stream. A refused hello's answer ends the stream; a hello accepted on a
+    /// pair that keeps another session (core's `mesh::pair`) is answered with an error.
     async fn session(
         &self,
         request: Request<Streaming<SessionMsg>>,
     ) -> Result<Response<SessionStream>, Status> {
-        let ConnInfo {
-            id: conn, remote, ..
-        } = conn(&request)?;
-        let inbound = request.into_inner();
+        let info = conn(&request)?;
+        let mut inbound = request.into_inner();
+        // The connection's hello deadline (conn.rs) bounds this wait.
+        let hello = match inbound.message().await? {
+            Some(SessionMsg {
+                body: Some(Body::Hello(hello)),
+                ..
+            }) => hello,
+            _ => {
+                return Err(Status::failed_precondition(
+                    "a session opens with the caller's hello",
+                ));
+            }
+        };
+        let me = match self.greet(&info, hello).await? {
+            Greeting::Accepted(me) => me,
+            Greeting::Refused(answer) => {
+                let answer = frame(Body::HelloReply(answer));
+                return Ok(Response::new(Box::pin(tokio_stream::once(Ok(answer)))));
+            }
+        };
         let (session, outbound) = SessionTx::new();
+        session.open_with(Body::HelloReply(HelloResponse {
+            from: Some(me),
+            refusal: Refusal::None.into(),
+            detail: String::new(),
+        }));
+        let conn = info.id;
         let carries = ask(&self.engine, |reply| Input::SessionOpened {
             conn,
-            remote,
+            remote: info.remote,
             session: session.clone(),
             reply,
         })
         .await?;
         if !carries {
-            // No accepted hello on this connection, or the pair keeps the session our node
-            // dialled (core's `mesh::pair`): the caller uses that one.
+            // The pair keeps the session our node dialled: the caller uses that one.
             return Err(Status::already_exists(
-                "no session here: the pair has one already, or this connection said no accepted hello",
+                "no session here: the pair has one already",
             ));
         }
         let engine = self.engine.clone();

@@ -184,6 +184,10 @@ fn frame() -> impl Strategy<Value = SessionMsg> {
         1 => Just(Body::ImportReply(ImportReply::default())),
         1 => Just(Body::UnimportReply(Default::default())),
         1 => text(300).prop_map(Body::Refused),
+        // Handshake frames after the session's first: a stray hello is refused, an answer to
+        // a hello never sent gets nothing.
+        1 => Just(Body::Hello(HelloRequest::default())),
+        1 => Just(Body::HelloReply(HelloResponse::default())),
     ];
     (
         0u64..6,
@@ -342,6 +346,7 @@ fn answers_request(req: &Body, ans: &Body) -> bool {
         (Body::Goodbye(_), Body::GoodbyeReply(_)) => true,
         // The fake engine has no status: the request fails with a reason.
         (Body::Status(_), Body::Refused(why)) => !why.is_empty(),
+        (Body::Hello(_), Body::Refused(why)) => !why.is_empty(),
         _ => false,
     }
 }
@@ -360,7 +365,11 @@ proptest! {
                 None => !f.heartbeat_ack,
                 Some(b) => matches!(
                     b,
-                    Body::Import(_) | Body::Unimport(_) | Body::Goodbye(_) | Body::Status(_)
+                    Body::Import(_)
+                        | Body::Unimport(_)
+                        | Body::Goodbye(_)
+                        | Body::Status(_)
+                        | Body::Hello(_)
                 ),
             })
             .count();
@@ -371,7 +380,7 @@ proptest! {
             match &f.body {
                 None if !f.heartbeat_ack => heartbeats += 1,
                 None => {}
-                Some(b @ (Body::Import(_) | Body::Unimport(_) | Body::Goodbye(_) | Body::Status(_))) => {
+                Some(b @ (Body::Import(_) | Body::Unimport(_) | Body::Goodbye(_) | Body::Status(_) | Body::Hello(_))) => {
                     want.entry(f.id).or_default().push(b);
                 }
                 Some(_) => {}

@@ -63,7 +63,8 @@ where
                 | Body::UnimportReply(_)
                 | Body::StatusReply(_)
                 | Body::GoodbyeReply(_)
-                | Body::RemoteGpuAttachReply(_)),
+                | Body::RemoteGpuAttachReply(_)
+                | Body::HelloReply(_)),
             ) => tx.resolve(msg.id, body),
             // A notification: nothing answers it.
             Some(Body::CliquesChanged(c)) => {
@@ -144,6 +145,7 @@ async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<
             .await
             .map(Body::StatusReply)
             .map_err(|s| s.message().to_string()),
+        Body::Hello(_) => Err("a hello only opens a session".to_string()),
         _ => Err("not a request".to_string()),
     }
 }

@@ -191,6 +191,18 @@ impl SessionTx {
         (tx, Outbound { rx, stop })
     }
 
+    /// Queues the session's first frame: the hello, or the answer to the peer's. Called on a
+    /// new session before it is handed to anyone, so nothing can be queued ahead of it and the
+    /// queue has room.
+    pub(crate) fn open_with(&self, body: Body) {
+        let frame = SessionMsg {
+            body: Some(body),
+            ..SessionMsg::default()
+        };
+        let queued = self.out.try_send(frame).is_ok();
+        debug_assert!(queued, "the first frame of a new session");
+    }
+
     /// Ends the session once nothing is in flight on it (our calls answered, the peer's
     /// requests answered), or after [`RETIRE_WAIT`]: a pair that moves to its other session
     /// (core's `mesh::pair`) fails no request it had already sent on this one.

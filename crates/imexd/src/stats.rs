@@ -132,6 +132,10 @@ impl Kind {
             Body::CliquesChanged(_) => Kind::StatusResponse,
             Body::RemoteGpuAttach(_) => Kind::RemoteGpuAttachRequest,
             Body::RemoteGpuAttachReply(_) => Kind::RemoteGpuAttachResponse,
+            // A handshake frame: each session's first is read before its frames are counted,
+            // so only a stray one (refused) gets here; NVIDIA's kinds have no handshake.
+            Body::Hello(_) => Kind::StatusRequest,
+            Body::HelloReply(_) => Kind::StatusResponse,
         }
     }
 

@@ -27,7 +27,8 @@ pub use openimex::cmd::v1 as cmd;
 
 /// Wire protocol version carried in every handshake. Bump on incompatible change.
 /// 3: requests and answers travel on the session stream (`SessionMsg`), both ways.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 4: the hello is the session stream's first frame each way, not a unary call before it.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The innermost cause of a transport error ("Connection refused (os error 111)"): tonic wraps
 /// the OS error in layers whose own texts ("transport error") tell an operator nothing.
