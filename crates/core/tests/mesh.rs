@@ -418,13 +418,7 @@ fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
     );
     // One answer, one more dial.
     let (peer, attempt) = first[0];
-    m.handle_dial_failed(
-        t0,
-        peer,
-        attempt,
-        DialFailure::NotListening,
-        "connection refused".into(),
-    );
+    sim::refused(&mut m, t0, peer, attempt);
     let next = dials(&mut m);
     assert_eq!(next.len(), 1, "{next:?}");
     assert_eq!(next[0].0, NodeId(u16::try_from(cap + 1).unwrap()));
@@ -439,24 +433,12 @@ fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
     // Every other entry is dialled in turn as slots free up; node 900 never.
     let mut all = Vec::new();
     for (peer, attempt) in first[1..].iter().chain(&next) {
-        m.handle_dial_failed(
-            t0,
-            *peer,
-            *attempt,
-            DialFailure::NotListening,
-            "connection refused".into(),
-        );
+        sim::refused(&mut m, t0, *peer, *attempt);
         all.extend(dials(&mut m));
     }
     while let Some((peer, attempt)) = all.pop() {
         assert_ne!(peer, NodeId(900), "a connected peer is not dialled");
-        m.handle_dial_failed(
-            t0,
-            peer,
-            attempt,
-            DialFailure::NotListening,
-            "connection refused".into(),
-        );
+        sim::refused(&mut m, t0, peer, attempt);
         all.extend(dials(&mut m));
     }
 }
@@ -478,13 +460,7 @@ fn a_peer_session_while_our_dial_is_out_ends_the_dialling() {
     assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
     assert_eq!(dial(&mut m), None, "one dial at a time");
     // Our dial fails: the pair is carried, so nothing is retried.
-    m.handle_dial_failed(
-        t0,
-        peer,
-        attempt,
-        DialFailure::NotListening,
-        "connection refused".into(),
-    );
+    sim::refused(&mut m, t0, peer, attempt);
     assert_eq!(m.peer(peer).unwrap().0, ConnStatus::Connected);
     assert_eq!(m.dials_in_flight(), 0);
     // (Nobody answers heartbeats here, so stay within the peer timeout.)
@@ -518,13 +494,7 @@ fn a_refused_dial_leaves_the_pair_to_the_peers_own_dial_and_retries_at_the_cap()
     m.handle_start(t0);
     let (_, peer, attempt) = next_dial_after(&mut m, t0).expect("first dial");
     // Nothing listens there: node 1's daemon has not started.
-    m.handle_dial_failed(
-        t0,
-        peer,
-        attempt,
-        DialFailure::NotListening,
-        "connection refused".into(),
-    );
+    sim::refused(&mut m, t0, peer, attempt);
     let (at, _, again) = next_dial_after(&mut m, t0).expect("a retry, as a safety net");
     assert!(
         at - t0 >= backoff.max / 2,
@@ -535,13 +505,7 @@ fn a_refused_dial_leaves_the_pair_to_the_peers_own_dial_and_retries_at_the_cap()
         backoff.min
     );
     // It starts meanwhile and dials us: connected by its session, our retry cancelled.
-    m.handle_dial_failed(
-        at,
-        peer,
-        again,
-        DialFailure::NotListening,
-        "connection refused".into(),
-    );
+    sim::refused(&mut m, at, peer, again);
     let started = at + 300 * MS;
     assert_eq!(m.handle_hello(started, &hello_1), Verdict::Accept);
     assert!(m.handle_session_opened(started, peer, hello_1.instance, 3));
@@ -603,13 +567,7 @@ fn an_accepted_hello_puts_off_our_queued_dial_to_that_peer() {
             break;
         }
         now += Duration::from_micros(20);
-        m.handle_dial_failed(
-            now,
-            peer,
-            attempt,
-            DialFailure::NotListening,
-            "connection refused".into(),
-        );
+        sim::refused(&mut m, now, peer, attempt);
         out.extend(dials(&mut m));
     }
     let at = dialled_900.expect("the dial goes out once the put-off ends (no session came)");

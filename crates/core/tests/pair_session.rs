@@ -235,13 +235,7 @@ fn a_crossed_dial_hands_over_without_a_flap() {
             "no carrier until the answer"
         );
         if dial_fails {
-            t.m[0].handle_dial_failed(
-                t.now,
-                NodeId(1),
-                a0,
-                DialFailure::NotListening,
-                "connection refused".into(),
-            );
+            sim::refused(&mut t.m[0], t.now, NodeId(1), a0);
             t.drain(0);
             assert_eq!(t.status(0), ConnStatus::Recovering, "the dial failed: lost");
         } else {
@@ -360,13 +354,7 @@ fn staggered_start_connects_the_early_node_without_its_dials() {
 fn an_accepted_session_cancels_a_waiting_retry() {
     let mut t = Two::new();
     let [a0, _] = t.start();
-    t.m[0].handle_dial_failed(
-        t.now,
-        NodeId(1),
-        a0,
-        DialFailure::NotListening,
-        "connection refused".into(),
-    );
+    sim::refused(&mut t.m[0], t.now, NodeId(1), a0);
     t.drain(0);
     let retry_at = t.m[0].poll_timeout().expect("a retry is scheduled");
     assert!(retry_at > t.now);
@@ -394,13 +382,7 @@ fn a_lost_pair_session_is_restored_by_either_sides_redial() {
     for redialler in [0, 1] {
         let mut t = Two::new();
         let [a0, a1] = t.start();
-        t.m[1].handle_dial_failed(
-            t.now,
-            NodeId(0),
-            a1,
-            DialFailure::NotListening,
-            "connection refused".into(),
-        );
+        sim::refused(&mut t.m[1], t.now, NodeId(0), a1);
         t.dial_ok(0, a0);
         assert!(t.opened(0, 9));
         let via = [
@@ -684,13 +666,7 @@ fn heartbeats_on_an_accepted_session_keep_the_pair_alive() {
 fn the_higher_node_takes_heartbeats_on_the_accepted_session() {
     let mut t = Two::new();
     let [a0, a1] = t.start();
-    t.m[1].handle_dial_failed(
-        t.now,
-        NodeId(0),
-        a1,
-        DialFailure::NotListening,
-        "connection refused".into(),
-    );
+    sim::refused(&mut t.m[1], t.now, NodeId(0), a1);
     t.dial_ok(0, a0);
     assert!(t.opened(0, 4));
     let at_1 = Via::Accepted { conn: 4 };

@@ -53,6 +53,18 @@ pub fn config(local: usize, map: NodeMap, instance: u64, quorum: QuorumPolicy) -
     }
 }
 
+/// Reports the dial `attempt` of `m` to `peer` as refused: nothing listens there (the peer's
+/// daemon is not running).
+pub fn refused(m: &mut Mesh, now: Instant, peer: NodeId, attempt: u64) {
+    m.handle_dial_failed(
+        now,
+        peer,
+        attempt,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
+}
+
 pub fn hosts(n: usize) -> Vec<String> {
     (1..=n)
         .map(|i| format!("10.0.{}.{}", i / 250, i % 250 + 1))
