@@ -236,3 +236,28 @@ fn a_refused_hello_naming_a_real_peer_changes_no_link() {
     );
     assert!(refused(&l1, 1, "hello: node map mismatch") >= 1, "{l1}");
 }
+
+#[test]
+fn a_session_that_does_not_open_with_a_hello_is_refused() {
+    let mut live = live_import();
+    // From node 0's own address, a session whose first frame is a heartbeat, not a hello.
+    let ip0 = IpAddr::V4(live.cluster.node(0).ip());
+    let (rt, mut c) = client(&live, 1, ip0);
+    let heartbeat = openimex_proto::peer::SessionMsg {
+        heartbeat_seq: 1,
+        ..Default::default()
+    };
+    let answer = rt.block_on(async {
+        let mut inbound = c.session(tokio_stream::once(heartbeat)).await?.into_inner();
+        inbound.message().await
+    });
+    let status = answer.expect_err("a session without a hello is refused");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    // And the connection proves nothing afterwards.
+    let bye = rt.block_on(c.goodbye(GoodbyeRequest {
+        from: Some(claim(0, instance(&live.links_before, 0))),
+        reason: "forged".into(),
+    }));
+    assert!(bye.is_err(), "a goodbye without a session is refused");
+    nothing_changed(&mut live);
+}

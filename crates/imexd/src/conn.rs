@@ -30,6 +30,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::mailbox::Input;
 use crate::tls::{self, Tls};
 
+/// How long a new connection, or a new session on a greeted one, may take to say its hello.
+pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Limits on inbound peer connections (defaults in [`ConnLimits::for_domain`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConnLimits {
@@ -47,7 +50,7 @@ impl ConnLimits {
         Self {
             total: nodes.saturating_mul(4).max(64),
             ungreeted_per_source: 8,
-            hello_deadline: Duration::from_secs(10),
+            hello_deadline: HELLO_DEADLINE,
         }
     }
 }

@@ -185,8 +185,12 @@ impl Peer for PeerService {
     ) -> Result<Response<SessionStream>, Status> {
         let info = conn(&request)?;
         let mut inbound = request.into_inner();
-        // The connection's hello deadline (conn.rs) bounds this wait.
-        let hello = match inbound.message().await? {
+        // Bounded for a session on a connection already greeted too: the connection's own
+        // deadline (conn.rs) no longer applies there.
+        let first = tokio::time::timeout(crate::conn::HELLO_DEADLINE, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no hello within the hello deadline"))?;
+        let hello = match first? {
             Some(SessionMsg {
                 body: Some(Body::Hello(hello)),
                 ..
