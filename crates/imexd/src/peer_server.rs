@@ -162,14 +162,6 @@ impl PeerService {
     }
 }
 
-/// A session frame carrying `body` alone.
-fn frame(body: Body) -> SessionMsg {
-    SessionMsg {
-        body: Some(body),
-        ..SessionMsg::default()
-    }
-}
-
 type SessionStream = Pin<Box<dyn Stream<Item = Result<SessionMsg, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -204,7 +196,7 @@ impl Peer for PeerService {
         let me = match self.greet(&info, hello).await? {
             Greeting::Accepted(me) => me,
             Greeting::Refused(answer) => {
-                let answer = frame(Body::HelloReply(answer));
+                let answer = crate::session_tx::frame(0, Body::HelloReply(answer));
                 return Ok(Response::new(Box::pin(tokio_stream::once(Ok(answer)))));
             }
         };

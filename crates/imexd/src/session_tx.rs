@@ -26,6 +26,15 @@ pub(crate) const MAX_SERVING: usize = 256;
 /// How long a retired session waits for what is in flight on it.
 pub(crate) const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// A session frame carrying `body` under request `id` (0: the handshake or a notification).
+pub(crate) fn frame(id: u64, body: Body) -> SessionMsg {
+    SessionMsg {
+        id,
+        body: Some(body),
+        ..SessionMsg::default()
+    }
+}
+
 /// A session's stop: once set, its reader and its outbound stream end, even while clones of
 /// its sender live on in tasks still answering.
 ///
@@ -195,11 +204,7 @@ impl SessionTx {
     /// new session before it is handed to anyone, so nothing can be queued ahead of it and the
     /// queue has room.
     pub(crate) fn open_with(&self, body: Body) {
-        let frame = SessionMsg {
-            body: Some(body),
-            ..SessionMsg::default()
-        };
-        let queued = self.out.try_send(frame).is_ok();
+        let queued = self.out.try_send(frame(0, body)).is_ok();
         debug_assert!(queued, "the first frame of a new session");
     }
 
@@ -358,12 +363,7 @@ impl SessionTx {
             p.calls.insert(id, tx);
             id
         };
-        let frame = SessionMsg {
-            id,
-            body: Some(body),
-            ..SessionMsg::default()
-        };
-        if !self.send(frame).await {
+        if !self.send(frame(id, body)).await {
             self.forget(id);
             return Err(CallError::Closed);
         }
@@ -383,22 +383,13 @@ impl SessionTx {
 
     /// Sends a notification: a frame with id 0 that is never answered (nothing waits for it).
     pub(crate) async fn notify(&self, body: Body) -> bool {
-        let frame = SessionMsg {
-            body: Some(body),
-            ..SessionMsg::default()
-        };
-        self.send(frame).await
+        self.send(frame(0, body)).await
     }
 
     /// Sends the answer to the peer's request `id`.
     async fn answer(&self, id: u64, body: Body) {
         let trip = crate::stats::Trip::out(&body);
-        let frame = SessionMsg {
-            id,
-            body: Some(body),
-            ..SessionMsg::default()
-        };
-        trip.sent_if(self.send(frame).await);
+        trip.sent_if(self.send(frame(id, body)).await);
     }
 
     /// Queues a frame, waiting for room, but not past the session's stop: a full queue that
