@@ -1,11 +1,14 @@
 //! `openimex bench all` through the binary: the JSON document's shape on a small selection of
-//! scenarios, and refusal of unknown scenario names. Figures are never asserted (they are
-//! machine-dependent ratios); only that each entry is either a figure or an error.
+//! scenarios, where the clusters keep their files, and refusal of unknown scenario names.
+//! Figures are never asserted (they are machine-dependent ratios); only that each entry is
+//! either a figure or an error.
 
 use std::process::Command;
 use std::time::Duration;
 
+use openimex_harness::ScratchDir;
 use openimex_harness::process::run_with_timeout;
+use openimex_harness::scratch;
 use serde_json::Value;
 
 fn binary() -> &'static str {
@@ -14,7 +17,10 @@ fn binary() -> &'static str {
 
 #[test]
 fn bench_all_json_has_one_entry_per_figure() {
+    // A TMPDIR of our own: the bench keeps its clusters there and leaves nothing behind.
+    let tmp = ScratchDir::new("bench-tmpdir").expect("scratch");
     let mut cmd = Command::new(binary());
+    cmd.env("TMPDIR", tmp.path());
     cmd.args([
         "bench",
         "all",
@@ -40,6 +46,17 @@ fn bench_all_json_has_one_entry_per_figure() {
         "{doc}"
     );
     assert_eq!(doc["rounds"], 1, "{doc}");
+    assert_eq!(
+        doc["machine"]["scratch"].as_str(),
+        tmp.path().to_str(),
+        "{doc}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("read TMPDIR")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "the bench left {left:?} in its TMPDIR");
     let entries = doc["entries"].as_array().cloned().unwrap_or_default();
     let names: Vec<&str> = entries.iter().filter_map(|e| e["name"].as_str()).collect();
     assert_eq!(names, ["formation_3", "import_p50", "import_p99"], "{doc}");
@@ -58,6 +75,41 @@ fn bench_all_json_has_one_entry_per_figure() {
         }
         assert!(e["detail"].is_string(), "{e}");
     }
+}
+
+/// Without a TMPDIR the clusters live on the tmpfs at /dev/shm when the machine has one, so a
+/// round times the daemons rather than the disk's inode allocator (`scratch::memory_root`).
+#[test]
+fn without_tmpdir_the_bench_keeps_its_files_in_memory() {
+    let mut cmd = Command::new(binary());
+    cmd.env_remove("TMPDIR");
+    cmd.args([
+        "bench",
+        "all",
+        "--only",
+        "formation_2",
+        "--rounds",
+        "1",
+        "--json",
+    ]);
+    let out =
+        run_with_timeout(&mut cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench all failed: {stdout}\n{stderr}");
+    let doc: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout}"));
+    let expected = scratch::memory_root().unwrap_or_else(|| std::path::PathBuf::from("/tmp"));
+    assert_eq!(
+        doc["machine"]["scratch"].as_str(),
+        expected.to_str(),
+        "{doc}"
+    );
+    assert!(
+        stderr.contains(&format!("cluster files under {}", expected.display())),
+        "{stderr}"
+    );
+    assert!(doc["entries"][0]["value"].as_f64().is_some(), "{doc}");
 }
 
 #[test]

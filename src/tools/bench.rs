@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand};
 use openimex_harness::bench::{self as hb, BenchEntry, Unit};
+use openimex_harness::scratch;
 use serde_json::{Value, json};
 
 /// `openimex bench …`.
@@ -193,8 +194,26 @@ pub(super) fn this_binary() -> Result<PathBuf> {
     std::env::current_exe().context("cannot find this binary's path")
 }
 
+/// Where the bench's clusters keep their files: `TMPDIR` when the caller set one, else a tmpfs
+/// at `/dev/shm` when there is one ([`scratch::memory_root`] says why), else the temp dir.
+fn choose_scratch() -> PathBuf {
+    if std::env::var_os("TMPDIR").is_none()
+        && let Some(shm) = scratch::memory_root()
+    {
+        // Nothing has made a scratch directory yet, so this root is the one in force.
+        let _ = scratch::set_root(shm);
+    }
+    scratch::root()
+}
+
 /// Runs a benchmark and prints figures with their same-run baseline.
 pub(crate) fn bench(cmd: &BenchCommand) -> Result<()> {
+    if !matches!(cmd, BenchCommand::RpcServer { .. }) {
+        eprintln!(
+            "bench: cluster files under {} (set TMPDIR to choose)",
+            choose_scratch().display()
+        );
+    }
     match cmd {
         BenchCommand::Formation { nodes, rounds } => {
             let binary = this_binary()?;
@@ -307,6 +326,7 @@ fn machine() -> Value {
         "mem_total_mib": mem_mib,
         "kernel": first_line("/proc/sys/kernel/osrelease"),
         "loadavg_start": first_line("/proc/loadavg"),
+        "scratch": scratch::root(),
     })
 }
 

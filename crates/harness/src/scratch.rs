@@ -1,8 +1,10 @@
-//! Scratch directories under the system temp dir, removed on drop unless a panic is unwinding
-//! (then kept, and their path printed, so the files can be inspected).
+//! Scratch directories under the system temp dir (or a root the process chose once, see
+//! [`set_root`]), removed on drop unless a panic is unwinding (then kept, and their path
+//! printed, so the files can be inspected).
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rand::rngs::StdRng;
@@ -13,7 +15,41 @@ use crate::HarnessError;
 /// Distinguishes directories made by one process.
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-/// A fresh directory `<temp>/openimex-<label>-<pid>-<n>-<random>`.
+/// Where this process's scratch directories go when not the temp dir; set once.
+static ROOT: OnceLock<PathBuf> = OnceLock::new();
+
+/// Puts every scratch directory this process makes from now on under `root` rather than the
+/// temp dir. The first call wins: it returns the root in force when another was set before.
+pub fn set_root(root: PathBuf) -> Result<(), PathBuf> {
+    ROOT.set(root)
+        .map_err(|_| ROOT.get().cloned().unwrap_or_default())
+}
+
+/// The directory scratch directories are made in: [`set_root`]'s, else the temp dir.
+pub fn root() -> PathBuf {
+    ROOT.get().cloned().unwrap_or_else(std::env::temp_dir)
+}
+
+/// `/dev/shm` when it is a tmpfs this process can write to. A benchmark whose rounds make and
+/// remove whole clusters of files runs there so that it times the daemons, not the disk: on
+/// ext4, creating a file soon after many were deleted scans past each recently freed inode
+/// (0.4 ms a file measured on a build machine), and each round's clean-up makes the next
+/// round's files that slow.
+pub fn memory_root() -> Option<PathBuf> {
+    let shm = Path::new("/dev/shm");
+    let fs = nix::sys::statfs::statfs(shm).ok()?;
+    if fs.filesystem_type() != nix::sys::statfs::TMPFS_MAGIC {
+        return None;
+    }
+    nix::unistd::access(
+        shm,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    )
+    .ok()?;
+    Some(shm.to_owned())
+}
+
+/// A fresh directory `<root>/openimex-<label>-<pid>-<n>-<random>` ([`root`]).
 #[derive(Debug)]
 pub struct ScratchDir {
     path: PathBuf,
@@ -25,14 +61,15 @@ impl ScratchDir {
     pub fn new(label: &str) -> Result<Self, HarnessError> {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let r: u32 = StdRng::from_os_rng().random();
-        let path = std::env::temp_dir().join(format!(
+        let path = root().join(format!(
             "openimex-{label}-{}-{n}-{r:08x}",
             std::process::id()
         ));
         fs::create_dir_all(&path).map_err(HarnessError::io(
             "create directory",
             &path,
-            "check that the temp dir (TMPDIR) is writable",
+            "check that the scratch root (the temp dir, TMPDIR, unless the program chose \
+             another) is writable",
         ))?;
         Ok(Self { path, keep: false })
     }
