@@ -30,15 +30,25 @@ pub fn root() -> PathBuf {
     ROOT.get().cloned().unwrap_or_else(std::env::temp_dir)
 }
 
-/// `/dev/shm` when it is a tmpfs this process can write to. A benchmark whose rounds make and
-/// remove whole clusters of files runs there so that it times the daemons, not the disk: on
-/// ext4, creating a file soon after many were deleted scans past each recently freed inode
-/// (0.4 ms a file measured on a build machine), and each round's clean-up makes the next
-/// round's files that slow.
+/// Free space [`memory_root`] asks of `/dev/shm`: the clusters' simulated HBM is sparse, but
+/// what the bench writes into it (64 MiB copies, the storm's verified pages) lands there, and a
+/// container's default `/dev/shm` (64 MiB) would run out.
+const MEMORY_ROOT_MIN_FREE: u64 = 2 << 30;
+
+/// `/dev/shm` when it is a tmpfs this process can write to with at least 2 GiB free. A
+/// benchmark whose rounds make and remove whole clusters of files runs there so that it times
+/// the daemons, not the disk: on ext4, creating a file soon after many were deleted scans past
+/// each recently freed inode (0.4 ms a file measured on a build machine), and each round's
+/// clean-up makes the next round's files that slow.
 pub fn memory_root() -> Option<PathBuf> {
     let shm = Path::new("/dev/shm");
     let fs = nix::sys::statfs::statfs(shm).ok()?;
     if fs.filesystem_type() != nix::sys::statfs::TMPFS_MAGIC {
+        return None;
+    }
+    let vfs = nix::sys::statvfs::statvfs(shm).ok()?;
+    let free = vfs.blocks_available().saturating_mul(vfs.fragment_size());
+    if free < MEMORY_ROOT_MIN_FREE {
         return None;
     }
     nix::unistd::access(
