@@ -449,5 +449,79 @@ async fn read_events(driver: Arc<dyn Driver>, fd: std::os::fd::RawFd, engine: mp
                 return;
             }
         }
+        after_engine(&engine).await;
+    }
+}
+
+/// Lets the engine act on the events just handed to it before the driver is asked for more:
+/// asking wakes the driver's thread, which took the CPU from this one, so an import's request
+/// to its exporter went out after the driver had answered the ask (about 40–60 us of a
+/// 290 us import, traced). Events that arrive meanwhile wait in the driver.
+///
+/// A yield runs this task again only once the runtime has run everything queued; the engine
+/// (the runtime's main future) is polled first then. So: yield until the engine has taken every
+/// input (it handles each in full as it takes it), at most a few times so that a busy engine
+/// does not hold up the next events, then once more so that the work it started (the task
+/// sending the import, the session's writer) runs before the ask.
+async fn after_engine(engine: &mpsc::Sender<Input>) {
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+        if engine.capacity() == engine.max_capacity() {
+            break;
+        }
+    }
+    tokio::task::yield_now().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(round: usize) -> Input {
+        Input::Refused {
+            reason: "event",
+            detail: round.to_string(),
+        }
+    }
+
+    /// The daemon's shape: the engine is the runtime's main future and what it starts for an
+    /// event (an import's request) runs in tasks, one waking the next (the request's task, the
+    /// session's writer); the event reader is a task of its own. Each event's request must be
+    /// out before the reader asks the driver for more.
+    #[test]
+    fn the_engine_acts_on_events_before_the_driver_is_asked_for_more() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let push = |log: &Arc<Mutex<Vec<String>>>, what: String| {
+            log.lock().expect("log").push(what);
+        };
+        let (tx, mut rx) = mpsc::channel(16);
+        rt.block_on(async {
+            let reader_log = Arc::clone(&log);
+            let reader = tokio::spawn(async move {
+                for round in 0..3 {
+                    tx.send(event(round)).await.expect("engine");
+                    after_engine(&tx).await;
+                    push(&reader_log, format!("ask {round}"));
+                }
+            });
+            for _ in 0..3 {
+                let Some(Input::Refused { detail, .. }) = rx.recv().await else {
+                    panic!("the reader's event");
+                };
+                let log = Arc::clone(&log);
+                tokio::spawn(async move {
+                    tokio::spawn(async move { push(&log, format!("sent {detail}")) });
+                });
+            }
+            reader.await.expect("reader");
+        });
+        let log = log.lock().expect("log").clone();
+        assert_eq!(
+            log,
+            ["sent 0", "ask 0", "sent 1", "ask 1", "sent 2", "ask 2"]
+        );
     }
 }
