@@ -5,6 +5,8 @@
 
 #![allow(missing_docs, unreachable_pub, clippy::all)]
 
+pub mod codec;
+
 /// Generated modules, nested as the proto packages are so cross-package paths resolve.
 pub mod openimex {
     pub mod peer {
