@@ -5,6 +5,7 @@
 mod fabric;
 mod membership;
 mod tls;
+mod watch;
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;

@@ -1,4 +1,5 @@
-//! `formation`: how long N daemons take from spawn to a domain that `ctl -N -j` reports UP,
+//! `formation`: how long N daemons take from spawn to a domain that `ctl -N -j` reports UP
+//! (one `ctl -N -j --watch --interval 10` started after the daemons, inside the clock),
 //! on the first N compute trays of a topology ([`formation_topology`]: nvl72 up to 18 trays,
 //! nvl576 up to 144), its Fabric Manager and the trays' GPU drivers started before the clock,
 //! against how long N trivial processes (`openimex listen-probe`) take from spawn to accepting
@@ -23,8 +24,10 @@ use super::{BenchEntry, Unit, median, ms, short_error};
 
 /// Limit for one round of either measurement.
 pub(crate) const ROUND_TIMEOUT: Duration = Duration::from_secs(120);
-/// How often the daemon side asks `ctl -N -j` during the bench (tests use 50 ms).
+/// How often the recovery bench asks `ctl -N -j` (tests use 50 ms).
 pub(crate) const DAEMON_POLL: Duration = Duration::from_millis(10);
+/// How often the formation bench's `ctl -N -j --watch` asks node 0 (ctl's floor).
+const WATCH_INTERVAL: Duration = Duration::from_millis(10);
 /// Pause between connection sweeps of the baseline.
 const PROBE_POLL: Duration = Duration::from_millis(2);
 
@@ -128,7 +131,8 @@ fn daemon_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
     for i in 0..nodes {
         cluster.start_node(i)?;
     }
-    cluster.wait_domain_every(0, ROUND_TIMEOUT, DAEMON_POLL, "domain UP", |d| {
+    // One watching ctl rather than a ctl per look (`Cluster::wait_domain_watching` says why).
+    cluster.wait_domain_watching(0, ROUND_TIMEOUT, WATCH_INTERVAL, "domain UP", |d| {
         is_up(d, nodes)
     })?;
     let elapsed = start.elapsed();
