@@ -1,6 +1,7 @@
 //! Issue 9: `ctl domain-check HOST...`, `ctl -N --svg FILE` and `ctl -N --watch -j` against a
 //! live 3-node domain: members pass, a stranger and a stopped node fail naming why, the
-//! picture has a tray per node and renders, and the watch streams the change of a stop.
+//! picture has a tray per node and renders, and the watch streams the change of a stop (and,
+//! started before the daemons, waits for them).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -253,5 +254,74 @@ fn watch_json_streams_one_document_per_change_and_stops_on_sigterm() {
             "the watch did not stop when its output was closed"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A watch started before its daemon (a job waiting for the domain) says on stderr that it
+/// cannot reach it and goes on asking; once the daemons start it prints the domain, up to UP.
+#[test]
+fn a_watch_started_before_the_daemons_waits_for_them() {
+    let mut cluster = Cluster::prepare(spec(3)).expect("prepare 3 nodes");
+    let config = cluster.node(0).config_path();
+    let mut child = Command::new(binary())
+        .arg("ctl")
+        .arg("-c")
+        .arg(&config)
+        .args(["-N", "--watch", "--interval", "50", "-j", "-t", "120000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ctl -N --watch -j");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut watcher = Watcher(child);
+    let (err_tx, errs) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if err_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let said = errs
+        .recv_timeout(COMMAND)
+        .expect("the watch says it cannot reach the daemon");
+    assert!(
+        said.contains("cannot reach the IMEX daemon") && said.contains("still watching"),
+        "{said}"
+    );
+    assert!(
+        watcher.0.try_wait().expect("look at the watcher").is_none(),
+        "the watch ended while no daemon listened"
+    );
+
+    if cluster.spec().fabric_manager.is_some() {
+        cluster
+            .start_fabric_manager()
+            .expect("start the Fabric Manager");
+    }
+    for i in 0..3 {
+        cluster.start_node(i).expect("start a node");
+    }
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let t = Instant::now();
+    loop {
+        let left = FORM.saturating_sub(t.elapsed());
+        let line = rx
+            .recv_timeout(left.max(Duration::from_millis(1)))
+            .expect("the watch shows the domain coming UP");
+        let doc: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {line}"));
+        if doc["status"] == "UP" {
+            assert_eq!(doc["nodes"].as_object().map(|n| n.len()), Some(3), "{doc}");
+            break;
+        }
     }
 }

@@ -54,6 +54,17 @@ pub struct Client {
 impl Client {
     /// Connects, failing within `timeout`.
     pub async fn connect(target: Target, timeout: Duration) -> Result<Self, CtlError> {
+        Self::open(target, timeout, false).await
+    }
+
+    /// A client that connects at its first call, and again at the next after a failed one: a
+    /// call made while the daemon is not listening fails like any call (`CtlError::Connect`),
+    /// and the client stays usable. For `--watch`, which may start before the daemon.
+    pub async fn connect_lazily(target: Target, timeout: Duration) -> Result<Self, CtlError> {
+        Self::open(target, timeout, true).await
+    }
+
+    async fn open(target: Target, timeout: Duration, lazy: bool) -> Result<Self, CtlError> {
         let fail = |cause: String| CtlError::Connect {
             target: target.to_string(),
             cause,
@@ -61,25 +72,34 @@ impl Client {
         let channel = match &target {
             Target::Tcp { .. } => {
                 let ep = Endpoint::from_shared(format!("http://{target}"))
-                    .map_err(|e| fail(e.to_string()))?;
-                ep.connect_timeout(timeout)
-                    .connect()
-                    .await
-                    .map_err(|e| fail(openimex_proto::root_cause(&e)))?
+                    .map_err(|e| fail(e.to_string()))?
+                    .connect_timeout(timeout);
+                match lazy {
+                    true => ep.connect_lazy(),
+                    false => ep
+                        .connect()
+                        .await
+                        .map_err(|e| fail(openimex_proto::root_cause(&e)))?,
+                }
             }
             Target::Unix(path) => {
                 let path = path.clone();
                 let ep = Endpoint::from_static("http://localhost").connect_timeout(timeout);
-                ep.connect_with_connector(tower::service_fn(move |_: Uri| {
+                let connector = tower::service_fn(move |_: Uri| {
                     let path = path.clone();
                     async move {
                         tokio::net::UnixStream::connect(path)
                             .await
                             .map(TokioIo::new)
                     }
-                }))
-                .await
-                .map_err(|e| fail(openimex_proto::root_cause(&e)))?
+                });
+                match lazy {
+                    true => ep.connect_with_connector_lazy(connector),
+                    false => ep
+                        .connect_with_connector(connector)
+                        .await
+                        .map_err(|e| fail(openimex_proto::root_cause(&e)))?,
+                }
             }
         };
         Ok(Self {

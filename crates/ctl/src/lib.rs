@@ -109,6 +109,7 @@ pub struct Args {
     pub peers: bool,
     /// openimex: with -N (or --links), redraw whenever the domain changes, until Ctrl-C,
     /// SIGTERM, -t or a closed output; with -j one JSON document per change, one per line.
+    /// Started before the daemon listens, it says so and waits for it.
     #[arg(long, conflicts_with_all = ["query", "subscribe", "peers", "domain_loop"])]
     pub watch: bool,
     /// openimex: with --watch, ask the daemon every MS milliseconds (default 1000, at least 10).
@@ -308,7 +309,12 @@ async fn run(args: Args) -> Result<(), CtlError> {
         )));
     }
     let target = resolve(&args, needs_nodes)?;
-    let mut client = Client::connect(target, Duration::from_secs(3)).await?;
+    // A watch may start before the daemon (a job waiting for its domain): it reports the
+    // failed calls and goes on asking, as it does when the daemon goes away later.
+    let mut client = match mode {
+        Mode::Watch => Client::connect_lazily(target, Duration::from_secs(3)).await?,
+        _ => Client::connect(target, Duration::from_secs(3)).await?,
+    };
     let deadline = args
         .timeout_ms
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));

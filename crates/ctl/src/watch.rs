@@ -6,7 +6,7 @@
 //! `-j` each drawing is one `-N -j` document on one line, so a consumer can read the stream
 //! line by line; with `--links` the `--links` view is drawn instead. A call that fails is
 //! reported on stderr once (until it changes) and the watch goes on, so it survives a daemon
-//! restart. It stops on SIGINT (Ctrl-C) or SIGTERM, when `-t` elapses, or when its standard
+//! restart, and a watch started before its daemon listens waits for it. It stops on SIGINT (Ctrl-C) or SIGTERM, when `-t` elapses, or when its standard
 //! output is closed (checked every interval, not only when writing), each with exit code 0.
 
 use std::io::{IsTerminal, Write};
