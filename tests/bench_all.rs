@@ -15,28 +15,32 @@ fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_openimex")
 }
 
-#[test]
-fn bench_all_json_has_one_entry_per_figure() {
-    // A TMPDIR of our own: the bench keeps its clusters there and leaves nothing behind.
-    let tmp = ScratchDir::new("bench-tmpdir").expect("scratch");
+/// `bench all --only SCENARIOS --rounds 1 --json` with `TMPDIR` set to `tmpdir` (or unset):
+/// the JSON document, and stderr. Panics unless it succeeds with one document.
+fn bench_json(scenarios: &str, tmpdir: Option<&std::path::Path>) -> (Value, String) {
     let mut cmd = Command::new(binary());
-    cmd.env("TMPDIR", tmp.path());
+    match tmpdir {
+        Some(dir) => cmd.env("TMPDIR", dir),
+        None => cmd.env_remove("TMPDIR"),
+    };
     cmd.args([
-        "bench",
-        "all",
-        "--only",
-        "formation_3,import",
-        "--rounds",
-        "1",
-        "--json",
+        "bench", "all", "--only", scenarios, "--rounds", "1", "--json",
     ]);
     let out =
         run_with_timeout(&mut cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "bench all failed: {stdout}\n{stderr}");
-    let doc: Value = serde_json::from_str(stdout.trim())
+    let doc = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout}"));
+    (doc, stderr)
+}
+
+#[test]
+fn bench_all_json_has_one_entry_per_figure() {
+    // A TMPDIR of our own: the bench keeps its clusters there and leaves nothing behind.
+    let tmp = ScratchDir::new("bench-tmpdir").expect("scratch");
+    let (doc, _) = bench_json("formation_3,import", Some(tmp.path()));
     assert!(
         doc["started"].as_str().is_some_and(|s| s.ends_with('Z')),
         "{doc}"
@@ -81,24 +85,7 @@ fn bench_all_json_has_one_entry_per_figure() {
 /// round times the daemons rather than the disk's inode allocator (`scratch::memory_root`).
 #[test]
 fn without_tmpdir_the_bench_keeps_its_files_in_memory() {
-    let mut cmd = Command::new(binary());
-    cmd.env_remove("TMPDIR");
-    cmd.args([
-        "bench",
-        "all",
-        "--only",
-        "formation_2",
-        "--rounds",
-        "1",
-        "--json",
-    ]);
-    let out =
-        run_with_timeout(&mut cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench all failed: {stdout}\n{stderr}");
-    let doc: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout}"));
+    let (doc, stderr) = bench_json("formation_2", None);
     let expected = scratch::memory_root().unwrap_or_else(|| std::path::PathBuf::from("/tmp"));
     assert_eq!(
         doc["machine"]["scratch"].as_str(),

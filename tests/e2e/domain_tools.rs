@@ -143,6 +143,19 @@ fn without_timestamp(doc: &Value) -> Value {
     doc
 }
 
+/// The lines `from` gives, read on a thread of their own, as they come.
+fn lines(from: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// Kills the watcher on drop, so a failing test leaves no process behind.
 struct Watcher(std::process::Child);
 
@@ -169,14 +182,7 @@ fn watch_json_streams_one_document_per_change_and_stops_on_sigterm() {
         .expect("start ctl -N --watch -j");
     let stdout = child.stdout.take().expect("piped stdout");
     let mut watcher = Watcher(child);
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines(stdout);
     let next = |limit: Duration| -> Value {
         let line = rx
             .recv_timeout(limit)
@@ -275,14 +281,7 @@ fn a_watch_started_before_the_daemons_waits_for_them() {
     let stdout = child.stdout.take().expect("piped stdout");
     let stderr = child.stderr.take().expect("piped stderr");
     let mut watcher = Watcher(child);
-    let (err_tx, errs) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if err_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let errs = lines(stderr);
     let said = errs
         .recv_timeout(COMMAND)
         .expect("the watch says it cannot reach the daemon");
@@ -303,14 +302,7 @@ fn a_watch_started_before_the_daemons_waits_for_them() {
     for i in 0..3 {
         cluster.start_node(i).expect("start a node");
     }
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines(stdout);
     let t = Instant::now();
     loop {
         let left = FORM.saturating_sub(t.elapsed());
