@@ -6,8 +6,9 @@
 //! `-j` each drawing is one `-N -j` document on one line, so a consumer can read the stream
 //! line by line; with `--links` the `--links` view is drawn instead. A call that fails is
 //! reported on stderr once (until it changes) and the watch goes on, so it survives a daemon
-//! restart, and a watch started before its daemon listens waits for it. It stops on SIGINT (Ctrl-C) or SIGTERM, when `-t` elapses, or when its standard
-//! output is closed (checked every interval, not only when writing), each with exit code 0.
+//! restart, and a watch started before its daemon listens waits for it. It stops on SIGINT
+//! (Ctrl-C) or SIGTERM, when `-t` elapses, or when its standard output is closed (checked
+//! every interval, not only when writing), each with exit code 0.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;

@@ -1,11 +1,12 @@
 //! The protobuf codec of every generated service: prost's, with a smaller first buffer.
 //!
-//! tonic gives each stream's encoder and decoder an 8 KiB buffer up front. A daemon holds a
-//! session per peer, and these four buffers were a quarter of what a session cost in memory
-//! (about 64 KiB each side): first-touch page faults that every pair paid while a domain
-//! formed, and 4 MiB of a 144-node daemon's RSS. The messages on a session are small (a
-//! heartbeat is a dozen bytes, a hello under 3 KiB at 144 nodes), and the buffers grow when a
-//! larger one comes (a status row of thousands of nodes, the domain matrix).
+//! tonic gives each stream's encoder and decoder an 8 KiB buffer up front, two at each end of a
+//! daemon's session to each peer, where a session end cost about 64 KiB in all: memory touched
+//! as every pair formed (first-touch page faults) and kept for the session's life. The
+//! messages on a session are small (a heartbeat is a dozen bytes, a hello under 3 KiB at 144
+//! nodes), and the buffers grow when a larger one comes (a status row of thousands of nodes,
+//! the domain matrix). With this and the boxed frames of `session_tx`'s queue, a session end
+//! measured about 11 KiB and 4 page faults less.
 
 use std::marker::PhantomData;
 
