@@ -75,13 +75,7 @@ fn pump(o: &mut One) -> Vec<Action> {
                     o.n.handle_dial_ok(o.now, *peer, *attempt, &h);
                 }
                 Action::Mesh(mesh::Action::Dial { peer, attempt }) => {
-                    o.n.handle_dial_failed(
-                        o.now,
-                        *peer,
-                        *attempt,
-                        DialFailure::NotListening,
-                        "connection refused".into(),
-                    );
+                    sim::node::refused(&mut o.n, o.now, *peer, *attempt);
                 }
                 Action::Mesh(mesh::Action::SendHeartbeat { via, .. }) if o.up => {
                     o.n.handle_heartbeat(o.now, *via);

@@ -412,13 +412,7 @@ fn a_lost_pair_session_is_restored_by_either_sides_redial() {
                     if i == redialler {
                         attempt = Some(n);
                     } else {
-                        t.m[i].handle_dial_failed(
-                            t.now,
-                            peer,
-                            n,
-                            DialFailure::NotListening,
-                            "connection refused".into(),
-                        );
+                        sim::refused(&mut t.m[i], t.now, peer, n);
                         t.drain(i);
                     }
                 }
@@ -593,13 +587,7 @@ fn heartbeats_on_an_accepted_session_keep_the_pair_alive() {
     });
     let started = sim::node::start(&mut n, now);
     let a1 = sim::node::dial_attempt(&started, 1).expect("dials node 1");
-    n.handle_dial_failed(
-        now,
-        NodeId(1),
-        a1,
-        DialFailure::NotListening,
-        "connection refused".into(),
-    );
+    sim::node::refused(&mut n, now, NodeId(1), a1);
     n.handle_session_hello(now, 8, true, &hellos[1]);
     assert!(n.handle_session_opened(now, 8));
     drain(&mut n);

@@ -193,13 +193,7 @@ fn counts_follow_an_import_an_unimport_and_a_clean_up() {
     t.n.handle_timeout(t.now);
     for a in drain(&mut t.n) {
         if let Action::Mesh(mesh::Action::Dial { peer, attempt }) = a {
-            t.n.handle_dial_failed(
-                t.now,
-                peer,
-                attempt,
-                DialFailure::NotListening,
-                "connection refused".into(),
-            );
+            sim::node::refused(&mut t.n, t.now, peer, attempt);
             drain(&mut t.n);
         }
     }

@@ -196,13 +196,7 @@ impl Harness {
                 let peer = NodeId(p);
                 let attempt = self.attempt(peer, a);
                 self.answered(peer, attempt);
-                self.mesh.handle_dial_failed(
-                    now,
-                    peer,
-                    attempt,
-                    DialFailure::NotListening,
-                    "connection refused".into(),
-                );
+                sim::refused(&mut self.mesh, now, peer, attempt);
             }
             Input::DialRefused(p, a, m) => {
                 let peer = NodeId(p);

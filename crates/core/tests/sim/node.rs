@@ -95,3 +95,14 @@ pub fn pages(pfn: u64) -> Pages {
         bw_mode_epoch: 0,
     }
 }
+
+/// [`super::refused`] for a [`Node`]: the dial of `attempt` found nothing listening.
+pub fn refused(n: &mut Node, now: Instant, peer: NodeId, attempt: u64) {
+    n.handle_dial_failed(
+        now,
+        peer,
+        attempt,
+        DialFailure::NotListening,
+        "connection refused".into(),
+    );
+}
