@@ -222,12 +222,21 @@ impl Context {
                 "import ID {id} is not below 2^48 - 1 ({IMPORT_ID_MAX}, reserved for multicast)"
             )));
         }
+        let deadline = Instant::now() + timeout;
+        // The import and the first wait for it are one call (the driver answers when the wait
+        // ends), so an import the daemons complete within a slice costs one round trip to the
+        // driver; a longer one goes on with `WaitImport`, a slice at a time.
+        let mut slice = deadline
+            .saturating_duration_since(Instant::now())
+            .min(WAIT_SLICE);
+        let mut started = Instant::now();
         let req = Request::Import {
             handle: h.to_hex(),
             import_id: id,
+            wait_ms: wait_ms(slice),
         };
-        let import = match self.call(&req, &[], true) {
-            Ok(Response::Imported { import }) => import,
+        let (import, mut outcome) = match self.call(&req, &[], true) {
+            Ok(Response::ImportWaited { import, outcome }) => (import, result(*outcome, true)),
             Ok(other) => return Err(unexpected("Import", &other)),
             Err(CuError::NotReady(text)) => {
                 return Err(CuError::NotReady(format!(
@@ -236,17 +245,8 @@ impl Context {
             }
             Err(e) => return Err(e),
         };
-        let deadline = Instant::now() + timeout;
         loop {
-            let slice = deadline
-                .saturating_duration_since(Instant::now())
-                .min(WAIT_SLICE);
-            let started = Instant::now();
-            let req = Request::WaitImport {
-                import,
-                timeout_ms: u64::try_from(slice.as_millis()).unwrap_or(u64::MAX),
-            };
-            match self.call(&req, &[], true) {
+            match outcome {
                 Ok(Response::ImportReady { size, file, offset }) => {
                     return Ok(Imported {
                         mem: self.mem_ref(import, size, &file, offset),
@@ -276,6 +276,15 @@ impl Context {
                     return Err(e);
                 }
             }
+            slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(WAIT_SLICE);
+            started = Instant::now();
+            let req = Request::WaitImport {
+                import,
+                timeout_ms: wait_ms(slice),
+            };
+            outcome = self.call(&req, &[], true);
         }
     }
 
@@ -375,12 +384,7 @@ impl Context {
         handle_arg: bool,
     ) -> Result<Response, CuError> {
         let sock = self.sock.lock().unwrap_or_else(PoisonError::into_inner);
-        match proto::call(&sock, req, fds)? {
-            Response::Error { status, detail } => {
-                Err(CuError::from_driver(status, &detail, handle_arg))
-            }
-            resp => Ok(resp),
-        }
+        result(proto::call(&sock, req, fds)?, handle_arg)
     }
 
     fn release_quietly(&self, handle: u64) {
@@ -423,6 +427,22 @@ impl Context {
 
 pub(crate) fn unexpected(req: &str, resp: &Response) -> CuError {
     CuError::Unknown(format!("driver answered {resp:?} to {req}"))
+}
+
+/// A driver answer as a result: its `Error` as the library's error (`handle_arg`: the call
+/// took a handle, so an invalid object is an invalid handle).
+fn result(resp: Response, handle_arg: bool) -> Result<Response, CuError> {
+    match resp {
+        Response::Error { status, detail } => {
+            Err(CuError::from_driver(status, &detail, handle_arg))
+        }
+        resp => Ok(resp),
+    }
+}
+
+/// A wait's bound in the driver's milliseconds: at least 1, as 0 asks an `Import` not to wait.
+fn wait_ms(slice: Duration) -> u64 {
+    u64::try_from(slice.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// The first `channelN` (lowest N) under the node's channel directory that opens read-write.

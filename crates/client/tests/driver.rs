@@ -218,6 +218,36 @@ fn import_gives_up_with_not_ready_after_the_bound_and_completes_once_the_daemon_
     d.check_daemons();
 }
 
+/// An import the daemons complete later than the library's first wait (one call that imports
+/// and waits up to a second) is waited for on, a slice at a time, within its bound: the import
+/// and its wait are one call, the rest `WaitImport`s on the same handle.
+#[test]
+fn an_import_the_daemons_answer_after_the_first_wait_still_completes() {
+    let d = Domain::start("slow-daemon");
+    let a = Context::open(&d.a.dir).unwrap();
+    let mem = a.mem_create(0, PAGE_SIZE).unwrap();
+    pattern::fill(&mut a.map(&mem).unwrap(), 4);
+    let handle = a.export(&mem).unwrap();
+    assert!(d.daemons.pause(), "the daemons stop answering events");
+    let b = Context::open(&d.b.dir).unwrap();
+    let start = Instant::now();
+    let imported = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1300));
+            d.daemons.resume();
+        });
+        b.import_with_timeout(&handle, Duration::from_secs(20))
+    })
+    .unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(1300));
+    assert_eq!(pattern::verify(&b.map(&imported).unwrap(), 4), Ok(()));
+    let s = d.b.stats();
+    assert_eq!((s.import_descriptors, s.import_refs), (1, 1));
+    assert_eq!(d.daemons.events_handled(), 1, "one MEM_IMPORT");
+    b.release(imported).unwrap();
+    d.check_daemons();
+}
+
 #[test]
 fn a_context_is_shared_between_threads() {
     fn sync<T: Send + Sync>(_: &T) {}

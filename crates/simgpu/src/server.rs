@@ -2,7 +2,8 @@
 //! thread per connection (one RM client each) and a shared [`Rm`] behind a mutex. The calls
 //! that block in the real driver are parked (module `parked`) and answered by the request that
 //! makes them answerable:
-//! - `WaitImport`: until the import is no longer pending, or `timeout_ms` (→ NotReady);
+//! - `WaitImport` (and an `Import` that waits): until the import is no longer pending, or
+//!   `timeout_ms` (→ NotReady);
 //! - `Release` of the last reference to a remote import: until FINISH_MEM_UNIMPORT names the
 //!   unimport or the session is torn down;
 //! - `GetEvents`: until an event is queued, `wait_ms` passes, or the daemon hung up.

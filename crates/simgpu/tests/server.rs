@@ -4,8 +4,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -13,94 +11,16 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::config;
-use openimex_simgpu::server::{Server, ServerError, ServerHandle};
+use common::node::{Conn, TempDir, pending_import, remote_handle, start, status};
+use openimex_simgpu::server::{Server, ServerError};
 use openimex_simgpu::testing::LoopbackDaemons;
-use openimex_simproto::handle::{ExportUuid, FabricHandle};
+use openimex_simproto::handle::FabricHandle;
 use openimex_simproto::node_dir::channel_path;
 use openimex_simproto::proto::{
-    self, DriverStats, FabricEvent, NvStatus, PAGE_SIZE, Request, Response, Validation,
+    self, DriverStats, FabricEvent, NvStatus, Request, Response, Validation,
 };
 
 const MIB: u64 = 1 << 20;
-
-/// A temporary directory (the harness's scratch dir: removed on drop, kept on a panic).
-struct TempDir(PathBuf, #[allow(dead_code)] openimex_harness::ScratchDir);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let s = openimex_harness::ScratchDir::new(&format!("simgpu-it-{name}")).unwrap();
-        Self(s.path().to_path_buf(), s)
-    }
-}
-
-fn start(dir: &Path, slot: u16) -> ServerHandle {
-    Server::bind(&config(dir, slot)).unwrap().spawn().unwrap()
-}
-
-/// One connection (one RM client).
-struct Conn(UnixStream);
-
-impl Conn {
-    fn open(server: &ServerHandle) -> Self {
-        let s = UnixStream::connect(server.socket_path()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Self(s)
-    }
-
-    fn call(&self, req: Request) -> Response {
-        proto::call(&self.0, &req, &[]).unwrap()
-    }
-
-    fn subscribe(&self, node_dir: &Path, channel: u32) {
-        let f = File::open(channel_path(node_dir, channel)).unwrap();
-        let r = proto::call(&self.0, &Request::SubscribeChannel, &[f.as_raw_fd()]).unwrap();
-        assert_eq!(r, Response::Subscribed { channel });
-    }
-
-    fn session(&self, node_id: u16) -> u64 {
-        match self.call(Request::OpenSession { node_id }) {
-            Response::Session { token } => token,
-            other => panic!("open session: {other:?}"),
-        }
-    }
-
-    /// Imports `handle`, which must succeed (the import itself may still be pending).
-    fn import(&self, handle: &FabricHandle) -> u64 {
-        match self.call(Request::Import {
-            handle: handle.to_hex(),
-            import_id: 0,
-        }) {
-            Response::Imported { import } => import,
-            other => panic!("import: {other:?}"),
-        }
-    }
-
-    /// The daemon's event poll (at most 8), waiting up to `wait_ms` for the first.
-    fn events(&self, token: u64, wait_ms: u64) -> Vec<FabricEvent> {
-        match self.call(Request::GetEvents {
-            token,
-            max: 8,
-            wait_ms,
-        }) {
-            Response::Events { events, .. } => events,
-            other => panic!("get events: {other:?}"),
-        }
-    }
-
-    fn stats(&self) -> DriverStats {
-        match self.call(Request::Stats) {
-            Response::Stats(s) => s,
-            other => panic!("stats: {other:?}"),
-        }
-    }
-}
-
-fn status(r: Response) -> NvStatus {
-    match r {
-        Response::Error { status, .. } => status,
-        other => panic!("expected an error, got {other:?}"),
-    }
-}
 
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(10);
@@ -374,12 +294,14 @@ fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() 
     let Response::Imported { import } = cb.call(Request::Import {
         handle: handle.clone(),
         import_id: 0,
+        wait_ms: 0,
     }) else {
         panic!()
     };
     let Response::Imported { import: import2 } = cb2.call(Request::Import {
         handle: handle.clone(),
         import_id: 0,
+        wait_ms: 0,
     }) else {
         panic!()
     };
@@ -516,6 +438,7 @@ fn with_no_daemon_memory_is_created_and_exported_but_imports_are_refused_as_the_
     let r = c.call(Request::Import {
         handle,
         import_id: 0,
+        wait_ms: 0,
     });
     let Response::Error { status, detail } = r else {
         panic!("{r:?}")
@@ -523,10 +446,12 @@ fn with_no_daemon_memory_is_created_and_exported_but_imports_are_refused_as_the_
     assert_eq!(status, NvStatus::NotSupported, "{detail}");
     assert!(detail.contains("0xFFFF"), "{detail}");
 
+    // An import that would wait is refused at once all the same: there is nothing to wait for.
     let remote = remote_handle(7);
     let r = c.call(Request::Import {
         handle: remote.to_hex(),
         import_id: 0,
+        wait_ms: 60_000,
     });
     let Response::Error { status, detail } = r else {
         panic!("{r:?}")
@@ -602,26 +527,6 @@ fn finish_unimport_refuses_zero_or_more_than_256_tokens() {
             "{n} tokens (unknown IDs are ignored)"
         );
     }
-}
-
-/// A handle exported on node 5, which no test node is: imports of it stay pending until a
-/// daemon answers.
-fn remote_handle(export: u64) -> FabricHandle {
-    FabricHandle {
-        export_uuid: ExportUuid::new(export, 5),
-        index: 0,
-        size: PAGE_SIZE,
-        cluster_uuid: [3; 16],
-    }
-}
-
-/// An application of node B that imported a remote handle (pending: no daemon answers), and
-/// the import's handle.
-fn pending_import(b: &ServerHandle, node_b: &Path, export: u64) -> (Conn, u64) {
-    let app = Conn::open(b);
-    app.subscribe(node_b, 0);
-    let import = app.import(&remote_handle(export));
-    (app, import)
 }
 
 /// `app` waits for `import` on a thread of its own: the answer comes on the channel, the

@@ -213,8 +213,12 @@ pub enum Request {
         /// Allocation handle from `Create`.
         mem: u64,
     },
-    /// cuMemImportFromShareableHandle(FABRIC) (IMPORT_V2). Returns at once; the import may be
-    /// pending.
+    /// cuMemImportFromShareableHandle(FABRIC) (IMPORT_V2). With `wait_ms` 0 it returns at once
+    /// (`Imported`; the import may be pending). With `wait_ms` above 0 it goes on to wait as
+    /// `WaitImport` on the new import would, for up to `wait_ms`, and answers `ImportWaited`:
+    /// the allocation and libcuda's wait on its OS event in one call, as
+    /// cuMemImportFromShareableHandle makes them one after the other
+    /// (`reference/driver-interface.md` §1.6 "Import request" 1-4).
     Import {
         /// The 64-byte handle, hex.
         handle: String,
@@ -222,6 +226,9 @@ pub enum Request {
         /// ID share a descriptor, with different IDs they do not. 0 when absent.
         #[serde(default)]
         import_id: u64,
+        /// How long to wait for the import once allocated; 0 (or absent): not at all.
+        #[serde(default)]
+        wait_ms: u64,
     },
     /// Wait until the import is no longer pending (or `timeout_ms` passes), then report it.
     WaitImport {
@@ -355,10 +362,20 @@ pub enum Response {
         /// 64-byte fabric handle, hex.
         handle: String,
     },
-    /// To `Import` (pending or ready).
+    /// To `Import` with no wait (pending or ready).
     Imported {
         /// Import handle.
         import: u64,
+    },
+    /// To `Import` with a wait: the new import's handle (the caller owns it whatever the
+    /// outcome, and releases it), and what `WaitImport` on it would have answered when the wait
+    /// ended: `ImportReady`, or an error (`NotReady`: still pending when `wait_ms` passed; ask
+    /// `WaitImport` to go on waiting).
+    ImportWaited {
+        /// Import handle.
+        import: u64,
+        /// `ImportReady` or `Error`.
+        outcome: Box<Response>,
     },
     /// To `WaitImport`: ready to map.
     ImportReady {
@@ -673,7 +690,8 @@ mod tests {
             r,
             Request::Import {
                 handle: "ab".into(),
-                import_id: 0
+                import_id: 0,
+                wait_ms: 0,
             }
         );
         assert_eq!(import_key(3, 5), (5 << 16) | 3);

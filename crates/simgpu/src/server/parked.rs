@@ -27,10 +27,12 @@ use crate::rm::{ClientId, ImportState, Rm};
 /// What a parked call waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Wait {
-    /// `WaitImport`: the import is no longer pending.
+    /// `WaitImport`, or an `Import` that waits: the import is no longer pending.
     Import {
         /// The client's import handle.
         import: u64,
+        /// An `Import`'s wait: the answer is `ImportWaited`, naming the handle.
+        with_handle: bool,
     },
     /// `Release` of the last reference to a remote import: FINISH_MEM_UNIMPORT named it.
     Unimport {
@@ -93,7 +95,28 @@ pub(super) fn answer_at_once(
 /// The answer to `wait` for `client` now, or `None` if it should go on waiting.
 fn answer(rm: &mut Rm, client: ClientId, wait: Wait, end: End) -> Option<Response> {
     let result = match wait {
-        Wait::Import { import } => match rm.wait_import(client, import) {
+        Wait::Import {
+            import,
+            with_handle: true,
+        } => {
+            let outcome = answer(
+                rm,
+                client,
+                Wait::Import {
+                    import,
+                    with_handle: false,
+                },
+                end,
+            )?;
+            return Some(Response::ImportWaited {
+                import,
+                outcome: Box::new(outcome),
+            });
+        }
+        Wait::Import {
+            import,
+            with_handle: false,
+        } => match rm.wait_import(client, import) {
             Ok(ImportState::Ready(l)) => Ok(Response::ImportReady {
                 size: l.size,
                 file: l.file.to_string_lossy().into_owned(),

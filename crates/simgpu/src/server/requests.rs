@@ -139,7 +139,18 @@ pub(super) fn handle(
         Request::Export { mem } => rm
             .export(client, mem)
             .map(|handle| Response::Exported { handle }),
-        Request::Import { handle, import_id } => match rm.import(client, &handle, import_id) {
+        Request::Import {
+            handle,
+            import_id,
+            wait_ms,
+        } => match rm.import(client, &handle, import_id) {
+            Ok(import) if wait_ms > 0 => wait!(
+                Wait::Import {
+                    import,
+                    with_handle: true
+                },
+                deadline(wait_ms)
+            ),
             Ok(import) => Ok(Response::Imported { import }),
             Err(NvStatus::NotReady) => {
                 return error(
@@ -159,7 +170,13 @@ pub(super) fn handle(
             Err(s) => Err(s),
         },
         Request::WaitImport { import, timeout_ms } => {
-            wait!(Wait::Import { import }, deadline(timeout_ms))
+            wait!(
+                Wait::Import {
+                    import,
+                    with_handle: false
+                },
+                deadline(timeout_ms)
+            )
         }
         Request::Release { handle } => match rm.release(client, handle) {
             Ok(Released::Done) => Ok(Response::Ok),

@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+pub(crate) mod node;
+
 use openimex_simgpu::server::DriverConfig;
 use openimex_simproto::proto::DEFAULT_IMEX_CHANNEL_COUNT;
 

@@ -1,0 +1,205 @@
+//! An import that waits (`Import` with `wait_ms`): cuMemImportFromShareableHandle allocates the
+//! IMPORT_V2 object, which succeeds at once, then waits on the object's OS event until the
+//! daemon's VALIDATE signals it (`reference/driver-interface.md` §1.6 "Import request" 1-4,
+//! "Daemon B" 3). The simulated driver takes both in one call, so its answer names the new
+//! handle whatever the outcome: the caller owns it, and releases it.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::config;
+use common::node::{Conn, TempDir, remote_handle, start, status};
+use openimex_simgpu::testing::LoopbackDaemons;
+use openimex_simproto::proto::{self, FabricEvent, NvStatus, Request, Response, Validation};
+
+const MIB: u64 = 1 << 20;
+
+/// An `Import` of `handle` (hex) that waits up to `wait_ms`.
+fn waiting_import(handle: String, wait_ms: u64) -> Request {
+    Request::Import {
+        handle,
+        import_id: 0,
+        wait_ms,
+    }
+}
+
+/// §1.6 "Daemon B" 3: the import completes when the daemons validate it, and the one call
+/// answers with the memory and the handle, which is then the caller's like any import's.
+#[test]
+fn an_import_that_waits_answers_with_the_memory_and_the_handle_once_validated() {
+    let dir = TempDir::new("import-wait-ok");
+    let a = start(&dir.0, 0);
+    let b = start(&dir.0, 1);
+    let node_a = config(&dir.0, 0).node_dir;
+    let node_b = config(&dir.0, 1).node_dir;
+    let _daemons = LoopbackDaemons::start(&[(a.socket_path(), 0), (b.socket_path(), 1)]).unwrap();
+    let ca = Conn::open(&a);
+    ca.subscribe(&node_a, 0);
+    let Response::Created {
+        mem, file, offset, ..
+    } = ca.call(Request::Create {
+        gpu: 0,
+        size: 2 * MIB,
+    })
+    else {
+        panic!("create")
+    };
+    let Response::Exported { handle } = ca.call(Request::Export { mem }) else {
+        panic!("export")
+    };
+    let cb = Conn::open(&b);
+    cb.subscribe(&node_b, 0);
+
+    let answer = cb.call(waiting_import(handle, 20_000));
+    let Response::ImportWaited { import, outcome } = answer else {
+        panic!("an import that waits answers ImportWaited, not {answer:?}")
+    };
+    let ready = Response::ImportReady {
+        size: 2 * MIB,
+        file,
+        offset,
+    };
+    assert_eq!(*outcome, ready, "the exporter's memory");
+    // The handle is a live import of this client: waiting on it again answers at once, and
+    // releasing it is the unimport handshake, after which nothing is left on either node.
+    assert_eq!(
+        cb.call(Request::WaitImport {
+            import,
+            timeout_ms: 1
+        }),
+        ready
+    );
+    assert_eq!(cb.call(Request::Release { handle: import }), Response::Ok);
+    let stats = cb.stats();
+    assert_eq!((stats.import_descriptors, stats.import_refs), (0, 0));
+    assert_eq!(ca.stats().daemon_export_refs, 0);
+}
+
+/// §1.6 "Import request" 4 and §4 "Failed import": an import nobody validates within the wait
+/// is still pending when the call answers (NotReady, as `WaitImport`'s timeout), with one
+/// MEM_IMPORT event posted; the handle waits on, and a failed VALIDATE fails it, after which
+/// the caller releases it and nothing is left.
+#[test]
+fn an_import_whose_wait_ends_first_stays_pending_and_its_handle_waits_on() {
+    let dir = TempDir::new("import-wait-pending");
+    let b = start(&dir.0, 1);
+    let node_b = config(&dir.0, 1).node_dir;
+    let daemon = Conn::open(&b);
+    let token = daemon.session(1);
+    let app = Conn::open(&b);
+    app.subscribe(&node_b, 0);
+
+    let started = Instant::now();
+    let answer = app.call(waiting_import(remote_handle(31).to_hex(), 200));
+    let Response::ImportWaited { import, outcome } = answer else {
+        panic!("{answer:?}")
+    };
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "the call waited"
+    );
+    assert_eq!(status(*outcome), NvStatus::NotReady);
+    let events = daemon.events(token, 1000);
+    let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
+        panic!("one MEM_IMPORT for the one import: {events:?}")
+    };
+
+    let waiter = thread::spawn(move || {
+        let r = app.call(Request::WaitImport {
+            import,
+            timeout_ms: 20_000,
+        });
+        (app, r)
+    });
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        daemon.call(Request::Validate {
+            token,
+            import_event_id: *event_id,
+            result: Validation::ImportFailed,
+        }),
+        Response::Ok
+    );
+    let (app, r) = waiter.join().unwrap();
+    assert_eq!(status(r), NvStatus::InvalidObject);
+    assert_eq!(app.call(Request::Release { handle: import }), Response::Ok);
+    let stats = app.stats();
+    assert_eq!((stats.import_descriptors, stats.import_refs), (0, 0));
+}
+
+/// §1.6 "Import request" 4 and §4 "Failed import": an import the daemons fail while the call
+/// waits answers with the failure and the handle, which the caller releases.
+#[test]
+fn an_import_that_fails_while_it_waits_answers_with_the_failure_and_the_handle() {
+    let dir = TempDir::new("import-wait-failed");
+    let b = start(&dir.0, 1);
+    let node_b = config(&dir.0, 1).node_dir;
+    let daemon = Conn::open(&b);
+    let token = daemon.session(1);
+    let app = Conn::open(&b);
+    app.subscribe(&node_b, 0);
+    let caller = thread::spawn(move || {
+        let r = app.call(waiting_import(remote_handle(32).to_hex(), 20_000));
+        (app, r)
+    });
+    let events = daemon.events(token, 10_000);
+    let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        daemon.call(Request::Validate {
+            token,
+            import_event_id: *event_id,
+            result: Validation::ImportFailed,
+        }),
+        Response::Ok
+    );
+    let (app, r) = caller.join().unwrap();
+    let Response::ImportWaited { import, outcome } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(status(*outcome), NvStatus::InvalidObject);
+    assert_eq!(app.call(Request::Release { handle: import }), Response::Ok);
+    let stats = app.stats();
+    assert_eq!((stats.import_descriptors, stats.import_refs), (0, 0));
+}
+
+/// §4 "Importer process exits": a process killed while its import waits is gone at once: the
+/// import, still pending, is unimported with an event for the daemon now, not when the wait
+/// would have ended.
+#[test]
+fn an_importer_killed_while_its_import_waits_is_unimported_at_once() {
+    let dir = TempDir::new("import-wait-killed");
+    let b = start(&dir.0, 1);
+    let node_b = config(&dir.0, 1).node_dir;
+    let daemon = Conn::open(&b);
+    let token = daemon.session(1);
+    let app = Conn::open(&b);
+    app.subscribe(&node_b, 0);
+    proto::send(
+        &app.0,
+        &waiting_import(remote_handle(33).to_hex(), 60_000),
+        &[],
+    )
+    .unwrap();
+    let events = daemon.events(token, 10_000);
+    let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    let before = Instant::now();
+    drop(app);
+    let events = daemon.events(token, 10_000);
+    assert!(
+        matches!(
+            events.as_slice(),
+            [FabricEvent::Unimport { import_event_id, .. }] if import_event_id == event_id
+        ),
+        "{events:?}"
+    );
+    assert!(
+        before.elapsed() < Duration::from_secs(10),
+        "the unimport came with the hang-up, not at the end of the wait"
+    );
+}
