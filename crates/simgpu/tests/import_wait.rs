@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::config;
-use common::node::{Conn, TempDir, remote_handle, start, status};
+use common::node::{Conn, TempDir, remote_handle, start, status, unimported_on_hang_up};
+use openimex_simgpu::server::ServerHandle;
 use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::proto::{self, FabricEvent, NvStatus, Request, Response, Validation};
 
@@ -23,6 +24,45 @@ fn waiting_import(handle: String, wait_ms: u64) -> Request {
         import_id: 0,
         wait_ms,
     }
+}
+
+/// Node B's driver with a daemon session and one subscribed application: the scratch
+/// directory, the driver, the daemon's connection and token, and the application.
+fn node_b(name: &str) -> (TempDir, ServerHandle, Conn, u64, Conn) {
+    let dir = TempDir::new(name);
+    let b = start(&dir.0, 1);
+    let node_b = config(&dir.0, 1).node_dir;
+    let daemon = Conn::open(&b);
+    let token = daemon.session(1);
+    let app = Conn::open(&b);
+    app.subscribe(&node_b, 0);
+    (dir, b, daemon, token, app)
+}
+
+/// The one MEM_IMPORT the daemon's next poll returns.
+fn the_import_event(daemon: &Conn, token: u64) -> u64 {
+    let events = daemon.events(token, 10_000);
+    let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
+        panic!("one MEM_IMPORT for the one import: {events:?}")
+    };
+    *event_id
+}
+
+/// The daemon fails the import (no exporter here to describe its pages).
+fn fail(daemon: &Conn, token: u64, import_event_id: u64) {
+    let r = daemon.call(Request::Validate {
+        token,
+        import_event_id,
+        result: Validation::ImportFailed,
+    });
+    assert_eq!(r, Response::Ok);
+}
+
+/// The application releases its import, after which the node holds nothing of it.
+fn release_leaves_nothing(app: &Conn, import: u64) {
+    assert_eq!(app.call(Request::Release { handle: import }), Response::Ok);
+    let stats = app.stats();
+    assert_eq!((stats.import_descriptors, stats.import_refs), (0, 0));
 }
 
 /// §1.6 "Daemon B" 3: the import completes when the daemons validate it, and the one call
@@ -83,14 +123,7 @@ fn an_import_that_waits_answers_with_the_memory_and_the_handle_once_validated() 
 /// the caller releases it and nothing is left.
 #[test]
 fn an_import_whose_wait_ends_first_stays_pending_and_its_handle_waits_on() {
-    let dir = TempDir::new("import-wait-pending");
-    let b = start(&dir.0, 1);
-    let node_b = config(&dir.0, 1).node_dir;
-    let daemon = Conn::open(&b);
-    let token = daemon.session(1);
-    let app = Conn::open(&b);
-    app.subscribe(&node_b, 0);
-
+    let (_dir, _b, daemon, token, app) = node_b("import-wait-pending");
     let started = Instant::now();
     let answer = app.call(waiting_import(remote_handle(31).to_hex(), 200));
     let Response::ImportWaited { import, outcome } = answer else {
@@ -101,10 +134,7 @@ fn an_import_whose_wait_ends_first_stays_pending_and_its_handle_waits_on() {
         "the call waited"
     );
     assert_eq!(status(*outcome), NvStatus::NotReady);
-    let events = daemon.events(token, 1000);
-    let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
-        panic!("one MEM_IMPORT for the one import: {events:?}")
-    };
+    let event_id = the_import_event(&daemon, token);
 
     let waiter = thread::spawn(move || {
         let r = app.call(Request::WaitImport {
@@ -114,56 +144,28 @@ fn an_import_whose_wait_ends_first_stays_pending_and_its_handle_waits_on() {
         (app, r)
     });
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(
-        daemon.call(Request::Validate {
-            token,
-            import_event_id: *event_id,
-            result: Validation::ImportFailed,
-        }),
-        Response::Ok
-    );
+    fail(&daemon, token, event_id);
     let (app, r) = waiter.join().unwrap();
     assert_eq!(status(r), NvStatus::InvalidObject);
-    assert_eq!(app.call(Request::Release { handle: import }), Response::Ok);
-    let stats = app.stats();
-    assert_eq!((stats.import_descriptors, stats.import_refs), (0, 0));
+    release_leaves_nothing(&app, import);
 }
 
 /// §1.6 "Import request" 4 and §4 "Failed import": an import the daemons fail while the call
 /// waits answers with the failure and the handle, which the caller releases.
 #[test]
 fn an_import_that_fails_while_it_waits_answers_with_the_failure_and_the_handle() {
-    let dir = TempDir::new("import-wait-failed");
-    let b = start(&dir.0, 1);
-    let node_b = config(&dir.0, 1).node_dir;
-    let daemon = Conn::open(&b);
-    let token = daemon.session(1);
-    let app = Conn::open(&b);
-    app.subscribe(&node_b, 0);
+    let (_dir, _b, daemon, token, app) = node_b("import-wait-failed");
     let caller = thread::spawn(move || {
         let r = app.call(waiting_import(remote_handle(32).to_hex(), 20_000));
         (app, r)
     });
-    let events = daemon.events(token, 10_000);
-    let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
-        panic!("{events:?}")
-    };
-    assert_eq!(
-        daemon.call(Request::Validate {
-            token,
-            import_event_id: *event_id,
-            result: Validation::ImportFailed,
-        }),
-        Response::Ok
-    );
+    fail(&daemon, token, the_import_event(&daemon, token));
     let (app, r) = caller.join().unwrap();
     let Response::ImportWaited { import, outcome } = r else {
         panic!("{r:?}")
     };
     assert_eq!(status(*outcome), NvStatus::InvalidObject);
-    assert_eq!(app.call(Request::Release { handle: import }), Response::Ok);
-    let stats = app.stats();
-    assert_eq!((stats.import_descriptors, stats.import_refs), (0, 0));
+    release_leaves_nothing(&app, import);
 }
 
 /// §4 "Importer process exits": a process killed while its import waits is gone at once: the
@@ -171,35 +173,13 @@ fn an_import_that_fails_while_it_waits_answers_with_the_failure_and_the_handle()
 /// would have ended.
 #[test]
 fn an_importer_killed_while_its_import_waits_is_unimported_at_once() {
-    let dir = TempDir::new("import-wait-killed");
-    let b = start(&dir.0, 1);
-    let node_b = config(&dir.0, 1).node_dir;
-    let daemon = Conn::open(&b);
-    let token = daemon.session(1);
-    let app = Conn::open(&b);
-    app.subscribe(&node_b, 0);
+    let (_dir, _b, daemon, token, app) = node_b("import-wait-killed");
     proto::send(
         &app.0,
         &waiting_import(remote_handle(33).to_hex(), 60_000),
         &[],
     )
     .unwrap();
-    let events = daemon.events(token, 10_000);
-    let [FabricEvent::Import { event_id, .. }] = events.as_slice() else {
-        panic!("{events:?}")
-    };
-    let before = Instant::now();
-    drop(app);
-    let events = daemon.events(token, 10_000);
-    assert!(
-        matches!(
-            events.as_slice(),
-            [FabricEvent::Unimport { import_event_id, .. }] if import_event_id == event_id
-        ),
-        "{events:?}"
-    );
-    assert!(
-        before.elapsed() < Duration::from_secs(10),
-        "the unimport came with the hang-up, not at the end of the wait"
-    );
+    let event_id = the_import_event(&daemon, token);
+    unimported_on_hang_up(&daemon, token, app, event_id);
 }

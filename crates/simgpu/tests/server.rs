@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::config;
-use common::node::{Conn, TempDir, pending_import, remote_handle, start, status};
+use common::node::{
+    Conn, TempDir, pending_import, remote_handle, start, status, unimported_on_hang_up,
+};
 use openimex_simgpu::server::{Server, ServerError};
 use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::handle::FabricHandle;
@@ -650,21 +652,7 @@ fn an_importer_killed_in_its_import_wait_is_unimported_at_once() {
         &[],
     )
     .unwrap();
-    thread::sleep(Duration::from_millis(100));
-    let before = Instant::now();
-    drop(app);
-    let events = daemon.events(token, 10_000);
-    assert!(
-        matches!(
-            events.as_slice(),
-            [FabricEvent::Unimport { import_event_id, .. }] if import_event_id == event_id
-        ),
-        "{events:?}"
-    );
-    assert!(
-        before.elapsed() < Duration::from_secs(10),
-        "the unimport came with the process's death, not with its wait's timeout"
-    );
+    unimported_on_hang_up(&daemon, token, app, *event_id);
 
     // Another application waits; the driver stops under it.
     let (app, import) = pending_import(&b, &node_b, 22);

@@ -42,11 +42,13 @@ fn requests() -> impl Strategy<Value = Request> {
         (any::<u32>(), any::<u64>()).prop_map(|(gpu, size)| Request::Create { gpu, size }),
         (0u32..4, 1u64..(8 * PAGE_SIZE)).prop_map(|(gpu, size)| Request::Create { gpu, size }),
         any::<u64>().prop_map(|mem| Request::Export { mem }),
-        (hex.clone(), any::<u64>()).prop_map(|(handle, import_id)| Request::Import {
-            handle,
-            import_id,
-            wait_ms: 0,
-        }),
+        (hex.clone(), any::<u64>(), prop_oneof![Just(0u64), 0u64..50]).prop_map(
+            |(handle, import_id, wait_ms)| Request::Import {
+                handle,
+                import_id,
+                wait_ms,
+            }
+        ),
         (any::<u64>(), 0u64..50)
             .prop_map(|(import, timeout_ms)| Request::WaitImport { import, timeout_ms }),
         any::<u64>().prop_map(|handle| Request::Release { handle }),

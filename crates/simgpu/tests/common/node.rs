@@ -7,7 +7,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openimex_simgpu::server::{Server, ServerHandle};
 use openimex_simproto::handle::{ExportUuid, FabricHandle};
@@ -116,4 +116,25 @@ pub(crate) fn pending_import(b: &ServerHandle, node_b: &Path, export: u64) -> (C
     app.subscribe(node_b, 0);
     let import = app.import(&remote_handle(export));
     (app, import)
+}
+
+/// §4 "Importer process exits": `app`, blocked in a wait for its import (whose MEM_IMPORT was
+/// `import_event_id`), is killed: the daemon's next events are that import's unimport, at once,
+/// not when the wait would have ended.
+pub(crate) fn unimported_on_hang_up(daemon: &Conn, token: u64, app: Conn, import_event_id: u64) {
+    std::thread::sleep(Duration::from_millis(100));
+    let before = Instant::now();
+    drop(app);
+    let events = daemon.events(token, 10_000);
+    assert!(
+        matches!(
+            events.as_slice(),
+            [FabricEvent::Unimport { import_event_id: id, .. }] if *id == import_event_id
+        ),
+        "{events:?}"
+    );
+    assert!(
+        before.elapsed() < Duration::from_secs(10),
+        "the unimport came with the process's death, not with its wait's end"
+    );
 }
