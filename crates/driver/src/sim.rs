@@ -120,7 +120,7 @@ impl SimDriver {
         self.token
             .lock()
             .map_err(|_| DriverError::Lost("token lock poisoned".into()))?
-            .ok_or(DriverError::Refused {
+            .ok_or_else(|| DriverError::Refused {
                 call: "control",
                 status: Status::InvalidState,
                 detail: "no session".into(),

@@ -19,7 +19,7 @@ pub(crate) mod http;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use openimex_core::{ConnStatus, DaemonState, ImportAnswer, NodeId, PeerState};
@@ -78,8 +78,8 @@ impl Default for Events {
             cleanups_seen: Arc::default(),
         };
         for ok in [true, false] {
-            let _ = events.imports_answered.get_or_create(&result_label(ok));
-            let _ = events.imports_completed.get_or_create(&result_label(ok));
+            let _ = events.imports_answered.get_or_create(result_label(ok));
+            let _ = events.imports_completed.get_or_create(result_label(ok));
         }
         for result in ["delivered", "undelivered"] {
             let labels = vec![("result", result.to_string())];
@@ -89,8 +89,11 @@ impl Default for Events {
     }
 }
 
-fn result_label(ok: bool) -> Labels {
-    vec![("result", if ok { "ok" } else { "error" }.to_string())]
+/// The `result` label of an import's counters: built once, since every import counts one.
+fn result_label(ok: bool) -> &'static Labels {
+    static OK: LazyLock<Labels> = LazyLock::new(|| vec![("result", "ok".to_string())]);
+    static ERROR: LazyLock<Labels> = LazyLock::new(|| vec![("result", "error".to_string())]);
+    if ok { &OK } else { &ERROR }
 }
 
 fn peer_labels(peer: NodeId, hosts: &[String]) -> Labels {
@@ -104,7 +107,7 @@ impl Events {
     /// This node (exporter) answered a peer's import request.
     pub(crate) fn import_answered(&self, answer: &ImportAnswer) {
         self.imports_answered
-            .get_or_create(&result_label(answer.is_ok()))
+            .get_or_create(result_label(answer.is_ok()))
             .inc();
     }
 
@@ -123,7 +126,7 @@ impl Events {
     /// The exporter answered this node's import `import_event_id` (or the request failed).
     pub(crate) fn import_completed(&self, import_event_id: u64, ok: bool, at: Instant) {
         self.imports_completed
-            .get_or_create(&result_label(ok))
+            .get_or_create(result_label(ok))
             .inc();
         let sent = self
             .started
