@@ -21,8 +21,8 @@ use crate::error::CuError;
 /// How long [`Context::import`] waits for the IMEX daemons to complete an import.
 pub const DEFAULT_IMPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// One `WaitImport` call waits at most this long, so other threads' calls on the same
-/// context get their turn between waits.
+/// One wait for an import (the `Import` call's own, then each `WaitImport`) lasts at most
+/// this long, so other threads' calls on the same context get their turn between waits.
 const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 static NEXT_CONTEXT: AtomicU64 = AtomicU64::new(1);

@@ -125,9 +125,7 @@ impl Events {
 
     /// The exporter answered this node's import `import_event_id` (or the request failed).
     pub(crate) fn import_completed(&self, import_event_id: u64, ok: bool, at: Instant) {
-        self.imports_completed
-            .get_or_create(result_label(ok))
-            .inc();
+        self.imports_completed.get_or_create(result_label(ok)).inc();
         let sent = self
             .started
             .lock()
