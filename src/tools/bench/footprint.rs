@@ -14,7 +14,8 @@
 //!   they are held (the daemons learn of an export only when it is imported);
 //! - `idle_144`: the 144 trays of nvl576 (8 racks), domain UP or, if it does not come UP in
 //!   time, as far as it got (the 144 drivers are idle once their probes completed, and only
-//!   the daemons are measured).
+//!   the daemons are measured); then, on that domain, `ctl_domain_144`: how long `ctl -N -j`
+//!   takes on node 0 against `ctl -q`.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -23,7 +24,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use openimex_client::{Allocation, Context, FabricHandleBytes, Imported};
 use openimex_harness::bench::formation_topology;
-use openimex_harness::bench::{BenchEntry, daemon_pids, failed_entries, short_error, watch_idle};
+use openimex_harness::bench::{
+    BenchEntry, Unit, daemon_pids, failed_entries, median, ms, short_error, watch_idle,
+};
 use openimex_harness::{Cluster, ClusterSpec};
 
 use super::apps::{STORM_NODES, storm_on};
@@ -95,7 +98,11 @@ pub(crate) fn footprint(binary: &Path, window: Duration) -> Vec<BenchEntry> {
     eprintln!("bench: footprint: idle_144 ...");
     out.extend(match idle_144(binary, window) {
         Ok(e) => e,
-        Err(e) => failed_entries("idle_144", &format!("{e:#}")),
+        Err(e) => {
+            let mut failed = failed_entries("idle_144", &format!("{e:#}"));
+            failed.push(BenchEntry::failed(CTL_DOMAIN, Unit::Ms, format!("{e:#}")));
+            failed
+        }
     });
     out
 }
@@ -220,14 +227,70 @@ fn idle_144(binary: &Path, window: Duration) -> Result<Vec<BenchEntry>> {
     let nodes = 144;
     let spec = ClusterSpec::first_trays(formation_topology(nodes)?, nodes, binary)?;
     let cluster = Cluster::start(spec).context("start the 144 trays of nvl576")?;
-    let what = match cluster.wait_up(0, BIG_UP_TIMEOUT) {
+    let up = cluster.wait_up(0, BIG_UP_TIMEOUT);
+    let what = match &up {
         Ok(_) => "the 144 trays of nvl576, domain UP, idle".to_owned(),
         Err(e) => format!(
             "the 144 trays of nvl576, NOT UP ({}), measured anyway",
-            short_error(&e)
+            short_error(e)
         ),
     };
     let pids = daemon_pids(&cluster);
     let f = watch_idle(binary, &pids, window).map_err(|e| anyhow::anyhow!(short_error(&e)))?;
-    Ok(f.entries("idle_144", &what))
+    let mut entries = f.entries("idle_144", &what);
+    entries.push(match up {
+        Ok(_) => ctl_domain(&cluster, nodes),
+        Err(e) => BenchEntry::failed(CTL_DOMAIN, Unit::Ms, short_error(&e)),
+    });
+    Ok(entries)
+}
+
+/// Name of the [`ctl_domain`] entry.
+const CTL_DOMAIN: &str = "ctl_domain_144";
+/// Calls of each kind [`ctl_domain`] times.
+const CTL_SAMPLES: usize = 7;
+
+/// `ctl_domain_144`: how long `ctl -N -j` takes on node 0 of the idle domain (node 0 asks
+/// every peer for its row and assembles the 144 x 144 matrix), against `ctl -q` on the same
+/// node (its own state, no peer asked): the same process start and connection, so the ratio is
+/// the cost of the domain view. Medians of [`CTL_SAMPLES`] each, alternating.
+fn ctl_domain(cluster: &Cluster, nodes: usize) -> BenchEntry {
+    let time = |args: &[&str]| -> Result<Duration> {
+        let t = Instant::now();
+        let out = cluster
+            .ctl(0, args)
+            .map_err(|e| anyhow::anyhow!(short_error(&e)))?;
+        let took = t.elapsed();
+        if !out.status.success() {
+            bail!(
+                "ctl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(took)
+    };
+    let mut domain = Vec::with_capacity(CTL_SAMPLES);
+    let mut state = Vec::with_capacity(CTL_SAMPLES);
+    for _ in 0..CTL_SAMPLES {
+        match (time(&["-N", "-j"]), time(&["-q"])) {
+            (Ok(d), Ok(s)) => {
+                domain.push(d);
+                state.push(s);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                return BenchEntry::failed(CTL_DOMAIN, Unit::Ms, format!("{e:#}"));
+            }
+        }
+    }
+    BenchEntry::measured(
+        CTL_DOMAIN,
+        ms(median(&domain)),
+        Unit::Ms,
+        Some(ms(median(&state))),
+        format!(
+            "`ctl -N -j` on node 0 of the idle {nodes}-node domain (every peer asked for its \
+             row), against `ctl -q` on the same node; medians of {CTL_SAMPLES} each"
+        ),
+    )
 }
