@@ -182,14 +182,21 @@ fn channels_gate_fabric_calls_and_errors_have_cuda_codes() {
     d.check_daemons();
 }
 
+/// Node A's application exports a page filled with `seed`'s pattern, then the daemons stop
+/// answering events: the exporter's context (which owns the allocation) and the handle.
+fn exported_with_daemons_paused(d: &Domain, seed: u64) -> (Context, FabricHandleBytes) {
+    let a = Context::open(&d.a.dir).unwrap();
+    let mem = a.mem_create(0, PAGE_SIZE).unwrap();
+    pattern::fill(&mut a.map(&mem).unwrap(), seed);
+    let handle = a.export(&mem).unwrap();
+    assert!(d.daemons.pause(), "the daemons stop answering events");
+    (a, handle)
+}
+
 #[test]
 fn import_gives_up_with_not_ready_after_the_bound_and_completes_once_the_daemon_answers() {
     let d = Domain::start("not-ready");
-    let a = Context::open(&d.a.dir).unwrap();
-    let mem = a.mem_create(0, PAGE_SIZE).unwrap();
-    pattern::fill(&mut a.map(&mem).unwrap(), 9);
-    let handle = a.export(&mem).unwrap();
-    assert!(d.daemons.pause(), "the daemons stop answering events");
+    let (_a, handle) = exported_with_daemons_paused(&d, 9);
     let b = Context::open(&d.b.dir).unwrap();
     let start = Instant::now();
     // Using an import before the daemon validated it is NOT_READY (§1.6 import request 4).
@@ -224,11 +231,7 @@ fn import_gives_up_with_not_ready_after_the_bound_and_completes_once_the_daemon_
 #[test]
 fn an_import_the_daemons_answer_after_the_first_wait_still_completes() {
     let d = Domain::start("slow-daemon");
-    let a = Context::open(&d.a.dir).unwrap();
-    let mem = a.mem_create(0, PAGE_SIZE).unwrap();
-    pattern::fill(&mut a.map(&mem).unwrap(), 4);
-    let handle = a.export(&mem).unwrap();
-    assert!(d.daemons.pause(), "the daemons stop answering events");
+    let (_a, handle) = exported_with_daemons_paused(&d, 4);
     let b = Context::open(&d.b.dir).unwrap();
     let start = Instant::now();
     let imported = std::thread::scope(|s| {

@@ -455,10 +455,15 @@ impl Cluster {
     /// Runs `binary ctl -c <node i's config> args…` with a 10 s limit. Any exit status is
     /// returned as is; only a failure to run or a timeout is an error.
     pub fn ctl(&self, i: usize, args: &[&str]) -> Result<Output, HarnessError> {
+        run_with_timeout(&mut self.ctl_command(i, args)?, CTL_TIMEOUT)
+    }
+
+    /// `binary ctl -c <node i's config> args…`, not started.
+    pub(crate) fn ctl_command(&self, i: usize, args: &[&str]) -> Result<Command, HarnessError> {
         let node = self.get(i)?;
         let mut cmd = Command::new(&self.spec.binary);
         cmd.arg("ctl").arg("-c").arg(node.config_path()).args(args);
-        run_with_timeout(&mut cmd, CTL_TIMEOUT)
+        Ok(cmd)
     }
 
     /// Runs ctl and requires exit 0; returns stdout.
@@ -467,11 +472,8 @@ impl Cluster {
         if out.status.success() {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
-        let node = self.get(i)?;
-        let mut cmd = Command::new(&self.spec.binary);
-        cmd.arg("ctl").arg("-c").arg(node.config_path()).args(args);
         Err(HarnessError::CommandFailed {
-            command: describe(&cmd),
+            command: describe(&self.ctl_command(i, args)?),
             status: describe_status(&out.status),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

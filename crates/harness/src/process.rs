@@ -120,7 +120,7 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, 
     };
     // The pipes close when the process exits, unless it left a child holding them.
     let grace = Duration::from_secs(2);
-    let stdout = stdout.ok_or(()).or_else(|()| out_rx.recv_timeout(grace));
+    let stdout = stdout.map_or_else(|| out_rx.recv_timeout(grace), Ok);
     match (stdout, err_rx.recv_timeout(grace)) {
         (Ok(stdout), Ok(stderr)) => Ok(Output {
             status,

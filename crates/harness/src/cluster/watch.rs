@@ -6,7 +6,7 @@
 //! process start between a change and its sight.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -42,14 +42,9 @@ impl Cluster {
         what: &str,
         pred: impl Fn(&DomainView) -> bool,
     ) -> Result<DomainView, HarnessError> {
-        let node = self.get(i)?;
-        let mut cmd = Command::new(&self.spec.binary);
-        cmd.arg("ctl")
-            .arg("-c")
-            .arg(node.config_path())
-            .args(["-N", "-j", "--watch", "--interval"])
-            .arg(interval.as_millis().max(10).to_string())
-            .stdin(Stdio::null())
+        let interval = interval.as_millis().max(10).to_string();
+        let mut cmd = self.ctl_command(i, &["-N", "-j", "--watch", "--interval", &interval])?;
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_parent(&mut cmd);
