@@ -1,14 +1,17 @@
 //! `openimex bench all` through the binary: the JSON document's shape on a small selection of
-//! scenarios, where the clusters keep their files, and refusal of unknown scenario names.
+//! scenarios, where the clusters keep their files, and refusal of unknown scenario names; and
+//! the mesh probes behind `formation_N_grpc_mesh`.
 //! Figures are never asserted (they are machine-dependent ratios); only that each entry is
 //! either a figure or an error.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
-use openimex_harness::ScratchDir;
 use openimex_harness::process::run_with_timeout;
 use openimex_harness::scratch;
+use openimex_harness::{AddrBlock, ScratchDir};
 use serde_json::Value;
 
 fn binary() -> &'static str {
@@ -63,7 +66,16 @@ fn bench_all_json_has_one_entry_per_figure() {
     assert!(left.is_empty(), "the bench left {left:?} in its TMPDIR");
     let entries = doc["entries"].as_array().cloned().unwrap_or_default();
     let names: Vec<&str> = entries.iter().filter_map(|e| e["name"].as_str()).collect();
-    assert_eq!(names, ["formation_3", "import_p50", "import_p99"], "{doc}");
+    assert_eq!(
+        names,
+        [
+            "formation_3",
+            "formation_3_grpc_mesh",
+            "import_p50",
+            "import_p99"
+        ],
+        "{doc}"
+    );
     for e in &entries {
         let unit = e["unit"].as_str().unwrap_or_default();
         assert!(["ms", "us"].contains(&unit), "{e}");
@@ -108,4 +120,106 @@ fn bench_all_refuses_an_unknown_scenario() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("unknown scenario \"warp\""), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A mesh probe, killed on drop, whose stdout lines arrive on `lines`.
+struct MeshProbe {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl MeshProbe {
+    fn spawn(index: usize, addrs: &[String]) -> Self {
+        let mut child = Command::new(binary())
+            .args(["bench", "mesh-probe", "--index", &index.to_string()])
+            .args(addrs)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn a mesh probe");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+}
+
+impl Drop for MeshProbe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The floor's meaning rests on this: a probe says `meshed` only once each lower peer has
+/// accepted its connection and answered its call, however late that peer starts.
+#[test]
+fn a_mesh_probe_says_meshed_only_once_every_lower_peer_has_answered() {
+    let block = AddrBlock::allocate(3, &[50000]).expect("three loopback addresses");
+    let addrs: Vec<String> = block.ips().iter().map(|ip| format!("{ip}:50000")).collect();
+    let top = MeshProbe::spawn(2, &addrs);
+    let middle = MeshProbe::spawn(1, &addrs);
+    // Neither has a lower peer listening yet (0 is not started; 1 waits on 0 as well).
+    assert_eq!(
+        top.lines.recv_timeout(Duration::from_millis(700)).ok(),
+        None,
+        "probe 2 said something before probe 0 existed"
+    );
+    assert_eq!(middle.lines.try_recv().ok(), None);
+    let bottom = MeshProbe::spawn(0, &addrs);
+    let wait = Duration::from_secs(20);
+    assert_eq!(
+        bottom.lines.recv_timeout(wait).ok().as_deref(),
+        Some("meshed 0")
+    );
+    assert_eq!(
+        middle.lines.recv_timeout(wait).ok().as_deref(),
+        Some("meshed 1")
+    );
+    assert_eq!(
+        top.lines.recv_timeout(wait).ok().as_deref(),
+        Some("meshed 2")
+    );
+}
+
+#[test]
+fn a_mesh_probe_refuses_an_index_past_its_addresses() {
+    let mut cmd = Command::new(binary());
+    cmd.args([
+        "bench",
+        "mesh-probe",
+        "--index",
+        "2",
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+    ]);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--index 2 names no address: 2 given"),
+        "{stderr}"
+    );
+}
+
+/// A peer that accepts the connection but never answers the call does not count.
+#[test]
+fn a_mesh_probe_waits_for_the_call_not_only_the_connection() {
+    let block = AddrBlock::allocate(2, &[50000]).expect("two loopback addresses");
+    let addrs: Vec<String> = block.ips().iter().map(|ip| format!("{ip}:50000")).collect();
+    let mute = std::net::TcpListener::bind(&addrs[0]).expect("bind the mute peer");
+    let probe = MeshProbe::spawn(1, &addrs);
+    let (conn, _) = mute.accept().expect("the probe connects");
+    assert_eq!(
+        probe.lines.recv_timeout(Duration::from_millis(1500)).ok(),
+        None,
+        "probe 1 said meshed with no answer to its call"
+    );
+    drop(conn);
 }

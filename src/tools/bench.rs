@@ -11,6 +11,7 @@
 mod apps;
 mod footprint;
 mod imports;
+mod mesh;
 mod rpc;
 
 use std::net::SocketAddr;
@@ -57,6 +58,17 @@ pub(crate) enum BenchCommand {
     RpcServer {
         /// Address to bind (port 0: any free port; the bound address is printed).
         addr: SocketAddr,
+    },
+    /// (internal) One process of the gRPC full-mesh floor of `formation_N`: serve on
+    /// ADDRS[INDEX], dial every lower address, say `meshed INDEX`.
+    #[command(hide = true)]
+    MeshProbe {
+        /// This process's position in ADDRS.
+        #[arg(long)]
+        index: usize,
+        /// Every process's address, in order.
+        #[arg(required = true)]
+        addrs: Vec<SocketAddr>,
     },
 }
 
@@ -168,7 +180,7 @@ impl Scenario {
             })
         };
         match self {
-            Scenario::Formation(n) => vec![hb::formation_entry(binary, n, rounds)],
+            Scenario::Formation(n) => hb::formation_entry(binary, n, rounds),
             Scenario::Import => or_failed(
                 apps::import(binary, rounds),
                 &["import_p50", "import_p99"],
@@ -208,7 +220,10 @@ fn choose_scratch() -> PathBuf {
 
 /// Runs a benchmark and prints figures with their same-run baseline.
 pub(crate) fn bench(cmd: &BenchCommand) -> Result<()> {
-    if !matches!(cmd, BenchCommand::RpcServer { .. }) {
+    if !matches!(
+        cmd,
+        BenchCommand::RpcServer { .. } | BenchCommand::MeshProbe { .. }
+    ) {
         eprintln!(
             "bench: cluster files under {} (set TMPDIR to choose)",
             choose_scratch().display()
@@ -236,6 +251,11 @@ pub(crate) fn bench(cmd: &BenchCommand) -> Result<()> {
                 "  ratio (daemons / bare processes)     : {:>8.2}",
                 r.ratio()
             );
+            println!(
+                "  gRPC full mesh (floor), spawn -> all pairs called: {:>8.1} ms, ratio {:.2}",
+                ms(r.grpc_mesh),
+                r.floor_ratio()
+            );
             let samples = |v: &[Duration]| {
                 v.iter()
                     .map(|d| format!("{:.1}", ms(*d)))
@@ -244,6 +264,7 @@ pub(crate) fn bench(cmd: &BenchCommand) -> Result<()> {
             };
             println!("  samples daemons ms: [{}]", samples(&r.daemon_samples));
             println!("  samples bare ms   : [{}]", samples(&r.baseline_samples));
+            println!("  samples mesh ms   : [{}]", samples(&r.mesh_samples));
             Ok(())
         }
         BenchCommand::Imports {
@@ -253,6 +274,7 @@ pub(crate) fn bench(cmd: &BenchCommand) -> Result<()> {
         } => imports::bench_imports(*nodes, *gpus_per_node, *rounds),
         BenchCommand::All(args) => all(args),
         BenchCommand::RpcServer { addr } => rpc::serve(*addr),
+        BenchCommand::MeshProbe { index, addrs } => mesh::mesh_probe(*index, addrs),
     }
 }
 

@@ -173,7 +173,12 @@ fn bench_formation_reports_daemons_against_bare_processes() {
         "bench failed: {stdout}\n{}",
         text(&out.stderr)
     );
-    for want in ["spawn -> domain UP", "spawn -> ports open", "ratio"] {
+    for want in [
+        "spawn -> domain UP",
+        "spawn -> ports open",
+        "spawn -> all pairs called",
+        "ratio",
+    ] {
         assert!(stdout.contains(want), "missing {want:?}: {stdout}");
     }
 }

@@ -28,7 +28,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const WARM_UP: usize = 20;
 
 /// Answers `State` with `READY`, and nothing else.
-struct Constant;
+pub(super) struct Constant;
 
 #[tonic::async_trait]
 impl Command for Constant {

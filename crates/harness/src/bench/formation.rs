@@ -6,11 +6,19 @@
 //! a TCP connection on the same kind of addresses. The ratio is the cost of forming the
 //! domain (handshakes, heartbeats, state propagation, the ctl round trip) over the cost of
 //! starting processes and binding sockets.
+//!
+//! The same rounds time the transport's floor (`formation_N_grpc_mesh`): N processes
+//! (`openimex bench mesh-probe`) from spawn to every pair holding one gRPC connection that
+//! carried one call, against the same bare processes. A domain is a full mesh (every node
+//! connected to every other, imex-guide §4), so that ratio is the lowest a gRPC daemon's
+//! `formation_N` could reach here: the quadratic part is the connections' own cost.
 
-use std::io::Read;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -42,10 +50,14 @@ pub struct FormationReport {
     pub daemon_up: Duration,
     /// Median time from spawning `nodes` listen-probes to all of them accepting.
     pub bare_listen: Duration,
+    /// Median time from spawning `nodes` mesh probes to every pair connected and called.
+    pub grpc_mesh: Duration,
     /// Every daemon round, in order.
     pub daemon_samples: Vec<Duration>,
     /// Every baseline round, in order.
     pub baseline_samples: Vec<Duration>,
+    /// Every mesh-floor round, in order.
+    pub mesh_samples: Vec<Duration>,
 }
 
 impl FormationReport {
@@ -53,10 +65,16 @@ impl FormationReport {
     pub fn ratio(&self) -> f64 {
         self.daemon_up.as_secs_f64() / self.bare_listen.as_secs_f64().max(1e-9)
     }
+
+    /// `grpc_mesh / bare_listen`: the least [`ratio`](Self::ratio) a full gRPC mesh allows.
+    pub fn floor_ratio(&self) -> f64 {
+        self.grpc_mesh.as_secs_f64() / self.bare_listen.as_secs_f64().max(1e-9)
+    }
 }
 
 /// Starts `nodes` daemons and times spawn → UP (seen by node 0), then shuts them down; then
-/// times the listen-probe baseline. Each `rounds` times (at least once); reports medians.
+/// times the listen-probe baseline, then the gRPC mesh floor. Each `rounds` times (at least
+/// once); reports medians.
 pub fn formation(
     binary: &Path,
     nodes: usize,
@@ -65,39 +83,67 @@ pub fn formation(
     let rounds = rounds.max(1);
     let mut daemon_samples = Vec::with_capacity(rounds);
     let mut baseline_samples = Vec::with_capacity(rounds);
+    let mut mesh_samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         daemon_samples.push(daemon_round(binary, nodes)?);
         baseline_samples.push(baseline_round(binary, nodes)?);
+        mesh_samples.push(mesh_round(binary, nodes)?);
     }
     Ok(FormationReport {
         nodes,
         rounds,
         daemon_up: median(&daemon_samples),
         bare_listen: median(&baseline_samples),
+        grpc_mesh: median(&mesh_samples),
         daemon_samples,
         baseline_samples,
+        mesh_samples,
     })
 }
 
-/// [`formation`] as the `formation_N` entry of `bench all`. A round that fails (144 nodes may
-/// not come UP within the limit) ends the scenario: further rounds would only fail slower.
-pub fn formation_entry(binary: &Path, nodes: usize, rounds: usize) -> BenchEntry {
+/// [`formation`] as the `formation_N` entry of `bench all`, and its floor
+/// `formation_N_grpc_mesh` (the mesh probes against the same bare processes). A round that
+/// fails (144 nodes may not come UP within the limit) ends the scenario: further rounds would
+/// only fail slower.
+pub fn formation_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec<BenchEntry> {
     let name = format!("formation_{nodes}");
+    let floor = format!("formation_{nodes}_grpc_mesh");
     match formation(binary, nodes, rounds) {
-        Ok(r) => BenchEntry::measured(
-            name,
-            ms(r.daemon_up),
-            Unit::Ms,
-            Some(ms(r.bare_listen)),
-            format!(
-                "spawn of {nodes} daemons to domain UP seen by node 0 (the first {nodes} trays \
-                 of {}, Fabric Manager and GPU drivers already up), against {nodes} bare \
-                 processes to ports open; median of {} rounds",
-                formation_topology(nodes).map_or_else(|_| "?".into(), |t| t.topology),
-                r.rounds
+        Ok(r) => vec![
+            BenchEntry::measured(
+                name,
+                ms(r.daemon_up),
+                Unit::Ms,
+                Some(ms(r.bare_listen)),
+                format!(
+                    "spawn of {nodes} daemons to domain UP seen by node 0 (the first {nodes} \
+                     trays of {}, Fabric Manager and GPU drivers already up), against {nodes} \
+                     bare processes to ports open; median of {} rounds",
+                    formation_topology(nodes).map_or_else(|_| "?".into(), |t| t.topology),
+                    r.rounds
+                ),
             ),
-        ),
-        Err(e) => BenchEntry::failed(name, Unit::Ms, short_error(&e)),
+            BenchEntry::measured(
+                floor,
+                ms(r.grpc_mesh),
+                Unit::Ms,
+                Some(ms(r.bare_listen)),
+                format!(
+                    "spawn of {nodes} processes to every one of their {} pairs holding one \
+                     gRPC connection that carried one call (the least any gRPC domain of \
+                     {nodes} nodes does), against the same bare processes; median of {} rounds",
+                    nodes * nodes.saturating_sub(1) / 2,
+                    r.rounds
+                ),
+            ),
+        ],
+        Err(e) => {
+            let why = short_error(&e);
+            vec![
+                BenchEntry::failed(name, Unit::Ms, why.clone()),
+                BenchEntry::failed(floor, Unit::Ms, why),
+            ]
+        }
     }
 }
 
@@ -140,8 +186,38 @@ fn daemon_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
     Ok(elapsed)
 }
 
-/// Listen-probe processes, killed and reaped on drop.
+/// Baseline processes (listen-probes, mesh probes), killed and reaped on drop.
 struct Probes(Vec<Child>);
+
+impl Probes {
+    /// Spawns `cmd` (its stdout and stderr already chosen) as one more probe.
+    fn spawn(&mut self, binary: &Path, mut cmd: Command) -> Result<(), HarnessError> {
+        die_with_parent(&mut cmd);
+        let child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+            program: binary.to_owned(),
+            source,
+            hint: "build the openimex binary first (cargo build) and pass its path",
+        })?;
+        self.0.push(child);
+        Ok(())
+    }
+
+    /// Probe `i`'s failure, with its stderr, if it has exited (a probe only exits on error).
+    fn exited(&mut self, i: usize, command: impl FnOnce() -> String) -> Option<HarnessError> {
+        let child = self.0.get_mut(i)?;
+        let status = child.try_wait().ok().flatten()?;
+        let mut stderr = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut stderr);
+        }
+        Some(HarnessError::CommandFailed {
+            command: command(),
+            status: describe_status(&status),
+            stdout: String::new(),
+            stderr,
+        })
+    }
+}
 
 impl Drop for Probes {
     fn drop(&mut self) {
@@ -152,14 +228,19 @@ impl Drop for Probes {
     }
 }
 
-/// One baseline measurement: spawn `nodes` listen-probes, wait until each accepts.
-pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
+/// `nodes` addresses of a fresh loopback block on the daemons' port.
+fn probe_addrs(nodes: usize) -> Result<Vec<SocketAddr>, HarnessError> {
     let block = AddrBlock::allocate(nodes, &[DEFAULT_SERVER_PORT])?;
-    let addrs: Vec<SocketAddr> = block
+    Ok(block
         .ips()
         .iter()
         .map(|ip| SocketAddr::V4(SocketAddrV4::new(*ip, DEFAULT_SERVER_PORT)))
-        .collect();
+        .collect())
+}
+
+/// One baseline measurement: spawn `nodes` listen-probes, wait until each accepts.
+pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
+    let addrs = probe_addrs(nodes)?;
     let start = Instant::now();
     let mut probes = Probes(Vec::with_capacity(nodes));
     for addr in &addrs {
@@ -169,14 +250,7 @@ pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, Ha
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        die_with_parent(&mut cmd);
-        probes
-            .0
-            .push(cmd.spawn().map_err(|source| HarnessError::Spawn {
-                program: binary.to_owned(),
-                source,
-                hint: "build the openimex binary first (cargo build) and pass its path",
-            })?);
+        probes.spawn(binary, cmd)?;
     }
     let mut pending: Vec<usize> = (0..nodes).collect();
     while !pending.is_empty() {
@@ -184,17 +258,9 @@ pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, Ha
             TcpStream::connect_timeout(&addrs[i], Duration::from_millis(200)).is_err()
         });
         for &i in &pending {
-            if let Ok(Some(status)) = probes.0[i].try_wait() {
-                let mut stderr = String::new();
-                if let Some(mut e) = probes.0[i].stderr.take() {
-                    let _ = e.read_to_string(&mut stderr);
-                }
-                return Err(HarnessError::CommandFailed {
-                    command: format!("{} listen-probe {}", binary.display(), addrs[i]),
-                    status: describe_status(&status),
-                    stdout: String::new(),
-                    stderr,
-                });
+            let command = || format!("{} listen-probe {}", binary.display(), addrs[i]);
+            if let Some(e) = probes.exited(i, command) {
+                return Err(e);
             }
         }
         if start.elapsed() >= ROUND_TIMEOUT {
@@ -214,6 +280,87 @@ pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, Ha
     Ok(elapsed)
 }
 
+/// One floor measurement: spawn `nodes` mesh probes (`bench mesh-probe`), all writing to one
+/// pipe, and wait until each has said `meshed I`.
+fn mesh_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
+    let addrs: Vec<String> = probe_addrs(nodes)?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let pipe_error = |source| HarnessError::Io {
+        action: "make the mesh probes' pipe",
+        path: "(pipe)".into(),
+        source,
+        hint: "the process may be out of file descriptors (ulimit -n)",
+    };
+    let (reader, writer) = std::io::pipe().map_err(pipe_error)?;
+    // Every probe's line is one write under PIPE_BUF, so lines never interleave.
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(reader).lines() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut probes = Probes(Vec::with_capacity(nodes));
+    for i in 0..nodes {
+        let mut cmd = Command::new(binary);
+        cmd.args(["bench", "mesh-probe", "--index", &i.to_string()])
+            .args(&addrs)
+            .stdin(Stdio::null())
+            .stdout(writer.try_clone().map_err(pipe_error)?)
+            .stderr(Stdio::piped());
+        probes.spawn(binary, cmd)?;
+    }
+    // Only the probes hold the pipe now: it ends when they all have.
+    drop(writer);
+    let command = |i: usize| move || format!("{} bench mesh-probe --index {i} …", binary.display());
+    let mut meshed = BTreeSet::new();
+    while meshed.len() < nodes {
+        match rx.recv_timeout(PROBE_POLL * 25) {
+            Ok(Ok(line)) => {
+                match line
+                    .strip_prefix("meshed ")
+                    .and_then(|i| i.parse::<usize>().ok())
+                {
+                    Some(i) if i < nodes => meshed.insert(i),
+                    _ => {
+                        return Err(HarnessError::parse(
+                            "mesh probe's line",
+                            "expected `meshed I`",
+                            &line,
+                        ));
+                    }
+                };
+            }
+            Ok(Err(e)) => return Err(pipe_error(e)),
+            Err(mpsc::RecvTimeoutError::Timeout | mpsc::RecvTimeoutError::Disconnected) => {
+                for i in (0..nodes).filter(|i| !meshed.contains(i)) {
+                    if let Some(e) = probes.exited(i, command(i)) {
+                        return Err(e);
+                    }
+                }
+                if start.elapsed() >= ROUND_TIMEOUT {
+                    return Err(HarnessError::CommandTimeout {
+                        command: format!("{} bench mesh-probe (×{nodes})", binary.display()),
+                        waited: ROUND_TIMEOUT,
+                        stdout: String::new(),
+                        stderr: format!(
+                            "{} of {nodes} probes never finished their dials",
+                            nodes - meshed.len()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    drop(probes);
+    Ok(elapsed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,10 +372,13 @@ mod tests {
             rounds: 1,
             daemon_up: Duration::from_millis(300),
             bare_listen: Duration::from_millis(100),
+            grpc_mesh: Duration::from_millis(250),
             daemon_samples: vec![],
             baseline_samples: vec![],
+            mesh_samples: vec![],
         };
         assert!((r.ratio() - 3.0).abs() < 1e-9);
+        assert!((r.floor_ratio() - 2.5).abs() < 1e-9);
     }
 
     #[test]
