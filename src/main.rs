@@ -15,6 +15,11 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+/// Every process of the binary counts its allocations; the daemon reports the count in its
+/// metrics (`openimex_heap_allocations_total`), and the bench's `import_allocs` reads it.
+#[global_allocator]
+static HEAP: openimex_imexd::heap::Counting = openimex_imexd::heap::Counting;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "openimex",

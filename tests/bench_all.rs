@@ -72,13 +72,14 @@ fn bench_all_json_has_one_entry_per_figure() {
             "formation_3",
             "formation_3_grpc_mesh",
             "import_p50",
-            "import_p99"
+            "import_p99",
+            "import_allocs"
         ],
         "{doc}"
     );
     for e in &entries {
         let unit = e["unit"].as_str().unwrap_or_default();
-        assert!(["ms", "us"].contains(&unit), "{e}");
+        assert!(["ms", "us", "allocs"].contains(&unit), "{e}");
         match (e["value"].as_f64(), e["error"].as_str()) {
             (Some(v), None) => {
                 assert!(v >= 0.0, "{e}");

@@ -8,6 +8,7 @@
 //! `datapath` ([`apps`], with applications on simulated GPUs), `footprint` ([`footprint`]).
 //! `bench formation` and `bench imports` are the older single-scenario reports.
 
+mod allocs;
 mod apps;
 mod footprint;
 mod imports;
@@ -181,11 +182,17 @@ impl Scenario {
         };
         match self {
             Scenario::Formation(n) => hb::formation_entry(binary, n, rounds),
-            Scenario::Import => or_failed(
-                apps::import(binary, rounds),
-                &["import_p50", "import_p99"],
-                Unit::Us,
-            ),
+            Scenario::Import => apps::import(binary, rounds).unwrap_or_else(|e| {
+                let why = format!("{e:#}");
+                [
+                    ("import_p50", Unit::Us),
+                    ("import_p99", Unit::Us),
+                    ("import_allocs", Unit::Allocs),
+                ]
+                .into_iter()
+                .map(|(n, unit)| BenchEntry::failed(n, unit, why.clone()))
+                .collect()
+            }),
             Scenario::Storm => or_failed(
                 apps::storm(binary, rounds).map(|e| vec![e]),
                 &["storm"],

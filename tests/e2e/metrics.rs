@@ -180,6 +180,13 @@ fn metrics_of_a_live_4_node_domain_move_during_imports() {
     let text0 = wait_scrape(&cluster, 0, "two imports answered", |t| {
         t.lines().any(|l| l == format!("{answered} 2"))
     });
+    // The daemon counts its heap allocations (the binary's allocator), and answering two
+    // imports allocated.
+    let allocations = "openimex_heap_allocations_total";
+    assert!(
+        value(&text0, allocations) > value(&before[0], allocations),
+        "{allocations} did not grow:\n{text0}"
+    );
     gauges_match_ctl(
         &cluster,
         0,

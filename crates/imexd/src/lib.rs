@@ -30,6 +30,7 @@ mod driver_io;
 mod engine;
 mod error;
 mod fabric;
+pub mod heap;
 pub mod limits;
 pub mod logging;
 mod mailbox;

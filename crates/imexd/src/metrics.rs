@@ -11,6 +11,8 @@
 //!   bounded per-peer clean-up history and its running total;
 //! - gauges of the node's GPUs on the fabric (health summary and mask, cliqueId, bandwidth
 //!   mode), from the daemon's fabric view ([`fabric`]).
+//! - the process's heap allocations since start (`heap_allocations`), when the binary counts
+//!   them ([`crate::heap`]).
 //!
 //! Rendering is prometheus-client's OpenMetrics text; [`http`] serves it.
 
@@ -290,6 +292,15 @@ impl Events {
             cleaned,
         );
         fabric::register(&mut r, gpus);
+        if let Some(n) = crate::heap::allocations() {
+            let heap = Counter::<u64>::default();
+            heap.inc_by(n);
+            r.register(
+                "heap_allocations",
+                "Heap allocations the daemon made since it started (every thread)",
+                heap,
+            );
+        }
         self.register_events(&mut r);
         let mut out = String::new();
         // Writing to a String cannot fail.

@@ -36,10 +36,10 @@
 pub mod record;
 pub mod writer;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock};
+use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use openimex_proto::peer::SessionMsg;
@@ -186,10 +186,41 @@ enum Dir {
     Out,
 }
 
-/// An incoming request noted by [`served`], waiting for the engine to take it.
-struct Slot {
+/// An incoming request noted by [`served`]: its number and when it arrived.
+#[derive(Debug, Clone, Copy)]
+struct Noted {
+    seq: u64,
     received: Instant,
-    started: OnceLock<Instant>,
+}
+
+/// The incoming requests of one kind between their arrival and their answer. Numbered rather
+/// than shared (an `Arc` per request was an allocation on every import's path); both
+/// collections keep their capacity, so a request allocates nothing here once warm.
+#[derive(Debug, Default)]
+struct Waiting {
+    /// Noted, not yet taken by the engine, oldest first.
+    queue: VecDeque<Noted>,
+    /// Taken by the engine, not yet answered: when each started.
+    started: HashMap<u64, Instant>,
+}
+
+/// Drops a request's traces if its answer never comes (its session closed first, and the
+/// answering future with it).
+struct Forget {
+    kind: Kind,
+    seq: u64,
+    armed: bool,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut w = lock(&STATS.waiting);
+            let w = &mut w[self.kind.index()];
+            w.queue.retain(|n| n.seq != self.seq);
+            w.started.remove(&self.seq);
+        }
+    }
 }
 
 /// Everything counted, shared by the whole daemon.
@@ -197,8 +228,10 @@ struct Slot {
 struct Stats {
     /// Per direction and kind since the last record.
     sums: Mutex<[[Sums; KINDS.len()]; 2]>,
-    /// Incoming requests not yet taken by the engine, per kind, oldest first.
-    waiting: Mutex<[VecDeque<Arc<Slot>>; KINDS.len()]>,
+    /// Incoming requests not yet answered, per kind.
+    waiting: Mutex<[Waiting; KINDS.len()]>,
+    /// The next incoming request's number.
+    next_request: AtomicU64,
     /// The depth of the engine's mailbox (see [`watch_mailbox`]).
     mailbox: Mutex<Option<Depth>>,
     /// Unimports sent and not yet confirmed, by a sequence number: the first is the oldest.
@@ -248,28 +281,40 @@ pub(crate) fn served<F>(kind: Kind, answer: F) -> impl Future<Output = Body>
 where
     F: Future<Output = Body>,
 {
-    let slot = Arc::new(Slot {
-        received: Instant::now(),
-        started: OnceLock::new(),
-    });
-    lock(&STATS.waiting)[kind.index()].push_back(slot.clone());
+    let received = Instant::now();
+    let seq = STATS.next_request.fetch_add(1, Ordering::Relaxed);
+    lock(&STATS.waiting)[kind.index()]
+        .queue
+        .push_back(Noted { seq, received });
+    // Made here, not in the block: a future dropped before its first poll forgets too.
+    let forget = Forget {
+        kind,
+        seq,
+        armed: true,
+    };
     // Boxed: an `async` block keeps a captured future next to the one it awaits, which
     // doubled every request task (about 1.5 KB each; 15 MiB more with 10,000 imports in
     // flight at an exporter).
     let answer = Box::pin(answer);
     async move {
+        let mut forget = forget;
         let body = answer.await;
+        forget.armed = false;
         let done = Instant::now();
-        // Answered without reaching the engine (a malformed request, a stopping daemon):
-        // not waiting any more, and all of its time was its own handling.
-        let started = *slot.started.get_or_init(|| {
-            lock(&STATS.waiting)[kind.index()].retain(|s| !Arc::ptr_eq(s, &slot));
-            slot.received
-        });
+        let started = {
+            let mut w = lock(&STATS.waiting);
+            let w = &mut w[kind.index()];
+            // Answered without reaching the engine (a malformed request, a stopping daemon):
+            // not waiting any more, and all of its time was its own handling.
+            w.started.remove(&seq).unwrap_or_else(|| {
+                w.queue.retain(|n| n.seq != seq);
+                received
+            })
+        };
         STATS.add(
             Dir::In,
             kind,
-            started.saturating_duration_since(slot.received),
+            started.saturating_duration_since(received),
             done.saturating_duration_since(started),
         );
         body
@@ -283,8 +328,10 @@ pub(crate) fn taken(kind: Option<Kind>) {
         return;
     };
     let now = Instant::now();
-    if let Some(slot) = lock(&STATS.waiting)[kind.index()].pop_front() {
-        let _ = slot.started.set(now);
+    let mut w = lock(&STATS.waiting);
+    let w = &mut w[kind.index()];
+    if let Some(noted) = w.queue.pop_front() {
+        w.started.insert(noted.seq, now);
     }
 }
 
@@ -373,8 +420,11 @@ impl Stats {
         let sums = std::mem::take(&mut *lock(&self.sums));
         let (waiting, oldest_waiting) = {
             let w = lock(&self.waiting);
-            let oldest = w.iter().filter_map(|q| q.front().map(|s| s.received)).min();
-            (w.iter().map(VecDeque::len).sum::<usize>(), oldest)
+            let oldest = w
+                .iter()
+                .filter_map(|k| k.queue.front().map(|n| n.received))
+                .min();
+            (w.iter().map(|k| k.queue.len()).sum::<usize>(), oldest)
         };
         let mailbox = lock(&self.mailbox).as_ref().map_or(0, |depth| depth());
         let (unimports, oldest_unimport) = {

@@ -447,18 +447,27 @@ pub enum WireError {
 /// The whole frame goes in one `sendmsg` (the descriptors ride on its first byte), so the
 /// reader is woken once per message, not once for a lone first byte and again for the rest.
 pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[RawFd]) -> Result<(), WireError> {
+    with_scratch(|scratch| send_in(&mut scratch.frame, sock, msg, fds))
+}
+
+fn send_in<T: Serialize>(
+    frame: &mut Vec<u8>,
+    sock: &UnixStream,
+    msg: &T,
+    fds: &[RawFd],
+) -> Result<(), WireError> {
     use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
     // The body is written behind room for its length, which is filled in after.
-    let mut frame = Vec::with_capacity(256);
+    frame.clear();
     frame.extend_from_slice(&[0; 4]);
-    serde_json::to_writer(&mut frame, msg)?;
+    serde_json::to_writer(&mut *frame, msg)?;
     let body = frame.len() - 4;
     if body > MAX_MESSAGE {
         return Err(WireError::TooLarge(body));
     }
     let len = u32::try_from(body).map_err(|_| WireError::TooLarge(body))?;
     frame[..4].copy_from_slice(&len.to_be_bytes());
-    let iov = [IoSlice::new(&frame)];
+    let iov = [IoSlice::new(frame)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
     let sent = sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None)?;
@@ -468,6 +477,49 @@ pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[RawFd]) -> Result<(
     // A large frame may go in part; the rest carries no descriptors.
     (&*sock).write_all(&frame[sent..])?;
     Ok(())
+}
+
+/// A thread's buffers for framing: a message is encoded into and read into memory the thread
+/// keeps, so a call costs no allocation for its bytes or its control-message space. Every
+/// import crosses this protocol several times on each node (the event, the describe, the
+/// validate, the answer to the application), and this is the driver's hot path.
+struct Scratch {
+    /// A frame being written, or the body of one being read.
+    frame: Vec<u8>,
+    /// Room for the descriptors of one message ([`SCM_MAX_FD`]).
+    cmsg: Vec<u8>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Self {
+            frame: Vec::with_capacity(512),
+            cmsg: nix::cmsg_space!([RawFd; SCM_MAX_FD]),
+        }
+    }
+}
+
+/// A frame buffer larger than this after a message is let go rather than kept: one large
+/// message (a long page list) must not pin its size in every thread that saw one.
+const KEEP_FRAME: usize = 64 << 10;
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` on this thread's [`Scratch`], taken out for the call (a nested call, or one made
+/// while the thread exits, gets a fresh one) and put back after unless it grew too large.
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let mut scratch = SCRATCH
+        .try_with(std::cell::Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_else(Scratch::new);
+    let out = f(&mut scratch);
+    if scratch.frame.capacity() <= KEEP_FRAME {
+        let _ = SCRATCH.try_with(|cell| cell.set(Some(scratch)));
+    }
+    out
 }
 
 /// Linux's SCM_MAX_FD: the most descriptors one SCM_RIGHTS message carries.
@@ -497,6 +549,13 @@ pub fn recv_within<T: for<'de> Deserialize<'de>>(
 pub fn recv_arrived<T: for<'de> Deserialize<'de>>(
     sock: &UnixStream,
 ) -> Result<(T, Vec<OwnedFd>), WireError> {
+    with_scratch(|scratch| recv_in(scratch, sock))
+}
+
+fn recv_in<T: for<'de> Deserialize<'de>>(
+    scratch: &mut Scratch,
+    sock: &UnixStream,
+) -> Result<(T, Vec<OwnedFd>), WireError> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut header = [0u8; 4];
     let mut fds = Vec::new();
@@ -508,11 +567,10 @@ pub fn recv_arrived<T: for<'de> Deserialize<'de>>(
         // with less, a peer sending more gets the message truncated (MSG_CTRUNC), nix then
         // refuses to list the descriptors the kernel did install in this process, and they
         // would leak, one connection after another, until the table is full.
-        let mut space = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
         let msg = recvmsg::<()>(
             sock.as_raw_fd(),
             &mut iov,
-            Some(&mut space),
+            Some(&mut scratch.cmsg[..]),
             MsgFlags::MSG_CMSG_CLOEXEC,
         )?;
         if msg.bytes == 0 {
@@ -534,9 +592,11 @@ pub fn recv_arrived<T: for<'de> Deserialize<'de>>(
     if len > MAX_MESSAGE {
         return Err(WireError::TooLarge(len));
     }
-    let mut body = vec![0u8; len];
-    (&*sock).read_exact(&mut body)?;
-    Ok((serde_json::from_slice(&body)?, fds))
+    let body = &mut scratch.frame;
+    body.clear();
+    body.resize(len, 0);
+    (&*sock).read_exact(body)?;
+    Ok((serde_json::from_slice(body)?, fds))
 }
 
 /// Waits until `sock` has input (or its peer hung up). A thread blocked in `recvmsg` itself is

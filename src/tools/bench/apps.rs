@@ -2,7 +2,9 @@
 //! driver client per simulated application as each process has its own CUDA context):
 //!
 //! - `import`: single unloaded imports between 2 nodes (import then release, one at a time),
-//!   p50 and p99, against unary round trips to the raw RPC server.
+//!   p50 and p99, against unary round trips to the raw RPC server; and the two daemons' heap
+//!   allocations per import and release, against a raw round trip's at both its ends
+//!   ([`super::allocs`]).
 //! - `storm`: every GPU of 18 nodes x 4 imports every other GPU's export at once (5112
 //!   imports), wall time, against as many raw unary RPCs from as many concurrent clients.
 //! - `datapath`: reading and writing a remote export through its fabric mapping, against a
@@ -17,6 +19,7 @@ use openimex_client::{Context, FabricHandleBytes};
 use openimex_harness::bench::{BenchEntry, Footprint, Unit, median, ms, percentile, watch_during};
 use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
 
+use super::allocs::{METRICS_PORT, Window, daemon_allocations};
 use super::rpc::RawServer;
 
 /// Limit for a domain to come UP before a scenario starts.
@@ -36,16 +39,40 @@ const DATAPATH_BYTES: u64 = 64 << 20;
 
 /// Starts `nodes` nodes with `gpus` simulated GPUs of `hbm_mib` each and waits for UP.
 pub(crate) fn gpu_cluster(binary: &Path, nodes: usize, gpus: u32, hbm_mib: u64) -> Result<Cluster> {
+    gpu_cluster_with(binary, nodes, gpus, hbm_mib, false)
+}
+
+/// [`gpu_cluster`], each node serving its metrics on [`METRICS_PORT`] when `metrics`.
+fn gpu_cluster_with(
+    binary: &Path,
+    nodes: usize,
+    gpus: u32,
+    hbm_mib: u64,
+    metrics: bool,
+) -> Result<Cluster> {
     let spec = ClusterSpec::new(nodes, binary).with_gpus(GpuSpec {
         gpus_per_node: gpus,
         hbm_mib,
         ..GpuSpec::default()
     });
-    let cluster = Cluster::start(spec).context("cannot start the nodes")?;
+    let mut cluster = Cluster::prepare(spec).context("cannot prepare the nodes")?;
+    for i in 0..nodes {
+        if metrics {
+            let addr = metrics_addr(&cluster, i).to_string();
+            cluster
+                .set_node_config(i, "OPENIMEX_METRICS_ADDR", &addr)
+                .context("cannot set a node's metrics address")?;
+        }
+        cluster.start_node(i).context("cannot start the nodes")?;
+    }
     cluster
         .wait_up(0, UP_TIMEOUT)
         .map_err(|e| anyhow!(openimex_harness::bench::short_error(&e)))?;
     Ok(cluster)
+}
+
+fn metrics_addr(cluster: &Cluster, i: usize) -> std::net::SocketAddr {
+    std::net::SocketAddr::from((cluster.node(i).ip(), METRICS_PORT))
 }
 
 /// Opens a driver client on `node_dir`.
@@ -54,10 +81,10 @@ fn open(node_dir: &Path) -> Result<Context> {
         .with_context(|| format!("cannot open the driver of {}", node_dir.display()))
 }
 
-/// `import_p50` and `import_p99`.
+/// `import_p50`, `import_p99` and `import_allocs`.
 pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
     let n = IMPORTS_PER_ROUND * rounds.max(1);
-    let cluster = gpu_cluster(binary, 2, 1, 16)?;
+    let cluster = gpu_cluster_with(binary, 2, 1, 16, true)?;
     let exporter = open(cluster.node(0).dir())?;
     let alloc = exporter.mem_create(0, SMALL).context("create")?;
     let handle = exporter.export(&alloc).context("export")?;
@@ -66,11 +93,23 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
     let mut raw_client = server.client()?;
     let mut samples = Vec::with_capacity(n);
     let mut raw = Vec::with_capacity(n);
+    let daemons = || -> Result<u64> {
+        Ok(daemon_allocations(metrics_addr(&cluster, 0))?
+            + daemon_allocations(metrics_addr(&cluster, 1))?)
+    };
+    let mut windows = None;
+    let mut client_allocs = 0;
     // The first imports open the driver's and daemons' paths; they are not counted. Each import
     // is followed by a raw round trip, so both see the machine in the same state: on this
     // shared 2-core machine a run of round trips alone came out anywhere from 65 to 120 us
     // (where the scheduler happened to keep the two threads), moving the ratio from 2.2 to 4.
     for i in 0..n + 10 {
+        if i == 10 {
+            windows = Some((
+                Window::open(daemons)?,
+                Window::open(|| raw_client.server_allocations())?,
+            ));
+        }
         let t = Instant::now();
         let imported = importer
             .import_with_timeout(&handle, IMPORT_TIMEOUT)
@@ -79,12 +118,23 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
         importer
             .release(imported)
             .with_context(|| format!("release {i}"))?;
+        let before = openimex_imexd::heap::allocations().unwrap_or(0);
         let round_trip = raw_client.round_trip()?;
+        let after = openimex_imexd::heap::allocations().unwrap_or(0);
         if i >= 10 {
             samples.push(took);
             raw.push(round_trip);
+            client_allocs += after.saturating_sub(before);
         }
     }
+    let per = |total: u64| total as f64 / n as f64;
+    let allocs = match windows {
+        Some((d, s)) => Some((
+            per(d.close(daemons()?)),
+            per(s.close(raw_client.server_allocations()?) + client_allocs),
+        )),
+        None => None,
+    };
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let detail = |q: &str| {
         format!(
@@ -92,7 +142,7 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
              {q} of {n} unary gRPC round trips to a raw server on loopback, one after each import"
         )
     };
-    Ok(vec![
+    let mut entries = vec![
         BenchEntry::measured(
             "import_p50",
             us(percentile(&samples, 0.5)),
@@ -107,7 +157,21 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
             Some(us(percentile(&raw, 0.99))),
             detail("p99"),
         ),
-    ])
+    ];
+    if let Some((daemons, raw)) = allocs {
+        entries.push(BenchEntry::measured(
+            "import_allocs",
+            daemons,
+            Unit::Allocs,
+            Some(raw),
+            format!(
+                "heap allocations of the importer's and the exporter's daemons per import and \
+                 its release (mean of {n}), against one unary gRPC round trip's at the raw \
+                 client and server together"
+            ),
+        ));
+    }
+    Ok(entries)
 }
 
 /// What the GPU applications of a storm share.

@@ -15,8 +15,8 @@ use anyhow::{Context as _, Result, bail};
 use openimex_harness::bench::ReadyChild;
 use openimex_proto::cmd::command_server::{Command, CommandServer};
 use openimex_proto::cmd::{
-    ConfigReply, ConfigRequest, DomainReply, DomainRequest, PeersReply, PeersRequest, StateReply,
-    StateRequest,
+    ConfigOption, ConfigReply, ConfigRequest, DomainReply, DomainRequest, PeersReply, PeersRequest,
+    StateReply, StateRequest,
 };
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -27,7 +27,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Calls made before timing, so connection set-up and first-call allocations are not counted.
 const WARM_UP: usize = 20;
 
-/// Answers `State` with `READY`, and nothing else.
+/// The raw server's `Config` option that holds its allocation count.
+const HEAP_ALLOCATIONS: &str = "heap_allocations";
+
+/// Answers `State` with `READY`, and `Config` with its allocation count; nothing else.
 pub(super) struct Constant;
 
 #[tonic::async_trait]
@@ -50,8 +53,18 @@ impl Command for Constant {
         ))
     }
 
+    /// The server's own heap allocations so far, as the one option `heap_allocations`: the
+    /// baseline of `import_allocs` (what a unary call costs the server in allocations).
     async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {
-        Err(Status::unimplemented(""))
+        let count = openimex_imexd::heap::allocations()
+            .ok_or_else(|| Status::unavailable("this process does not count its allocations"))?;
+        Ok(Response::new(ConfigReply {
+            options: vec![ConfigOption {
+                label: HEAP_ALLOCATIONS.into(),
+                value: count.to_string(),
+            }],
+            ..ConfigReply::default()
+        }))
     }
 }
 
@@ -94,6 +107,20 @@ impl RawClient {
             .block_on(self.client.state())
             .context("raw RPC failed")?;
         Ok(t.elapsed())
+    }
+
+    /// The raw server's allocations so far (its `Config` answer).
+    pub(crate) fn server_allocations(&mut self) -> Result<u64> {
+        let reply = self
+            .rt
+            .block_on(self.client.config())
+            .context("cannot ask the raw server for its allocations")?;
+        reply
+            .options
+            .iter()
+            .find(|o| o.label == HEAP_ALLOCATIONS)
+            .and_then(|o| o.value.parse().ok())
+            .with_context(|| format!("the raw server's Config answer has no {HEAP_ALLOCATIONS}"))
     }
 }
 

@@ -33,6 +33,9 @@ pub(super) struct Recovery {
     held_init: bool,
     /// Nodes in the persist record as last written.
     persisted: Vec<NodeId>,
+    /// Where [`Node::persist_needed`] lists the nodes the record must name: kept, as it is
+    /// checked on every import and release and differs from the record only now and then.
+    needed: Vec<NodeId>,
 }
 
 impl Recovery {
@@ -42,6 +45,7 @@ impl Recovery {
             active: !recover_from.is_empty(),
             held_init: false,
             persisted: recover_from.to_vec(),
+            needed: Vec::new(),
         }
     }
 }
@@ -158,9 +162,11 @@ impl Node {
 
     /// The nodes the persist record must name now: those holding references, those whose
     /// imports are being described (each may hold one the moment its answer goes out), and
-    /// those the gate still waits for.
-    fn persist_needed(&self) -> Vec<NodeId> {
-        let mut importers = self.exports.holders();
+    /// those the gate still waits for; in [`Recovery::needed`], taken out (put it back).
+    fn persist_needed(&mut self) -> Vec<NodeId> {
+        let mut importers = std::mem::take(&mut self.recovery.needed);
+        importers.clear();
+        importers.extend(self.exports.holders());
         importers.extend(self.describing.values().map(|d| d.importer.node));
         importers.extend(self.recovery.awaiting.iter().copied());
         importers.sort_unstable();
@@ -177,6 +183,7 @@ impl Node {
     pub(super) fn sync_persist(&mut self, now: Instant) {
         let needed = self.persist_needed();
         if needed == self.recovery.persisted {
+            self.recovery.needed = needed;
             self.disarm(Timer::PersistPrune);
             return;
         }
@@ -185,8 +192,11 @@ impl Node {
             .any(|n| self.recovery.persisted.binary_search(n).is_err());
         if grows || self.stopping() {
             self.write_persist(needed);
-        } else if !self.deadlines.contains_key(&Timer::PersistPrune) {
-            self.arm(now + PERSIST_LINGER, Timer::PersistPrune);
+        } else {
+            self.recovery.needed = needed;
+            if !self.deadlines.contains_key(&Timer::PersistPrune) {
+                self.arm(now + PERSIST_LINGER, Timer::PersistPrune);
+            }
         }
     }
 
@@ -194,7 +204,9 @@ impl Node {
     /// (the record becomes exact).
     pub(super) fn prune_persist(&mut self) {
         let needed = self.persist_needed();
-        if needed != self.recovery.persisted {
+        if needed == self.recovery.persisted {
+            self.recovery.needed = needed;
+        } else {
             self.write_persist(needed);
         }
     }

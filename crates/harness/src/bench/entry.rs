@@ -20,6 +20,8 @@ pub enum Unit {
     Percent,
     /// Open file descriptors.
     Fds,
+    /// Heap allocations.
+    Allocs,
 }
 
 impl Unit {
@@ -32,6 +34,7 @@ impl Unit {
             Unit::MiB => "MiB",
             Unit::Percent => "%",
             Unit::Fds => "fds",
+            Unit::Allocs => "allocs",
         }
     }
 }

@@ -173,10 +173,12 @@ fn queues_report_depth_and_oldest_age() {
         .lock()
         .expect("lock")
         .insert(2, Instant::now());
-    stats.waiting.lock().expect("lock")[Kind::ImportRequest.index()].push_back(Arc::new(Slot {
-        received: old,
-        started: OnceLock::new(),
-    }));
+    stats.waiting.lock().expect("lock")[Kind::ImportRequest.index()]
+        .queue
+        .push_back(Noted {
+            seq: 1,
+            received: old,
+        });
     let r = stats.take(1);
     assert_eq!(r.pending_free.depth, 2);
     assert!(r.pending_free.oldest_ms >= 250, "{:?}", r.pending_free);
@@ -259,4 +261,49 @@ fn interval_zero_writes_nothing_and_unopenable_is_not_fatal() {
     drop(StatsFile::start(options(&missing, true)).expect("a writer on stderr"));
     assert!(!missing.exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the shared stats hold for `kind` now: noted and not taken, taken and not answered.
+/// The tests below use the two answer kinds, which the daemon never notes (only requests are
+/// served), so tests running in parallel do not disturb them.
+fn held(kind: Kind) -> (usize, usize) {
+    let w = lock(&STATS.waiting);
+    (w[kind.index()].queue.len(), w[kind.index()].started.len())
+}
+
+#[tokio::test]
+async fn a_request_taken_then_answered_leaves_nothing_behind() {
+    let kind = Kind::ImportResponse;
+    let answer = served(kind, async { Body::Refused("no".into()) });
+    assert_eq!(held(kind), (1, 0), "noted on arrival");
+    taken(Some(kind));
+    assert_eq!(held(kind), (0, 1), "the engine took it");
+    assert!(matches!(answer.await, Body::Refused(_)));
+    assert_eq!(held(kind), (0, 0), "answered: forgotten");
+}
+
+#[tokio::test]
+async fn a_request_whose_answer_never_comes_leaves_nothing_behind() {
+    let kind = Kind::UnimportResponse;
+    // Dropped before the engine took it, and before its first poll.
+    drop(served(kind, std::future::pending()));
+    assert_eq!(held(kind), (0, 0));
+    // Dropped after the engine took it, while its answer was awaited.
+    let mut answer = Box::pin(served(kind, std::future::pending()));
+    taken(Some(kind));
+    assert!(poll_once(answer.as_mut()).await.is_none(), "no answer yet");
+    assert_eq!(held(kind), (0, 1));
+    drop(answer);
+    assert_eq!(held(kind), (0, 0), "its session closed: forgotten");
+}
+
+/// Polls `f` once: its output if ready.
+async fn poll_once<F: Future>(mut f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match f.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
 }
