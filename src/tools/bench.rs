@@ -61,7 +61,7 @@ pub(crate) enum BenchCommand {
         addr: SocketAddr,
     },
     /// (internal) One process of the gRPC full-mesh floor of `formation_N`: serve on
-    /// ADDRS[INDEX], dial every lower address, say `meshed INDEX`.
+    /// `ADDRS[INDEX]`, dial every lower address, say `meshed INDEX`.
     #[command(hide = true)]
     MeshProbe {
         /// This process's position in ADDRS.
