@@ -293,7 +293,7 @@ fn a_busy_metrics_address_stops_the_daemon_at_start_naming_the_key() {
 
 /// The import path allocates a bounded number of times: the importer's and the exporter's
 /// daemons together, per import and its release, read from their own counters (each reading's
-/// own cost taken off). 27 when this was written, 49 before the driver protocol's framing and
+/// own cost taken off). 25 when this was written, 49 before the driver protocol's framing and
 /// the stats hook stopped allocating per message: the bound leaves room for timers and the
 /// transport's variation, not for per-message buffers coming back.
 #[test]
@@ -340,6 +340,6 @@ fn the_daemons_allocate_a_bounded_number_of_times_per_import() {
     );
     assert!(
         per <= 40.0,
-        "{per} allocations per import and release in the two daemons (27 when written)"
+        "{per} allocations per import and release in the two daemons (25 when written)"
     );
 }

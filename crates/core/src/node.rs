@@ -91,6 +91,10 @@ use crate::state::{ConnStatus, DaemonState, Mismatch};
 /// action that answers it.
 pub type RequestId = u64;
 
+/// Driver tokens or references an action names: nearly always one (an unimport finished, a
+/// reference released), so up to two are held inline and such an action allocates nothing.
+pub type Ids = smallvec::SmallVec<[u64; 2]>;
+
 /// Static settings of a node.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -176,7 +180,7 @@ pub enum Action {
     /// Importer side: acknowledge unimports, waking their blocked releasers.
     FinishUnimports {
         /// Unimport event IDs.
-        ids: Vec<u64>,
+        ids: Ids,
     },
     /// Importer side: disable every local client that imported from `node`.
     DisableImporters {
@@ -199,7 +203,7 @@ pub enum Action {
     /// peer unimport request with `released: true`.
     ReleaseExportRefs {
         /// The references.
-        refs: Vec<u64>,
+        refs: Ids,
         /// The unimport request to answer once they are gone.
         ack: Option<RequestId>,
     },
@@ -507,7 +511,7 @@ impl Node {
         if !finish.is_empty() {
             finish.sort_unstable();
             self.actions
-                .push_back(Action::FinishUnimports { ids: finish });
+                .push_back(Action::FinishUnimports { ids: finish.into() });
         }
     }
 
@@ -519,7 +523,7 @@ impl Node {
         }
         let refs = self.exports.drain_node(peer);
         if !refs.is_empty() {
-            self.release(now, refs, None);
+            self.release(now, refs.into(), None);
         }
     }
 
@@ -731,7 +735,7 @@ impl Node {
         }
     }
 
-    fn release(&mut self, now: Instant, refs: Vec<u64>, ack: Option<RequestId>) {
+    fn release(&mut self, now: Instant, refs: Ids, ack: Option<RequestId>) {
         self.actions
             .push_back(Action::ReleaseExportRefs { refs, ack });
         self.sync_persist(now);

@@ -80,7 +80,7 @@ fn a_give_back_while_describing_cancels_and_leaves_no_mark() {
     let a = drain(&mut n);
     assert!(
         a.iter()
-            .any(|a| matches!(a, Action::ReleaseExportRefs { refs, .. } if refs == &vec![555])),
+            .any(|a| matches!(a, Action::ReleaseExportRefs { refs, .. } if refs[..] == [555])),
         "the reference the describe took is released: {a:?}"
     );
     assert_eq!(n.export_refs_held(), 0);

@@ -124,7 +124,7 @@ fn fenced(actions: &[Action]) -> bool {
 fn released(actions: &[Action]) -> bool {
     actions
         .iter()
-        .any(|a| matches!(a, Action::ReleaseExportRefs { refs, ack: None } if refs == &vec![77]))
+        .any(|a| matches!(a, Action::ReleaseExportRefs { refs, ack: None } if refs[..] == [77]))
 }
 
 fn cleaned(actions: &[Action]) -> bool {

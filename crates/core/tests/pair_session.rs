@@ -720,7 +720,7 @@ fn a_departing_peer_hands_back_on_the_session_it_said_goodbye_on() {
         vec![
             // The persist record drops node 1 a linger later (tests/recovery.rs).
             node::Action::ReleaseExportRefs {
-                refs: vec![55],
+                refs: vec![55].into(),
                 ack: Some(2)
             },
         ]

@@ -199,7 +199,7 @@ fn a_reference_is_released_only_by_the_instance_that_holds_it() {
         drain(&mut n),
         vec![
             Action::ReleaseExportRefs {
-                refs: vec![555],
+                refs: vec![555].into(),
                 ack: Some(12)
             },
             // Node 1 holds nothing here any more: the persist record says so a linger later.

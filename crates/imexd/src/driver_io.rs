@@ -45,14 +45,17 @@ pub(crate) enum Call {
         channel: u32,
     },
     /// Drop references; then report `ack` (a peer unimport to answer).
-    Release { refs: Vec<u64>, ack: Option<u64> },
+    Release {
+        refs: openimex_core::node::Ids,
+        ack: Option<u64>,
+    },
     /// Complete or fail a pending import.
     Validate {
         import_event_id: u64,
         result: Result<Pages, Status>,
     },
     /// Acknowledge unimports.
-    Finish { ids: Vec<u64> },
+    Finish { ids: openimex_core::node::Ids },
     /// Disable the local importers of `node`.
     DisableImporters { node: NodeId },
     /// ATTACH_REMOTE_GPU on a prime for a peer's multicast attach.

@@ -97,14 +97,14 @@ impl Node {
         let Some(d) = self.describing.remove(&request) else {
             // Not ours: a reference taken for it must not stay held.
             if let Ok((export_ref, _)) = result {
-                self.release(now, vec![export_ref], None);
+                self.release(now, smallvec::smallvec![export_ref], None);
             }
             return;
         };
         let answer = match result {
             Ok((export_ref, _)) if self.stopping() => {
                 // Stopping: no new reference is handed out.
-                self.release(now, vec![export_ref], None);
+                self.release(now, smallvec::smallvec![export_ref], None);
                 Err(ImportError::new(
                     Status::InvalidState,
                     "exporter is stopping",
@@ -112,12 +112,12 @@ impl Node {
             }
             Ok((export_ref, _)) if !self.knows(d.importer) => {
                 // The importer restarted or left while we described: its import is gone.
-                self.release(now, vec![export_ref], None);
+                self.release(now, smallvec::smallvec![export_ref], None);
                 Err(ImportError::new(Status::InvalidState, "importer restarted"))
             }
             Ok((export_ref, _)) if d.cancelled => {
                 // The importer gave up on it while we described.
-                self.release(now, vec![export_ref], None);
+                self.release(now, smallvec::smallvec![export_ref], None);
                 Err(ImportError::new(
                     Status::InvalidState,
                     "import cancelled by the importer",
@@ -131,7 +131,7 @@ impl Node {
                     export_ref,
                 );
                 if let Some(old) = old {
-                    self.release(now, vec![old], None);
+                    self.release(now, smallvec::smallvec![old], None);
                 }
                 // The record named this importer when its describe began (this only drops
                 // nodes whose other describes ended meanwhile).
@@ -160,7 +160,7 @@ impl Node {
             .exports
             .remove(from.node, from.instance, import_event_id)
         {
-            Some(export_ref) => self.release(now, vec![export_ref], Some(request)),
+            Some(export_ref) => self.release(now, smallvec::smallvec![export_ref], Some(request)),
             None => {
                 // An import the importer gave up on may still be being described: the
                 // reference it takes is released when it lands. Or its request has not

@@ -102,7 +102,7 @@ impl Node {
         };
         let n = refs.len();
         if n > 0 {
-            self.release(now, refs, None);
+            self.release(now, refs.into(), None);
         }
         n
     }
@@ -142,7 +142,7 @@ impl Node {
         if !finish.is_empty() {
             finish.sort_unstable();
             self.actions
-                .push_back(Action::FinishUnimports { ids: finish });
+                .push_back(Action::FinishUnimports { ids: finish.into() });
         }
         self.actions
             .push_back(Action::DisableImporters { node: peer });

@@ -116,8 +116,9 @@ impl Node {
             }
         }
         if let Some(token) = token {
-            self.actions
-                .push_back(Action::FinishUnimports { ids: vec![token] });
+            self.actions.push_back(Action::FinishUnimports {
+                ids: smallvec::smallvec![token],
+            });
         }
     }
 
@@ -157,7 +158,7 @@ impl Node {
             UnimportStep::Deferred => {}
             UnimportStep::FinishNow { unimport_event_id } => {
                 self.actions.push_back(Action::FinishUnimports {
-                    ids: vec![unimport_event_id],
+                    ids: smallvec::smallvec![unimport_event_id],
                 });
             }
             UnimportStep::TellExporter {
@@ -170,7 +171,7 @@ impl Node {
                     // Tell it when it is back; the local releaser need not wait for that.
                     self.imports.undelivered(exporter, import_event_id);
                     self.actions.push_back(Action::FinishUnimports {
-                        ids: vec![unimport_event_id],
+                        ids: smallvec::smallvec![unimport_event_id],
                     });
                 }
             }
@@ -186,8 +187,9 @@ impl Node {
     ) {
         if let Some(Some(earlier)) = self.unimports.insert((exporter, import_event_id), token) {
             // A second unimport of the same import (a retried delivery): finish the first.
-            self.actions
-                .push_back(Action::FinishUnimports { ids: vec![earlier] });
+            self.actions.push_back(Action::FinishUnimports {
+                ids: smallvec::smallvec![earlier],
+            });
         }
         self.arm(
             now + self.import_timeout,
