@@ -49,6 +49,24 @@ fn scrape(cluster: &Cluster, i: usize) -> String {
     body
 }
 
+/// `nodes` nodes with simulated GPUs, the first `with_metrics` serving metrics on [`PORT`],
+/// started and UP.
+fn started_with_metrics(nodes: usize, with_metrics: usize) -> Cluster {
+    let spec = spec(nodes).with_gpus(GpuSpec::default());
+    let mut cluster = Cluster::prepare(spec).expect("prepare the nodes");
+    for i in 0..with_metrics {
+        let a = addr(&cluster, i).to_string();
+        cluster
+            .set_node_config(i, "OPENIMEX_METRICS_ADDR", &a)
+            .expect("set the metrics address");
+    }
+    for i in 0..nodes {
+        cluster.start_node(i).expect("start a node");
+    }
+    cluster.wait_up(0, FORM).expect("domain UP");
+    cluster
+}
+
 fn addr(cluster: &Cluster, i: usize) -> SocketAddr {
     SocketAddr::from((cluster.node(i).ip(), PORT))
 }
@@ -106,18 +124,8 @@ fn wait_scrape(cluster: &Cluster, i: usize, what: &str, ok: impl Fn(&str) -> boo
 
 #[test]
 fn metrics_of_a_live_4_node_domain_move_during_imports() {
-    let spec = spec(4).with_gpus(GpuSpec::default());
-    let mut cluster = Cluster::prepare(spec).expect("prepare 4 nodes");
-    for i in 0..3 {
-        let a = addr(&cluster, i).to_string();
-        cluster
-            .set_node_config(i, "OPENIMEX_METRICS_ADDR", &a)
-            .expect("set the metrics address");
-    }
-    for i in 0..4 {
-        cluster.start_node(i).expect("start a node");
-    }
-    cluster.wait_up(0, FORM).expect("domain UP");
+    // Node 3 has no metrics address.
+    let mut cluster = started_with_metrics(4, 3);
     for i in 0..4 {
         wait_session(&cluster, i);
     }
@@ -299,16 +307,7 @@ fn a_busy_metrics_address_stops_the_daemon_at_start_naming_the_key() {
 #[test]
 fn the_daemons_allocate_a_bounded_number_of_times_per_import() {
     const CYCLES: u32 = 200;
-    let spec = spec(2).with_gpus(GpuSpec::default());
-    let mut cluster = Cluster::prepare(spec).expect("prepare 2 nodes");
-    for i in 0..2 {
-        let a = addr(&cluster, i).to_string();
-        cluster
-            .set_node_config(i, "OPENIMEX_METRICS_ADDR", &a)
-            .expect("set the metrics address");
-        cluster.start_node(i).expect("start a node");
-    }
-    cluster.wait_up(0, FORM).expect("domain UP");
+    let cluster = started_with_metrics(2, 2);
     let exporter = Context::open(cluster.node(0).dir()).expect("a context on node 0");
     let memory = exporter.mem_create(0, 2 << 20).expect("allocate");
     let handle = exporter.export(&memory).expect("export");

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::config;
-use common::node::{Conn, TempDir, remote_handle, start, status, unimported_on_hang_up};
+use common::node::{Conn, TempDir, TwoNodes, remote_handle, start, status, unimported_on_hang_up};
 use openimex_simgpu::server::ServerHandle;
-use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::proto::{self, FabricEvent, NvStatus, Request, Response, Validation};
 
 const MIB: u64 = 1 << 20;
@@ -69,12 +68,13 @@ fn release_leaves_nothing(app: &Conn, import: u64) {
 /// answers with the memory and the handle, which is then the caller's like any import's.
 #[test]
 fn an_import_that_waits_answers_with_the_memory_and_the_handle_once_validated() {
-    let dir = TempDir::new("import-wait-ok");
-    let a = start(&dir.0, 0);
-    let b = start(&dir.0, 1);
-    let node_a = config(&dir.0, 0).node_dir;
-    let node_b = config(&dir.0, 1).node_dir;
-    let _daemons = LoopbackDaemons::start(&[(a.socket_path(), 0), (b.socket_path(), 1)]).unwrap();
+    let TwoNodes {
+        a,
+        b,
+        node_a,
+        node_b,
+        ..
+    } = &TwoNodes::start("import-wait-ok");
     let ca = Conn::open(&a);
     ca.subscribe(&node_a, 0);
     let Response::Created {

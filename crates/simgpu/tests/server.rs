@@ -12,10 +12,9 @@ mod common;
 
 use common::config;
 use common::node::{
-    Conn, TempDir, pending_import, remote_handle, start, status, unimported_on_hang_up,
+    Conn, TempDir, TwoNodes, pending_import, remote_handle, start, status, unimported_on_hang_up,
 };
 use openimex_simgpu::server::{Server, ServerError};
-use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::handle::FabricHandle;
 use openimex_simproto::node_dir::channel_path;
 use openimex_simproto::proto::{
@@ -252,13 +251,15 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
 
 #[test]
 fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() {
-    let dir = TempDir::new("datapath");
-    let a = start(&dir.0, 0);
-    let b = start(&dir.0, 1);
-    let node_a = config(&dir.0, 0).node_dir;
-    let node_b = config(&dir.0, 1).node_dir;
     // Node IDs 0 and 1; B's imports are answered by asking A's driver directly.
-    let daemons = LoopbackDaemons::start(&[(a.socket_path(), 0), (b.socket_path(), 1)]).unwrap();
+    let TwoNodes {
+        a,
+        b,
+        node_a,
+        node_b,
+        daemons,
+        ..
+    } = &TwoNodes::start("datapath");
 
     // Client A creates, writes through its own mapping, exports.
     let ca = Conn::open(&a);

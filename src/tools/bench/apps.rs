@@ -20,7 +20,7 @@ use openimex_harness::bench::{BenchEntry, Footprint, Unit, median, ms, percentil
 use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
 
 use super::allocs::{METRICS_PORT, Window, daemon_allocations};
-use super::rpc::RawServer;
+use super::rpc::{RawClient, RawServer};
 
 /// Limit for a domain to come UP before a scenario starts.
 const UP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -97,19 +97,9 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
         Ok(daemon_allocations(metrics_addr(&cluster, 0))?
             + daemon_allocations(metrics_addr(&cluster, 1))?)
     };
-    let mut windows = None;
-    let mut client_allocs = 0;
-    // The first imports open the driver's and daemons' paths; they are not counted. Each import
-    // is followed by a raw round trip, so both see the machine in the same state: on this
-    // shared 2-core machine a run of round trips alone came out anywhere from 65 to 120 us
-    // (where the scheduler happened to keep the two threads), moving the ratio from 2.2 to 4.
-    for i in 0..n + 10 {
-        if i == 10 {
-            windows = Some((
-                Window::open(daemons)?,
-                Window::open(|| raw_client.server_allocations())?,
-            ));
-        }
+    // One import and its release, timed, then one raw round trip: the import's time, the round
+    // trip's, and the round trip's allocations in this process (the raw client's).
+    let cycle = |raw_client: &mut RawClient, i: usize| -> Result<(Duration, Duration, u64)> {
         let t = Instant::now();
         let imported = importer
             .import_with_timeout(&handle, IMPORT_TIMEOUT)
@@ -121,20 +111,27 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
         let before = openimex_imexd::heap::allocations().unwrap_or(0);
         let round_trip = raw_client.round_trip()?;
         let after = openimex_imexd::heap::allocations().unwrap_or(0);
-        if i >= 10 {
-            samples.push(took);
-            raw.push(round_trip);
-            client_allocs += after.saturating_sub(before);
-        }
+        Ok((took, round_trip, after.saturating_sub(before)))
+    };
+    // The first imports open the driver's and daemons' paths; they are not counted. Each import
+    // is followed by a raw round trip, so both see the machine in the same state: on this
+    // shared 2-core machine a run of round trips alone came out anywhere from 65 to 120 us
+    // (where the scheduler happened to keep the two threads), moving the ratio from 2.2 to 4.
+    for i in 0..10 {
+        cycle(&mut raw_client, i)?;
+    }
+    let daemon_window = Window::open(daemons)?;
+    let server_window = Window::open(|| raw_client.server_allocations())?;
+    let mut client_allocs = 0;
+    for i in 10..n + 10 {
+        let (took, round_trip, allocs) = cycle(&mut raw_client, i)?;
+        samples.push(took);
+        raw.push(round_trip);
+        client_allocs += allocs;
     }
     let per = |total: u64| total as f64 / n as f64;
-    let allocs = match windows {
-        Some((d, s)) => Some((
-            per(d.close(daemons()?)),
-            per(s.close(raw_client.server_allocations()?) + client_allocs),
-        )),
-        None => None,
-    };
+    let daemon_allocs = per(daemon_window.close(daemons()?));
+    let raw_allocs = per(server_window.close(raw_client.server_allocations()?) + client_allocs);
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let detail = |q: &str| {
         format!(
@@ -158,19 +155,17 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
             detail("p99"),
         ),
     ];
-    if let Some((daemons, raw)) = allocs {
-        entries.push(BenchEntry::measured(
-            "import_allocs",
-            daemons,
-            Unit::Allocs,
-            Some(raw),
-            format!(
-                "heap allocations of the importer's and the exporter's daemons per import and \
-                 its release (mean of {n}), against one unary gRPC round trip's at the raw \
-                 client and server together"
-            ),
-        ));
-    }
+    entries.push(BenchEntry::measured(
+        "import_allocs",
+        daemon_allocs,
+        Unit::Allocs,
+        Some(raw_allocs),
+        format!(
+            "heap allocations of the importer's and the exporter's daemons per import and its \
+             release (mean of {n}), against one unary gRPC round trip's at the raw client and \
+             server together"
+        ),
+    ));
     Ok(entries)
 }
 

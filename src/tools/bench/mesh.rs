@@ -15,11 +15,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use openimex_proto::cmd::StateRequest;
 use openimex_proto::cmd::command_client::CommandClient;
-use openimex_proto::cmd::command_server::CommandServer;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::transport::{Channel, Endpoint};
 
-use super::rpc::Constant;
+use super::rpc::constant_server;
 
 /// How long a process keeps dialling a peer that is not listening yet (the harness's round
 /// limit ends it sooner).
@@ -43,14 +41,8 @@ pub(crate) fn mesh_probe(index: usize, addrs: &[SocketAddr]) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let incoming = TcpIncoming::bind(me)
-            .with_context(|| format!("cannot bind {me}"))?
-            .with_nodelay(Some(true));
-        let server = tokio::spawn(
-            Server::builder()
-                .add_service(CommandServer::new(Constant))
-                .serve_with_incoming(incoming),
-        );
+        let (_, server) = constant_server(me)?;
+        let server = tokio::spawn(server);
         let mut dials = tokio::task::JoinSet::new();
         for &peer in &addrs[..index] {
             dials.spawn(dial(me, peer));

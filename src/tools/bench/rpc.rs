@@ -77,20 +77,31 @@ pub(crate) fn serve(addr: SocketAddr) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let incoming = TcpIncoming::bind(addr)
-            .with_context(|| format!("cannot bind {addr}"))?
-            .with_nodelay(Some(true));
-        let local = incoming
-            .local_addr()
-            .context("cannot read the bound address")?;
+        let (local, server) = constant_server(addr)?;
         println!("ready {local}");
         std::io::stdout().flush()?;
-        Server::builder()
-            .add_service(CommandServer::new(Constant))
-            .serve_with_incoming(incoming)
-            .await
-            .context("the raw RPC server failed")
+        server.await.context("the raw RPC server failed")
     })
+}
+
+/// Binds `addr` (TCP_NODELAY) for [`Constant`]: the address bound, and the server to run (the
+/// raw baseline's, and each mesh probe's). Call within a runtime.
+pub(super) fn constant_server(
+    addr: SocketAddr,
+) -> Result<(
+    SocketAddr,
+    impl std::future::Future<Output = Result<(), tonic::transport::Error>>,
+)> {
+    let incoming = TcpIncoming::bind(addr)
+        .with_context(|| format!("cannot bind {addr}"))?
+        .with_nodelay(Some(true));
+    let local = incoming
+        .local_addr()
+        .context("cannot read the bound address")?;
+    let server = Server::builder()
+        .add_service(CommandServer::new(Constant))
+        .serve_with_incoming(incoming);
+    Ok((local, server))
 }
 
 /// A client of a [`RawServer`] with the runtime it runs on.

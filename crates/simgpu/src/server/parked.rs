@@ -1,6 +1,7 @@
 //! Calls that block in the real driver, parked instead of held by a sleeping thread: an
-//! import's wait for the daemon (`WaitImport`, or an `Import` that waits), the last release of a remote import waiting for
-//! FINISH_MEM_UNIMPORT (`Release`), and the daemon's event poll (`GetEvents`).
+//! import's wait for the daemon (`WaitImport`, or an `Import` that waits), the last release of
+//! a remote import waiting for FINISH_MEM_UNIMPORT (`Release`), and the daemon's event poll
+//! (`GetEvents`).
 //!
 //! A parked call is answered by the thread whose request made it answerable (the daemon's
 //! VALIDATE answers the application's import wait; an application's import answers the daemon's

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use openimex_simgpu::server::{Server, ServerHandle};
+use openimex_simgpu::testing::LoopbackDaemons;
 use openimex_simproto::handle::{ExportUuid, FabricHandle};
 use openimex_simproto::node_dir::channel_path;
 use openimex_simproto::proto::{
@@ -30,6 +31,37 @@ impl TempDir {
 
 pub(crate) fn start(dir: &Path, slot: u16) -> ServerHandle {
     Server::bind(&config(dir, slot)).unwrap().spawn().unwrap()
+}
+
+/// Two started drivers, node IDs 0 and 1, whose imports loopback daemons answer by asking the
+/// other driver directly. Fields drop in order: the daemons before the drivers, the directory
+/// last.
+pub(crate) struct TwoNodes {
+    pub(crate) daemons: LoopbackDaemons,
+    pub(crate) a: ServerHandle,
+    pub(crate) b: ServerHandle,
+    /// Node directories (channels, simulated HBM).
+    pub(crate) node_a: PathBuf,
+    pub(crate) node_b: PathBuf,
+    pub(crate) dir: TempDir,
+}
+
+impl TwoNodes {
+    pub(crate) fn start(name: &str) -> Self {
+        let dir = TempDir::new(name);
+        let a = start(&dir.0, 0);
+        let b = start(&dir.0, 1);
+        let daemons =
+            LoopbackDaemons::start(&[(a.socket_path(), 0), (b.socket_path(), 1)]).unwrap();
+        Self {
+            daemons,
+            node_a: config(&dir.0, 0).node_dir,
+            node_b: config(&dir.0, 1).node_dir,
+            a,
+            b,
+            dir,
+        }
+    }
 }
 
 /// One connection (one RM client).
