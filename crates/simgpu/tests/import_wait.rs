@@ -68,13 +68,15 @@ fn release_leaves_nothing(app: &Conn, import: u64) {
 /// answers with the memory and the handle, which is then the caller's like any import's.
 #[test]
 fn an_import_that_waits_answers_with_the_memory_and_the_handle_once_validated() {
+    // In drop order, last first: the daemons, the drivers, the directory.
     let TwoNodes {
+        dir: _dir,
         a,
         b,
         node_a,
         node_b,
-        ..
-    } = &TwoNodes::start("import-wait-ok");
+        daemons: _daemons,
+    } = TwoNodes::start("import-wait-ok");
     let ca = Conn::open(&a);
     ca.subscribe(&node_a, 0);
     let Response::Created {

@@ -252,14 +252,15 @@ fn release_blocks_until_the_daemon_finishes_the_unimport_or_goes_away() {
 #[test]
 fn imported_memory_is_the_exporters_memory_and_vanishing_clients_leak_nothing() {
     // Node IDs 0 and 1; B's imports are answered by asking A's driver directly.
+    // In drop order, last first: the daemons, the drivers, the directory.
     let TwoNodes {
+        dir: _dir,
         a,
         b,
         node_a,
         node_b,
         daemons,
-        ..
-    } = &TwoNodes::start("datapath");
+    } = TwoNodes::start("datapath");
 
     // Client A creates, writes through its own mapping, exports.
     let ca = Conn::open(&a);
