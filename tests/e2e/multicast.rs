@@ -138,7 +138,8 @@ fn the_importers_daemon_killed_9_revokes_the_importer_and_leaves_nothing_stale()
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(9),
-        "the revoked importer is killed, as its channels are RC'd: {status:?}"
+        "the revoked importer is killed, as its channels are RC'd: {status:?}; its stderr: {}",
+        importer.stderr()
     );
     wait_stats(&d1, NOTICE, "node 1: the importer's object freed", |s| {
         num(s, "multicast_objects") == 0 && num(s, "allocations") == 0

@@ -566,10 +566,13 @@ fn disconnect(shared: &Shared, client: ClientId) {
     let mut rm = shared.rm();
     shared.parked().remove(&client);
     let unimports = rm.disconnect(client);
-    let revoked = rm.take_revoked();
+    // Killed before the driver's lock is let go: once it is, another connection's thread may
+    // answer a revoked client's call with the torn-down state (a multicast bind waiting for
+    // its team gets NV_ERR_RESET_REQUIRED), and the client could exit on that error before
+    // the kill lands. A real client's channels are RC'd in the teardown itself.
+    shared.kill_revoked(rm.take_revoked());
     drop(rm);
     shared.flush_fm();
-    shared.kill_revoked(revoked);
     shared.answer_parked();
     let mut rm = shared.rm();
     shared.changed.notify_all();
