@@ -228,6 +228,13 @@ impl Shared {
         }
     }
 
+    /// Whether `client`'s connection is closed at the other end: its process closed it or
+    /// died (see [`calls::hung_up`]).
+    fn hung_up(&self, client: ClientId) -> bool {
+        let conns = self.conns.lock().unwrap_or_else(PoisonError::into_inner);
+        conns.get(&client).is_some_and(calls::hung_up)
+    }
+
     /// Sleeps on the condvar for at most one slice (and not past `deadline`).
     fn wait<'a>(&self, guard: MutexGuard<'a, Rm>, deadline: Option<Instant>) -> MutexGuard<'a, Rm> {
         let slice = deadline.map_or(SLICE, |d| {
@@ -542,9 +549,10 @@ fn serve(shared: &Shared, stream: &Arc<UnixStream>, client: ClientId) {
 /// application on the node, the daemon's event poll) cost a context switch per waiter per
 /// request, for nothing.
 ///
-/// `Hello` does wake them: it starts every new connection, and a restarted daemon's must make
-/// a blocked event poll of its dead predecessor notice the hang-up (and tear the session down)
-/// now, before the new daemon asks for the session, not a wait slice later.
+/// `Hello` does wake them: it starts every new connection, and a restarted daemon's makes a
+/// blocked event poll of its dead predecessor notice the hang-up (and tear the session down)
+/// now, not a wait slice later (the new daemon's OpenSession waits for that teardown:
+/// [`requests`]).
 fn wakes_waiters(req: &Request) -> bool {
     !matches!(
         req,

@@ -674,3 +674,53 @@ fn an_importer_killed_in_its_import_wait_is_unimported_at_once() {
     }
     waiter.join().unwrap();
 }
+
+/// §1.2 NV_IMEX_SESSION: one session system-wide, NV_ERR_IN_USE to a second daemon while the
+/// first lives. §4 "Daemon dies or restarts": a dead daemon's session is destroyed as the
+/// kernel closes its descriptors, before its parent can reap it, so a successor started the
+/// moment the predecessor is gone gets the session, every time, whether the predecessor died
+/// between two calls or with its event poll blocked in the driver (as a daemon's is).
+#[test]
+fn a_daemon_gone_never_keeps_its_successor_from_the_session() {
+    let dir = TempDir::new("successor");
+    let a = start(&dir.0, 0);
+    let mut daemon = Conn::open(&a);
+    let mut token = daemon.session(1);
+    for round in 0..300 {
+        assert_eq!(
+            status(Conn::open(&a).call(Request::OpenSession { node_id: 1 })),
+            NvStatus::InUse,
+            "round {round}: a second daemon while the first lives"
+        );
+        let poll = (round % 2 == 1).then(|| {
+            let stream = daemon.0.try_clone().unwrap();
+            let poll = thread::spawn(move || {
+                let req = Request::GetEvents {
+                    token,
+                    max: 8,
+                    wait_ms: 20_000,
+                };
+                // The answer never comes: the connection is shut under the call.
+                proto::call(&stream, &req, &[]).is_err()
+            });
+            // Time to be parked (if it is not yet, the hang-up finds it unread: also a death).
+            thread::sleep(Duration::from_millis(5));
+            poll
+        });
+        // The daemon dies: every descriptor of its connection closes at once.
+        daemon.0.shutdown(std::net::Shutdown::Both).unwrap();
+        drop(daemon);
+        let successor = Conn::open(&a);
+        match successor.call(Request::OpenSession { node_id: 1 }) {
+            Response::Session { token: t } => token = t,
+            other => panic!("round {round}: the successor was answered {other:?}"),
+        }
+        if let Some(poll) = poll {
+            assert!(
+                poll.join().unwrap(),
+                "round {round}: the dead poll was answered"
+            );
+        }
+        daemon = successor;
+    }
+}

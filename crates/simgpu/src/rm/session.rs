@@ -42,6 +42,11 @@ impl Rm {
         Ok(token)
     }
 
+    /// The client holding the session, if one is open.
+    pub fn session_client(&self) -> Option<ClientId> {
+        self.session.as_ref().map(|s| s.client)
+    }
+
     /// The session's token, if one is open.
     pub fn session_token(&self) -> Option<u64> {
         self.session.as_ref().map(|s| s.token)

@@ -2,7 +2,7 @@
 //! caller hung up, and who may use the daemon's side of the driver. A leaf, so the handlers do not import each other.
 
 use std::fs;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -45,5 +45,19 @@ pub(super) fn peer_gone(stream: &UnixStream) -> bool {
         Ok(0) => true,
         Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => false,
         Err(_) => true,
+    }
+}
+
+/// Whether the other end of `stream` is closed for good (its process closed the descriptor or
+/// died), even if a request it sent is still unread there.
+pub(super) fn hung_up(stream: &UnixStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    // A Unix stream socket whose peer closed reports POLLHUP (both directions shut), which
+    // poll always reports: no event needs asking for.
+    let closed = PollFlags::POLLHUP | PollFlags::POLLERR;
+    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::empty())];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(n) if n > 0 => fds[0].revents().is_some_and(|r| r.intersects(closed)),
+        _ => false,
     }
 }

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use openimex_simproto::node_dir::{channel_files, channels_dir};
 use openimex_simproto::proto::{NvStatus, Request, Response};
@@ -48,6 +48,10 @@ pub(super) fn resolve_channel(node_dir: &Path, fd: &OwnedFd) -> Option<u32> {
             (m.dev() == dev && m.ino() == ino).then_some(n)
         })
 }
+
+/// How long an OpenSession waits for the teardown of a session whose daemon hung up: its
+/// connection's thread does it as soon as it sees the hang-up, so this only bounds a stuck one.
+const PREDECESSOR_TEARDOWN: Duration = Duration::from_secs(5);
 
 pub(super) fn handle(
     shared: &Shared,
@@ -193,8 +197,24 @@ pub(super) fn handle(
                 )
                 .into();
             }
-            rm.open_session(client, node_id)
-                .map(|token| Response::Session { token })
+            // §1.2: one session system-wide, NV_ERR_IN_USE while a daemon holds it. A dead
+            // daemon holds nothing: the kernel closes a dying process's descriptors before
+            // anyone can reap it, and the close destroys its session (§4 "Daemon dies or
+            // restarts"). Here its connection's thread learns of the hang-up on its own time,
+            // so a successor started the moment its predecessor was reaped waits for that
+            // teardown instead of being refused (it would exit: another daemon is running).
+            let until = Instant::now() + PREDECESSOR_TEARDOWN;
+            loop {
+                match rm.open_session(client, node_id) {
+                    Err(NvStatus::InUse)
+                        if Instant::now() < until
+                            && rm.session_client().is_some_and(|c| shared.hung_up(c)) =>
+                    {
+                        rm = shared.wait(rm, Some(until));
+                    }
+                    opened => break opened.map(|token| Response::Session { token }),
+                }
+            }
         }
         Request::GetEvents {
             token,
