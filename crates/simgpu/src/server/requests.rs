@@ -253,7 +253,12 @@ pub(super) fn handle(
             .finish_unimport(token, &unimport_event_ids)
             .map(|()| Response::Ok),
         Request::DisableImporters { token, node } => {
-            rm.disable_importers(token, node).map(|()| Response::Ok)
+            let done = rm.disable_importers(token, node).map(|()| Response::Ok);
+            // Killed before the lock is let go, as a session teardown's are (`disconnect`):
+            // after it, another connection's thread could answer a revoked client's call with
+            // the torn-down state first, and the client exit on that error instead.
+            shared.kill_revoked(rm.take_revoked());
+            done
         }
         Request::FabricProbeInfo { gpu } => rm.probe_info(gpu).map(Response::FabricProbeInfo),
         Request::MapOnGpu { handle, gpu } => match rm.map_on_gpu(client, handle, gpu) {
