@@ -24,7 +24,8 @@
 //! new one. Lines on stdout (SEED in hex):
 //! - `imported TAG SEED MICROS`, `released TAG SEED`;
 //! - `fail import TAG SEED CODE`: the import failed (expected during a fault); retried;
-//! - `ok TAG SEED N`: N checks that found the pattern, every `--tick-ms`;
+//! - `ok TAG SEED N`: N checks of the import of SEED that found the pattern, every `--tick-ms`
+//!   and when a new import replaces it;
 //! - `stale TAG SEED OFFSET`: the canary, i.e. memory freed and reused under a live mapping;
 //! - `freed TAG SEED OFFSET`: zeros, i.e. memory freed (the driver zeroes freed HBM);
 //! - `corrupt TAG SEED OFFSET`: anything else that is not the pattern.
@@ -410,6 +411,12 @@ fn follow(ctx: &Context, s: &mut Source, timeout: Duration) -> Result<(), CuErro
             return fail(s, "map", e);
         }
     };
+    // The good checks of the import being replaced are reported under its own seed, so an
+    // `ok` line under the new seed counts checks of the new memory only.
+    if let (Some((seed, _, _)), n @ 1..) = (&s.current, s.ok) {
+        say(&format!("ok {} {seed:x} {n}", s.tag));
+    }
+    s.ok = 0;
     say(&format!("imported {} {:x} {micros}", s.tag, p.seed));
     match check(&map, p.seed, 1) {
         Check::Ok => s.ok += 1,

@@ -142,11 +142,29 @@ pub fn run(spec: &ChaosSpec, progress: impl FnMut(&Progress)) -> Result<ChaosRep
     engine.run(progress)
 }
 
-/// Per (reader app, exporter tag): when it last imported and whether it read the pattern since.
-#[derive(Debug, Clone, Copy)]
+/// Per (reader app, exporter tag): its last import, and the latest import a good read confirmed.
+#[derive(Debug, Clone)]
 struct Pair {
-    imported: Option<Instant>,
-    ok_since_import: bool,
+    /// When the reader last imported this exporter's memory, and the seed it imported.
+    imported: Option<(Instant, String)>,
+    /// When the latest import the reader then read the pattern of was made. A pair has
+    /// recovered from a fault once this is after the repair: a later import, not yet read,
+    /// does not undo that (the exporters publish a generation every half second, and a
+    /// condition that every pair's *latest* import is read could go unmet for a minute while
+    /// the workload ran fine: some pair was always between an import and its reader's next
+    /// report).
+    confirmed: Option<Instant>,
+    /// The reader's last complaint about this exporter's memory (a failed import or map,
+    /// freed, stale or corrupt words), for the note of a recovery that does not come.
+    last_bad: Option<&'static str>,
+}
+
+impl Pair {
+    /// Whether the reader has imported this exporter's memory after `since` and read the
+    /// pattern of that import.
+    fn recovered_since(&self, since: Instant) -> bool {
+        self.confirmed.is_some_and(|t| t >= since)
+    }
 }
 
 /// A fault in progress.
@@ -269,7 +287,8 @@ impl<'s> Engine<'s> {
                 if e.spec.node != r.spec.node {
                     let fresh = Pair {
                         imported: None,
-                        ok_since_import: false,
+                        confirmed: None,
+                        last_bad: None,
                     };
                     pairs.insert((i, e.spec.name.clone()), fresh);
                 }
@@ -395,22 +414,55 @@ impl<'s> Engine<'s> {
         let c = &mut self.counts;
         let app = &self.apps[ev.app];
         let who = format!("{} {}", workload::role_name(app.spec.role), app.spec.name);
+        // Which pair a complaint is about: the exporter's tag opens the detail.
+        let bad: Option<(&str, &'static str)> = match &ev.line {
+            Line::Fail {
+                tag: Some(t), op, ..
+            } => Some((
+                t,
+                if op == "map" {
+                    "map failed"
+                } else {
+                    "import failed"
+                },
+            )),
+            Line::Freed { detail } => detail
+                .split_whitespace()
+                .next()
+                .map(|t| (t, "read freed memory")),
+            Line::Stale { detail } => detail
+                .split_whitespace()
+                .next()
+                .map(|t| (t, "read a canary")),
+            Line::Corrupt { detail } => detail
+                .split_whitespace()
+                .next()
+                .map(|t| (t, "read corrupt words")),
+            _ => None,
+        };
+        if let Some((tag, what)) = bad
+            && let Some(p) = self.pairs.get_mut(&(ev.app, tag.to_owned()))
+        {
+            p.last_bad = Some(what);
+        }
         match ev.line {
-            Line::Imported { tag, micros } => {
+            Line::Imported { tag, seed, micros } => {
                 c.imports += 1;
                 c.import_micros.push(micros);
                 if let Some(p) = self.pairs.get_mut(&(ev.app, tag)) {
-                    p.imported = Some(ev.at);
-                    p.ok_since_import = false;
+                    p.imported = Some((ev.at, seed));
                 }
             }
-            Line::Ok { tag, n } => {
+            Line::Ok { tag, seed, n } => {
                 c.reads += n;
-                if let Some(p) = self.pairs.get_mut(&(ev.app, tag)) {
-                    p.ok_since_import |= p.imported.is_some_and(|t| t <= ev.at);
+                if let Some(p) = self.pairs.get_mut(&(ev.app, tag))
+                    && let Some((at, imported)) = &p.imported
+                    && *imported == seed
+                {
+                    p.confirmed = Some(*at);
                 }
             }
-            Line::Fail { op, code } => {
+            Line::Fail { op, code, .. } => {
                 if op == "import" {
                     c.import_failures += 1;
                     if let Some(r) = self.records.last_mut() {
@@ -534,9 +586,7 @@ impl<'s> Engine<'s> {
 
     /// Every (reader, exporter) pair imported after `since` and read the pattern since.
     fn progressed_since(&self, since: Instant) -> bool {
-        self.pairs
-            .values()
-            .all(|p| p.ok_since_import && p.imported.is_some_and(|t| t >= since))
+        self.pairs.values().all(|p| p.recovered_since(since))
     }
 
     /// Draws and starts the next fault.
@@ -639,11 +689,12 @@ impl<'s> Engine<'s> {
                 self.records[record].outcome = Some(Outcome::NotRecovered);
                 let r = &self.records[record];
                 let text = format!(
-                    "{} on node {} ({}) did not recover within {:?}",
+                    "{} on node {} ({}) did not recover within {:?}: {}",
                     r.kind.name(),
                     r.node,
                     r.target,
-                    self.spec.recover_timeout
+                    self.spec.recover_timeout,
+                    self.lagging(since)
                 );
                 self.note(text);
             } else {
@@ -653,6 +704,46 @@ impl<'s> Engine<'s> {
         self.awaiting = still;
     }
 
+    /// What a recovery still waits for: the domain, and the pairs that have not imported and
+    /// read since `since` (the first few, with how long ago each last imported).
+    fn lagging(&self, since: Instant) -> String {
+        let up = self.domain_checked.is_some_and(|(_, up)| up);
+        let mut late: Vec<String> = self
+            .pairs
+            .iter()
+            .filter(|(_, p)| !p.recovered_since(since))
+            .map(|((reader, tag), p)| {
+                let last = p
+                    .imported
+                    .as_ref()
+                    .map_or("never imported".to_owned(), |(t, _)| {
+                        format!("imported {} ms ago", t.elapsed().as_millis())
+                    });
+                let read = match p.confirmed {
+                    Some(t) if t >= since => "",
+                    Some(_) => ", no import read since the repair",
+                    None => ", no import read yet",
+                };
+                let bad = p
+                    .last_bad
+                    .map_or(String::new(), |b| format!(", last complaint: {b}"));
+                format!(
+                    "{} <- {tag} ({last}{read}{bad})",
+                    self.apps[*reader].spec.name
+                )
+            })
+            .collect();
+        late.sort();
+        let n = late.len();
+        late.truncate(4);
+        format!(
+            "domain {}; {n} pair(s) behind: {}{}",
+            if up { "UP" } else { "not UP" },
+            late.join(", "),
+            if n > 4 { ", …" } else { "" }
+        )
+    }
+
     /// Why a recovery took long: the pair that imported last (the domain was UP by then, or
     /// the recovery would not have been recorded).
     fn slow_recovery(&self, record: usize, since: Instant) -> String {
@@ -660,7 +751,7 @@ impl<'s> Engine<'s> {
         let last = self
             .pairs
             .iter()
-            .filter_map(|((reader, tag), p)| Some((p.imported?, reader, tag)))
+            .filter_map(|((reader, tag), p)| Some((p.confirmed?, reader, tag)))
             .max();
         let pair = last.map_or("no pair".to_owned(), |(at, reader, tag)| {
             format!(

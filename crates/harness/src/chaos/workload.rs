@@ -53,16 +53,21 @@ pub(crate) enum Line {
     Exported,
     Imported {
         tag: String,
+        seed: String,
         micros: u64,
     },
+    /// `n` checks of the import of `seed` found the pattern.
     Ok {
         tag: String,
+        seed: String,
         n: u64,
     },
-    /// A driver call failed: expected while a fault lasts.
+    /// A driver call failed: expected while a fault lasts. A reader's import or map names the
+    /// exporter it was for.
     Fail {
         op: String,
         code: String,
+        tag: Option<String>,
     },
     Stale {
         detail: String,
@@ -82,17 +87,25 @@ impl Line {
         let rest = |n: usize| w.get(n..).map(|r| r.join(" ")).unwrap_or_default();
         match w.as_slice() {
             ["exported", ..] => Line::Exported,
-            ["imported", tag, _seed, micros] => Line::Imported {
+            ["imported", tag, seed, micros] => Line::Imported {
                 tag: (*tag).to_owned(),
+                seed: (*seed).to_owned(),
                 micros: micros.parse().unwrap_or(0),
             },
-            ["ok", tag, _seed, n] => Line::Ok {
+            ["ok", tag, seed, n] => Line::Ok {
                 tag: (*tag).to_owned(),
+                seed: (*seed).to_owned(),
                 n: n.parse().unwrap_or(0),
+            },
+            ["fail", op @ ("import" | "map"), tag, _seed, code] => Line::Fail {
+                op: (*op).to_owned(),
+                code: (*code).to_owned(),
+                tag: Some((*tag).to_owned()),
             },
             ["fail", op, .., code] => Line::Fail {
                 op: (*op).to_owned(),
                 code: (*code).to_owned(),
+                tag: None,
             },
             ["stale", ..] => Line::Stale { detail: rest(1) },
             ["freed", ..] => Line::Freed { detail: rest(1) },
@@ -369,6 +382,7 @@ mod tests {
             Line::parse("imported n0g1 ff 1234"),
             Line::Imported {
                 tag: "n0g1".into(),
+                seed: "ff".into(),
                 micros: 1234
             }
         );
@@ -376,6 +390,7 @@ mod tests {
             Line::parse("ok n0g1 ff 7"),
             Line::Ok {
                 tag: "n0g1".into(),
+                seed: "ff".into(),
                 n: 7
             }
         );
@@ -383,7 +398,16 @@ mod tests {
             Line::parse("fail import n0g1 ff CUDA_ERROR_NOT_READY"),
             Line::Fail {
                 op: "import".into(),
-                code: "CUDA_ERROR_NOT_READY".into()
+                code: "CUDA_ERROR_NOT_READY".into(),
+                tag: Some("n0g1".into()),
+            }
+        );
+        assert_eq!(
+            Line::parse("fail create CUDA_ERROR_INVALID_VALUE"),
+            Line::Fail {
+                op: "create".into(),
+                code: "CUDA_ERROR_INVALID_VALUE".into(),
+                tag: None,
             }
         );
         assert_eq!(
