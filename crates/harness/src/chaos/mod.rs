@@ -13,7 +13,8 @@
 //! - Faults ([`faults`]): drawn with `StdRng::seed_from_u64(seed)`; a fault is a plan of
 //!   actions (kill -9, restart, SIGSTOP/SIGCONT) at offsets. It has *recovered* when the domain
 //!   is UP and every (reader, exporter) pair has imported after the last repair step and read
-//!   the pattern since. The time from that step is its time to recover.
+//!   the pattern of that import (a newer import not yet read does not undo it). The time from
+//!   that step is its time to recover.
 //! - End (`invariants`): no new faults, every node back, the workload recovered, every app
 //!   told to release and exit, then: zero stale reads, zero corrupt reads, every driver's
 //!   reference counters at zero, the domain UP on every node.
@@ -584,7 +585,7 @@ impl<'s> Engine<'s> {
         up
     }
 
-    /// Every (reader, exporter) pair imported after `since` and read the pattern since.
+    /// Every (reader, exporter) pair imported after `since` and read the pattern of that import.
     fn progressed_since(&self, since: Instant) -> bool {
         self.pairs.values().all(|p| p.recovered_since(since))
     }
