@@ -161,6 +161,21 @@ struct Pair {
 }
 
 impl Pair {
+    /// The reader imported the exporter's memory of `seed` at `at`.
+    fn imported_at(&mut self, at: Instant, seed: String) {
+        self.imported = Some((at, seed));
+    }
+
+    /// The reader found the pattern of `seed`: if that is its last import, that import is
+    /// confirmed.
+    fn read_good(&mut self, seed: &str) {
+        if let Some((at, imported)) = &self.imported
+            && imported == seed
+        {
+            self.confirmed = Some(*at);
+        }
+    }
+
     /// Whether the reader has imported this exporter's memory after `since` and read the
     /// pattern of that import.
     fn recovered_since(&self, since: Instant) -> bool {
@@ -415,33 +430,7 @@ impl<'s> Engine<'s> {
         let c = &mut self.counts;
         let app = &self.apps[ev.app];
         let who = format!("{} {}", workload::role_name(app.spec.role), app.spec.name);
-        // Which pair a complaint is about: the exporter's tag opens the detail.
-        let bad: Option<(&str, &'static str)> = match &ev.line {
-            Line::Fail {
-                tag: Some(t), op, ..
-            } => Some((
-                t,
-                if op == "map" {
-                    "map failed"
-                } else {
-                    "import failed"
-                },
-            )),
-            Line::Freed { detail } => detail
-                .split_whitespace()
-                .next()
-                .map(|t| (t, "read freed memory")),
-            Line::Stale { detail } => detail
-                .split_whitespace()
-                .next()
-                .map(|t| (t, "read a canary")),
-            Line::Corrupt { detail } => detail
-                .split_whitespace()
-                .next()
-                .map(|t| (t, "read corrupt words")),
-            _ => None,
-        };
-        if let Some((tag, what)) = bad
+        if let Some((tag, what)) = ev.line.complaint()
             && let Some(p) = self.pairs.get_mut(&(ev.app, tag.to_owned()))
         {
             p.last_bad = Some(what);
@@ -451,16 +440,13 @@ impl<'s> Engine<'s> {
                 c.imports += 1;
                 c.import_micros.push(micros);
                 if let Some(p) = self.pairs.get_mut(&(ev.app, tag)) {
-                    p.imported = Some((ev.at, seed));
+                    p.imported_at(ev.at, seed);
                 }
             }
             Line::Ok { tag, seed, n } => {
                 c.reads += n;
-                if let Some(p) = self.pairs.get_mut(&(ev.app, tag))
-                    && let Some((at, imported)) = &p.imported
-                    && *imported == seed
-                {
-                    p.confirmed = Some(*at);
+                if let Some(p) = self.pairs.get_mut(&(ev.app, tag)) {
+                    p.read_good(&seed);
                 }
             }
             Line::Fail { op, code, .. } => {
@@ -745,8 +731,8 @@ impl<'s> Engine<'s> {
         )
     }
 
-    /// Why a recovery took long: the pair that imported last (the domain was UP by then, or
-    /// the recovery would not have been recorded).
+    /// Why a recovery took long: the pair whose confirmed import came last (the domain was UP
+    /// by then, or the recovery would not have been recorded).
     fn slow_recovery(&self, record: usize, since: Instant) -> String {
         let r = &self.records[record];
         let last = self
@@ -834,5 +820,41 @@ impl<'s> Engine<'s> {
         let started = self.cluster.start_node(n);
         self.nodes[n].down = started.is_err();
         started
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> Pair {
+        Pair {
+            imported: None,
+            confirmed: None,
+            last_bad: None,
+        }
+    }
+
+    #[test]
+    fn a_pair_recovers_once_an_import_after_the_repair_is_read_good() {
+        let before = Instant::now();
+        let repair = before + Duration::from_millis(10);
+        let mut p = pair();
+        // Read good before the repair: not a recovery from it.
+        p.imported_at(before, "a".into());
+        p.read_good("a");
+        assert!(!p.recovered_since(repair));
+        // Imported after the repair, not yet read: not yet.
+        p.imported_at(repair + Duration::from_millis(1), "b".into());
+        assert!(!p.recovered_since(repair));
+        // A late report of the earlier seed confirms nothing new.
+        p.read_good("a");
+        assert!(!p.recovered_since(repair));
+        p.read_good("b");
+        assert!(p.recovered_since(repair));
+        // The next generation's import, not yet read, does not undo it (the check that
+        // required the latest import read saw a minute-long "non-recovery" this way).
+        p.imported_at(repair + Duration::from_millis(500), "c".into());
+        assert!(p.recovered_since(repair));
     }
 }

@@ -82,6 +82,23 @@ pub(crate) enum Line {
 }
 
 impl Line {
+    /// A reader's complaint about one exporter's memory: that exporter's tag, and what went
+    /// wrong (a failed import or map; freed, stale or corrupt words read).
+    pub(crate) fn complaint(&self) -> Option<(&str, &'static str)> {
+        let (tag, what) = match self {
+            Line::Fail {
+                tag: Some(t), op, ..
+            } if op == "map" => (t.as_str(), "map failed"),
+            Line::Fail { tag: Some(t), .. } => (t.as_str(), "import failed"),
+            Line::Freed { detail } => (detail.as_str(), "read freed memory"),
+            Line::Stale { detail } => (detail.as_str(), "read a canary"),
+            Line::Corrupt { detail } => (detail.as_str(), "read corrupt words"),
+            _ => return None,
+        };
+        // A detail opens with the exporter's tag.
+        Some((tag.split_whitespace().next()?, what))
+    }
+
     pub(crate) fn parse(line: &str) -> Line {
         let w: Vec<&str> = line.split_whitespace().collect();
         let rest = |n: usize| w.get(n..).map(|r| r.join(" ")).unwrap_or_default();
@@ -417,6 +434,16 @@ mod tests {
             }
         );
         assert!(matches!(Line::parse("what"), Line::Other(_)));
+        assert_eq!(
+            Line::parse("fail map n0g1 ff CUDA_ERROR_ILLEGAL_STATE").complaint(),
+            Some(("n0g1", "map failed"))
+        );
+        assert_eq!(
+            Line::parse("freed n2g0 ab 64").complaint(),
+            Some(("n2g0", "read freed memory"))
+        );
+        assert_eq!(Line::parse("fail create CUDA_ERROR_OOM").complaint(), None);
+        assert_eq!(Line::parse("ok n0g1 ff 7").complaint(), None);
     }
 
     #[test]
