@@ -171,37 +171,36 @@ impl Scenario {
 
     /// Runs it; every failure comes back as entries with an error.
     fn run(self, binary: &Path, rounds: usize, window: Duration) -> Vec<BenchEntry> {
-        let or_failed = |r: Result<Vec<BenchEntry>>, names: &[&str], unit: Unit| {
+        // A failed scenario still names each of its figures, with its unit and the error.
+        let or_failed = |r: Result<Vec<BenchEntry>>, figures: &[(&str, Unit)]| {
             r.unwrap_or_else(|e| {
                 let why = format!("{e:#}");
-                names
+                figures
                     .iter()
-                    .map(|n| BenchEntry::failed(*n, unit, why.clone()))
+                    .map(|&(n, unit)| BenchEntry::failed(n, unit, why.clone()))
                     .collect()
             })
         };
         match self {
             Scenario::Formation(n) => hb::formation_entry(binary, n, rounds),
-            Scenario::Import => apps::import(binary, rounds).unwrap_or_else(|e| {
-                let why = format!("{e:#}");
-                [
+            Scenario::Import => or_failed(
+                apps::import(binary, rounds),
+                &[
                     ("import_p50", Unit::Us),
                     ("import_p99", Unit::Us),
                     ("import_allocs", Unit::Allocs),
-                ]
-                .into_iter()
-                .map(|(n, unit)| BenchEntry::failed(n, unit, why.clone()))
-                .collect()
-            }),
+                ],
+            ),
             Scenario::Storm => or_failed(
                 apps::storm(binary, rounds).map(|e| vec![e]),
-                &["storm"],
-                Unit::Ms,
+                &[("storm", Unit::Ms)],
             ),
             Scenario::Datapath => or_failed(
                 apps::datapath(binary, rounds),
-                &["datapath_read", "datapath_write"],
-                Unit::GBps,
+                &[
+                    ("datapath_read", Unit::GBps),
+                    ("datapath_write", Unit::GBps),
+                ],
             ),
             Scenario::Recovery => hb::recovery(binary, 18, rounds),
             Scenario::Footprint => footprint::footprint(binary, window),

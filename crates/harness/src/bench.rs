@@ -7,6 +7,7 @@
 //! - `recovery`: kill -9 of a node until every peer reports it, and its restart ([`recovery`]).
 //! - [`procfs`] and `footprint`: RSS, CPU% and descriptors of daemons against a bare process.
 //! - `probe`: helper processes that say `ready` ([`ReadyChild`]).
+//! - `window`: a counter read over a window, its readings' own cost taken off ([`CountWindow`]).
 //!
 //! Scenarios that need applications (imports, storm, data path) live in the `openimex` binary,
 //! which links the client library; they use these pieces.
@@ -17,6 +18,7 @@ mod formation;
 mod probe;
 pub mod procfs;
 mod recovery;
+mod window;
 
 use std::time::Duration;
 
@@ -25,6 +27,7 @@ pub use footprint::{Footprint, daemon_pids, failed_entries, watch_during, watch_
 pub use formation::{FormationReport, formation, formation_entry, formation_topology};
 pub use probe::ReadyChild;
 pub use recovery::recovery;
+pub use window::CountWindow;
 
 use crate::HarnessError;
 use crate::error::truncate;

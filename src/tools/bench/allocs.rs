@@ -2,13 +2,14 @@
 //! count in their metrics (`openimex_heap_allocations_total`, [`openimex_imexd::heap`]); the
 //! raw RPC server answers `Config` with its own, and the bench counts its own raw client in
 //! process. Each reading costs the process read some allocations itself, so a window is read
-//! twice at its start: the second reading's cost is taken off the window.
+//! twice at its start and one reading's cost is taken off ([`CountWindow`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
+use openimex_harness::bench::CountWindow;
 
 /// Port of each bench node's metrics listener (on the node's own loopback address).
 pub(crate) const METRICS_PORT: u16 = 50010;
@@ -38,30 +39,10 @@ fn parse(text: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Allocations counted over a window by readings that allocate themselves: read twice at the
-/// start (`a`, `b`) and once at the end (`c`); the window's own is `(c - b) - (b - a)`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Window {
-    a: u64,
-    b: u64,
-}
-
-impl Window {
-    /// Opens the window with two readings of `read`.
-    pub(crate) fn open(mut read: impl FnMut() -> Result<u64>) -> Result<Self> {
-        let a = read()?;
-        let b = read()?;
-        if b < a {
-            bail!("an allocation count went down ({a} then {b})");
-        }
-        Ok(Self { a, b })
-    }
-
-    /// The window's allocations, given the closing reading `c`.
-    pub(crate) fn close(self, c: u64) -> u64 {
-        let reading = self.b - self.a;
-        c.saturating_sub(self.b).saturating_sub(reading)
-    }
+/// Opens a [`CountWindow`] with two readings of `read`.
+pub(crate) fn open_window(mut read: impl FnMut() -> Result<u64>) -> Result<CountWindow> {
+    let (a, b) = (read()?, read()?);
+    CountWindow::open(a, b).with_context(|| format!("an allocation count went down ({a} then {b})"))
 }
 
 #[cfg(test)]
@@ -78,13 +59,11 @@ mod tests {
     }
 
     #[test]
-    fn a_window_takes_off_one_reading() {
-        let mut readings = [100, 130].into_iter();
-        let w = Window::open(|| Ok(readings.next().unwrap_or(0))).expect("open");
-        // 30 per reading: of the 930 after `b`, 30 are the closing reading's own.
-        assert_eq!(w.close(1060), 900);
-        assert_eq!(w.close(120), 0, "never below zero");
+    fn a_count_that_goes_down_opens_no_window() {
         let mut down = [100, 90].into_iter();
-        assert!(Window::open(|| Ok(down.next().unwrap_or(0))).is_err());
+        assert!(open_window(|| Ok(down.next().unwrap_or(0))).is_err());
+        let mut up = [100, 130].into_iter();
+        let w = open_window(|| Ok(up.next().unwrap_or(0))).expect("open");
+        assert_eq!(w.close(1060), 900);
     }
 }

@@ -19,7 +19,7 @@ use openimex_client::{Context, FabricHandleBytes};
 use openimex_harness::bench::{BenchEntry, Footprint, Unit, median, ms, percentile, watch_during};
 use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
 
-use super::allocs::{METRICS_PORT, Window, daemon_allocations};
+use super::allocs::{METRICS_PORT, daemon_allocations, open_window};
 use super::rpc::{RawClient, RawServer};
 
 /// Limit for a domain to come UP before a scenario starts.
@@ -120,8 +120,8 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
     for i in 0..10 {
         cycle(&mut raw_client, i)?;
     }
-    let daemon_window = Window::open(daemons)?;
-    let server_window = Window::open(|| raw_client.server_allocations())?;
+    let daemon_window = open_window(daemons)?;
+    let server_window = open_window(|| raw_client.server_allocations())?;
     let mut client_allocs = 0;
     for i in 10..n + 10 {
         let (took, round_trip, allocs) = cycle(&mut raw_client, i)?;
@@ -139,7 +139,7 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
              {q} of {n} unary gRPC round trips to a raw server on loopback, one after each import"
         )
     };
-    let mut entries = vec![
+    Ok(vec![
         BenchEntry::measured(
             "import_p50",
             us(percentile(&samples, 0.5)),
@@ -154,19 +154,18 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
             Some(us(percentile(&raw, 0.99))),
             detail("p99"),
         ),
-    ];
-    entries.push(BenchEntry::measured(
-        "import_allocs",
-        daemon_allocs,
-        Unit::Allocs,
-        Some(raw_allocs),
-        format!(
-            "heap allocations of the importer's and the exporter's daemons per import and its \
-             release (mean of {n}), against one unary gRPC round trip's at the raw client and \
-             server together"
+        BenchEntry::measured(
+            "import_allocs",
+            daemon_allocs,
+            Unit::Allocs,
+            Some(raw_allocs),
+            format!(
+                "heap allocations of the importer's and the exporter's daemons per import and \
+                 its release (mean of {n}), against one unary gRPC round trip's at the raw \
+                 client and server together"
+            ),
         ),
-    ));
-    Ok(entries)
+    ])
 }
 
 /// What the GPU applications of a storm share.
