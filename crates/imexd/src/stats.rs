@@ -204,6 +204,18 @@ struct Waiting {
     started: HashMap<u64, Instant>,
 }
 
+impl Waiting {
+    /// Forgets request `seq`: when the engine started it, if it had taken it (otherwise it is
+    /// taken out of the queue).
+    fn forget(&mut self, seq: u64) -> Option<Instant> {
+        let started = self.started.remove(&seq);
+        if started.is_none() {
+            self.queue.retain(|n| n.seq != seq);
+        }
+        started
+    }
+}
+
 /// Drops a request's traces if its answer never comes (its session closed first, and the
 /// answering future with it).
 struct Forget {
@@ -215,10 +227,7 @@ struct Forget {
 impl Drop for Forget {
     fn drop(&mut self) {
         if self.armed {
-            let mut w = lock(&STATS.waiting);
-            let w = &mut w[self.kind.index()];
-            w.queue.retain(|n| n.seq != self.seq);
-            w.started.remove(&self.seq);
+            lock(&STATS.waiting)[self.kind.index()].forget(self.seq);
         }
     }
 }
@@ -301,16 +310,11 @@ where
         let body = answer.await;
         forget.armed = false;
         let done = Instant::now();
-        let started = {
-            let mut w = lock(&STATS.waiting);
-            let w = &mut w[kind.index()];
-            // Answered without reaching the engine (a malformed request, a stopping daemon):
-            // not waiting any more, and all of its time was its own handling.
-            w.started.remove(&seq).unwrap_or_else(|| {
-                w.queue.retain(|n| n.seq != seq);
-                received
-            })
-        };
+        // Answered without reaching the engine (a malformed request, a stopping daemon): all
+        // of its time was its own handling.
+        let started = lock(&STATS.waiting)[kind.index()]
+            .forget(seq)
+            .unwrap_or(received);
         STATS.add(
             Dir::In,
             kind,

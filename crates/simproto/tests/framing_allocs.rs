@@ -92,7 +92,7 @@ fn a_message_round_trip_allocates_nothing_once_the_thread_is_warm() {
 }
 
 #[test]
-fn descriptors_still_arrive_and_a_large_message_is_not_kept() {
+fn descriptors_still_arrive_and_a_large_message_crosses_and_small_ones_stay_free() {
     let (a, b) = UnixStream::pair().expect("socket pair");
     // A descriptor rides on the reused control-message space.
     let (x, _y) = UnixStream::pair().expect("second pair");
