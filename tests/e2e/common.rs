@@ -123,7 +123,7 @@ pub(crate) fn say_hello(
     use openimex_proto::peer::session_msg::Body;
     rt.block_on(async {
         let first = SessionMsg {
-            body: Some(Body::Hello(hello)),
+            body: Some(Body::Hello(Box::new(hello))),
             ..SessionMsg::default()
         };
         let mut inbound = c.session(tokio_stream::once(first)).await?.into_inner();
@@ -131,7 +131,7 @@ pub(crate) fn say_hello(
             Some(SessionMsg {
                 body: Some(Body::HelloReply(answer)),
                 ..
-            }) => Ok(answer),
+            }) => Ok(*answer),
             other => Err(tonic::Status::internal(format!(
                 "the session's first frame is no answer to the hello: {other:?}"
             ))),

@@ -147,7 +147,7 @@ fn forged_unimports_release_nothing() {
     // Node 1's import event IDs count up from 1: try them all, claiming node 1's instance.
     for ev in 1..=16 {
         let r = rt.block_on(c.unimport(UnimportRequest {
-            from: Some(claim(1, inst1)),
+            from: Some(Box::new(claim(1, inst1))),
             import_event_id: ev,
         }));
         if let Ok(reply) = r {
@@ -166,7 +166,7 @@ fn forged_import_with_a_guessed_uuid_takes_no_reference() {
     let (rt, mut c) = client(&live, 0, ELSEWHERE);
     let reply = rt
         .block_on(c.import(ImportRequest {
-            from: Some(claim(1, inst1)),
+            from: Some(Box::new(claim(1, inst1))),
             import_event_id: 999,
             export_uuid: handle.export_uuid.0.to_vec(),
             index: u32::from(handle.index),

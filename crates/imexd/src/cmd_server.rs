@@ -98,7 +98,7 @@ impl Command for CommandService {
                 && let Some(slot) = rows.get_mut(peer.index())
             {
                 row_cells(&mut status, n);
-                *slot = Some(status);
+                *slot = Some(*status);
             }
         }
         Ok(Response::new(self.assemble(local, rows)))

@@ -83,20 +83,29 @@ impl Default for Events {
             let _ = events.imports_answered.get_or_create(result_label(ok));
             let _ = events.imports_completed.get_or_create(result_label(ok));
         }
-        for result in ["delivered", "undelivered"] {
-            let labels = vec![("result", result.to_string())];
-            let _ = events.unimports_sent.get_or_create(&labels);
+        for delivered in [true, false] {
+            let _ = events
+                .unimports_sent
+                .get_or_create(delivery_label(delivered));
         }
         events
     }
 }
 
-/// The `result` label of an import's counters: built once, since every import counts one.
+/// The `result` label of the counters every import and unimport counts one in: each label set
+/// is built once, not at every count.
 fn result_label(ok: bool) -> &'static Labels {
-    static OK: LazyLock<Labels> = LazyLock::new(|| vec![("result", "ok".to_string())]);
-    static ERROR: LazyLock<Labels> = LazyLock::new(|| vec![("result", "error".to_string())]);
-    if ok { &OK } else { &ERROR }
+    &RESULT_LABELS[usize::from(!ok)]
 }
+
+/// The `result` label of an unimport sent (see [`result_label`]).
+fn delivery_label(delivered: bool) -> &'static Labels {
+    &RESULT_LABELS[2 + usize::from(!delivered)]
+}
+
+static RESULT_LABELS: LazyLock<[Labels; 4]> = LazyLock::new(|| {
+    ["ok", "error", "delivered", "undelivered"].map(|r| vec![("result", r.to_string())])
+});
 
 fn peer_labels(peer: NodeId, hosts: &[String]) -> Labels {
     vec![
@@ -141,13 +150,8 @@ impl Events {
 
     /// This node's unimport reached its exporter (`delivered`), or could not.
     pub(crate) fn unimport_sent(&self, delivered: bool) {
-        let result = if delivered {
-            "delivered"
-        } else {
-            "undelivered"
-        };
         self.unimports_sent
-            .get_or_create(&vec![("result", result.to_string())])
+            .get_or_create(delivery_label(delivered))
             .inc();
     }
 

@@ -251,10 +251,10 @@ async fn handshake(
         (None, _) => DialError::Handshake(s.message().to_string()),
     };
     let (session, outbound) = SessionTx::new();
-    session.open_with(Body::Hello(HelloRequest {
+    session.open_with(Body::Hello(Box::new(HelloRequest {
         from: Some((*me).clone()),
         to_node_id: u32::from(peer.0),
-    }));
+    })));
     let mut inbound = PeerClient::new(channel.clone())
         .max_decoding_message_size(crate::limits::MAX_SESSION_FRAME)
         .session(outbound)
@@ -379,7 +379,7 @@ pub(crate) async fn goodbye(peer: NodeId, session: SessionTx, timeout: Duration)
         from: None,
         reason: "daemon shutting down".to_string(),
     };
-    match tokio::time::timeout(timeout, session.call(Body::Goodbye(req))).await {
+    match tokio::time::timeout(timeout, session.call(Body::Goodbye(Box::new(req)))).await {
         Ok(Ok(Body::GoodbyeReply(_))) => {
             tracing::debug!("node {peer} acknowledged goodbye");
             true

@@ -193,19 +193,19 @@ impl Peer for PeerService {
                 ));
             }
         };
-        let me = match self.greet(&info, hello).await? {
+        let me = match self.greet(&info, *hello).await? {
             Greeting::Accepted(me) => me,
             Greeting::Refused(answer) => {
-                let answer = crate::session_tx::frame(0, Body::HelloReply(answer));
+                let answer = crate::session_tx::frame(0, Body::HelloReply(Box::new(answer)));
                 return Ok(Response::new(Box::pin(tokio_stream::once(Ok(answer)))));
             }
         };
         let (session, outbound) = SessionTx::new();
-        session.open_with(Body::HelloReply(HelloResponse {
+        session.open_with(Body::HelloReply(Box::new(HelloResponse {
             from: Some(me),
             refusal: Refusal::None.into(),
             detail: String::new(),
-        }));
+        })));
         let conn = info.id;
         let carries = ask(&self.engine, |reply| Input::SessionOpened {
             conn,
@@ -258,7 +258,7 @@ impl Peer for PeerService {
         let info = conn(&request)?;
         let req = request.into_inner();
         let request = convert::import_request(&req).map_err(Status::invalid_argument)?;
-        let claimed = claimed(req.from)?;
+        let claimed = claimed(req.from.map(|from| *from))?;
         let answer = ask(&self.engine, |reply| Input::PeerImport {
             via: Via::Accepted { conn: info.id },
             claimed,
@@ -275,7 +275,7 @@ impl Peer for PeerService {
     ) -> Result<Response<UnimportReply>, Status> {
         let info = conn(&request)?;
         let req = request.into_inner();
-        let claimed = claimed(req.from)?;
+        let claimed = claimed(req.from.map(|from| *from))?;
         let released = ask(&self.engine, |reply| Input::PeerUnimport {
             via: Via::Accepted { conn: info.id },
             claimed,

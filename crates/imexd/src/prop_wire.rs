@@ -109,10 +109,10 @@ fn decode_all(bytes: &[u8]) -> (Vec<Identity>, Vec<ImportRequest>) {
         ids.extend(m.from);
     }
     if let Ok(m) = UnimportRequest::decode(bytes) {
-        ids.extend(m.from);
+        ids.extend(m.from.map(|from| *from));
     }
     if let Ok(m) = ImportRequest::decode(bytes) {
-        ids.extend(m.from.clone());
+        ids.extend(m.from.clone().map(|from| *from));
         imports.push(m);
     }
     let _ = NodeStatus::decode(bytes);
@@ -174,7 +174,7 @@ fn frame() -> impl Strategy<Value = SessionMsg> {
             from: None,
             import_event_id: e,
         })),
-        1 => text(20).prop_map(|reason| Body::Goodbye(GoodbyeRequest { from: None, reason })),
+        1 => text(20).prop_map(|reason| Body::Goodbye(Box::new(GoodbyeRequest { from: None, reason }))),
         1 => any::<bool>().prop_map(|reasons| Body::Status(
             openimex_proto::peer::NodeStatusRequest {
                 reasons,
@@ -186,8 +186,8 @@ fn frame() -> impl Strategy<Value = SessionMsg> {
         1 => text(300).prop_map(Body::Refused),
         // Handshake frames after the session's first: a stray hello is refused, an answer to
         // a hello never sent gets nothing.
-        1 => Just(Body::Hello(HelloRequest::default())),
-        1 => Just(Body::HelloReply(HelloResponse::default())),
+        1 => Just(Body::Hello(Box::default())),
+        1 => Just(Body::HelloReply(Box::default())),
     ];
     (
         0u64..6,

@@ -143,7 +143,7 @@ async fn serve(request: Body, via: Via, engine: &mpsc::Sender<Input>) -> Result<
         Body::RemoteGpuAttach(req) => crate::multicast::serve(&req, via, engine).await,
         Body::Status(req) => status_row(engine, via, req.reasons, req.fabric)
             .await
-            .map(Body::StatusReply)
+            .map(|row| Body::StatusReply(Box::new(row)))
             .map_err(|s| s.message().to_string()),
         Body::Hello(_) => Err("a hello only opens a session".to_string()),
         _ => Err("not a request".to_string()),
