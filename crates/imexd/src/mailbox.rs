@@ -238,7 +238,7 @@ impl From<Stopping> for tonic::Status {
 
 impl Input {
     /// The peer request this input starts, if it is one the stats file times
-    /// (`stats::served`).
+    /// (`stats::request_arrived`).
     pub(crate) fn request_kind(&self) -> Option<crate::stats::Kind> {
         use crate::stats::Kind;
         match self {

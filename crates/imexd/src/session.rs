@@ -81,15 +81,14 @@ where
                     () = tx.stopped() => break "closed here".to_string(),
                 }
                 let engine = engine.clone();
-                let kind = crate::stats::Kind::of_body(&request);
-                tx.answer_later(
-                    msg.id,
-                    crate::stats::served(kind, async move {
+                let ticket = crate::stats::request_arrived(crate::stats::Kind::of_body(&request));
+                tx.answer_later(msg.id, move || {
+                    ticket.served(async move {
                         serve(request, via, &engine)
                             .await
                             .unwrap_or_else(Body::Refused)
-                    }),
-                );
+                    })
+                });
             }
         }
     };

@@ -259,17 +259,18 @@ impl SessionTx {
         }
     }
 
-    /// Answers the peer's request `id` with what `answer` gives, on a task of its own; the
-    /// session counts as busy until the answer is queued ([`SessionTx::retire`]).
-    pub(crate) fn answer_later(
-        &self,
-        id: u64,
-        answer: impl std::future::Future<Output = Body> + Send + 'static,
-    ) {
+    /// Answers the peer's request `id` with what the future `answer` makes gives, on a task of
+    /// its own; the session counts as busy until the answer is queued ([`SessionTx::retire`]).
+    /// The future is made on the task, where it is awaited: a future captured by the task
+    /// would be kept twice in it (the capture, then the one awaited).
+    pub(crate) fn answer_later<F>(&self, id: u64, answer: impl FnOnce() -> F + Send + 'static)
+    where
+        F: std::future::Future<Output = Body> + Send,
+    {
         let tx = self.clone();
         tx.serving.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
-            let body = answer.await;
+            let body = answer().await;
             tx.answer(id, body).await;
             tx.serving.fetch_sub(1, Ordering::SeqCst);
             tx.idle.notify_waiters();

@@ -13,7 +13,7 @@
 //!     reader takes the frame, *starts* when the engine takes it from its mailbox, and is
 //!     *answered* when its answer is ready: `avgQueueTimeMillis` is received→started,
 //!     `avgOperTimeMillis` started→answered (an import's includes the driver's describe),
-//!     `avgTotalTimeMillis` received→answered. The reader notes the request (`served`); the
+//!     `avgTotalTimeMillis` received→answered. The reader notes the request (`request_arrived`); the
 //!     engine marks the start (`taken`) of the oldest noted request of the same kind: the
 //!     mailbox is first in, first out, so that is the one it took, unless two readers raced to
 //!     the mailbox with requests of one kind a few microseconds apart.
@@ -38,8 +38,10 @@ pub mod writer;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use openimex_proto::peer::SessionMsg;
@@ -186,7 +188,7 @@ enum Dir {
     Out,
 }
 
-/// An incoming request noted by [`served`]: its number and when it arrived.
+/// An incoming request noted by [`request_arrived`]: its number and when it arrived.
 #[derive(Debug, Clone, Copy)]
 struct Noted {
     seq: u64,
@@ -275,7 +277,7 @@ pub(crate) fn watch_mailbox(depth: Depth) {
     *lock(&STATS.mailbox) = Some(depth);
 }
 
-/// Hook of the session reader, for a frame that is not a request (see [`served`]): a heartbeat
+/// Hook of the session reader, for a frame that is not a request (see [`request_arrived`]): a heartbeat
 /// or an answer, handled at once.
 pub(crate) fn arrived(msg: &SessionMsg) {
     let kind = Kind::of(msg);
@@ -284,31 +286,61 @@ pub(crate) fn arrived(msg: &SessionMsg) {
     }
 }
 
-/// Hook of the session reader: `answer` answers an incoming request of `kind`, received now.
-/// Counts the request when its answer is ready, timed per the module doc.
-pub(crate) fn served<F>(kind: Kind, answer: F) -> impl Future<Output = Body>
-where
-    F: Future<Output = Body>,
-{
+/// Hook of the session reader: an incoming request of `kind` arrived now. Its [`Ticket`] times
+/// and counts it once its answer is ready ([`Ticket::served`]), per the module doc.
+pub(crate) fn request_arrived(kind: Kind) -> Ticket {
     let received = Instant::now();
     let seq = STATS.next_request.fetch_add(1, Ordering::Relaxed);
     lock(&STATS.waiting)[kind.index()]
         .queue
         .push_back(Noted { seq, received });
-    // Made here, not in the block: a future dropped before its first poll forgets too.
-    let forget = Forget {
-        kind,
-        seq,
-        armed: true,
-    };
-    // Boxed: an `async` block keeps a captured future next to the one it awaits, which
-    // doubled every request task (about 1.5 KB each; 15 MiB more with 10,000 imports in
-    // flight at an exporter).
-    let answer = Box::pin(answer);
-    async move {
-        let mut forget = forget;
-        let body = answer.await;
+    Ticket {
+        // A request whose answer never comes is forgotten when its ticket goes.
+        forget: Forget {
+            kind,
+            seq,
+            armed: true,
+        },
+        received,
+    }
+}
+
+/// An incoming request, noted on arrival ([`request_arrived`]).
+pub(crate) struct Ticket {
+    forget: Forget,
+    received: Instant,
+}
+
+impl Ticket {
+    /// `answer`, then the request counted.
+    pub(crate) fn served<F: Future<Output = Body>>(self, answer: F) -> Served<F> {
+        Served {
+            answer,
+            ticket: self,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future [`Ticket::served`] returns. A struct rather than an `async` block, which
+    /// would keep the captured future next to the one it awaits (twice the size of every
+    /// request task), or need a box per request to avoid that.
+    pub(crate) struct Served<F> {
+        #[pin]
+        answer: F,
+        ticket: Ticket,
+    }
+}
+
+impl<F: Future<Output = Body>> Future for Served<F> {
+    type Output = Body;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Body> {
+        let this = self.project();
+        let body = std::task::ready!(this.answer.poll(cx));
+        let Ticket { forget, received } = this.ticket;
         forget.armed = false;
+        let (kind, seq, received) = (forget.kind, forget.seq, *received);
         let done = Instant::now();
         // Answered without reaching the engine (a malformed request, a stopping daemon): all
         // of its time was its own handling.
@@ -321,12 +353,12 @@ where
             started.saturating_duration_since(received),
             done.saturating_duration_since(started),
         );
-        body
+        Poll::Ready(body)
     }
 }
 
 /// Hook of the engine, as it takes an input from its mailbox: the processing of a peer
-/// request of `kind` starts (`None`: not a request [`served`] notes).
+/// request of `kind` starts (`None`: not a request [`request_arrived`] notes).
 pub(crate) fn taken(kind: Option<Kind>) {
     let Some(kind) = kind else {
         return;

@@ -265,7 +265,7 @@ fn interval_zero_writes_nothing_and_unopenable_is_not_fatal() {
 
 /// What the shared stats hold for `kind` now: noted and not taken, taken and not answered.
 /// The tests below use the two answer kinds, which the daemon never notes (only requests are
-/// served), so tests running in parallel do not disturb them.
+/// noted), so tests running in parallel do not disturb them.
 fn held(kind: Kind) -> (usize, usize) {
     let w = lock(&STATS.waiting);
     (w[kind.index()].queue.len(), w[kind.index()].started.len())
@@ -274,7 +274,7 @@ fn held(kind: Kind) -> (usize, usize) {
 #[tokio::test]
 async fn a_request_taken_then_answered_leaves_nothing_behind() {
     let kind = Kind::ImportResponse;
-    let answer = served(kind, async { Body::Refused("no".into()) });
+    let answer = request_arrived(kind).served(async { Body::Refused("no".into()) });
     assert_eq!(held(kind), (1, 0), "noted on arrival");
     taken(Some(kind));
     assert_eq!(held(kind), (0, 1), "the engine took it");
@@ -285,11 +285,14 @@ async fn a_request_taken_then_answered_leaves_nothing_behind() {
 #[tokio::test]
 async fn a_request_whose_answer_never_comes_leaves_nothing_behind() {
     let kind = Kind::UnimportResponse;
+    // Dropped before the engine took it, its answer not yet made.
+    drop(request_arrived(kind));
+    assert_eq!(held(kind), (0, 0));
     // Dropped before the engine took it, and before its first poll.
-    drop(served(kind, std::future::pending()));
+    drop(request_arrived(kind).served(std::future::pending()));
     assert_eq!(held(kind), (0, 0));
     // Dropped after the engine took it, while its answer was awaited.
-    let mut answer = Box::pin(served(kind, std::future::pending()));
+    let mut answer = Box::pin(request_arrived(kind).served(std::future::pending()));
     taken(Some(kind));
     assert!(poll_once(answer.as_mut()).await.is_none(), "no answer yet");
     assert_eq!(held(kind), (0, 1));
