@@ -1,8 +1,8 @@
 //! Signals the daemon does not act on but whose default action would end it: blocked from the
 //! first instruction of the daemon (so no thread ever takes their default action, and one sent
-//! during start-up waits instead of killing), then taken one by one by a thread of their own
-//! and logged, at most one line per signal every [`LOG_EVERY`], so a flood of signals cannot
-//! flood the log.
+//! during start-up waits instead of killing), then taken one by one from a signalfd on the
+//! runtime and logged, at most one line per signal every [`LOG_EVERY`], so a flood of signals
+//! cannot flood the log.
 //!
 //! Which signals (Linux, `man 7 signal`), and why the others are left alone:
 //! - Taken here: SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO (= SIGPOLL), SIGPWR, SIGSTKFLT,
@@ -25,10 +25,13 @@
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use nix::libc;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tracing::warn;
 
 /// At most one log line per signal this often; the ones in between are counted into the next.
@@ -73,7 +76,7 @@ pub(super) struct Blocked {
 
 /// Blocks [`ignored`]. Call while the process has one thread (before the runtime and any
 /// driver thread), so that every later thread inherits the mask: a signal is then delivered to
-/// no thread but stays pending until [`Blocked::log_in_background`] takes it.
+/// no thread but stays pending until [`Blocked::log_on_runtime`] takes it.
 pub(super) fn block() -> Result<Blocked> {
     let mut set = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: sigemptyset initialises the set behind the pointer, which is valid for writes;
@@ -122,48 +125,91 @@ pub(super) fn ignore_hup_until_handled() -> Result<()> {
 }
 
 impl Blocked {
-    /// Starts the thread that takes the blocked signals and logs each, rate-limited. Call after
-    /// DAEMONIZE's fork (a fork keeps only the calling thread) and after logging is set up;
-    /// signals that arrived before wait, pending, and are logged then.
-    pub(super) fn log_in_background(self) -> Result<()> {
-        std::thread::Builder::new()
-            .name("ignored-signals".into())
-            .spawn(move || self.run())
-            .context("cannot start the thread that takes ignored signals")?;
+    /// Takes the blocked signals on the runtime, from a signalfd (no thread of their own), and
+    /// logs each, rate-limited. Call on the runtime, after DAEMONIZE's fork and after logging
+    /// is set up; signals that arrived before wait, pending, and are logged then.
+    pub(super) fn log_on_runtime(self) -> Result<()> {
+        // SAFETY: `self.set` is an initialised sigset_t that outlives the call; -1 asks for a
+        // new descriptor.
+        let raw = unsafe { libc::signalfd(-1, &self.set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+        if raw < 0 {
+            bail!(
+                "cannot open a signalfd for the signals the daemon ignores: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: `raw` is the descriptor signalfd just opened; nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: the `OwnedFd` keeps its descriptor open and the same until the `AsyncFd`,
+        // which owns it, is dropped.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)
+            .context("cannot watch the signalfd of the signals the daemon ignores")?;
+        tokio::spawn(log_signals(fd));
         Ok(())
     }
+}
 
-    fn run(self) {
-        let mut limit = RateLimit::new(LOG_EVERY);
-        loop {
-            let sig = match limit.next_due() {
+/// Logs the signals `fd` (a signalfd) delivers, rate-limited, for as long as the runtime runs.
+async fn log_signals(fd: AsyncFd<OwnedFd>) {
+    let mut limit = RateLimit::new(LOG_EVERY);
+    loop {
+        let due = limit.next_due();
+        let summary = async {
+            match due {
+                Some(due) => tokio::time::sleep_until(due.into()).await,
                 // Nothing counted and unlogged: wait for a signal, however long.
-                None => {
-                    // SAFETY: `self.set` is initialised; a null siginfo pointer is allowed.
-                    unsafe { libc::sigwaitinfo(&self.set, std::ptr::null_mut()) }
-                }
-                Some(due) => {
-                    let left = due.saturating_duration_since(Instant::now());
-                    let timeout = libc::timespec {
-                        tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-                        tv_nsec: libc::c_long::from(left.subsec_nanos()),
-                    };
-                    // SAFETY: `self.set` and `timeout` are initialised and outlive the call; a
-                    // null siginfo pointer is allowed.
-                    unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &timeout) }
-                }
-            };
-            // -1 is a timeout (EAGAIN) or an interruption by a handled signal (EINTR).
-            let now = Instant::now();
-            for line in limit.flush(now) {
-                warn!("{line}");
+                None => std::future::pending().await,
             }
-            if sig > 0
-                && let Some(line) = limit.on_signal(sig, now)
-            {
-                warn!("{line}");
+        };
+        let ready = tokio::select! {
+            ready = fd.readable() => Some(ready),
+            () = summary => None,
+        };
+        let now = Instant::now();
+        for line in limit.flush(now) {
+            warn!("{line}");
+        }
+        let Some(ready) = ready else { continue };
+        let mut guard = match ready {
+            Ok(guard) => guard,
+            Err(e) => {
+                warn!("cannot wait for the ignored signals ({e}): they are no longer logged");
+                return;
+            }
+        };
+        loop {
+            match take_signal(guard.get_inner()) {
+                Ok(Some(sig)) => {
+                    if let Some(line) = limit.on_signal(sig, now) {
+                        warn!("{line}");
+                    }
+                }
+                Ok(None) => {
+                    guard.clear_ready();
+                    break;
+                }
+                Err(e) => {
+                    warn!("cannot read the ignored signals ({e}): they are no longer logged");
+                    return;
+                }
             }
         }
+    }
+}
+
+/// The next signal a non-blocking signalfd holds, if any.
+fn take_signal(fd: &OwnedFd) -> nix::Result<Option<libc::c_int>> {
+    let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
+    match nix::unistd::read(fd, &mut info) {
+        // `ssi_signo`, a u32, comes first.
+        Ok(n) if n == info.len() => {
+            let signo = u32::from_ne_bytes([info[0], info[1], info[2], info[3]]);
+            Ok(Some(libc::c_int::try_from(signo).unwrap_or(0)))
+        }
+        Ok(_) | Err(nix::errno::Errno::EAGAIN) => Ok(None),
+        Err(nix::errno::Errno::EINTR) => take_signal(fd),
+        Err(e) => Err(e),
     }
 }
 

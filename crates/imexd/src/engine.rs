@@ -257,13 +257,11 @@ impl Engine {
         mut self,
         path: Option<std::path::PathBuf>,
         map: openimex_core::NodeMap,
-    ) -> Result<Self, DaemonError> {
+    ) -> Self {
         if let Some(path) = path {
-            let writer = crate::persist::Writer::start(path, map, self.tx.clone())
-                .map_err(DaemonError::PersistThread)?;
-            self.persist = Some(writer);
+            self.persist = Some(crate::persist::Writer::new(path, map, self.tx.clone()));
         }
-        Ok(self)
+        self
     }
 
     /// Count events into `metrics` (shared with the metrics server).

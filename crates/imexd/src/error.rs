@@ -52,11 +52,6 @@ pub enum DaemonError {
         "cannot start the GPU driver threads: {0}; check the limits on threads and memory (ulimit -u, ulimit -v)"
     )]
     DriverThread(io::Error),
-    /// The thread that writes the persist record could not start.
-    #[error(
-        "cannot start the thread that writes the persistence file: {0}; check the limits on threads and memory (ulimit -u, ulimit -v)"
-    )]
-    PersistThread(io::Error),
     /// `NOTIFY_SOCKET` is set but names no socket this daemon can send to (see `notify`).
     #[error(
         "cannot use NOTIFY_SOCKET={value}: {reason}; the daemon runs without telling the service manager it is ready (give a unix socket path or @abstract name, or use Type=simple)"

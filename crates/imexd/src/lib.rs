@@ -248,7 +248,7 @@ pub async fn run(
         .count_into(events)
         .watch_fabric(fabric)
         .dial_from(local_ip)
-        .persist_to(settings.persist_path.clone(), map_for_record)?
+        .persist_to(settings.persist_path.clone(), map_for_record)
         .publish_hosts(hosts_tx);
     let result = engine.run(rx, shutdown).await;
     for s in &servers {

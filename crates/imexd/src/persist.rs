@@ -12,10 +12,10 @@
 //! then a rename), so a crash of the daemon leaves the old record or the new one, never half of
 //! one.
 //!
-//! Writes happen on a thread of their own ([`Writer`]), off the engine's loop: the record is
-//! written while the driver describes the export, and only the import answers that depend on it
-//! wait for it — an answer hands the importer a reference the record must already name, or a
-//! crash in between would let recovery forget that importer.
+//! Writes happen on a thread of their own ([`Writer`], started with the first record), off the
+//! engine's loop: the record is written while the driver describes the export, and only the
+//! import answers that depend on it wait for it — an answer hands the importer a reference the
+//! record must already name, or a crash in between would let recovery forget that importer.
 //!
 //! No fsync: the record guards against an unclean exit of the *daemon* (the driver and its
 //! memory live on), and what a process wrote is in the page cache for its successor whether or
@@ -106,9 +106,51 @@ pub(crate) fn write(path: &Path, map: &NodeMap, importers: &[NodeId]) -> std::io
 /// One record to write: its sequence number, the map it is keyed to, the importers.
 type Job = (u64, Arc<NodeMap>, Vec<NodeId>);
 
+/// Starts the thread writing records to `path`, each reported to `engine` once written.
+fn spawn(
+    path: PathBuf,
+    engine: mpsc::Sender<Input>,
+) -> std::io::Result<(std_mpsc::Sender<Job>, std::thread::JoinHandle<()>)> {
+    let (jobs, rx) = std_mpsc::channel::<Job>();
+    let thread = std::thread::Builder::new()
+        .name("persist".into())
+        .spawn(move || {
+            while let Ok(mut job) = rx.recv() {
+                // Only the newest record matters.
+                while let Ok(newer) = rx.try_recv() {
+                    job = newer;
+                }
+                let (seq, map, importers) = job;
+                write_logged(&path, &map, &importers);
+                // Answers go out even when the write failed (said in the log): holding them
+                // forever would stop every import, a worse failure than the one logged.
+                if engine.blocking_send(Input::Persisted { seq }).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok((jobs, thread))
+}
+
+/// [`write`], a failure logged.
+fn write_logged(path: &Path, map: &NodeMap, importers: &[NodeId]) {
+    if let Err(e) = write(path, map, importers) {
+        tracing::error!(
+            "cannot write the persistence file {}: {e}; after a crash, recovery cannot know which nodes held this node's memory; make its directory writable or set OPENIMEX_PERSIST_FILE",
+            path.display()
+        );
+    }
+}
+
 /// Writes records on its own thread, newest first (a record superseded before its turn is
 /// skipped), and holds the import answers that must not leave before a record is written.
+/// The thread starts with the first record: a node whose memory nobody imports never needs
+/// it, and a domain's start (every daemon at once) does without one more thread per daemon.
 pub(crate) struct Writer {
+    path: PathBuf,
+    /// Where the thread reports each record written.
+    engine: mpsc::Sender<Input>,
+    /// The thread's queue, once it runs.
     jobs: Option<std_mpsc::Sender<Job>>,
     /// The node map records are keyed to (it grows on SIGUSR1).
     map: Arc<NodeMap>,
@@ -121,49 +163,42 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread writing to `path` for `map`; each record written is reported to the
-    /// engine as [`Input::Persisted`].
-    pub(crate) fn start(
-        path: PathBuf,
-        map: NodeMap,
-        engine: mpsc::Sender<Input>,
-    ) -> std::io::Result<Self> {
-        let (jobs, rx) = std_mpsc::channel::<Job>();
-        let thread = std::thread::Builder::new()
-            .name("persist".into())
-            .spawn(move || {
-                while let Ok(mut job) = rx.recv() {
-                    // Only the newest record matters.
-                    while let Ok(newer) = rx.try_recv() {
-                        job = newer;
-                    }
-                    let (seq, map, importers) = job;
-                    if let Err(e) = write(&path, &map, &importers) {
-                        tracing::error!(
-                            "cannot write the persistence file {}: {e}; after a crash, recovery cannot know which nodes held this node's memory; make its directory writable or set OPENIMEX_PERSIST_FILE",
-                            path.display()
-                        );
-                    }
-                    // Answers go out even when the write failed (said above): holding them
-                    // forever would stop every import, a worse failure than the one logged.
-                    if engine.blocking_send(Input::Persisted { seq }).is_err() {
-                        return;
-                    }
-                }
-            })?;
-        Ok(Self {
-            jobs: Some(jobs),
+    /// A writer to `path` for `map`; each record written is reported to the engine as
+    /// [`Input::Persisted`].
+    pub(crate) fn new(path: PathBuf, map: NodeMap, engine: mpsc::Sender<Input>) -> Self {
+        Self {
+            path,
+            engine,
+            jobs: None,
             map: Arc::new(map),
-            thread: Some(thread),
+            thread: None,
             sent: 0,
             written: 0,
             held: VecDeque::new(),
-        })
+        }
     }
 
     /// Queues a record naming `importers`.
     pub(crate) fn write(&mut self, importers: Vec<NodeId>) {
         self.sent += 1;
+        if self.thread.is_none() {
+            match spawn(self.path.clone(), self.engine.clone()) {
+                Ok((jobs, thread)) => {
+                    self.jobs = Some(jobs);
+                    self.thread = Some(thread);
+                }
+                Err(e) => {
+                    // Written here, then, on the engine's loop: late answers are better than
+                    // a record missing after a crash. The thread is tried again next time.
+                    tracing::warn!(
+                        "cannot start the thread that writes the persistence file ({e}): writing it on the daemon's main loop; check the limits on threads and memory (ulimit -u, ulimit -v)"
+                    );
+                    write_logged(&self.path, &self.map, &importers);
+                    self.written(self.sent);
+                    return;
+                }
+            }
+        }
         if let Some(jobs) = &self.jobs {
             let _ = jobs.send((self.sent, Arc::clone(&self.map), importers));
         }
@@ -248,7 +283,8 @@ mod tests {
         let path = dir.join("persist.dat");
         let map = NodeMap::new(vec!["10.0.0.1".into(), "10.0.0.2".into()]);
         let (engine, mut rx) = mpsc::channel(8);
-        let mut writer = Writer::start(path.clone(), map.clone(), engine).expect("start");
+        let mut writer = Writer::new(path.clone(), map.clone(), engine);
+        assert!(writer.thread.is_none(), "no thread before the first record");
 
         // Nothing queued: an answer leaves at once.
         let (reply, mut got) = oneshot::channel();
@@ -271,6 +307,10 @@ mod tests {
             )),
         );
         assert!(got.try_recv().is_err(), "held until the record is written");
+        assert!(
+            writer.thread.is_some(),
+            "the first record started the thread"
+        );
         let Some(Input::Persisted { seq }) = rx.recv().await else {
             panic!("the writer reports its write");
         };
