@@ -9,7 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Prost's codec with smaller first buffers (`src/codec.rs` says why).
         .codec_path("crate::codec::SmallBufferCodec")
         // A session frame's rare, large parts boxed (the identities, the handshake, a status
-        // row), so the frame itself is small (400 bytes before, 120 now): a session's send
+        // row), so the frame itself is small (400 bytes before, 136 now): a session's send
         // queue holds frames unboxed, and each import's request and answer cost no allocation.
         .boxed(".openimex.peer.v1.SessionMsg.from")
         .boxed(".openimex.peer.v1.SessionMsg.body.status_reply")

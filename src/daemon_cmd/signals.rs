@@ -178,10 +178,15 @@ async fn log_signals(fd: AsyncFd<OwnedFd>) {
                 return;
             }
         };
-        loop {
+        // At most a batch per wake-up: real-time signals queue (up to RLIMIT_SIGPENDING), and
+        // this task shares the daemon's one runtime thread with the engine and every session,
+        // so a flood must not keep it here. Readiness is left set: the rest comes next turn.
+        for _ in 0..SIGNALS_PER_TURN {
             match take_signal(guard.get_inner()) {
                 Ok(Some(sig)) => {
-                    if let Some(line) = limit.on_signal(sig, now) {
+                    if sig > 0
+                        && let Some(line) = limit.on_signal(sig, now)
+                    {
                         warn!("{line}");
                     }
                 }
@@ -195,10 +200,15 @@ async fn log_signals(fd: AsyncFd<OwnedFd>) {
                 }
             }
         }
+        drop(guard);
+        tokio::task::yield_now().await;
     }
 }
 
-/// The next signal a non-blocking signalfd holds, if any.
+/// Signals read from the signalfd before the task lets the runtime's other tasks run.
+const SIGNALS_PER_TURN: usize = 32;
+
+/// The next signal a non-blocking signalfd holds, if any (0: interrupted, nothing read).
 fn take_signal(fd: &OwnedFd) -> nix::Result<Option<libc::c_int>> {
     let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
     match nix::unistd::read(fd, &mut info) {
@@ -208,7 +218,7 @@ fn take_signal(fd: &OwnedFd) -> nix::Result<Option<libc::c_int>> {
             Ok(Some(libc::c_int::try_from(signo).unwrap_or(0)))
         }
         Ok(_) | Err(nix::errno::Errno::EAGAIN) => Ok(None),
-        Err(nix::errno::Errno::EINTR) => take_signal(fd),
+        Err(nix::errno::Errno::EINTR) => Ok(Some(0)),
         Err(e) => Err(e),
     }
 }

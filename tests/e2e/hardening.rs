@@ -110,6 +110,16 @@ fn ignored_signals_are_logged_and_sigterm_still_leaves_cleanly() {
         after - before
     );
     assert!(cluster.is_running(1), "node 1 died in the SIGUSR2 flood");
+    // Real-time signals queue, one record each: a flood of them is read a batch at a time on
+    // the daemon's one runtime thread, which keeps answering meanwhile.
+    for _ in 0..5000 {
+        kill(pid, libc::SIGRTMIN());
+    }
+    let q = cluster
+        .ctl(1, &["-q"])
+        .expect("ctl -q after a SIGRTMIN flood");
+    assert_eq!(text(&q.stdout), "READY\n", "{}", text(&q.stderr));
+    assert!(cluster.is_running(1), "node 1 died in the SIGRTMIN flood");
 
     let out = cluster.stop(1, Duration::from_secs(10)).expect("SIGTERM");
     assert_eq!(out.exit_code, Some(0), "{out:?}\n{}", cluster.logs_tail(40));

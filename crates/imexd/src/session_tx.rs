@@ -259,7 +259,7 @@ impl SessionTx {
         }
     }
 
-    /// Answers the peer's request `id` with what the future `answer` makes gives, on a task of
+    /// Answers the peer's request `id` with the future `answer` makes, on a task of
     /// its own; the session counts as busy until the answer is queued ([`SessionTx::retire`]).
     /// The future is made on the task, where it is awaited: a future captured by the task
     /// would be kept twice in it (the capture, then the one awaited).
