@@ -155,7 +155,8 @@ pub(crate) struct Writer {
     /// The node map records are keyed to (it grows on SIGUSR1).
     map: Arc<NodeMap>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// Records handed to the thread, and written, by sequence number.
+    /// Records queued (or, without a thread, written on the engine's loop), and written, by
+    /// sequence number.
     sent: u64,
     written: u64,
     /// Answers waiting for the record of their sequence number.
@@ -163,8 +164,9 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// A writer to `path` for `map`; each record written is reported to the engine as
-    /// [`Input::Persisted`].
+    /// A writer to `path` for `map`; each record its thread writes is reported to the engine
+    /// as [`Input::Persisted`] (one written on the engine's loop, when the thread cannot
+    /// start, counts as written at once).
     pub(crate) fn new(path: PathBuf, map: NodeMap, engine: mpsc::Sender<Input>) -> Self {
         Self {
             path,

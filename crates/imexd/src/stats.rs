@@ -13,10 +13,10 @@
 //!     reader takes the frame, *starts* when the engine takes it from its mailbox, and is
 //!     *answered* when its answer is ready: `avgQueueTimeMillis` is received→started,
 //!     `avgOperTimeMillis` started→answered (an import's includes the driver's describe),
-//!     `avgTotalTimeMillis` received→answered. The reader notes the request (`request_arrived`); the
-//!     engine marks the start (`taken`) of the oldest noted request of the same kind: the
-//!     mailbox is first in, first out, so that is the one it took, unless two readers raced to
-//!     the mailbox with requests of one kind a few microseconds apart.
+//!     `avgTotalTimeMillis` received→answered. The reader notes the request
+//!     (`request_arrived`); the engine marks the start (`taken`) of the oldest noted request of
+//!     the same kind: the mailbox is first in, first out, so that is the one it took, unless two
+//!     readers raced to the mailbox with requests of one kind a few microseconds apart.
 //!   - Heartbeats, their answers and the answers to our requests are handled by the reader as
 //!     they arrive, without a queue: counted, with zero times.
 //!   - An outgoing message (`Trip`) is queued from the moment it is built until the session's
@@ -277,8 +277,8 @@ pub(crate) fn watch_mailbox(depth: Depth) {
     *lock(&STATS.mailbox) = Some(depth);
 }
 
-/// Hook of the session reader, for a frame that is not a request (see [`request_arrived`]): a heartbeat
-/// or an answer, handled at once.
+/// Hook of the session reader, for a frame that is not a request (see [`request_arrived`]): a
+/// heartbeat or an answer, handled at once.
 pub(crate) fn arrived(msg: &SessionMsg) {
     let kind = Kind::of(msg);
     if !kind.is_request() {
