@@ -218,13 +218,20 @@ struct Link {
     times_connected: u32,
     /// The session that carries the pair, whichever side dialled it.
     carrier: Option<Carrier>,
-    /// The session we dialled that a departed peer said goodbye on (attempt, instance): left
-    /// open for the peer to close, and still the peer's for its last requests (`pair.rs`).
+    /// The session we dialled that carried the pair when the peer said goodbye (attempt,
+    /// instance): left open for the peer to close, and still the peer's for its last requests
+    /// (`pair.rs`).
     farewell: Option<(u64, InstanceId)>,
     /// The session we dialled that the pair's preferred session replaced (attempt, instance):
     /// closing, and still the peer's for the requests it sent on it before it saw the switch
     /// (`pair.rs`).
     superseded: Option<(u64, InstanceId)>,
+    /// When our dial in flight (or the last one) was made: the peer's answer to it proves the
+    /// pair alive no earlier than that (`pair.rs`).
+    dialled_at: Instant,
+    /// The instance that said goodbye (it is leaving): no session of it carries the pair again
+    /// (`pair.rs`). Forgotten when another instance of the node is heard from.
+    departed: Option<InstanceId>,
 }
 
 impl Link {
@@ -244,6 +251,8 @@ impl Link {
             carrier: None,
             farewell: None,
             superseded: None,
+            dialled_at: now,
+            departed: None,
         }
     }
 }
@@ -493,6 +502,13 @@ impl Mesh {
             return;
         }
         self.note_instance(peer, remote.instance);
+        if self.departed(peer, remote.instance) {
+            // Answered before the peer began to leave; it said goodbye since (pair.rs).
+            self.actions.push_back(Action::CloseSession { peer, via });
+            self.schedule_retry(now, peer, DialFailure::Other);
+            self.pump_dials(now);
+            return;
+        }
         self.set_dialer(peer, Dialer::Idle);
         self.session_up(now, peer, via, remote.instance);
         self.pump_dials(now);
@@ -581,6 +597,7 @@ impl Mesh {
         self.set_carrier(peer, None);
         if let Some(link) = self.link_mut(peer) {
             link.farewell = farewell;
+            link.departed = Some(instance);
         }
         self.set_status(
             now,
@@ -677,7 +694,7 @@ impl Mesh {
             .is_some_and(|l| l.attempt == attempt && l.dialer == want)
     }
 
-    fn dial(&mut self, peer: NodeId) {
+    fn dial(&mut self, now: Instant, peer: NodeId) {
         if self.state == DaemonState::ShuttingDown {
             return;
         }
@@ -685,6 +702,7 @@ impl Mesh {
             return;
         };
         link.attempt += 1;
+        link.dialled_at = now;
         let attempt = link.attempt;
         self.set_dialer(peer, Dialer::InFlight);
         self.actions.push_back(Action::Dial { peer, attempt });
@@ -703,7 +721,7 @@ impl Mesh {
             if class != DueClass::FirstRound && !self.tokens.take(now, &self.budget) {
                 return;
             }
-            self.dial(peer);
+            self.dial(now, peer);
         }
     }
 

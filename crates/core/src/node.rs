@@ -60,8 +60,10 @@
 //!   importers are released, imports from it that were still in flight fail, unimports waiting
 //!   on it finish, and the local importers of its memory are disabled.
 //! - The exporter takes a reference for an importer only while that importer's instance is the
-//!   one the mesh knows; a reference described for an importer that restarted meanwhile is
-//!   released at once.
+//!   one the mesh knows and its link is CONNECTED here; a reference described for an importer
+//!   that restarted meanwhile, or that was cleaned up after its grace time meanwhile, is
+//!   released at once. So a lost peer's clean-up never releases a reference taken for an
+//!   import it made after coming back (`node/grace.rs`).
 
 mod exporter;
 mod give_backs;
@@ -366,6 +368,9 @@ pub struct Node {
     grace: Option<Duration>,
     /// Lost peers cleaned up after their grace time, until they are back.
     cleaned: HashMap<NodeId, Duration>,
+    /// When we last accepted the hello of a peer whose link was not CONNECTED here: it counts
+    /// the pair as connected from our answer (`node/grace.rs`).
+    answered_lost: HashMap<NodeId, Instant>,
     cleanups: peers::CleanupLog,
     recovery: recovery::Recovery,
     recovery_wait: Duration,
@@ -391,6 +396,7 @@ impl Node {
             max_describes_per_peer: cfg.max_describes_per_peer,
             grace: cfg.grace,
             cleaned: HashMap::new(),
+            answered_lost: HashMap::new(),
             cleanups: peers::CleanupLog::default(),
             recovery: recovery::Recovery::new(&cfg.recover_from),
             recovery_wait: cfg.recovery_wait,
@@ -590,6 +596,9 @@ impl Node {
     pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
         let verdict = self.mesh.handle_hello(now, remote);
         self.absorb_mesh(now);
+        if verdict == Verdict::Accept && self.connected(remote.node).is_none() {
+            self.answered_while_lost(now, remote.node);
+        }
         verdict
     }
 
@@ -677,6 +686,7 @@ impl Node {
                     self.disarm(Timer::Grace(peer));
                     self.disarm(Timer::GraceRelease(peer));
                     self.cleaned.remove(&peer);
+                    self.answered_lost.remove(&peer);
                     self.flush_undelivered(now, peer);
                 }
                 Some((peer, current, false)) => {
@@ -687,6 +697,7 @@ impl Node {
                     };
                     self.disarm(Timer::Grace(peer));
                     self.disarm(Timer::GraceRelease(peer));
+                    self.answered_lost.remove(&peer);
                     // Its references went with it (a restart) or it released them (a goodbye).
                     let (_, cleaned) = self.peer_gone(now, peer, current);
                     self.record_cleanup(now, peer, reason, cleaned);

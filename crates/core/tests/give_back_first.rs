@@ -23,11 +23,13 @@ fn import(id: u64) -> ImportRequest {
     }
 }
 
-/// Node 0 of a 3-node domain, started, with node 1's session accepted on connection 1.
+/// Node 0 of a 3-node domain, started, with node 1's session accepted and opened on
+/// connection 1 (imports are served only to a CONNECTED peer).
 fn node() -> (Node, Instant, Vec<Hello>) {
     let (mut n, now, hellos) = sim::node::node(Setup::default());
     sim::node::start(&mut n, now);
     n.handle_session_hello(now, 1, true, &hellos[1]);
+    assert!(n.handle_session_opened(now, 1));
     drain(&mut n);
     (n, now, hellos)
 }
@@ -101,6 +103,7 @@ fn only_the_importer_instance_that_gave_back_is_refused() {
     assert!(described(&drain(&mut n)));
     // Node 2's give-back does not refuse node 1's import of the same event ID.
     n.handle_session_hello(now, 2, true, &hellos[2]);
+    assert!(n.handle_session_opened(now, 2));
     drain(&mut n);
     n.handle_session_unimport(now, 12, Via::Accepted { conn: 2 }, None, 9);
     drain(&mut n);

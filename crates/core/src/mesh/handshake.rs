@@ -136,6 +136,9 @@ impl Mesh {
         let Some(link) = self.link_mut(peer) else {
             return;
         };
+        if link.departed.is_some_and(|d| d != instance) {
+            link.departed = None;
+        }
         match link.instance.replace(instance) {
             Some(old) if old != instance => {
                 self.actions.push_back(Action::PeerRestarted {

@@ -34,6 +34,14 @@
 //! peer that really died is noticed within the dial timeout). Without this, every pair whose
 //! dials crossed flapped RECOVERING and waited out a backoff.
 //!
+//! An instance that said goodbye is leaving: no session of it carries the pair again, though
+//! one may still reach us after the goodbye (a dial the peer made before it began to leave,
+//! whose stream or answer travels on another connection than the goodbye). Such a session is
+//! closed on arrival, and the session the goodbye found carrying the pair stays the peer's for
+//! its last requests (its farewell, above) instead of being replaced by it: taking it as the
+//! pair's would show a departed peer CONNECTED and refuse the imports it hands back on the
+//! session it used before. Only another instance of the node (a restart) is connected again.
+//!
 //! While a session carries the pair, the link is CONNECTED and nothing is dialled: a queued or
 //! waiting retry is cancelled when the peer's session arrives, and only a dial already in
 //! flight is let finish (the rule then decides). A pair whose session is lost is RECOVERING on
@@ -120,6 +128,7 @@ impl Mesh {
     ) -> bool {
         if self.state == DaemonState::ShuttingDown
             || self.link(peer).is_none_or(|l| l.instance != Some(instance))
+            || self.departed(peer, instance)
         {
             return false;
         }
@@ -166,6 +175,13 @@ impl Mesh {
         self.pump_dials(now);
     }
 
+    /// Whether `instance` of `peer` said goodbye: it is leaving, and no session of it carries
+    /// the pair again (module docs).
+    pub(super) fn departed(&self, peer: NodeId, instance: InstanceId) -> bool {
+        self.link(peer)
+            .is_some_and(|l| l.departed == Some(instance))
+    }
+
     /// Whether `via` would be preferred for its pair with `peer`: dialled by the lower node ID.
     fn preferred(&self, peer: NodeId, via: Via) -> bool {
         match via {
@@ -196,6 +212,12 @@ impl Mesh {
     ) -> bool {
         let Some(link) = self.link(peer) else {
             return false;
+        };
+        // The peer's answer to our dial was made at some time since we dialled: the pair was
+        // heard from then at the earliest (module docs).
+        let heard = match via {
+            Via::Dialled { .. } => link.dialled_at.min(now),
+            Via::Accepted { .. } => now,
         };
         let mut retired = None;
         if let Some(old) = link.carrier {
@@ -230,7 +252,7 @@ impl Mesh {
             Some(Carrier {
                 via,
                 instance,
-                last_rx: now,
+                last_rx: heard,
                 asked_at: None,
             }),
         );

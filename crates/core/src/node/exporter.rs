@@ -23,9 +23,12 @@ impl Node {
             });
             return;
         }
-        if !self.knows(from) {
+        if self.connected(from.node) != Some(from.instance) {
+            // Only a CONNECTED link cancels a clean-up under way (`node/grace.rs`): a reference
+            // taken for a peer whose link is still lost here could be released by it.
             let detail = format!(
-                "node {} instance {} is not connected here; reconnect first",
+                "node {} instance {} is not connected here (its session is not open); retry \
+                 once it is",
                 from.node, from.instance
             );
             self.actions.push_back(Action::AnswerImport {
@@ -114,6 +117,15 @@ impl Node {
                 // The importer restarted or left while we described: its import is gone.
                 self.release(now, smallvec::smallvec![export_ref], None);
                 Err(ImportError::new(Status::InvalidState, "importer restarted"))
+            }
+            Ok((export_ref, _)) if self.cleaned.contains_key(&d.importer.node) => {
+                // Its link was lost for the grace time while we described: it fences (or has
+                // fenced) this import, and nothing but its return would release the reference.
+                self.release(now, smallvec::smallvec![export_ref], None);
+                Err(ImportError::new(
+                    Status::InvalidState,
+                    "importer cleaned up after the grace time",
+                ))
             }
             Ok((export_ref, _)) if d.cancelled => {
                 // The importer gave up on it while we described.

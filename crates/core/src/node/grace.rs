@@ -28,7 +28,17 @@
 //!
 //! If the peer comes back (same instance) between the fence and the release, the references
 //! stay: the peer fenced too and its queued unimports release them, or it never lost us and
-//! its importers are still using them.
+//! its importers are still using them. "Comes back" means its link is CONNECTED here again,
+//! and that alone cancels the release.
+//!
+//! Which references the release may touch: only those of imports the peer made before it
+//! fenced ours — never one it made after coming back. That holds because nothing else can be
+//! held for it then: an import is served only while the pair's link is CONNECTED here
+//! (`exporter.rs`), so a peer whose session has not opened here yet (its requests reached us
+//! on a connection its hello proved, ahead of the session, or by a unary call) is refused
+//! while its clean-up is under way; and a describe that lands after the fence, for an import
+//! asked before it, is released at once. A peer is served again only once its link is
+//! CONNECTED, which cancels the release.
 
 use std::time::{Duration, Instant};
 
@@ -57,8 +67,33 @@ impl Node {
             self.imports.undelivered(peer, import_event_id);
         }
         self.record_cleanup(now, peer, "lost for longer than the grace time", cleaned);
+        let at = self.release_due(now, peer);
+        self.arm(at, Timer::GraceRelease(peer));
+    }
+
+    /// When what a lost peer held here may be released: a fence margin after our fence, and
+    /// no earlier than a grace time and a fence margin after the last hello of it we answered
+    /// while it was lost (module docs).
+    fn release_due(&self, fenced: Instant, peer: NodeId) -> Instant {
         let margin = self.fence_margin();
-        self.arm(now + margin, Timer::GraceRelease(peer));
+        let after_answer = self
+            .answered_lost
+            .get(&peer)
+            .map(|at| *at + self.grace.unwrap_or_default() + margin);
+        after_answer.map_or(fenced + margin, |a| a.max(fenced + margin))
+    }
+
+    /// We accepted the hello of `peer` while its link here is not CONNECTED: it takes the pair
+    /// as connected from our answer, and fences our memory no earlier than a peer timeout and a
+    /// grace time later; a release already due before that waits for it.
+    pub(super) fn answered_while_lost(&mut self, now: Instant, peer: NodeId) {
+        self.answered_lost.insert(peer, now);
+        if let Some(&due) = self.deadlines.get(&Timer::GraceRelease(peer)) {
+            let later = self.release_due(now, peer);
+            if later > due {
+                self.arm(later, Timer::GraceRelease(peer));
+            }
+        }
     }
 
     /// The fence margin after a lost peer's grace time is over and it is still away: release

@@ -10,6 +10,15 @@
 //! link (only our own dial may mark a link mismatched). A restart is believed only from such a
 //! hello or our own handshake. References an exporter holds belong to the importer instance its
 //! session proved: only that instance's unimport, loss or restart releases them.
+//!
+//! Proving the peer is not enough to serve its imports: an import takes a reference, and one is
+//! served only while the pair's link is CONNECTED here with that instance (`exporter.rs`). A
+//! request on a connection whose hello was accepted, ahead of the session that connection opens
+//! or by a unary call, may come from a peer whose clean-up after the grace time is under way
+//! here; a reference taken for it would be released by that clean-up while the peer maps it
+//! (`grace.rs`). It is refused with INVALID_STATE, which the importer's application sees as a
+//! failed import it may retry. Unimports, goodbyes and status rows are served on any session
+//! that proves the peer: they take nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;

@@ -14,7 +14,9 @@
 //! application releases: every export's reference count is zero, nobody is blocked, and every
 //! node's tables are empty.
 //!
-//! - `cargo test -p openimex-core --test node_sim` runs 1,000 seeds and prints `N seeds, …`.
+//! - `cargo test -p openimex-core --test node_sim` runs 1,000 fixed seeds and a window of
+//!   20,000 more whose start is derived from the commit checked out (printed as
+//!   `commit window: …`), and prints `N seeds, …` for each.
 //! - `OPENIMEX_SIM_SEEDS=<n>` runs `n` seeds (`OPENIMEX_SIM_FIRST=<k>` starts at seed `k`).
 //! - `OPENIMEX_SIM_SEED=<seed>` replays one seed alone with a trace of every event; a failing
 //!   seed is printed with that command.
@@ -72,6 +74,70 @@ fn seeded_chaos() {
     }
     let count = env_u64("OPENIMEX_SIM_SEEDS").unwrap_or(1000);
     let first = env_u64("OPENIMEX_SIM_FIRST").unwrap_or(0);
+    run_window(first, count);
+}
+
+/// Seeds the fixed 1,000 never reach: a window of [`WINDOW`] seeds whose start is derived from
+/// the commit checked out (`git rev-parse HEAD`), so every commit explores seeds of its own and
+/// a run is reproducible from the commit alone. The window is printed, and a failing seed's
+/// replay command with it. Skipped when `OPENIMEX_SIM_SEED` replays one seed or
+/// `OPENIMEX_SIM_SEEDS` chooses the seeds (`seeded_chaos` runs those).
+#[test]
+fn seeds_of_this_commit() {
+    if env_u64("OPENIMEX_SIM_SEED").is_some() || env_u64("OPENIMEX_SIM_SEEDS").is_some() {
+        return;
+    }
+    let mut err = std::io::stderr();
+    let (commit, first) = match commit_window() {
+        Ok(w) => w,
+        Err(why) => {
+            // Outside a git checkout (a source tarball): a fixed window, said so.
+            let _ = writeln!(
+                err,
+                "commit window: {why}; using the window at {FALLBACK_FIRST}"
+            );
+            ("(none)".to_string(), FALLBACK_FIRST)
+        }
+    };
+    let _ = writeln!(
+        err,
+        "commit window: seeds {first}..{} of commit {commit} (OPENIMEX_SIM_FIRST={first} \
+         OPENIMEX_SIM_SEEDS={WINDOW} runs it again)",
+        first + WINDOW
+    );
+    run_window(first, WINDOW);
+}
+
+/// How many seeds [`seeds_of_this_commit`] runs.
+const WINDOW: u64 = 20_000;
+/// Its start outside a git checkout.
+const FALLBACK_FIRST: u64 = 1_000_000;
+
+/// The commit checked out and the first seed of its window: past the fixed 1,000, from the
+/// commit hash's first 12 hex digits (below 2^48, so the window never wraps).
+fn commit_window() -> Result<(String, u64), String> {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new("git")
+        .args(["-C", dir, "rev-parse", "HEAD"])
+        .output()
+        .map_err(|e| format!("git rev-parse HEAD: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "git rev-parse HEAD: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let prefix = commit.get(..12).unwrap_or(&commit);
+    let n = u64::from_str_radix(prefix, 16)
+        .map_err(|e| format!("commit {commit:?} is not hex: {e}"))?;
+    Ok((commit, 1000 + n))
+}
+
+/// Runs seeds `first..first + count` on every core and fails with each failing seed's replay
+/// command.
+fn run_window(first: u64, count: u64) {
+    let mut err = std::io::stderr();
     let next = AtomicU64::new(first);
     let total = Mutex::new(Stats::default());
     let failures: Mutex<Vec<(u64, Vec<String>)>> = Mutex::new(Vec::new());
@@ -101,15 +167,17 @@ fn seeded_chaos() {
         let _ = writeln!(
             err,
             "seed {seed} FAILED:\n  {}\n  reproduce: OPENIMEX_SIM_SEED={seed} cargo test -p \
-             openimex-core --test node_sim",
+             openimex-core --test node_sim seeded_chaos",
             v.iter().take(5).cloned().collect::<Vec<_>>().join("\n  ")
         );
     }
     assert!(
         failures.is_empty(),
-        "{} of {count} seeds failed (first: {}); see above",
+        "{} of {count} seeds from {first} failed (first: {}, replay: OPENIMEX_SIM_SEED={} cargo \
+         test -p openimex-core --test node_sim seeded_chaos); see above",
         failures.len(),
-        failures[0].0
+        failures[0].0,
+        failures[0].0,
     );
 }
 

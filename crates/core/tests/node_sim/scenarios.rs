@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use openimex_core::node::Action;
-use openimex_core::{ConnStatus, NodeId, QuorumPolicy};
+use openimex_core::{ConnStatus, NodeId, QuorumPolicy, Via};
 
 use crate::chaos;
 use crate::driver::{DescState, ImportCall};
@@ -20,6 +20,10 @@ const A: usize = 0;
 const B: usize = 1;
 
 fn world(n: usize) -> World {
+    world_with_grace(n, None)
+}
+
+fn world_with_grace(n: usize, grace: Option<Duration>) -> World {
     let p = Params {
         n,
         quorum: QuorumPolicy::None,
@@ -27,7 +31,7 @@ fn world(n: usize) -> World {
         fault_weights: [0; FAULT_KINDS],
         fault_gap: (1000, 1000),
         app_gap: (1000, 1000),
-        grace: None,
+        grace,
     };
     let trace = std::env::var_os("OPENIMEX_SIM_TRACE").is_some();
     let mut w = World::new(p, 1, trace);
@@ -395,5 +399,211 @@ fn transport_error_after_the_exporter_took_a_reference_gives_it_back() {
     // Sent at once (the reset was not seen yet, so it failed too), then again on reconnect.
     assert!(unimports_sent(&w, event) >= 1, "handed back");
     assert_eq!(refs_held(&w, A), 0);
+    finish(w);
+}
+
+fn link(w: &World, node: usize, peer: usize) -> ConnStatus {
+    w.node(node).unwrap().links()[peer].status
+}
+
+fn cleaned_up(w: &World, node: usize, peer: usize) -> usize {
+    count(
+        w,
+        node,
+        |a| matches!(a, Action::CleanedUp { peer: p, .. } if p.index() == peer),
+    )
+}
+
+/// Issue 28, seed 515433: the importer's session reached the exporter after the partition
+/// healed, but the exporter saw its requests before the session opened there (the daemon's
+/// unary RPCs can do that too), so its link stayed RECOVERING while it served them; the
+/// release step of the clean-up, a fence margin after the fence, then released the references
+/// of imports made after the heal, which were live. Now an import is served only while the
+/// pair's link is CONNECTED (which cancels the release): the early one is refused, and the
+/// one made once the session is open is held to the end.
+#[test]
+fn a_peer_back_inside_the_fence_margin_keeps_the_imports_it_makes_after() {
+    // The importer is the lower node: its dial is the one the pair prefers.
+    const Y: usize = 0;
+    const X: usize = 1;
+    let node_y = NodeId(0);
+    let mut w = world_with_grace(2, Some(200 * MS));
+    let exp = export(&mut w, X);
+    let (old, _) = import(&mut w, Y, X, exp);
+    w.run_for(100 * MS);
+    assert!(matches!(state(&w, Y, old), DescState::Valid { .. }));
+
+    // Past the peer timeout and the grace time on both sides: both fence.
+    w.cut.insert((Y, X));
+    assert!(
+        w.run_while_not(Duration::from_secs(10), |w| cleaned_up(w, X, Y) == 1
+            && cleaned_up(w, Y, X) == 1)
+    );
+    let fenced = w.now;
+    assert_eq!(
+        state(&w, Y, old),
+        DescState::Disabled,
+        "Y fenced X's memory"
+    );
+    assert_eq!(refs_held(&w, X), 1, "released only a fence margin later");
+
+    // Heal inside the fence margin; X's own dials are slow and Y's session opens there late.
+    w.cond.dial_extra.insert((X, Y), Duration::from_secs(20));
+    // (Late past X's release step, but inside Y's peer timeout: its heartbeats wait behind
+    // the opening too, and Y would lose the pair.)
+    w.cond.open_extra.insert((Y, X), 2800 * MS);
+    w.cut.clear();
+    assert!(w.run_while_not(Duration::from_secs(3), |w| link(w, Y, X)
+        == ConnStatus::Connected));
+    assert_ne!(
+        link(&w, X, Y),
+        ConnStatus::Connected,
+        "the asymmetry this needs"
+    );
+
+    // Y imports again while X has not seen its session open: refused, not served.
+    let describes = |w: &World| count(w, X, |a| matches!(a, Action::DescribeExport { .. }));
+    let before = describes(&w);
+    let (early, _) = import(&mut w, Y, X, exp);
+    // Past the release step as it was due, a fence margin (4 s) after X fenced, and still
+    // before the session opens there.
+    w.run_until(fenced + Duration::from_millis(4020));
+    assert_ne!(link(&w, X, Y), ConnStatus::Connected);
+    assert!(w.violations.is_empty(), "{}", w.violations.join("\n"));
+    assert_eq!(
+        state(&w, Y, early),
+        DescState::Failed,
+        "served before Y's session opened at X"
+    );
+    assert_eq!(
+        describes(&w),
+        before,
+        "no reference taken for a RECOVERING peer"
+    );
+
+    // Once the session opens, imports are served, and none is released by the old clean-up.
+    assert!(w.run_while_not(Duration::from_secs(8), |w| link(w, X, Y)
+        == ConnStatus::Connected));
+    let (late, _) = import(&mut w, Y, X, exp);
+    w.run_for(100 * MS);
+    assert!(matches!(state(&w, Y, late), DescState::Valid { .. }));
+    w.run_for(Duration::from_secs(8));
+    assert!(matches!(state(&w, Y, late), DescState::Valid { .. }));
+    assert!(
+        w.node(X).unwrap().export_refs_held() >= 1,
+        "the late import's reference is held"
+    );
+    assert!(w.node(X).unwrap().session_of(node_y).is_some());
+    finish(w);
+}
+
+/// Issue 28, seed 2253632: the lower node L sent an unimport on the session the higher node H
+/// had dialled, then its own dial took the pair and it said goodbye on that one. The goodbye
+/// reached H before the session it came on had opened there (and before the unimport, on the
+/// other connection); the session then opened and H took it as the pair's, which ended the
+/// farewell of H's own session, so the unimport arriving on it was refused. Now a session of
+/// an instance that said goodbye never carries the pair: it is closed, and the unimport is
+/// served on the farewell session.
+#[test]
+fn a_goodbye_ahead_of_its_session_leaves_the_farewell_session_the_peers() {
+    const L: usize = 0;
+    const H: usize = 1;
+    let mut w = world(2);
+    let exp = export(&mut w, H);
+    let (desc, _) = import(&mut w, L, H, exp);
+    w.run_for(100 * MS);
+    assert!(matches!(state(&w, L, desc), DescState::Valid { .. }));
+
+    // Lose the pair, then heal with L's dials slow: H's session carries the pair at L, while
+    // L's own dial is still on its way.
+    w.cond.dial_extra.insert((L, H), Duration::from_secs(2));
+    w.cut.insert((L, H));
+    assert!(w.run_while_not(Duration::from_secs(10), |w| link(w, L, H)
+        == ConnStatus::Recovering
+        && link(w, H, L) == ConnStatus::Recovering));
+    w.cut.clear();
+    assert!(w.run_while_not(Duration::from_secs(10), |w| {
+        w.node(L)
+            .unwrap()
+            .session_of(NodeId(1))
+            .is_some_and(|v| matches!(v, Via::Accepted { .. }))
+    }));
+
+    // L lets go; its unimport travels slowly on H's session.
+    w.cond
+        .session_extra
+        .insert((L, H, H), Duration::from_secs(5));
+    w.cond.open_extra.insert((L, H), Duration::from_secs(2));
+    w.cond.linger = Some(Duration::from_secs(10));
+    w.app_imports.retain(|x| *x != (L, desc));
+    chaos::release_import(&mut w, L, desc);
+    w.pump();
+
+    // L's own dial takes the pair at L; L says goodbye on it at once.
+    assert!(w.run_while_not(Duration::from_secs(5), |w| {
+        w.node(L)
+            .unwrap()
+            .session_of(NodeId(1))
+            .is_some_and(|v| matches!(v, Via::Dialled { .. }))
+    }));
+    w.shutdown(L);
+    w.pump();
+    w.run_for(Duration::from_secs(6));
+    assert!(w.violations.is_empty(), "{}", w.violations.join("\n"));
+    assert_eq!(link(&w, H, L), ConnStatus::Disconnected, "L left");
+    assert!(
+        w.node(H).unwrap().session_of(NodeId(0)).is_none(),
+        "a departed instance's session does not carry the pair"
+    );
+    assert_eq!(refs_held(&w, H), 0);
+    finish(w);
+}
+
+/// Issue 28, seed 2243194: after a partition the importer Y dialled the exporter X, X answered
+/// its hello, and Y counted the pair as connected again before its grace time was over (so it
+/// fenced nothing); the partition came back before Y's session opened at X, so X stayed lost,
+/// fenced Y at the end of its grace time, and released Y's references a fence margin later,
+/// while Y, which had counted the pair alive from X's answer, had not yet lost it long enough
+/// to fence. Now X's release waits a grace time and a fence margin after the last hello it
+/// answered while the pair was lost, and Y counts the pair alive from when it dialled, not
+/// from when the answer came.
+#[test]
+fn an_answered_hello_while_lost_delays_the_release_until_the_peer_has_fenced() {
+    const Y: usize = 0;
+    const X: usize = 1;
+    let grace = Duration::from_secs(2);
+    let mut w = world_with_grace(2, Some(grace));
+    let exp = export(&mut w, X);
+    let (held, _) = import(&mut w, Y, X, exp);
+    w.run_for(100 * MS);
+    assert!(matches!(state(&w, Y, held), DescState::Valid { .. }));
+
+    w.cond.dial_extra.insert((X, Y), Duration::from_secs(30));
+    w.cut.insert((Y, X));
+    assert!(w.run_while_not(Duration::from_secs(10), |w| link(w, Y, X)
+        == ConnStatus::Recovering
+        && link(w, X, Y) == ConnStatus::Recovering));
+    // Heal inside the grace time; Y's session opens at X late, and the partition is back first.
+    w.cond.open_extra.insert((Y, X), Duration::from_secs(2));
+    w.run_for(Duration::from_secs(1));
+    w.cut.clear();
+    assert!(w.run_while_not(Duration::from_secs(2), |w| link(w, Y, X)
+        == ConnStatus::Connected));
+    assert_eq!(cleaned_up(&w, Y, X), 0, "Y was back within its grace time");
+    w.cut.insert((Y, X));
+    assert!(w.run_while_not(Duration::from_secs(5), |w| cleaned_up(w, X, Y) == 1));
+    assert_ne!(
+        link(&w, X, Y),
+        ConnStatus::Connected,
+        "Y's session never opened at X"
+    );
+
+    // Y loses the pair again and fences; only then may X release what Y held.
+    w.run_for(Duration::from_secs(12));
+    assert!(w.violations.is_empty(), "{}", w.violations.join("\n"));
+    assert_eq!(cleaned_up(&w, Y, X), 1, "Y fenced X's memory");
+    assert_eq!(state(&w, Y, held), DescState::Disabled);
+    assert_eq!(refs_held(&w, X), 0, "X released it after Y fenced");
+    w.cut.clear();
     finish(w);
 }

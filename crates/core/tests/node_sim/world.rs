@@ -58,6 +58,15 @@ pub struct Conditions {
     pub describe_fixed: Option<Duration>,
     /// A daemon that shut down exits exactly this long after (scenarios).
     pub linger: Option<Duration>,
+    /// Extra delay of a dial from one node to another before it reaches the peer: one side's
+    /// dials are slow while the other's are not, so the two sides' links disagree for a while.
+    pub dial_extra: BTreeMap<(usize, usize), Duration>,
+    /// Extra delay of the session stream a dialler opens (dialler, acceptor), not of the
+    /// requests it sends on that connection: requests reach the acceptor on a connection its
+    /// hello proved before the session opens there, as the daemon's unary RPCs can.
+    pub open_extra: BTreeMap<(usize, usize), Duration>,
+    /// Extra one-way delay (from, to) on the session dialled by the third node only.
+    pub session_extra: BTreeMap<(usize, usize, usize), Duration>,
 }
 
 impl Conditions {
@@ -70,6 +79,9 @@ impl Conditions {
             extra: BTreeMap::new(),
             describe_fixed: None,
             linger: None,
+            dial_extra: BTreeMap::new(),
+            open_extra: BTreeMap::new(),
+            session_extra: BTreeMap::new(),
         }
     }
 }
@@ -232,12 +244,14 @@ enum Ev {
         key: SessKey,
         sess: Sess,
     },
-    /// A's heartbeat reaches B on the pair's session (the pair's sign of life on B's side).
+    /// A's heartbeat reaches B on the pair's session (the pair's sign of life on B's side);
+    /// B's transport answers it, if asked, after `answer_in`.
     HeartbeatArrive {
         a: usize,
         b: usize,
         key: SessKey,
         sess: Sess,
+        answer_in: Option<Duration>,
     },
     HeartbeatAck {
         a: usize,
@@ -338,6 +352,8 @@ pub struct World {
     pub cut: BTreeSet<(usize, usize)>,
     /// Sessions by (dialler, acceptor).
     sessions: BTreeMap<SessKey, Sess>,
+    /// Sessions (key, attempt) whose stream the acceptor has opened.
+    opened: BTreeSet<(SessKey, u64)>,
     /// Messages in flight per direction of a session, in order (TCP).
     channels: BTreeMap<ChannelKey, std::collections::VecDeque<InFlight>>,
     rpcs: BTreeMap<u64, Rpc>,
@@ -390,6 +406,7 @@ impl World {
             cond: Conditions::calm(),
             cut: BTreeSet::new(),
             sessions: BTreeMap::new(),
+            opened: BTreeSet::new(),
             channels: BTreeMap::new(),
             rpcs: BTreeMap::new(),
             server_reqs: BTreeMap::new(),
@@ -476,6 +493,11 @@ impl World {
             seq: self.seq,
             ev,
         }));
+    }
+
+    /// The extra delay `table` sets for `key`, if any.
+    fn extra<K: Ord>(&self, table: &BTreeMap<K, Duration>, key: K) -> Duration {
+        table.get(&key).copied().unwrap_or_default()
     }
 
     fn delay(&mut self) -> Duration {
@@ -583,6 +605,7 @@ impl World {
             return;
         };
         self.note(|| format!("session {a}->{b} (attempt {}) ends", s.attempt));
+        self.opened.remove(&((a, b), s.attempt));
         self.channels
             .retain(|k, _| !(k.0 == a && k.1 == b && k.2 == s.attempt));
         // RPCs on it fail; behind a partition only once the client would notice.
@@ -970,7 +993,7 @@ impl World {
         let now = self.now;
         match m {
             mesh::Action::Dial { peer, attempt } => {
-                let d = self.delay();
+                let d = self.delay() + self.extra(&self.cond.dial_extra, (a, peer.index()));
                 self.push(
                     now + d,
                     Ev::DialArrive {
@@ -987,10 +1010,17 @@ impl World {
                     && !self.is_cut(a, b)
                 {
                     let rtt = self.delay().min(Duration::from_millis(500)) * 2;
-                    self.push(now + rtt / 2, Ev::HeartbeatArrive { a, b, key, sess });
-                    if answer {
-                        self.push(now + rtt, Ev::HeartbeatAck { a, b, key, sess });
-                    }
+                    let answer_in = answer.then_some(rtt / 2);
+                    self.push(
+                        now + rtt / 2,
+                        Ev::HeartbeatArrive {
+                            a,
+                            b,
+                            key,
+                            sess,
+                            answer_in,
+                        },
+                    );
                 }
             }
             mesh::Action::CloseSession { peer, via } => {
@@ -1118,12 +1148,8 @@ impl World {
             return;
         }
         let d = self.delay()
-            + self
-                .cond
-                .extra
-                .get(&(from, to))
-                .copied()
-                .unwrap_or_default();
+            + self.extra(&self.cond.extra, (from, to))
+            + self.extra(&self.cond.session_extra, (from, to, key.0));
         let key = (client, server, sess.attempt, to_server);
         let q = self.channels.entry(key).or_default();
         let at = q
@@ -1295,7 +1321,7 @@ impl World {
                         self.sessions.insert((a, b), sess);
                         self.node_mut(a).handle_dial_ok(now, peer, attempt, &hello);
                         // The dialler opens its session stream on the connection.
-                        let d = self.delay();
+                        let d = self.delay() + self.extra(&self.cond.open_extra, (a, b));
                         self.push(now + d, Ev::SessionOpen { key: (a, b), sess });
                     }
                     DialResult::Refused(m, detail) => {
@@ -1355,21 +1381,37 @@ impl World {
                     self.push(now + RETRANSMIT, Ev::SessionOpen { key, sess });
                     return;
                 }
-                if !self.node_mut(b).handle_session_opened(now, sess.conn) {
+                if self.node_mut(b).handle_session_opened(now, sess.conn) {
+                    self.opened.insert((key, sess.attempt));
+                } else {
                     self.note(|| format!("node {b}: closes the session {a} opened"));
                     self.remove_session(a, b, Some(b));
                 }
             }
-            Ev::HeartbeatArrive { a, b, key, sess } => {
+            Ev::HeartbeatArrive {
+                a,
+                b,
+                key,
+                sess,
+                answer_in,
+            } => {
+                // A heartbeat travels on the session's stream, behind its opening: the acceptor
+                // neither sees nor answers one before the session opened there (requests may
+                // come first: `Conditions::open_extra`).
+                let unopened = b == key.1 && !self.opened.contains(&(key, sess.attempt));
                 if self.sessions.get(&key) == Some(&sess)
                     && !self.is_cut(a, b)
                     && self.inst(b) == Some(sess.inst_at(key, b))
+                    && !unopened
                 {
                     match sess.via_at(key, b) {
                         Via::Accepted { conn } => {
                             self.node_mut(b).handle_session_heartbeat(now, conn);
                         }
                         via => self.node_mut(b).handle_heartbeat(now, via),
+                    }
+                    if let Some(back) = answer_in {
+                        self.push(now + back, Ev::HeartbeatAck { a, b, key, sess });
                     }
                 }
             }
