@@ -42,6 +42,13 @@
 //! pair's would show a departed peer CONNECTED and refuse the imports it hands back on the
 //! session it used before. Only another instance of the node (a restart) is connected again.
 //!
+//! A session we dialled proves the pair alive as of when we dialled, not when the answer came:
+//! the peer answered at some time in between, and it may have lost us again just after (a
+//! partition back before our session reached it). Counting from the dial keeps our loss
+//! detection within a peer timeout of the last hello the peer answered, which its clean-up of
+//! our memory relies on (`node/grace.rs`); a handshake slower than the peer timeout is lost at
+//! the next tick.
+//!
 //! While a session carries the pair, the link is CONNECTED and nothing is dialled: a queued or
 //! waiting retry is cancelled when the peer's session arrives, and only a dial already in
 //! flight is let finish (the rule then decides). A pair whose session is lost is RECOVERING on

@@ -31,6 +31,14 @@
 //! its importers are still using them. "Comes back" means its link is CONNECTED here again,
 //! and that alone cancels the release.
 //!
+//! A lost peer may count the pair as connected again while it is still lost here: its dial
+//! reached us and we answered its hello, but the session it then opens never arrives (the
+//! partition is back first). It then loses the pair again only a peer timeout after it dialled
+//! (`mesh/pair.rs`: a dialler counts the pair alive from when it dialled, not from when the
+//! answer came, so a slow answer cannot stretch this) and fences a grace time after that. So
+//! the release waits, besides the fence margin after our fence, a grace time and a fence
+//! margin after the last hello we answered while the peer was lost.
+//!
 //! Which references the release may touch: only those of imports the peer made before it
 //! fenced ours — never one it made after coming back. That holds because nothing else can be
 //! held for it then: an import is served only while the pair's link is CONNECTED here

@@ -1,6 +1,6 @@
 //! One seeded run: applications export and import while faults strike (kill -9 and restart,
-//! clean shutdown with goodbyes, partitions and heals, message loss, long delays and slow
-//! driver calls); then the faults stop, the domain heals, the applications release everything,
+//! clean shutdown with goodbyes, partitions and heals, uneven heals after which the two sides
+//! disagree on the link, message loss, long delays and slow driver calls); then the faults stop, the domain heals, the applications release everything,
 //! and the final invariants are checked.
 
 use std::time::Duration;
@@ -9,7 +9,9 @@ use openimex_core::QuorumPolicy;
 
 use crate::driver::ImportCall;
 use crate::rng::Rng;
-use crate::world::{Conditions, FAULT_KINDS, Handle, Op, Params, Stats, World};
+use crate::world::{
+    Conditions, FAULT_KINDS, FAULT_KINDS_BEFORE_28, Handle, Op, Params, Stats, World,
+};
 
 /// What one seed did.
 pub struct Outcome {
@@ -30,11 +32,11 @@ pub fn params(seed: u64) -> Params {
     };
     // Each seed has its own mix of faults and pace.
     let mut fault_weights = [0; FAULT_KINDS];
-    for w in &mut fault_weights {
+    for w in fault_weights.iter_mut().take(FAULT_KINDS_BEFORE_28) {
         *w = rng.below(4) as u32;
     }
     if fault_weights.iter().all(|w| *w == 0) {
-        fault_weights[rng.below(FAULT_KINDS)] = 1;
+        fault_weights[rng.below(FAULT_KINDS_BEFORE_28)] = 1;
     }
     let lo = 200 + rng.below(1300) as u64;
     let fault_gap = (lo, lo + 500 + rng.below(2500) as u64);
@@ -49,6 +51,9 @@ pub fn params(seed: u64) -> Params {
     } else {
         Some(rng.ms(0, 4000))
     };
+    for w in fault_weights.iter_mut().skip(FAULT_KINDS_BEFORE_28) {
+        *w = rng.below(4) as u32;
+    }
     Params {
         n,
         quorum,
@@ -347,13 +352,37 @@ impl World {
                     self.reset(i, j);
                 }
             }
-            _ => {
+            9 => {
                 let j = self.rng.below(n);
                 if i != j {
                     self.note(|| format!("FAULT cut {i} <-> {j}"));
                     self.cut.insert((i.min(j), i.max(j)));
                     let heal = self.rng.ms(300, 7_000);
                     self.schedule_op(now + heal, Op::Heal);
+                }
+            }
+            _ => {
+                // A cut that heals unevenly (issue 28): i's dials to j are slow and the session
+                // j opens reaches i late, behind j's requests, so after the heal one side
+                // counts the pair connected while the other is still lost (and maybe cleaning
+                // it up), for a while or until the next cut.
+                let j = self.rng.below(n);
+                if i != j {
+                    let slow = self.rng.ms(200, 5_000);
+                    let late = self.rng.ms(50, 3_500);
+                    self.note(|| {
+                        format!(
+                            "FAULT uneven cut {i} <-> {j}: {i}'s dials +{slow:?}, {j}'s \
+                             sessions open at {i} +{late:?}"
+                        )
+                    });
+                    self.cut.insert((i.min(j), i.max(j)));
+                    self.cond.dial_extra.insert((i, j), slow);
+                    self.cond.open_extra.insert((j, i), late);
+                    let heal = self.rng.ms(300, 7_000);
+                    self.schedule_op(now + heal, Op::Heal);
+                    let calm = heal + self.rng.ms(500, 6_000);
+                    self.schedule_op(now + calm, Op::Calm);
                 }
             }
         }

@@ -39,7 +39,10 @@ pub struct Params {
 }
 
 /// How many kinds of fault the chaos script knows.
-pub const FAULT_KINDS: usize = 10;
+pub const FAULT_KINDS: usize = 11;
+/// The kinds a seed's weights were drawn for before the uneven heal (issue 28): drawn first,
+/// so a seed's other parameters stay what they were.
+pub const FAULT_KINDS_BEFORE_28: usize = 10;
 
 /// The network and driver conditions, changed by faults.
 #[derive(Debug, Clone)]
