@@ -44,10 +44,12 @@
 //!
 //! A session we dialled proves the pair alive as of when we dialled, not when the answer came:
 //! the peer answered at some time in between, and it may have lost us again just after (a
-//! partition back before our session reached it). Counting from the dial keeps our loss
-//! detection within a peer timeout of the last hello the peer answered, which its clean-up of
-//! our memory relies on (`node/grace.rs`); a handshake slower than the peer timeout is lost at
-//! the next tick.
+//! partition back before our session reached it). Counting from the dial bounds our loss
+//! detection by the last hello the peer answered, which its clean-up of our memory relies on
+//! (`node/grace.rs`). A slow handshake still gets two heartbeat intervals to hear from the
+//! peer (it is counted from no earlier than a peer timeout less two intervals before the
+//! answer), so it is not lost before its first heartbeat could be answered; the clean-up's
+//! bound allows for that.
 //!
 //! While a session carries the pair, the link is CONNECTED and nothing is dialled: a queued or
 //! waiting retry is cancelled when the peer's session arrives, and only a dial already in
@@ -220,10 +222,16 @@ impl Mesh {
         let Some(link) = self.link(peer) else {
             return false;
         };
-        // The peer's answer to our dial was made at some time since we dialled: the pair was
-        // heard from then at the earliest (module docs).
+        // The peer's answer to our dial was made at some time since we dialled (module docs).
         let heard = match via {
-            Via::Dialled { .. } => link.dialled_at.min(now),
+            Via::Dialled { .. } => {
+                let room = self
+                    .cfg
+                    .peer_timeout
+                    .saturating_sub(2 * self.cfg.heartbeat_interval);
+                let floor = now.checked_sub(room).unwrap_or(now);
+                link.dialled_at.max(floor).min(now)
+            }
             Via::Accepted { .. } => now,
         };
         let mut retired = None;

@@ -33,11 +33,13 @@
 //!
 //! A lost peer may count the pair as connected again while it is still lost here: its dial
 //! reached us and we answered its hello, but the session it then opens never arrives (the
-//! partition is back first). It then loses the pair again only a peer timeout after it dialled
-//! (`mesh/pair.rs`: a dialler counts the pair alive from when it dialled, not from when the
-//! answer came, so a slow answer cannot stretch this) and fences a grace time after that. So
-//! the release waits, besides the fence margin after our fence, a grace time and a fence
-//! margin after the last hello we answered while the peer was lost.
+//! partition is back first). It counts the pair alive from when it dialled, or, for a slow
+//! handshake, from a peer timeout less two heartbeat intervals before our answer reached it
+//! (`mesh/pair.rs`), and loses it a peer timeout and at most an interval after that; so it
+//! fences no later than a grace time, a peer timeout and three intervals after our answer plus
+//! the answer's way there (at most its dial timeout, which is at most a peer timeout). The
+//! release therefore waits, besides the fence margin after our fence, a grace time, a fence
+//! margin and a peer timeout after the last hello we answered while the peer was lost.
 //!
 //! Which references the release may touch: only those of imports the peer made before it
 //! fenced ours — never one it made after coming back. That holds because nothing else can be
@@ -80,20 +82,21 @@ impl Node {
     }
 
     /// When what a lost peer held here may be released: a fence margin after our fence, and
-    /// no earlier than a grace time and a fence margin after the last hello of it we answered
-    /// while it was lost (module docs).
+    /// no earlier than a grace time, a fence margin and a peer timeout after the last hello of
+    /// it we answered while it was lost (module docs).
     fn release_due(&self, fenced: Instant, peer: NodeId) -> Instant {
         let margin = self.fence_margin();
+        let answer_way = self.mesh.config().peer_timeout;
         let after_answer = self
             .answered_lost
             .get(&peer)
-            .map(|at| *at + self.grace.unwrap_or_default() + margin);
+            .map(|at| *at + self.grace.unwrap_or_default() + margin + answer_way);
         after_answer.map_or(fenced + margin, |a| a.max(fenced + margin))
     }
 
-    /// We accepted the hello of `peer` while its link here is not CONNECTED: it takes the pair
-    /// as connected from our answer, and fences our memory no earlier than a peer timeout and a
-    /// grace time later; a release already due before that waits for it.
+    /// We accepted the hello of `peer` while its link here is not CONNECTED: it may take the
+    /// pair as connected from our answer and fence our memory only a grace time and more than
+    /// a peer timeout later; a release already due before that waits for it.
     pub(super) fn answered_while_lost(&mut self, now: Instant, peer: NodeId) {
         self.answered_lost.insert(peer, now);
         if let Some(&due) = self.deadlines.get(&Timer::GraceRelease(peer)) {
