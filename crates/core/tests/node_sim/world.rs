@@ -1310,7 +1310,24 @@ impl World {
                     return;
                 }
                 let peer = Self::id(b);
+                let superseded = self
+                    .sessions
+                    .get(&(a, b))
+                    .is_some_and(|s| s.client == a_inst && s.attempt > attempt);
                 match result {
+                    DialResult::Accept(hello, conn) if superseded => {
+                        // A late answer to an attempt whose successor's session is up: the
+                        // daemon drops it without telling its node (engine: DialOk) and closes
+                        // the connection; it never replaces the newer session.
+                        self.push(
+                            now,
+                            Ev::ConnClosed {
+                                node: b,
+                                inst: hello.instance,
+                                conn,
+                            },
+                        );
+                    }
                     DialResult::Accept(hello, conn)
                         if self.reachable(a, b) && self.inst(b) == Some(hello.instance) =>
                     {
