@@ -226,9 +226,6 @@ struct Link {
     /// closing, and still the peer's for the requests it sent on it before it saw the switch
     /// (`pair.rs`).
     superseded: Option<(u64, InstanceId)>,
-    /// When our dial in flight (or the last one) was made: the peer's answer to it proves the
-    /// pair alive no earlier than that (`pair.rs`).
-    dialled_at: Instant,
     /// The instance that said goodbye (it is leaving): no session of it carries the pair again
     /// (`pair.rs`). Forgotten when another instance of the node is heard from.
     departed: Option<InstanceId>,
@@ -251,7 +248,6 @@ impl Link {
             carrier: None,
             farewell: None,
             superseded: None,
-            dialled_at: now,
             departed: None,
         }
     }
@@ -694,7 +690,7 @@ impl Mesh {
             .is_some_and(|l| l.attempt == attempt && l.dialer == want)
     }
 
-    fn dial(&mut self, now: Instant, peer: NodeId) {
+    fn dial(&mut self, peer: NodeId) {
         if self.state == DaemonState::ShuttingDown {
             return;
         }
@@ -702,7 +698,6 @@ impl Mesh {
             return;
         };
         link.attempt += 1;
-        link.dialled_at = now;
         let attempt = link.attempt;
         self.set_dialer(peer, Dialer::InFlight);
         self.actions.push_back(Action::Dial { peer, attempt });
@@ -721,7 +716,7 @@ impl Mesh {
             if class != DueClass::FirstRound && !self.tokens.take(now, &self.budget) {
                 return;
             }
-            self.dial(now, peer);
+            self.dial(peer);
         }
     }
 

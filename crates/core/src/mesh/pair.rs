@@ -42,15 +42,6 @@
 //! pair's would show a departed peer CONNECTED and refuse the imports it hands back on the
 //! session it used before. Only another instance of the node (a restart) is connected again.
 //!
-//! A session we dialled proves the pair alive as of when we dialled, not when the answer came:
-//! the peer answered at some time in between, and it may have lost us again just after (a
-//! partition back before our session reached it). Counting from the dial bounds our loss
-//! detection by the last hello the peer answered, which its clean-up of our memory relies on
-//! (`node/grace.rs`). A slow handshake still gets two heartbeat intervals to hear from the
-//! peer (it is counted from no earlier than a peer timeout less two intervals before the
-//! answer), so it is not lost before its first heartbeat could be answered; the clean-up's
-//! bound allows for that.
-//!
 //! While a session carries the pair, the link is CONNECTED and nothing is dialled: a queued or
 //! waiting retry is cancelled when the peer's session arrives, and only a dial already in
 //! flight is let finish (the rule then decides). A pair whose session is lost is RECOVERING on
@@ -222,18 +213,6 @@ impl Mesh {
         let Some(link) = self.link(peer) else {
             return false;
         };
-        // The peer's answer to our dial was made at some time since we dialled (module docs).
-        let heard = match via {
-            Via::Dialled { .. } => {
-                let room = self
-                    .cfg
-                    .peer_timeout
-                    .saturating_sub(2 * self.cfg.heartbeat_interval);
-                let floor = now.checked_sub(room).unwrap_or(now);
-                link.dialled_at.max(floor).min(now)
-            }
-            Via::Accepted { .. } => now,
-        };
         let mut retired = None;
         if let Some(old) = link.carrier {
             if old.via == via {
@@ -267,7 +246,7 @@ impl Mesh {
             Some(Carrier {
                 via,
                 instance,
-                last_rx: heard,
+                last_rx: now,
                 asked_at: None,
             }),
         );

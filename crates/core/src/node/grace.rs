@@ -33,13 +33,15 @@
 //!
 //! A lost peer may count the pair as connected again while it is still lost here: its dial
 //! reached us and we answered its hello, but the session it then opens never arrives (the
-//! partition is back first). It counts the pair alive from when it dialled, or, for a slow
-//! handshake, from a peer timeout less two heartbeat intervals before our answer reached it
-//! (`mesh/pair.rs`), and loses it a peer timeout and at most an interval after that; so it
-//! fences no later than a grace time, a peer timeout and three intervals after our answer plus
-//! the answer's way there (at most its dial timeout, which is at most a peer timeout). The
-//! release therefore waits, besides the fence margin after our fence, a grace time, a fence
-//! margin and a peer timeout after the last hello we answered while the peer was lost.
+//! partition is back first; a session's heartbeats travel behind its opening, so nothing
+//! else answers it). It counts the pair alive from when our answer reached it, loses it a
+//! peer timeout and at most an interval later, and fences a grace time after that. Our answer
+//! reaches it within its dial timeout or not at all; the daemon's dial timeout is the peer
+//! timeout kept between half a second and five seconds, so it is at most two peer timeouts
+//! (unless the peer timeout is under a quarter of a second). So the release waits, besides the
+//! fence margin after our fence, a grace time, a fence margin and two peer timeouts after the
+//! last hello we answered while the peer was lost: the answer's way, then the peer's loss
+//! detection and grace time, with a heartbeat interval to spare.
 //!
 //! Which references the release may touch: only those of imports the peer made before it
 //! fenced ours — never one it made after coming back. That holds because nothing else can be
@@ -82,11 +84,11 @@ impl Node {
     }
 
     /// When what a lost peer held here may be released: a fence margin after our fence, and
-    /// no earlier than a grace time, a fence margin and a peer timeout after the last hello of
-    /// it we answered while it was lost (module docs).
+    /// no earlier than a grace time, a fence margin and two peer timeouts after the last hello
+    /// of it we answered while it was lost (module docs).
     fn release_due(&self, fenced: Instant, peer: NodeId) -> Instant {
         let margin = self.fence_margin();
-        let answer_way = self.mesh.config().peer_timeout;
+        let answer_way = 2 * self.mesh.config().peer_timeout;
         let after_answer = self
             .answered_lost
             .get(&peer)

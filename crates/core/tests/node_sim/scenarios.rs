@@ -564,9 +564,9 @@ fn a_goodbye_ahead_of_its_session_leaves_the_farewell_session_the_peers() {
 /// fenced nothing); the partition came back before Y's session opened at X, so X stayed lost,
 /// fenced Y at the end of its grace time, and released Y's references a fence margin later,
 /// while Y, which had counted the pair alive from X's answer, had not yet lost it long enough
-/// to fence. Now X's release waits a grace time and a fence margin after the last hello it
-/// answered while the pair was lost, and Y counts the pair alive from when it dialled, not
-/// from when the answer came.
+/// to fence. Now X's release waits a grace time, a fence margin and two peer timeouts (the
+/// answer's way, at most the dialler's dial timeout) after the last hello it answered while
+/// the pair was lost.
 #[test]
 fn an_answered_hello_while_lost_delays_the_release_until_the_peer_has_fenced() {
     const Y: usize = 0;
