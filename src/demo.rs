@@ -78,7 +78,8 @@ pub(crate) struct DemoArgs {
     /// With --chaos: the fault kinds to draw from, comma-separated [default: the kills and
     /// restarts: kill-exporter-app, kill-importer-app, kill-exporter-daemon,
     /// kill-importer-daemon, kill-exporter-driver, flap, restart-node; also hang-below-grace,
-    /// hang-past-grace, partition-below-grace, partition-past-grace (partitions need root)].
+    /// hang-past-grace, partition-below-grace, partition-past-grace, partition-heal-in-margin
+    /// (partitions need root)].
     #[arg(long, value_delimiter = ',', requires = "chaos", value_parser = parse_fault)]
     faults: Vec<openimex_harness::chaos::FaultKind>,
     /// Bytes each GPU exports (K/M/G suffixes; rounded up to 2 MiB by the driver).

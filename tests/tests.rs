@@ -9,8 +9,8 @@ mod apps;
 // issue 7: SIGTERM under live imports: references released after peers acknowledge
 #[path = "e2e/clean_stop.rs"]
 mod clean_stop;
-// issue 7: kill -9 of apps, daemons and drivers, hung and flapping peers, 100 restarts, under
-// an import storm of real app processes; `demo --chaos --json`
+// issue 7: kill -9 of apps, daemons and drivers, hung and flapping peers, partitions, 100
+// restarts, under an import storm of real app processes; `demo --chaos --json`
 #[path = "e2e/chaos.rs"]
 mod chaos;
 // issue 10: `channels create` (tight modes, devices of the driver's major); the GPU driver's
@@ -86,7 +86,8 @@ mod hostile;
 // issue 13: ignored signals logged, socket mode, bounded echoes and reads, refused port 0
 #[path = "e2e/hardening.rs"]
 mod hardening;
-// issue 7: a peer lost past the grace time is cleaned up on both sides
+// issue 7: a peer lost past the grace time is cleaned up on both sides; issue 28: a partition
+// healed inside the fence margin that follows keeps the references of the imports made after it
 #[path = "e2e/grace.rs"]
 mod grace;
 // issue 7: ctl --peers shows references, imports, pending unimports and clean-ups per peer

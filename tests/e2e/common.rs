@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openimex_harness::process::{find_pids_with_args, run_with_timeout, send_signal};
 use openimex_harness::{Cluster, ClusterSpec, Signal};
@@ -71,6 +71,15 @@ impl Drop for KillOnDrop {
             let _ = send_signal(pid, Signal::SIGKILL);
         }
     }
+}
+
+/// Now, in ms since the Unix epoch (what `ctl` prints as `time_unix_ms`).
+pub(crate) fn unix_ms() -> u64 {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
 /// Waits up to `limit` for `cond`, polling every 50 ms.

@@ -3,12 +3,10 @@
 //! unimports it owes that peer, and each clean-up of that peer with its reason and time. The
 //! numbers come from live daemons driving real imports, a release and a kill -9.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use openimex_harness::{PeerView, PeersView, is_ctl_timestamp};
 
 use crate::apps::*;
-use crate::common::{NOTICE, text};
+use crate::common::{NOTICE, text, unix_ms};
 
 /// Peer `peer` of a view; every configured peer has a row.
 #[track_caller]
@@ -21,14 +19,6 @@ fn row(v: &PeersView, peer: u32) -> &PeerView {
 fn counts(v: &PeersView, peer: u32) -> Option<(u64, u64, u64)> {
     v.peer(peer)
         .map(|p| (p.exports_held, p.imports, p.unimports_pending))
-}
-
-fn unix_ms() -> u64 {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
-    u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
 #[test]

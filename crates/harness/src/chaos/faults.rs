@@ -41,11 +41,17 @@ pub enum FaultKind {
     PartitionBelowGrace,
     /// The same, healed after the peer timeout plus the grace time (both sides clean up).
     PartitionPastGrace,
+    /// The same cut, healed once both sides have fenced (disabled their importers of each
+    /// other's memory) but inside the fence margin that follows (peer timeout + two
+    /// heartbeats), before either side's release step: that step must release only the
+    /// references of imports made before the fence, never those of the imports the workload
+    /// makes after the heal (issue 28).
+    PartitionHealInMargin,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the issue's list.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::KillExporterApp,
         FaultKind::KillImporterApp,
         FaultKind::KillExporterDaemon,
@@ -57,13 +63,16 @@ impl FaultKind {
         FaultKind::RestartNode,
         FaultKind::PartitionBelowGrace,
         FaultKind::PartitionPastGrace,
+        FaultKind::PartitionHealInMargin,
     ];
 
     /// Whether the kind needs the partition proxies ([`crate::chaos::ChaosSpec::partitions`]).
     pub fn needs_proxies(self) -> bool {
         matches!(
             self,
-            FaultKind::PartitionBelowGrace | FaultKind::PartitionPastGrace
+            FaultKind::PartitionBelowGrace
+                | FaultKind::PartitionPastGrace
+                | FaultKind::PartitionHealInMargin
         )
     }
 
@@ -99,6 +108,7 @@ impl FaultKind {
             FaultKind::RestartNode => "restart-node",
             FaultKind::PartitionBelowGrace => "partition-below-grace",
             FaultKind::PartitionPastGrace => "partition-past-grace",
+            FaultKind::PartitionHealInMargin => "partition-heal-in-margin",
         }
     }
 }
@@ -144,6 +154,10 @@ pub(crate) struct Targets<'a> {
     pub(crate) nodes: usize,
     /// Peer timeout + grace time: how long a hang must last for peers to clean up.
     pub(crate) cleanup_after: Duration,
+    /// The daemons' heartbeat interval and peer timeout (the fence margin is the peer timeout
+    /// plus two intervals).
+    pub(crate) heartbeat: Duration,
+    pub(crate) peer_timeout: Duration,
 }
 
 fn ms(rng: &mut StdRng, lo: u64, hi: u64) -> Duration {
@@ -212,6 +226,16 @@ pub(crate) fn plan(kind: FaultKind, rng: &mut StdRng, t: &Targets<'_>) -> Option
             };
             (n, what, vec![(zero, start), (lasts, end)])
         }
+        FaultKind::PartitionHealInMargin => {
+            let n = node(rng, &all)?;
+            let (lo, hi) = heal_in_margin(t);
+            let lasts = ms(rng, lo, hi);
+            (
+                n,
+                "links",
+                vec![(zero, Action::Cut(n)), (lasts, Action::Heal(n))],
+            )
+        }
         FaultKind::Flap => {
             let n = node(rng, &all)?;
             let mut at = zero;
@@ -238,6 +262,23 @@ pub(crate) fn plan(kind: FaultKind, rng: &mut StdRng, t: &Targets<'_>) -> Option
         target: target.to_owned(),
         steps,
     })
+}
+
+/// The bounds, in ms from the cut, of a [`FaultKind::PartitionHealInMargin`] heal. Each side
+/// sees the loss between a peer timeout and a peer timeout plus one heartbeat after its last
+/// sign of life, which the cut finds at most two heartbeats old (openimex-core's
+/// `mesh::liveness` and `node::grace`): each fences between `cleanup_after` - 2 heartbeats and
+/// `cleanup_after` + 1 heartbeat after the cut, and releases a fence margin (peer timeout + 2
+/// heartbeats) after its fence, so at the earliest `cleanup_after` + peer timeout after the
+/// cut. The heal comes in the first half of the window between the last fence (with a
+/// heartbeat to spare) and that earliest release, which leaves the other half for the links
+/// to be CONNECTED again (with the chaos timings, 300 ms and 2 s: 600 to 1300 ms after
+/// `cleanup_after`).
+fn heal_in_margin(t: &Targets<'_>) -> (u64, u64) {
+    let ms = |d: Duration| d.as_millis() as u64;
+    let lo = ms(t.cleanup_after) + 2 * ms(t.heartbeat);
+    let hi = lo + ms(t.peer_timeout).saturating_sub(2 * ms(t.heartbeat)) / 2;
+    (lo, hi)
 }
 
 /// How a fault ended.
@@ -310,6 +351,8 @@ mod tests {
             reader_nodes: &[1, 2],
             nodes: 3,
             cleanup_after: Duration::from_secs(4),
+            heartbeat: Duration::from_millis(300),
+            peer_timeout: Duration::from_secs(2),
         };
         for kind in FaultKind::ALL {
             let a = plan(kind, &mut StdRng::seed_from_u64(7), &t).expect("a plan");
@@ -331,5 +374,23 @@ mod tests {
         let below =
             plan(FaultKind::HangBelowGrace, &mut StdRng::seed_from_u64(1), &t).expect("a plan");
         assert!(below.steps[1].0 < Duration::from_secs(4));
+        // Healed after both sides fenced (4 s + one heartbeat at the latest), before the
+        // earliest release (4 s + the peer timeout).
+        for seed in 0..50 {
+            let p = plan(
+                FaultKind::PartitionHealInMargin,
+                &mut StdRng::seed_from_u64(seed),
+                &t,
+            )
+            .expect("a plan");
+            assert_eq!(p.target, "links");
+            assert_eq!(p.steps[0], (Duration::ZERO, Action::Cut(p.node)));
+            let (heal, action) = p.steps[1];
+            assert_eq!(action, Action::Heal(p.node));
+            assert!(
+                heal >= Duration::from_millis(4600) && heal <= Duration::from_millis(5300),
+                "{heal:?}"
+            );
+        }
     }
 }

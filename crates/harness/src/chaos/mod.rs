@@ -11,10 +11,11 @@
 //!   a live mapping), `freed` (zeros: memory freed, not yet reused) or `corrupt`. Dead apps are
 //!   started again once their node's daemon is READY, as a scheduler would.
 //! - Faults ([`faults`]): drawn with `StdRng::seed_from_u64(seed)`; a fault is a plan of
-//!   actions (kill -9, restart, SIGSTOP/SIGCONT) at offsets. It has *recovered* when the domain
-//!   is UP and every (reader, exporter) pair has imported after the last repair step and read
-//!   the pattern of that import (a newer import not yet read does not undo it). The time from
-//!   that step is its time to recover.
+//!   actions (kill -9, restart, SIGSTOP/SIGCONT, a node's links cut and healed through the
+//!   [`partition`] proxies) at offsets. It has *recovered* when the domain is UP and every
+//!   (reader, exporter) pair has imported after the last repair step and read the pattern of
+//!   that import (a newer import not yet read does not undo it). The time from that step is its
+//!   time to recover.
 //! - End (`invariants`): no new faults, every node back, the workload recovered, every app
 //!   told to release and exit, then: zero stale reads, zero corrupt reads, every driver's
 //!   reference counters at zero, the domain UP on every node.
@@ -24,7 +25,7 @@
 
 pub mod faults;
 mod invariants;
-mod partition;
+pub mod partition;
 mod report;
 pub mod workload;
 
@@ -595,6 +596,8 @@ impl<'s> Engine<'s> {
             nodes: self.spec.nodes,
             cleanup_after: Duration::from_millis(PEER_TIMEOUT_MS)
                 + Duration::from_secs(self.spec.grace_secs),
+            heartbeat: Duration::from_millis(HEARTBEAT_MS),
+            peer_timeout: Duration::from_millis(PEER_TIMEOUT_MS),
         };
         let n = self.spec.kinds.len().max(1);
         let pick = if self.spec.cycle_kinds {

@@ -6,6 +6,9 @@
 //! address, and `b`, which `j`'s hosts file gives as `i`'s. The proxy on `a` forwards to `j`
 //! from `b`, the one on `b` to `i` from `a`: each daemon sees its peer under the peer's name,
 //! in both directions. A node's own name stays its real address.
+//!
+//! Public for the end-to-end tests that cut a pair of real daemons apart without the chaos
+//! workload (a partition healed at a chosen moment, `tests/e2e/grace.rs`).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -13,15 +16,17 @@ use crate::proxy::Proxy;
 use crate::{Cluster, HarnessError};
 
 /// The two proxies between nodes `i` and `j`.
-pub(crate) struct Link {
+#[derive(Debug)]
+pub struct Link {
     i: usize,
     j: usize,
     proxies: [Proxy; 2],
 }
 
 /// Every link of a prepared (not yet started) names-mode cluster, with the hosts files
-/// rewritten to go through them.
-pub(crate) fn links(cluster: &mut Cluster) -> Result<Vec<Link>, HarnessError> {
+/// rewritten to go through them. Call it after [`Cluster::prepare`] of a names-mode spec and
+/// before starting the nodes (a daemon resolves its peers' names when it dials).
+pub fn links(cluster: &mut Cluster) -> Result<Vec<Link>, HarnessError> {
     let n = cluster.len();
     let port = cluster.spec().server_port;
     let real: Vec<Ipv4Addr> = (0..n).map(|i| cluster.node(i).ip()).collect();
@@ -60,7 +65,7 @@ pub(crate) fn links(cluster: &mut Cluster) -> Result<Vec<Link>, HarnessError> {
 }
 
 /// Cuts node `n` off from every peer (`true`) or heals it (`false`).
-pub(crate) fn cut(links: &[Link], n: usize, cut: bool) {
+pub fn cut(links: &[Link], n: usize, cut: bool) {
     for l in links.iter().filter(|l| l.i == n || l.j == n) {
         for p in &l.proxies {
             if cut {

@@ -142,7 +142,7 @@ impl ChaosReport {
     /// The fault × outcome × time-to-recover table, one row per kind.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "{:<22} {:>5}  {:<28} {:>26}\n",
+            "{:<24} {:>5}  {:<28} {:>26}\n",
             "fault", "count", "outcome", "recover ms min/p50/max"
         );
         for (kind, (n, outcomes, times)) in self.by_kind() {
@@ -153,7 +153,7 @@ impl ChaosReport {
             };
             let _ = writeln!(
                 s,
-                "{:<22} {n:>5}  {:<28} {t:>26}",
+                "{:<24} {n:>5}  {:<28} {t:>26}",
                 kind.name(),
                 outcome.join(", ")
             );
