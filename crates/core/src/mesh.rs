@@ -92,6 +92,10 @@ pub struct MeshConfig {
     pub heartbeat_interval: Duration,
     /// A pair with no heartbeat (answer) for this long is dead (a hung peer).
     pub peer_timeout: Duration,
+    /// How long the owner waits for the answer to a [`Action::Dial`]: one that has not come by
+    /// then MUST be reported failed, never ok later. A peer whose hello we answered may take
+    /// the pair as connected that long after our answer (`node/grace.rs` relies on it).
+    pub dial_timeout: Duration,
     /// Reconnect policy.
     pub backoff: Backoff,
     /// Seed of the jitter generator.

@@ -52,9 +52,9 @@
 //!   handed back), and new imports fail at once.
 //! - A peer lost (RECOVERING) for longer than [`NodeConfig::grace`] is cleaned up as if it had
 //!   left, in two steps: its memory is fenced here at once (local importers disabled), and what
-//!   it held here is released a fence margin later, so a peer behind a partition has fenced
-//!   before its memory can be freed and reused (`node/grace.rs` says why). The matrix then shows it
-//!   DISCONNECTED until it is back. The same instance back within the grace time loses nothing;
+//!   it held here is released a fence margin later at the least, so a peer behind a partition
+//!   has fenced before its memory can be freed and reused (`node/grace.rs` says why). The
+//!   matrix then shows it DISCONNECTED until it is back. The same instance back within the grace time loses nothing;
 //!   a new instance is cleaned at once (below).
 //! - A peer that restarted (new instance) or left (goodbye): the references held for its
 //!   importers are released, imports from it that were still in flight fail, unimports waiting
@@ -323,7 +323,8 @@ enum Timer {
     Redeliver(NodeId),
     /// The lost peer's grace time is over: fence its memory here.
     Grace(NodeId),
-    /// The fence margin after that is over too: release what the peer held here.
+    /// The fence margin after that is over too (and any hello of the peer we answered has
+    /// settled, `node/grace.rs`): release what the peer held here.
     GraceRelease(NodeId),
     /// The recovery gate stops waiting.
     RecoveryOver,
@@ -368,9 +369,9 @@ pub struct Node {
     grace: Option<Duration>,
     /// Lost peers cleaned up after their grace time, until they are back.
     cleaned: HashMap<NodeId, Duration>,
-    /// When we last accepted the hello of a peer whose link was not CONNECTED here: it counts
-    /// the pair as connected from our answer (`node/grace.rs`).
-    answered_lost: HashMap<NodeId, Instant>,
+    /// When we last accepted a peer's hello: it may count the pair as connected from our
+    /// answer, up to a dial timeout later (`node/grace.rs`).
+    answered: HashMap<NodeId, Instant>,
     cleanups: peers::CleanupLog,
     recovery: recovery::Recovery,
     recovery_wait: Duration,
@@ -396,7 +397,7 @@ impl Node {
             max_describes_per_peer: cfg.max_describes_per_peer,
             grace: cfg.grace,
             cleaned: HashMap::new(),
-            answered_lost: HashMap::new(),
+            answered: HashMap::new(),
             cleanups: peers::CleanupLog::default(),
             recovery: recovery::Recovery::new(&cfg.recover_from),
             recovery_wait: cfg.recovery_wait,
@@ -596,8 +597,8 @@ impl Node {
     pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
         let verdict = self.mesh.handle_hello(now, remote);
         self.absorb_mesh(now);
-        if verdict == Verdict::Accept && self.connected(remote.node).is_none() {
-            self.answered_while_lost(now, remote.node);
+        if verdict == Verdict::Accept {
+            self.answered_hello(now, remote.node);
         }
         verdict
     }
@@ -686,7 +687,6 @@ impl Node {
                     self.disarm(Timer::Grace(peer));
                     self.disarm(Timer::GraceRelease(peer));
                     self.cleaned.remove(&peer);
-                    self.answered_lost.remove(&peer);
                     self.flush_undelivered(now, peer);
                 }
                 Some((peer, current, false)) => {
@@ -697,7 +697,8 @@ impl Node {
                     };
                     self.disarm(Timer::Grace(peer));
                     self.disarm(Timer::GraceRelease(peer));
-                    self.answered_lost.remove(&peer);
+                    // That instance's answers no longer matter: it is gone.
+                    self.answered.remove(&peer);
                     // Its references went with it (a restart) or it released them (a goodbye).
                     let (_, cleaned) = self.peer_gone(now, peer, current);
                     self.record_cleanup(now, peer, reason, cleaned);

@@ -688,9 +688,11 @@ fn the_higher_node_takes_heartbeats_on_the_accepted_session() {
     );
 }
 
-/// (e) A peer that said goodbye on the session we dialled may still hand back, on it, an
-/// import whose reference we took after the goodbye: refusing it would leave the reference
-/// taken. Once that session ends, it proves nothing.
+/// (e) A peer that said goodbye on the session we dialled may still hand back imports on it:
+/// refusing them would leave their references taken. A describe that lands after the goodbye
+/// is released at once (a stopping importer validates nothing more, and one that left for good
+/// may never hand it back); its hand-back is still served, not refused. Once that session
+/// ends, it proves nothing.
 #[test]
 fn a_departing_peer_hands_back_on_the_session_it_said_goodbye_on() {
     let (mut n, now, hellos) = sim::node::node(Setup::default());
@@ -709,27 +711,100 @@ fn a_departing_peer_hands_back_on_the_session_it_said_goodbye_on() {
     drain(&mut n);
     assert_eq!(n.links()[1].status, ConnStatus::Disconnected);
     assert_eq!(n.session_of(NodeId(1)), None);
-    // The describe lands after the goodbye: the reference is taken and answered.
+    // The describe lands after the goodbye: its reference is released at once.
     n.handle_described(now, 1, Ok((55, sim::node::pages(1))));
-    drain(&mut n);
-    assert_eq!(n.export_refs_held(), 1);
-    // Node 1, stopping, fails that import and hands it back on the same session.
+    let a = drain(&mut n);
+    assert!(
+        a.contains(&node::Action::ReleaseExportRefs {
+            refs: vec![55].into(),
+            ack: None
+        }),
+        "{a:?}"
+    );
+    assert!(
+        a.iter().any(|a| matches!(
+            a,
+            node::Action::AnswerImport {
+                request: 1,
+                answer: Err(_)
+            }
+        )),
+        "{a:?}"
+    );
+    assert_eq!(n.export_refs_held(), 0);
+    // Node 1, stopping, fails that import and hands it back on the same session: served.
     n.handle_session_unimport(now, 2, via, Some(p1), IMPORT.import_event_id);
     assert_eq!(
         drain(&mut n),
-        vec![
-            // The persist record drops node 1 a linger later (tests/recovery.rs).
-            node::Action::ReleaseExportRefs {
-                refs: vec![55].into(),
-                ack: Some(2)
-            },
-        ]
+        vec![node::Action::AnswerUnimport {
+            request: 2,
+            released: false
+        }]
     );
-    assert_eq!(n.export_refs_held(), 0);
+    assert!(refusals(&n).is_empty());
     // Node 1 exits: the session ends and proves nothing more.
     n.handle_session_lost(now, via, "closed".into());
     drain(&mut n);
     n.handle_session_unimport(now, 3, via, Some(p1), IMPORT.import_event_id);
     drain(&mut n);
     assert_eq!(refusals(&n), vec![("unimport: no session", 1)]);
+}
+
+/// A goodbye that reaches node 1 before the session it came on has opened there (its stream
+/// travels behind it on another connection, or the goodbye came by a unary call): the departed
+/// instance's session then never carries the pair, the session that carried it when the
+/// goodbye came still proves the peer for its last hand-backs, and a dial of ours answered by
+/// that instance is closed. Only a new instance connects again (issue 28, seed 2253632).
+#[test]
+fn a_departed_instance_never_carries_the_pair_again() {
+    let mut t = Two::new();
+    let [_, a1] = t.start();
+    t.dial_ok(1, a1);
+    assert!(t.opened(1, 70), "node 0 takes node 1's session");
+    let carried = Via::Dialled {
+        peer: NodeId(0),
+        attempt: a1,
+    };
+    assert_eq!(t.m[1].session_of(NodeId(0)), Some(carried));
+    // Node 0's own dial reaches node 1 (hello accepted), then node 0 says goodbye on it.
+    assert_eq!(t.m[1].handle_hello(t.now, &t.hello[0]), Verdict::Accept);
+    t.drain(1);
+    let node0 = t.hello[0].instance;
+    t.m[1].handle_goodbye(t.now, NodeId(0), node0, "shutting down");
+    t.drain(1);
+    assert_eq!(t.status(1), ConnStatus::Disconnected);
+    // Its session opens after the goodbye: refused (closed), the link stays DISCONNECTED, and
+    // the session that carried the pair still proves node 0.
+    assert!(!t.opened(0, 71), "a departed instance's session is closed");
+    assert_eq!(t.status(1), ConnStatus::Disconnected);
+    assert_eq!(t.m[1].proven_by(carried), Some((NodeId(0), node0)));
+    // A dial of node 1's answered by the departed instance is closed, not connected.
+    t.run(Duration::from_secs(10), |_, _| None);
+    let attempt = t.log.iter().rev().find_map(|(n, a)| match a {
+        Action::Dial { attempt, .. } if *n == 1 => Some(*attempt),
+        _ => None,
+    });
+    let attempt = attempt.expect("node 1 retries after the goodbye");
+    let h = t.hello[0].clone();
+    t.m[1].handle_dial_ok(t.now, NodeId(0), attempt, &h);
+    let a = t.drain(1);
+    assert!(
+        a.contains(&Action::CloseSession {
+            peer: NodeId(0),
+            via: Via::Dialled {
+                peer: NodeId(0),
+                attempt
+            }
+        }),
+        "{a:?}"
+    );
+    assert_eq!(t.status(1), ConnStatus::Disconnected);
+    // A new instance of node 0 connects.
+    let mut restarted = t.hello[0].clone();
+    restarted.instance = InstanceId(node0.0 + 100);
+    assert_eq!(t.m[1].handle_hello(t.now, &restarted), Verdict::Accept);
+    t.drain(1);
+    assert!(t.m[1].handle_session_opened(t.now, NodeId(0), restarted.instance, 72));
+    t.drain(1);
+    assert_eq!(t.status(1), ConnStatus::Connected);
 }

@@ -109,6 +109,7 @@ pub async fn run(
         quorum: settings.quorum,
         heartbeat_interval: settings.heartbeat_interval,
         peer_timeout: settings.peer_timeout,
+        dial_timeout: settings.dial_timeout(),
         backoff: settings.backoff,
         seed: entropy.seed,
     };

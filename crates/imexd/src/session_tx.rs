@@ -153,6 +153,8 @@ pub(crate) struct SessionTx {
     heard: Arc<AtomicBool>,
     /// Told when something in flight ends ([`SessionTx::retire`] waits on it).
     idle: Arc<tokio::sync::Notify>,
+    /// Retired ([`SessionTx::retire`]): its heartbeats are no longer answered.
+    retired: Arc<AtomicBool>,
     /// The last heartbeat sent here and the round trip of the last one answered.
     rtt: Arc<Mutex<Rtt>>,
 }
@@ -197,6 +199,7 @@ impl SessionTx {
             serving: Arc::new(AtomicUsize::new(0)),
             heard: Arc::new(AtomicBool::new(false)),
             idle: Arc::default(),
+            retired: Arc::default(),
             rtt: Arc::default(),
         };
         (tx, Outbound { rx, stop })
@@ -212,8 +215,12 @@ impl SessionTx {
 
     /// Ends the session once nothing is in flight on it (our calls answered, the peer's
     /// requests answered), or after [`RETIRE_WAIT`]: a pair that moves to its other session
-    /// (core's `mesh::pair`) fails no request it had already sent on this one.
+    /// (core's `mesh::pair`) fails no request it had already sent on this one. Its heartbeats
+    /// go unanswered from now: the node no longer counts this session, and an answer would
+    /// tell the peer the pair is alive for up to that wait after the node lost it, longer than
+    /// the clean-up of a lost peer allows for (core's `node/grace.rs`).
     pub(crate) fn retire(self) {
+        self.retired.store(true, Ordering::Release);
         tokio::spawn(async move {
             let deadline = tokio::time::sleep(RETIRE_WAIT);
             tokio::pin!(deadline);
@@ -254,7 +261,7 @@ impl SessionTx {
         self.heard.store(true, Ordering::Release);
         if ack {
             self.heartbeat_answered(seq);
-        } else if !no_answer {
+        } else if !no_answer && !self.retired.load(Ordering::Acquire) {
             self.heartbeat(seq, true);
         }
     }
@@ -445,6 +452,33 @@ mod tests {
         // session. A new large field belongs in `proto/build.rs`'s boxed list.
         let size = std::mem::size_of::<SessionMsg>();
         assert!(size <= 160, "a session frame is {size} bytes");
+    }
+
+    #[tokio::test]
+    async fn a_retired_session_answers_no_heartbeat() {
+        use tokio_stream::StreamExt;
+        let (tx, mut out) = SessionTx::new();
+        tx.received_heartbeat(1, false, false);
+        let ack = out.next().await.expect("answered while in use");
+        assert_eq!((ack.heartbeat_seq, ack.heartbeat_ack), (1, true));
+        // A call in flight keeps the retired session open for its answer.
+        let call = tokio::spawn({
+            let tx = tx.clone();
+            async move { tx.call(Body::Unimport(Default::default())).await }
+        });
+        let request = out.next().await.expect("the call's request");
+        tx.clone().retire();
+        tx.received_heartbeat(2, false, false);
+        tx.resolve(request.id, Body::UnimportReply(Default::default()));
+        assert!(
+            call.await.expect("join").is_ok(),
+            "the call still gets its answer"
+        );
+        let rest: Vec<SessionMsg> = out.collect().await;
+        assert!(
+            rest.iter().all(|m| !m.heartbeat_ack),
+            "no heartbeat answered after the retirement: {rest:?}"
+        );
     }
 
     #[tokio::test]

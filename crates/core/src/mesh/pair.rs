@@ -177,7 +177,7 @@ impl Mesh {
 
     /// Whether `instance` of `peer` said goodbye: it is leaving, and no session of it carries
     /// the pair again (module docs).
-    pub(super) fn departed(&self, peer: NodeId, instance: InstanceId) -> bool {
+    pub(crate) fn departed(&self, peer: NodeId, instance: InstanceId) -> bool {
         self.link(peer)
             .is_some_and(|l| l.departed == Some(instance))
     }

@@ -113,7 +113,10 @@ impl Node {
                     "exporter is stopping",
                 ))
             }
-            Ok((export_ref, _)) if !self.knows(d.importer) => {
+            Ok((export_ref, _))
+                if !self.knows(d.importer)
+                    || self.mesh.departed(d.importer.node, d.importer.instance) =>
+            {
                 // The importer restarted or left while we described: its import is gone.
                 self.release(now, smallvec::smallvec![export_ref], None);
                 Err(ImportError::new(Status::InvalidState, "importer restarted"))

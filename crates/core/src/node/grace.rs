@@ -4,8 +4,8 @@
 //! A lost peer is cleaned in two steps. At the end of the grace time its memory is *fenced*
 //! here: the local importers of its memory are disabled, imports in flight to it fail and
 //! unimports waiting on it finish. What it held here (references on this node's exports for
-//! its importers) is *released* only a fence margin later — the peer timeout plus two
-//! heartbeat intervals. The release is what lets the exporting application's memory be freed
+//! its importers) is *released* only a fence margin later (at the least) — the peer timeout
+//! plus two heartbeat intervals. The release is what lets the exporting application's memory be freed
 //! and reused, so it must come after the peer has fenced *its* importers of that memory. A
 //! peer behind a partition runs the same grace timer from its own loss detection, which lags
 //! or leads ours by at most a peer timeout and a heartbeat; the margin adds one more heartbeat
@@ -31,26 +31,25 @@
 //! its importers are still using them. "Comes back" means its link is CONNECTED here again,
 //! and that alone cancels the release.
 //!
-//! A lost peer may count the pair as connected again while it is still lost here: its dial
-//! reached us and we answered its hello, but the session it then opens never arrives (the
-//! partition is back first; a session's heartbeats travel behind its opening, so nothing
-//! else answers it). It counts the pair alive from when our answer reached it, loses it a
-//! peer timeout and at most an interval later, and fences a grace time after that. Our answer
-//! reaches it within its dial timeout or not at all; the daemon's dial timeout is the peer
-//! timeout kept between half a second and five seconds, so it is at most two peer timeouts
-//! (unless the peer timeout is under a quarter of a second). So the release waits, besides the
-//! fence margin after our fence, a grace time, a fence margin and two peer timeouts after the
-//! last hello we answered while the peer was lost: the answer's way, then the peer's loss
-//! detection and grace time, with a heartbeat interval to spare.
+//! The peer may count the pair as alive later than our last sign of it: whenever we answer
+//! its hello (while the pair is lost here, or while our own session still carries it and its
+//! new one is kept unused), it counts the pair connected from when the answer reaches it,
+//! which is within its dial timeout ([`MeshConfig::dial_timeout`]) or never; it then loses the
+//! pair a peer timeout and at most an interval later (nothing else of ours answers it: a
+//! session's heartbeats travel behind its opening, and a session we closed answers none), and
+//! fences a grace time after that. So the release also waits a grace time, a fence margin and
+//! a dial timeout after the last hello of it we answered: the answer's way, then the peer's
+//! loss detection and grace time, with a heartbeat interval to spare. Only a restart or a
+//! departure of that instance forgets the answer.
 //!
 //! Which references the release may touch: only those of imports the peer made before it
-//! fenced ours — never one it made after coming back. That holds because nothing else can be
-//! held for it then: an import is served only while the pair's link is CONNECTED here
-//! (`exporter.rs`), so a peer whose session has not opened here yet (its requests reached us
-//! on a connection its hello proved, ahead of the session, or by a unary call) is refused
-//! while its clean-up is under way; and a describe that lands after the fence, for an import
-//! asked before it, is released at once. A peer is served again only once its link is
-//! CONNECTED, which cancels the release.
+//! fenced ours, never one it made after coming back. A peer is served only while the pair's
+//! link is CONNECTED here (`exporter.rs`), and that cancels the release: so a request that
+//! reaches us on a connection its hello proved, ahead of the session it opens (a unary call),
+//! takes no reference while a clean-up is under way; and a describe that lands after the
+//! fence, for an import asked before it, is released at once.
+//!
+//! [`MeshConfig::dial_timeout`]: crate::mesh::MeshConfig::dial_timeout
 
 use std::time::{Duration, Instant};
 
@@ -65,7 +64,7 @@ impl Node {
     }
 
     /// A lost peer stayed away for its whole grace time: fence its memory here now, release
-    /// what it held here after [`Node::fence_margin`] (IMEX guide "Connections, Quorum, and
+    /// what it held here after [`Node::fence_margin`] at the least (IMEX guide "Connections, Quorum, and
     /// Clean up"; driver-interface.md §4 "Peer node dies or disconnects").
     pub(super) fn grace_over(&mut self, now: Instant, peer: NodeId) {
         if self.connected(peer).is_some() || self.cleaned.contains_key(&peer) {
@@ -84,33 +83,38 @@ impl Node {
     }
 
     /// When what a lost peer held here may be released: a fence margin after our fence, and
-    /// no earlier than a grace time, a fence margin and two peer timeouts after the last hello
-    /// of it we answered while it was lost (module docs).
+    /// no earlier than a grace time, a fence margin and a dial timeout after the last hello of
+    /// it we answered (module docs).
     fn release_due(&self, fenced: Instant, peer: NodeId) -> Instant {
-        let margin = self.fence_margin();
-        let answer_way = 2 * self.mesh.config().peer_timeout;
-        let after_answer = self
-            .answered_lost
+        let at = fenced + self.fence_margin();
+        self.answered
             .get(&peer)
-            .map(|at| *at + self.grace.unwrap_or_default() + margin + answer_way);
-        after_answer.map_or(fenced + margin, |a| a.max(fenced + margin))
+            .map_or(at, |answered| at.max(self.answer_settled(*answered)))
     }
 
-    /// We accepted the hello of `peer` while its link here is not CONNECTED: it may take the
-    /// pair as connected from our answer and fence our memory only a grace time and more than
-    /// a peer timeout later; a release already due before that waits for it.
-    pub(super) fn answered_while_lost(&mut self, now: Instant, peer: NodeId) {
-        self.answered_lost.insert(peer, now);
+    /// When a peer we answered at `answered` has, at the latest, fenced our memory if it lost
+    /// the pair just after: a dial timeout, a grace time and a fence margin later.
+    fn answer_settled(&self, answered: Instant) -> Instant {
+        answered
+            + self.mesh.config().dial_timeout
+            + self.grace.unwrap_or_default()
+            + self.fence_margin()
+    }
+
+    /// We accepted the hello of `peer`: it may take the pair as connected from our answer. A
+    /// release of what it holds here that is due sooner waits (module docs).
+    pub(super) fn answered_hello(&mut self, now: Instant, peer: NodeId) {
+        self.answered.insert(peer, now);
         if let Some(&due) = self.deadlines.get(&Timer::GraceRelease(peer)) {
-            let later = self.release_due(now, peer);
-            if later > due {
-                self.arm(later, Timer::GraceRelease(peer));
+            let settled = self.answer_settled(now);
+            if settled > due {
+                self.arm(settled, Timer::GraceRelease(peer));
             }
         }
     }
 
-    /// The fence margin after a lost peer's grace time is over and it is still away: release
-    /// the references held for its importers.
+    /// The release step of a lost peer's clean-up (a fence margin or more after its fence)
+    /// and it is still away: release the references held for its importers.
     pub(super) fn grace_release(&mut self, now: Instant, peer: NodeId) {
         if self.connected(peer).is_some() {
             return;

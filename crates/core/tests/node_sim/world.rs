@@ -229,17 +229,21 @@ enum Ev {
         rpc: u64,
         why: &'static str,
     },
+    /// A dial made at `sent` reaches its peer.
     DialArrive {
         a: usize,
         b: usize,
         attempt: u64,
         a_inst: InstanceId,
+        sent: Instant,
     },
+    /// The answer to a dial made at `sent` reaches the dialler.
     DialDone {
         a: usize,
         b: usize,
         attempt: u64,
         a_inst: InstanceId,
+        sent: Instant,
         result: DialResult,
     },
     /// The dialler's session stream reaches the acceptor.
@@ -1004,6 +1008,7 @@ impl World {
                         b: peer.index(),
                         attempt,
                         a_inst,
+                        sent: now,
                     },
                 );
             }
@@ -1252,6 +1257,7 @@ impl World {
                 b,
                 attempt,
                 a_inst,
+                sent,
             } => {
                 if self.inst(a) != Some(a_inst) {
                     return;
@@ -1271,6 +1277,7 @@ impl World {
                             b,
                             attempt,
                             a_inst,
+                            sent,
                             result,
                         },
                     );
@@ -1295,6 +1302,7 @@ impl World {
                         b,
                         attempt,
                         a_inst,
+                        sent,
                         result,
                     },
                 );
@@ -1304,12 +1312,18 @@ impl World {
                 b,
                 attempt,
                 a_inst,
+                sent,
                 result,
             } => {
                 if self.inst(a) != Some(a_inst) {
                     return;
                 }
                 let peer = Self::id(b);
+                // The daemon gives a dial up after its dial timeout: an answer later than that
+                // is never taken (its connection is closed).
+                let late = self
+                    .node(a)
+                    .is_some_and(|n| now - sent > n.mesh().config().dial_timeout);
                 let superseded = self
                     .sessions
                     .get(&(a, b))
@@ -1329,7 +1343,9 @@ impl World {
                         );
                     }
                     DialResult::Accept(hello, conn)
-                        if self.reachable(a, b) && self.inst(b) == Some(hello.instance) =>
+                        if !late
+                            && self.reachable(a, b)
+                            && self.inst(b) == Some(hello.instance) =>
                     {
                         self.remove_session(a, b, Some(a));
                         let sess = Sess {
@@ -1349,7 +1365,7 @@ impl World {
                             .handle_dial_refused(now, peer, attempt, m, detail);
                     }
                     DialResult::Accept(hello, conn) => {
-                        // Accepted there, but the answer never made it back.
+                        // Accepted there, but the answer never made it back (or too late).
                         let when = if self.is_cut(a, b) {
                             now + PEER_TIMEOUT
                         } else {

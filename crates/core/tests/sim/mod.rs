@@ -45,6 +45,8 @@ pub fn config(local: usize, map: NodeMap, instance: u64, quorum: QuorumPolicy) -
         quorum,
         heartbeat_interval: Duration::from_millis(500),
         peer_timeout: Duration::from_millis(3000),
+        // As the daemon's: the peer timeout (kept within 0.5..5 s).
+        dial_timeout: Duration::from_millis(3000),
         backoff: Backoff {
             min: Duration::from_millis(250),
             max: Duration::from_secs(5),

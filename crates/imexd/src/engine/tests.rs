@@ -201,6 +201,7 @@ fn start(driver: Recorder) -> Running {
                 quorum: settings.quorum,
                 heartbeat_interval: settings.heartbeat_interval,
                 peer_timeout: settings.peer_timeout,
+                dial_timeout: settings.dial_timeout(),
                 backoff: settings.backoff,
                 seed: 7,
             },
