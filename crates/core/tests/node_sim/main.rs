@@ -131,7 +131,17 @@ fn commit_window() -> Result<(String, u64), String> {
     let prefix = commit.get(..12).unwrap_or(&commit);
     let n = u64::from_str_radix(prefix, 16)
         .map_err(|e| format!("commit {commit:?} is not hex: {e}"))?;
-    Ok((commit, 1000 + n))
+    // The window is the commit's; say when the tree differs from it.
+    let clean = std::process::Command::new("git")
+        .args(["-C", dir, "diff", "--quiet", "HEAD", "--"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let label = if clean {
+        commit
+    } else {
+        format!("{commit} (+ uncommitted changes)")
+    };
+    Ok((label, 1000 + n))
 }
 
 /// Runs seeds `first..first + count` on every core and fails with each failing seed's replay
@@ -174,7 +184,9 @@ fn run_window(first: u64, count: u64) {
     assert!(
         failures.is_empty(),
         "{} of {count} seeds from {first} failed (first: {}, replay: OPENIMEX_SIM_SEED={} cargo \
-         test -p openimex-core --test node_sim seeded_chaos); see above",
+         test -p openimex-core --test node_sim seeded_chaos); see above. In the commit's window \
+         this may be a seed no run explored before rather than a regression: replay it, fix the \
+         cause, and keep it as a targeted scenario (scenarios.rs)",
         failures.len(),
         failures[0].0,
         failures[0].0,

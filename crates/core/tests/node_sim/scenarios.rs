@@ -415,12 +415,13 @@ fn cleaned_up(w: &World, node: usize, peer: usize) -> usize {
 }
 
 /// Issue 28, seed 515433: the importer's session reached the exporter after the partition
-/// healed, but the exporter saw its requests before the session opened there (the daemon's
-/// unary RPCs can do that too), so its link stayed RECOVERING while it served them; the
-/// release step of the clean-up, a fence margin after the fence, then released the references
-/// of imports made after the heal, which were live. Now an import is served only while the
-/// pair's link is CONNECTED (which cancels the release): the early one is refused, and the
-/// one made once the session is open is held to the end.
+/// healed, but the exporter saw its requests before the session opened there (as a client of
+/// the peer service's unary calls can make them arrive), so its link stayed RECOVERING while it
+/// served them; the release step of the clean-up, then due a fence margin after the fence,
+/// released the references of imports made after the heal, which were live. Now an import is
+/// served only while the pair's link is CONNECTED (which cancels the release): the early one
+/// is refused, and the one made once the session is open is held to the end. (The answered
+/// hello now also postpones the release, `node/grace.rs`; the refusal is checked directly.)
 #[test]
 fn a_peer_back_inside_the_fence_margin_keeps_the_imports_it_makes_after() {
     // The importer is the lower node: its dial is the one the pair prefers.
@@ -449,8 +450,8 @@ fn a_peer_back_inside_the_fence_margin_keeps_the_imports_it_makes_after() {
 
     // Heal inside the fence margin; X's own dials are slow and Y's session opens there late.
     w.cond.dial_extra.insert((X, Y), Duration::from_secs(20));
-    // (Late past X's release step, but inside Y's peer timeout: its heartbeats wait behind
-    // the opening too, and Y would lose the pair.)
+    // (Late past where X's release step was due before the fix, but inside Y's peer timeout:
+    // its heartbeats wait behind the opening too, and Y would lose the pair.)
     w.cond.open_extra.insert((Y, X), 2800 * MS);
     w.cut.clear();
     assert!(w.run_while_not(Duration::from_secs(3), |w| link(w, Y, X)
@@ -465,8 +466,8 @@ fn a_peer_back_inside_the_fence_margin_keeps_the_imports_it_makes_after() {
     let describes = |w: &World| count(w, X, |a| matches!(a, Action::DescribeExport { .. }));
     let before = describes(&w);
     let (early, _) = import(&mut w, Y, X, exp);
-    // Past the release step as it was due, a fence margin (4 s) after X fenced, and still
-    // before the session opens there.
+    // Past where the release step was due before the fix, a fence margin (4 s) after X
+    // fenced, and still before the session opens there.
     w.run_until(fenced + Duration::from_millis(4020));
     assert_ne!(link(&w, X, Y), ConnStatus::Connected);
     assert!(w.violations.is_empty(), "{}", w.violations.join("\n"));
@@ -564,9 +565,8 @@ fn a_goodbye_ahead_of_its_session_leaves_the_farewell_session_the_peers() {
 /// fenced nothing); the partition came back before Y's session opened at X, so X stayed lost,
 /// fenced Y at the end of its grace time, and released Y's references a fence margin later,
 /// while Y, which had counted the pair alive from X's answer, had not yet lost it long enough
-/// to fence. Now X's release waits a grace time, a fence margin and two peer timeouts (the
-/// answer's way, at most the dialler's dial timeout) after the last hello it answered while
-/// the pair was lost.
+/// to fence. Now X's release waits a dial timeout (the answer's way), a grace time and a
+/// fence margin after the last hello it answered.
 #[test]
 fn an_answered_hello_while_lost_delays_the_release_until_the_peer_has_fenced() {
     const Y: usize = 0;
