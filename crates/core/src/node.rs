@@ -54,8 +54,8 @@
 //!   left, in two steps: its memory is fenced here at once (local importers disabled), and what
 //!   it held here is released a fence margin later at the least, so a peer behind a partition
 //!   has fenced before its memory can be freed and reused (`node/grace.rs` says why). The
-//!   matrix then shows it DISCONNECTED until it is back. The same instance back within the grace time loses nothing;
-//!   a new instance is cleaned at once (below).
+//!   matrix then shows it DISCONNECTED until it is back. The same instance back within the
+//!   grace time loses nothing; a new instance is cleaned at once (below).
 //! - A peer that restarted (new instance) or left (goodbye): the references held for its
 //!   importers are released, imports from it that were still in flight fail, unimports waiting
 //!   on it finish, and the local importers of its memory are disabled.

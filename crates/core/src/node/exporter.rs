@@ -119,7 +119,10 @@ impl Node {
             {
                 // The importer restarted or left while we described: its import is gone.
                 self.release(now, smallvec::smallvec![export_ref], None);
-                Err(ImportError::new(Status::InvalidState, "importer restarted"))
+                Err(ImportError::new(
+                    Status::InvalidState,
+                    "importer restarted or left",
+                ))
             }
             Ok((export_ref, _)) if self.cleaned.contains_key(&d.importer.node) => {
                 // Its link was lost for the grace time while we described: it fences (or has

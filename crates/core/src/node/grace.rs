@@ -5,8 +5,8 @@
 //! here: the local importers of its memory are disabled, imports in flight to it fail and
 //! unimports waiting on it finish. What it held here (references on this node's exports for
 //! its importers) is *released* only a fence margin later (at the least) — the peer timeout
-//! plus two heartbeat intervals. The release is what lets the exporting application's memory be freed
-//! and reused, so it must come after the peer has fenced *its* importers of that memory. A
+//! plus two heartbeat intervals. The release is what lets the exporting application's memory
+//! be freed and reused, so it must come after the peer has fenced *its* importers of that memory. A
 //! peer behind a partition runs the same grace timer from its own loss detection, which lags
 //! or leads ours by at most a peer timeout and a heartbeat; the margin adds one more heartbeat
 //! so that its fence comes strictly first, and none of its importers can read memory freed
@@ -64,8 +64,8 @@ impl Node {
     }
 
     /// A lost peer stayed away for its whole grace time: fence its memory here now, release
-    /// what it held here after [`Node::fence_margin`] at the least (IMEX guide "Connections, Quorum, and
-    /// Clean up"; driver-interface.md §4 "Peer node dies or disconnects").
+    /// what it held here after [`Node::fence_margin`] at the least (IMEX guide "Connections,
+    /// Quorum, and Clean up"; driver-interface.md §4 "Peer node dies or disconnects").
     pub(super) fn grace_over(&mut self, now: Instant, peer: NodeId) {
         if self.connected(peer).is_some() || self.cleaned.contains_key(&peer) {
             return;
