@@ -1,7 +1,8 @@
 //! One seeded run: applications export and import while faults strike (kill -9 and restart,
 //! clean shutdown with goodbyes, partitions and heals, uneven heals after which the two sides
-//! disagree on the link, message loss, long delays and slow driver calls); then the faults stop, the domain heals, the applications release everything,
-//! and the final invariants are checked.
+//! disagree on the link, message loss, long delays and slow driver calls); then the faults
+//! stop, the domain heals, the applications release everything, and the final invariants are
+//! checked.
 
 use std::time::Duration;
 

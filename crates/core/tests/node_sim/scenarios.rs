@@ -76,6 +76,11 @@ fn state(w: &World, node: usize, desc: u64) -> DescState {
     w.slots[node].driver.descs[&desc].state
 }
 
+/// How `node` sees its link to `peer`.
+fn link(w: &World, node: usize, peer: usize) -> ConnStatus {
+    w.node(node).unwrap().links()[peer].status
+}
+
 fn refs_held(w: &World, node: usize) -> usize {
     w.node(node).unwrap().export_refs_held()
 }
@@ -233,8 +238,7 @@ fn unimport_during_partition_is_finished_locally_then_delivered_on_heal() {
     assert!(matches!(state(&w, B, desc), DescState::Valid { .. }));
     w.cut.insert((A, B));
     w.run_for(Duration::from_secs(4));
-    let link = w.node(B).unwrap().links()[A].status;
-    assert_eq!(link, ConnStatus::Recovering);
+    assert_eq!(link(&w, B, A), ConnStatus::Recovering);
     release(&mut w, B, desc);
     assert!(
         w.slots[B].driver.waiters.is_empty(),
@@ -400,10 +404,6 @@ fn transport_error_after_the_exporter_took_a_reference_gives_it_back() {
     assert!(unimports_sent(&w, event) >= 1, "handed back");
     assert_eq!(refs_held(&w, A), 0);
     finish(w);
-}
-
-fn link(w: &World, node: usize, peer: usize) -> ConnStatus {
-    w.node(node).unwrap().links()[peer].status
 }
 
 fn cleaned_up(w: &World, node: usize, peer: usize) -> usize {
