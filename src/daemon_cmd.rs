@@ -139,10 +139,12 @@ fn prepare(args: &Args) -> Result<Prepared> {
         Backend::NoGpu
     } else {
         match cfg.driver {
-            DriverKind::Auto => Backend::Auto,
             DriverKind::NoGpu => Backend::NoGpu,
-            DriverKind::Sim => Backend::Sim(cfg.sim_node_dir.clone().unwrap_or_default()),
-            DriverKind::Nvidia => Backend::Nvidia,
+            // `sim` is the `nvidia` backend on the simulated tray's node directory.
+            DriverKind::Sim => Backend::Nvidia(cfg.sim_node_dir.clone().unwrap_or_default()),
+            DriverKind::Auto | DriverKind::Nvidia => Backend::Nvidia(
+                openimex_driver::nvidia::files::driver_root(cfg.driver_root.as_deref()),
+            ),
         }
     };
     // Fail on an unusable driver before binding anything.

@@ -1,12 +1,13 @@
 //! `openimex`: the open IMEX service in one binary.
 //!
 //! Subcommands: `daemon` (NVIDIA's `nvidia-imex`), `ctl` (`nvidia-imex-ctl`), `install-links`,
-//! `demo`, `bench`, `channels`, `fabric`, `certs`, `init`. Invoked through a link named `nvidia-imex` or
+//! `demo`, `bench`, `channels`, `fabric`, `certs`, `init`, `driver-check`. Invoked through a link named `nvidia-imex` or
 //! `nvidia-imex-ctl`, it behaves as that program, so systemd units, Slurm prologs, Kubernetes
 //! probes and DCGM work unchanged.
 
 mod daemon_cmd;
 mod demo;
+mod driver_check;
 mod tools;
 
 use std::ffi::OsString;
@@ -58,6 +59,10 @@ enum Command {
     /// Write a working, secure domain: per node a config.cfg (mutual TLS on, root-only command
     /// socket), the nodes file and its certificates, ready to copy to /etc/nvidia-imex.
     Init(tools::InitArgs),
+    /// What the daemon would find on this host: driver version, /dev/nvidiactl, GPUs and their
+    /// fabric probes, the IMEX capability and channels, whether a session could be opened.
+    /// Exit status 0 only when a daemon could start.
+    DriverCheck(driver_check::DriverCheckArgs),
     /// (internal) Listen on IP:PORT and accept connections: the baseline process of `bench formation`.
     #[command(hide = true)]
     ListenProbe {
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
         Command::Certs(a) => tools::certs(&a),
         Command::Init(a) => tools::init(&a),
         Command::ListenProbe { addr } => tools::listen_probe(addr),
+        Command::DriverCheck(a) => return driver_check::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

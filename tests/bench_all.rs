@@ -72,6 +72,7 @@ fn bench_all_json_has_one_entry_per_figure() {
             "formation_3",
             "formation_3_grpc_mesh",
             "import_p50",
+            "import_p50_vs_calls",
             "import_p99",
             "import_allocs"
         ],

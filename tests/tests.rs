@@ -129,6 +129,10 @@ mod systemd;
 // issue 7: SIGHUP writes the verbose log buffer (messages below LOG_LEVEL); so does a clean stop
 #[path = "e2e/verbose_log.rs"]
 mod verbose_log;
+// issue 29: the daemon on the RM interface (golden trace on two driver versions, driver-check,
+// no driver, the session held, the capability missing, not root)
+#[path = "e2e/rm_driver.rs"]
+mod rm_driver;
 // issue 9, item 1: NETWORK_INTERFACE (link-local domain in network namespaces),
 // IMEX_CONN_WAIT_TIMEOUT
 #[path = "e2e/net_keys.rs"]

@@ -218,10 +218,10 @@ mod tests {
             .err()
             .expect("10 partitions of 9 trays");
         assert!(e.to_string().contains("ask for 1 to 9"), "{e}");
-        let e = Domain::load("nvl36", None, Some(65), 1, None)
+        let e = Domain::load("nvl36", None, Some(17), 1, None)
             .err()
-            .expect("65 GPUs per tray");
-        assert!(e.to_string().contains("1 to 64"), "{e}");
+            .expect("17 GPUs per tray");
+        assert!(e.to_string().contains("1 to 16"), "{e}");
     }
 
     #[test]

@@ -187,6 +187,7 @@ impl Scenario {
                 apps::import(binary, rounds),
                 &[
                     ("import_p50", Unit::Us),
+                    ("import_p50_vs_calls", Unit::Us),
                     ("import_p99", Unit::Us),
                     ("import_allocs", Unit::Allocs),
                 ],

@@ -23,7 +23,7 @@ pub(crate) const STATS_INTERVAL: Duration = Duration::from_millis(50);
 /// Time allowed for the whole 4-node demo.
 pub(crate) const DEMO: Duration = Duration::from_secs(120);
 /// The reference counters that must all return to zero once every application is gone.
-pub(crate) const REFS: [&str; 6] = openimex_harness::chaos::REF_COUNTERS;
+pub(crate) const REFS: [&str; 7] = openimex_harness::chaos::REF_COUNTERS;
 /// A driver's node ID without a daemon session.
 pub(crate) const NO_NODE: u64 = 0xFFFF;
 

@@ -101,6 +101,7 @@ fn a_clique_change_is_logged_shown_and_enforced_and_health_is_reported() {
         gpus_per_node: GPUS,
         hbm_mib: 256,
         channels: 1,
+        ..GpuSpec::default()
     });
     let mut cluster = Cluster::prepare(spec).expect("prepare 3 nodes");
     let metrics = SocketAddr::from((cluster.node(0).ip(), METRICS_PORT)).to_string();

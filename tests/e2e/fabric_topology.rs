@@ -51,7 +51,7 @@ fn presets_report_their_racks_trays_and_gpus() {
     assert_eq!(gpus[71]["clique_id"], 2);
     assert_eq!(
         gpus[71]["fla_base"],
-        format!("{:#x}", (17u64 * 64 + 3 + 1) << 40)
+        format!("{:#x}", (17u64 * 16 + 3 + 1) << 40)
     );
     let text_out = run(Command::new(binary()).args(["fabric", "topology", "nvl36"]));
     let listing = text(&text_out.stdout);
@@ -88,7 +88,7 @@ fn topology_files_parse_and_bad_lines_name_file_line_and_fix() {
         .arg(&bad));
     let stderr = assert_clean_failure(&out, "bad topology file");
     let want = format!(
-        "{}:3: bad value: \"gpus=0\"; gpus takes a whole number from 1 to 64",
+        "{}:3: bad value: \"gpus=0\"; gpus takes a whole number from 1 to 16",
         bad.display()
     );
     assert!(stderr.contains(&want), "{stderr}");

@@ -187,6 +187,7 @@ fn a_144_node_domain_forms_answers_ctl_and_serves_an_import() {
         gpus_per_node: 1,
         hbm_mib: 64,
         channels: 1,
+        ..GpuSpec::default()
     };
     let mut cluster = Cluster::start(spec(N).with_gpus(gpus)).expect("start 144 nodes");
     cluster

@@ -98,7 +98,7 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct NodeArgs {
-    /// The node's directory (holds dev/nvidiactl.sock and dev/nvidia-caps-imex-channels/).
+    /// The node's directory (holds dev/nvidiactl and dev/nvidia-caps-imex-channels/).
     #[arg(long, value_name = "DIR")]
     node_dir: PathBuf,
     /// Subscribe with this IMEX channel file instead of the first accessible one.

@@ -58,7 +58,7 @@ pub enum CuError {
         socket.display()
     )]
     NoDevice {
-        /// The socket that was tried (`<node-dir>/dev/nvidiactl.sock`).
+        /// The socket that was tried (`<node-dir>/dev/nvidiactl`).
         socket: PathBuf,
         /// Why connecting failed.
         reason: String,
@@ -251,13 +251,12 @@ mod tests {
             "CUDA_ERROR_NOT_PERMITTED (800): NV_ERR_INSUFFICIENT_PERMISSIONS: client has no IMEX channel"
         );
         let e = CuError::NoDevice {
-            socket: "/n/dev/nvidiactl.sock".into(),
+            socket: "/n/dev/nvidiactl".into(),
             reason: "not found".into(),
         };
         assert_eq!((e.code(), e.name()), (100, "CUDA_ERROR_NO_DEVICE"));
         assert!(
-            e.to_string().contains("/n/dev/nvidiactl.sock")
-                && e.to_string().contains("openimex gpu"),
+            e.to_string().contains("/n/dev/nvidiactl") && e.to_string().contains("openimex gpu"),
             "{e}"
         );
         let e = CuError::from(WireError::Closed);

@@ -32,6 +32,7 @@ fn driver(dir: &ScratchDir, slot: u16, gpus: u32) -> (ServerHandle, std::path::P
         probe: Default::default(),
         channels: 1,
         imex_channel_count: DEFAULT_IMEX_CHANNEL_COUNT,
+        ..DriverConfig::default()
     };
     let server = Server::bind(&config).unwrap().spawn().unwrap();
     assert!(channels_dir(&node_dir).join("channel0").exists());

@@ -88,9 +88,11 @@ pub enum DriverKind {
     Auto,
     /// `nogpu`: run without GPUs (like `nvidia-imex --nogpu`).
     NoGpu,
-    /// `sim`: the in-process simulated GPU, for tests.
+    /// `sim`: the simulated GPU driver of `OPENIMEX_SIM_NODE_DIR`: the same as `nvidia` with
+    /// that node directory as the driver root (kept so that older configs go on working).
     Sim,
-    /// `nvidia`: the real NVIDIA kernel driver; fail if it is missing.
+    /// `nvidia`: NVIDIA's kernel driver (RM ioctls on `<OPENIMEX_DRIVER_ROOT>/dev/nvidiactl`;
+    /// the simulated driver's node directory is a driver root too); fail if it is missing.
     Nvidia,
 }
 
@@ -333,6 +335,12 @@ pub struct Config {
     /// (`openimex gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
     pub sim_node_dir: Option<PathBuf>,
 
+    /// `OPENIMEX_DRIVER_ROOT`: where the GPU driver's files are (`dev/nvidiactl`,
+    /// `dev/nvidia-caps/`, `proc/driver/nvidia/`), as the Kubernetes DRA driver's
+    /// `driverRoot`; `None` (empty, default) means the `OPENIMEX_DRIVER_ROOT` environment
+    /// variable, else `/`. A simulated tray's node directory is one.
+    pub driver_root: Option<PathBuf>,
+
     /// Warnings found while parsing; see [`Config::notices`]. Empty for [`Config::default`].
     pub notices: Vec<Notice>,
 
@@ -396,6 +404,7 @@ impl Default for Config {
             syslog_socket: PathBuf::from(DEFAULT_SYSLOG_SOCKET),
             stats_interval_sec: DEFAULT_STATS_INTERVAL_SEC,
             sim_node_dir: None,
+            driver_root: None,
             notices: Vec::new(),
             node_config_file_origin: None,
         }

@@ -62,6 +62,14 @@ pub struct Pages {
     pub bw_mode: u16,
     /// Owner GPU's bandwidth mode epoch (`NV_FABRIC_MEMORY_ATTRS.bwModeEpoch`).
     pub bw_mode_epoch: u64,
+    /// The memory's page kind (`NV_FABRIC_MEMORY_ATTRS.kind`), passed through to VALIDATE.
+    pub kind: u32,
+    /// `physAttrs.addressSpace` of DESCRIBE, passed through to VALIDATE.
+    pub phys_addr_space: u32,
+    /// `physAttrs.compressionCoverage` of DESCRIBE, passed through to VALIDATE.
+    pub compression_coverage: u32,
+    /// `memFlags` of DESCRIBE, passed through to VALIDATE.
+    pub mem_flags: u32,
 }
 
 /// A fabric event from the driver.

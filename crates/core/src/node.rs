@@ -300,6 +300,10 @@ pub enum Action {
     SetMulticastFailure {
         /// The prime's export UUID.
         export_uuid: [u8; 16],
+        /// Its index in the export.
+        index: u16,
+        /// The importer's channel (the daemon's dup of the export names it).
+        channel: u32,
         /// The failure.
         status: Status,
     },

@@ -116,6 +116,9 @@ fn an_owner_not_ready_fails_the_prime() {
             [
                 Action::SetMulticastFailure {
                     export_uuid,
+                    index: 0,
+                    // The importer's channel: the daemon's dup of the prime's export names it.
+                    channel: 2,
                     status: Status::InvalidState,
                 },
                 Action::AnswerRemoteGpuAttach {

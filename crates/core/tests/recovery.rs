@@ -149,6 +149,10 @@ fn the_record_names_an_importer_before_it_gets_the_pages() {
         clique_id: 0,
         bw_mode: 0,
         bw_mode_epoch: 0,
+        kind: 0,
+        phys_addr_space: 0,
+        compression_coverage: 0,
+        mem_flags: 0,
     };
     n.handle_described(now, 7, Ok((70, pages)));
     let a = drain(&mut n);
@@ -210,6 +214,10 @@ fn a_node_that_imports_again_soon_costs_no_record_write() {
         clique_id: 0,
         bw_mode: 0,
         bw_mode_epoch: 0,
+        kind: 0,
+        phys_addr_space: 0,
+        compression_coverage: 0,
+        mem_flags: 0,
     };
     let mut writes = Vec::new();
     for round in 0..5u64 {

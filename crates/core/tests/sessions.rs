@@ -185,6 +185,10 @@ fn a_reference_is_released_only_by_the_instance_that_holds_it() {
                 clique_id: 0,
                 bw_mode: 0,
                 bw_mode_epoch: 0,
+                kind: 0,
+                phys_addr_space: 0,
+                compression_coverage: 0,
+                mem_flags: 0,
             },
         )),
     );

@@ -8,14 +8,15 @@
 //! Backends:
 //! - [`NoGpu`]: control plane only, for orchestrator CI. Peers see its version as `NO_GPU`,
 //!   as NVIDIA's `--nogpu` mode reports. It never produces events.
-//! - [`sim::SimDriver`]: the simulated GPU driver (`openimex gpu`) over its node socket.
-//! - `nvidia` (open-gpu-kernel-modules) is not built yet; selecting it fails with
-//!   [`DriverError::Unavailable`] saying what to use.
+//! - [`nvidia::Nvidia`]: NVIDIA's Resource Manager interface on `<driver root>/dev/nvidiactl`
+//!   (open-gpu-kernel-modules, the driver versions of [`openimex_rmabi::SUPPORTED`]). The
+//!   simulated GPU driver (`openimex gpu`) serves the same interface on its node directory,
+//!   so the daemon runs this one backend on a laptop and on a GB200.
 
 #![deny(missing_docs)]
 
 pub mod multicast;
-pub mod sim;
+pub mod nvidia;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,10 +31,9 @@ pub enum Backend {
     Auto,
     /// Control plane only.
     NoGpu,
-    /// The simulated GPU driver, reached through this node directory.
-    Sim(PathBuf),
-    /// NVIDIA's kernel driver.
-    Nvidia,
+    /// NVIDIA's driver interface under this driver root (`/` on a GPU node, a simulated
+    /// tray's node directory in tests).
+    Nvidia(PathBuf),
 }
 
 /// Errors of the driver interface.
@@ -132,14 +132,17 @@ pub trait Driver: Send + Sync + 'static {
         let _ = (from, attach);
         Err(no_multicast("attach remote GPU"))
     }
-    /// Owner side (multicast): SET_FAILURE on the prime object of `export_uuid`, after an
-    /// error on the way to ATTACH_REMOTE_GPU, so that every member learns the team failed.
+    /// Owner side (multicast): SET_FAILURE on the prime object at `index` of `export_uuid`
+    /// (reached through a dup of its export on the importer's `channel`), after an error on the way to
+    /// ATTACH_REMOTE_GPU, so that every member learns the team failed.
     fn set_multicast_failure(
         &self,
         export_uuid: [u8; 16],
+        index: u16,
+        channel: u32,
         status: Status,
     ) -> Result<(), DriverError> {
-        let _ = (export_uuid, status);
+        let _ = (export_uuid, index, channel, status);
         Err(no_multicast("set multicast failure"))
     }
     /// The descriptor events arrive on, if this backend has one (the real driver's event fd):
@@ -229,24 +232,15 @@ impl Driver for NoGpu {
     }
 }
 
-const CHOOSE: &str = "set OPENIMEX_DRIVER=sim (with OPENIMEX_SIM_NODE_DIR) to use the simulated GPU driver, or OPENIMEX_DRIVER=nogpu (or --nogpu) to run the control plane without GPUs";
-
-/// Opens the backend the operator asked for.
+/// Opens the backend the operator asked for. `Auto` is `nvidia` on the default driver root
+/// (`OPENIMEX_DRIVER_ROOT`, else `/`), failing as it does when there is no driver there.
 pub fn open(backend: &Backend) -> Result<Box<dyn Driver>, DriverError> {
     match backend {
         Backend::NoGpu => Ok(Box::new(NoGpu::default())),
-        Backend::Sim(dir) => Ok(Box::new(sim::SimDriver::connect(dir)?)),
-        Backend::Nvidia => Err(DriverError::Unavailable {
-            backend: "nvidia",
-            reason: "this build has no NVIDIA kernel driver backend".to_string(),
-            fix: CHOOSE,
-        }),
-        Backend::Auto => Err(DriverError::Unavailable {
-            backend: "auto",
-            reason: "no GPU driver found on this host (no NVIDIA driver backend, no simulated driver configured)"
-                .to_string(),
-            fix: CHOOSE,
-        }),
+        Backend::Nvidia(root) => Ok(Box::new(nvidia::Nvidia::open(root)?)),
+        Backend::Auto => Ok(Box::new(nvidia::Nvidia::open(
+            &nvidia::files::driver_root(None),
+        )?)),
     }
 }
 
@@ -264,21 +258,21 @@ mod tests {
         ));
     }
 
+    /// No driver under the root: the error names `/dev/nvidiactl` under it and what to
+    /// install, at once (no retry, no wait).
     #[test]
-    fn unavailable_backends_say_how_to_choose() {
-        for b in [Backend::Auto, Backend::Nvidia] {
-            let e = open(&b).err().unwrap().to_string();
-            assert!(
-                e.contains("OPENIMEX_DRIVER=nogpu") && e.contains("--nogpu"),
-                "{e}"
-            );
-        }
-        let e = open(&Backend::Sim("/nonexistent/openimex-node".into()))
+    fn no_driver_names_nvidiactl_and_what_to_install() {
+        let root = std::path::Path::new("/nonexistent/openimex-root");
+        let t = std::time::Instant::now();
+        let e = open(&Backend::Nvidia(root.into()))
             .err()
             .unwrap()
             .to_string();
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
         assert!(
-            e.contains("/nonexistent/openimex-node") && e.contains("openimex gpu"),
+            e.contains("/nonexistent/openimex-root/dev/nvidiactl does not exist")
+                && e.contains("install the NVIDIA GPU driver")
+                && e.contains("OPENIMEX_DRIVER=nogpu"),
             "{e}"
         );
     }

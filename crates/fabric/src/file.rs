@@ -386,7 +386,7 @@ mod tests {
         let e = err("rack a\nswitch-tray s\ncompute-tray c gpus=99\n");
         assert!(
             e.starts_with(
-                "/etc/topo.txt:3: bad value: \"gpus=99\"; gpus takes a whole number from 1 to 64"
+                "/etc/topo.txt:3: bad value: \"gpus=99\"; gpus takes a whole number from 1 to 16"
             ),
             "{e}"
         );

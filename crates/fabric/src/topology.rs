@@ -16,8 +16,9 @@ pub const CPUS_PER_COMPUTE_TRAY: u32 = 2;
 /// NVSwitch chips on a switch tray.
 pub const SWITCH_CHIPS_PER_TRAY: u32 = 2;
 /// Most GPUs on one compute tray: the fabric address plan of the simulated driver leaves room
-/// for 64 per node (`MAX_GPUS_PER_NODE` in the simgpu crate).
-pub const MAX_GPUS_PER_TRAY: u32 = 64;
+/// for 16 per node (`MAX_GPUS_PER_NODE` in the simgpu crate), so that every fabric PFN of
+/// trays up to slot 511 fits the RM's 32-bit PFNs (DESCRIBE's `pfnArray`, 2 MiB units).
+pub const MAX_GPUS_PER_TRAY: u32 = 16;
 /// Most OSFP ports on one switch tray a file may declare.
 pub const MAX_OSFP_PER_TRAY: u32 = 64;
 /// Bits of offset within one GPU's fabric (FLA) window: each GPU owns 1 TiB, as in the
@@ -88,7 +89,7 @@ pub struct GpuId {
 
 impl GpuId {
     /// First fabric (FLA) address of this GPU's window. The same plan as the simulated driver
-    /// (simgpu `fabric::GpuAddr::base`): window number `slot * 64 + gpu + 1`, so address 0
+    /// (simgpu `fabric::GpuAddr::base`): window number `slot * 16 + gpu + 1`, so address 0
     /// is never a GPU's.
     pub fn fla_base(self) -> u64 {
         (u64::from(self.slot) * u64::from(MAX_GPUS_PER_TRAY) + u64::from(self.gpu) + 1)
@@ -366,8 +367,8 @@ mod tests {
         let last = gpus[71];
         assert_eq!(last, GpuId { slot: 17, gpu: 3 });
         assert_eq!(t.rack_of(17), Some(1));
-        // simgpu: (node * 64 + gpu + 1) << 40.
-        assert_eq!(last.fla_base(), (17 * 64 + 3 + 1) << 40);
+        // simgpu: (node * 16 + gpu + 1) << 40.
+        assert_eq!(last.fla_base(), (17 * 16 + 3 + 1) << 40);
         assert_eq!(GpuId { slot: 0, gpu: 0 }.fla_base(), FLA_WINDOW);
     }
 }

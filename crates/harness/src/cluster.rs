@@ -293,9 +293,12 @@ impl Cluster {
         let node = self.get(i)?;
         let mut pairs = node.base_config(self.spec.heartbeat_ms, self.spec.peer_timeout_ms);
         if self.spec.gpus.is_some() {
-            pairs.push(("OPENIMEX_DRIVER".into(), "sim".into()));
+            // The `nvidia` backend, with the simulated tray's node directory as its driver
+            // root: the daemon speaks the RM interface to the simulated driver as to the
+            // kernel module.
+            pairs.push(("OPENIMEX_DRIVER".into(), "nvidia".into()));
             pairs.push((
-                "OPENIMEX_SIM_NODE_DIR".into(),
+                "OPENIMEX_DRIVER_ROOT".into(),
                 node.dir().display().to_string(),
             ));
         }

@@ -24,6 +24,17 @@ pub struct GpuSpec {
     pub hbm_mib: u64,
     /// IMEX channel files per node (`channel0` … `channelN-1`).
     pub channels: u32,
+    /// The driver version the simulated drivers report and whose RM layouts they serve
+    /// (`openimex gpu --driver-version`); `None`: the simulated driver's default.
+    pub driver_version: Option<&'static str>,
+    /// Each driver appends one line per escape it serves to `<node dir>/driver-trace.log`
+    /// (`openimex gpu --trace`).
+    pub trace: bool,
+}
+
+/// The file a node's simulated driver traces its escapes to ([`GpuSpec::trace`]).
+pub fn trace_path(node_dir: &Path) -> std::path::PathBuf {
+    node_dir.join("driver-trace.log")
 }
 
 impl Default for GpuSpec {
@@ -32,6 +43,8 @@ impl Default for GpuSpec {
             gpus_per_node: 4,
             hbm_mib: 1024,
             channels: 2,
+            driver_version: None,
+            trace: false,
         }
     }
 }
@@ -64,6 +77,12 @@ pub(crate) fn start_driver(
         .arg(spec.channels.to_string());
     if fabric_manager {
         cmd.arg("--fabric-manager");
+    }
+    if let Some(v) = spec.driver_version {
+        cmd.arg("--driver-version").arg(v);
+    }
+    if spec.trace {
+        cmd.arg("--trace").arg(trace_path(node_dir));
     }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -82,7 +82,7 @@ pub use domain::{
 pub use error::HarnessError;
 pub use everyone::{Runnable, runnable_by_everyone};
 pub use fabric_manager::{FabricManager, FabricManagerSpec};
-pub use gpu::GpuSpec;
+pub use gpu::{GpuSpec, trace_path};
 pub use node::Node;
 pub use scratch::ScratchDir;
 

@@ -118,6 +118,10 @@ pub(crate) fn answer(r: ImportReply) -> ImportAnswer {
             // A wider value than a u16 is no mode the driver knows: it never matches a GPU's.
             bw_mode: u16::try_from(r.bw_mode).unwrap_or(u16::MAX),
             bw_mode_epoch: r.bw_mode_epoch,
+            kind: r.kind,
+            phys_addr_space: r.phys_addr_space,
+            compression_coverage: r.compression_coverage,
+            mem_flags: r.mem_flags,
         })
     } else {
         Err(ImportError::new(Status::parse(&r.error), r.detail))
@@ -136,6 +140,10 @@ pub(crate) fn reply(a: ImportAnswer) -> ImportReply {
             clique_id: p.clique_id,
             bw_mode: u32::from(p.bw_mode),
             bw_mode_epoch: p.bw_mode_epoch,
+            kind: p.kind,
+            phys_addr_space: p.phys_addr_space,
+            compression_coverage: p.compression_coverage,
+            mem_flags: p.mem_flags,
         },
         Err(e) => ImportReply {
             error: e.status.as_str().to_string(),

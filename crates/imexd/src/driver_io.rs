@@ -67,6 +67,8 @@ pub(crate) enum Call {
     /// SET_FAILURE on a prime.
     SetMulticastFailure {
         export_uuid: [u8; 16],
+        index: u16,
+        channel: u32,
         status: Status,
     },
     /// Run this once every call queued before it is done (an answer that must follow them),
@@ -334,8 +336,10 @@ fn perform_now(driver: &Arc<dyn Driver>, call: Call) -> Outcome {
         }
         Call::SetMulticastFailure {
             export_uuid,
+            index,
+            channel,
             status,
-        } => match driver.set_multicast_failure(export_uuid, status) {
+        } => match driver.set_multicast_failure(export_uuid, index, channel, status) {
             Err(e @ DriverError::Lost(_)) => Err(("set multicast failure", e)),
             // The prime may be gone, or failed already: nothing more to do.
             Err(e) => {
@@ -435,7 +439,12 @@ async fn read_events(driver: Arc<dyn Driver>, fd: std::os::fd::RawFd, engine: mp
                 }
             };
             match driver.take_events() {
-                Ok(Some(events)) => break events,
+                Ok(Some(events)) => {
+                    // The driver's queue was drained: the next events post the descriptor
+                    // again (a readiness that arrived meanwhile is kept by the guard).
+                    guard.clear_ready();
+                    break events;
+                }
                 Ok(None) => guard.clear_ready(),
                 Err(error) => {
                     let _ = engine.send(failed(error)).await;

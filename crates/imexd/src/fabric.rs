@@ -323,9 +323,12 @@ impl Driver for Watched {
     fn set_multicast_failure(
         &self,
         export_uuid: [u8; 16],
+        index: u16,
+        channel: u32,
         status: Status,
     ) -> Result<(), DriverError> {
-        self.inner.set_multicast_failure(export_uuid, status)
+        self.inner
+            .set_multicast_failure(export_uuid, index, channel, status)
     }
 }
 

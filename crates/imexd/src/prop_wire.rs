@@ -219,6 +219,10 @@ async fn fake_engine(mut rx: mpsc::Receiver<Input>) -> Vec<openimex_core::Import
                     clique_id: 0,
                     bw_mode: 0,
                     bw_mode_epoch: 0,
+                    kind: 0,
+                    phys_addr_space: 0,
+                    compression_coverage: 0,
+                    mem_flags: 0,
                 }));
                 seen.push(request);
             }

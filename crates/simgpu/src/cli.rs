@@ -26,7 +26,7 @@ use openimex_simproto::proto::{DEFAULT_IMEX_CHANNEL_COUNT, MAX_IMEX_CHANNEL_COUN
 
 use crate::fm_link::FmLink;
 use crate::rm::ProbeStart;
-use crate::server::{DriverConfig, Server, default_cluster_uuid};
+use crate::server::{DEFAULT_DRIVER_VERSION, DriverConfig, Server, default_cluster_uuid};
 
 /// Command-line arguments of `openimex gpu`.
 #[derive(Debug, Parser)]
@@ -36,7 +36,7 @@ use crate::server::{DriverConfig, Server, default_cluster_uuid};
     about = "Run one node's simulated GPU driver (NVLink fabric as files in a shared directory)"
 )]
 struct Args {
-    /// The node's directory (dev/nvidiactl.sock and dev/nvidia-caps-imex-channels/ go here); created if missing.
+    /// The node's directory (dev/nvidiactl and dev/nvidia-caps-imex-channels/ go here); created if missing.
     #[arg(long, value_name = "DIR")]
     node_dir: PathBuf,
     /// The fabric directory shared by every node of the NVLink domain (HBM files); created if missing.
@@ -77,6 +77,15 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_IMEX_CHANNEL_COUNT,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_IMEX_CHANNEL_COUNT)))]
     imex_channel_count: u32,
+    /// The NVIDIA driver release the simulated driver is: the version NV_ESC_CHECK_VERSION_STR
+    /// and /proc/driver/nvidia/version report, and whose RM struct layouts it serves. A
+    /// release the RM ABI tables do not cover is refused.
+    #[arg(long, value_name = "VERSION", default_value = DEFAULT_DRIVER_VERSION)]
+    driver_version: String,
+    /// Append one line per RM escape served to FILE
+    /// (`<escape> <class or control> params=<size> status=<NV_STATUS>`).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 /// `--probe`.
@@ -155,6 +164,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         },
         channels: args.channels,
         imex_channel_count: args.imex_channel_count,
+        driver_version: args.driver_version,
+        trace: args.trace,
     };
     let server = match Server::bind(&config) {
         Ok(s) => s,
@@ -176,6 +187,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         gpus = config.gpus,
         hbm_mib = hbm_bytes >> 20,
         imex_channel_count = config.imex_channel_count,
+        driver_version = %config.driver_version,
         probe = ?config.probe,
         socket = %sock.display(),
         "simulated GPU driver listening"

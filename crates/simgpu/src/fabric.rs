@@ -10,8 +10,10 @@ use openimex_simproto::proto::PAGE_SIZE;
 const WINDOW_BITS: u32 = 40;
 /// Bytes of one GPU's window: the FLA range its fabric probe hands it.
 pub const WINDOW_BYTES: u64 = 1 << WINDOW_BITS;
-/// GPUs per node the address plan leaves room for.
-pub const MAX_GPUS_PER_NODE: u32 = 64;
+/// GPUs per node the address plan leaves room for: 16 windows of 1 TiB per slot keep every
+/// PFN of slots up to 511 within the RM's 32-bit PFNs (DESCRIBE and VALIDATE carry `NvU32`
+/// PFNs in 2 MiB units: slot << 23 | GPU << 19 | page).
+pub const MAX_GPUS_PER_NODE: u32 = 16;
 
 /// A GPU of the domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -293,6 +293,7 @@ mod tests {
             probe: ProbeStart::Pending,
             channels: 1,
             imex_channel_count: 1,
+            ..DriverConfig::default()
         };
         let server = Server::bind(&config).expect("bind").spawn().expect("spawn");
         let rm = server.rm_access();

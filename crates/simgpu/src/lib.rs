@@ -17,6 +17,8 @@
 //! - [`channels`] — channel files: tight creation, the audit of channels open to every user.
 //! - [`rm`] — the driver's state (sessions, exports, import descriptors, events, HBM) as a
 //!   synchronous state machine with no sockets and no threads.
+//! - [`rmapi`] — NVIDIA's RM ioctl interface (the escapes of `/dev/nvidiactl`) served over
+//!   the state machine, byte for byte, with no sockets.
 //! - [`server`] — the socket server: one thread per connection around a shared [`rm::Rm`],
 //!   channel checks on passed descriptors, the blocking calls.
 //! - [`cli`] — `openimex gpu`: flags, `ready <socket>` line, signals.
@@ -30,6 +32,7 @@ pub mod cli;
 pub mod fabric;
 pub mod fm_link;
 pub mod rm;
+pub mod rmapi;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -1,4 +1,4 @@
-//! The driver's socket server: `<node-dir>/dev/nvidiactl.sock` ([`socket_path`]), one std
+//! The driver's socket server: `<node-dir>/dev/nvidiactl` ([`socket_path`]), one std
 //! thread per connection (one RM client each) and a shared [`Rm`] behind a mutex. The calls
 //! that block in the real driver are parked (module `parked`) and answered by the request that
 //! makes them answerable:
@@ -11,12 +11,20 @@
 //! The waits that stay on a thread (a disconnect's unimports, a multicast object's wait for its
 //! team) sleep on one condvar that every such change signals.
 //!
+//! A connection carries the application library's JSON requests and NVIDIA's RM escapes
+//! (`openimex_simproto::escape`), served by [`crate::rmapi`] (module `escapes`): each
+//! connection is one open file of `/dev/nvidiactl`, whose RM clients are freed when it closes.
+//! At bind the driver lays out its node directory as a driver root (module `node_files`:
+//! GPU device files, the fabric-imex-mgmt capability, procfs files).
+//!
 //! When a connection closes, everything its client owned is released (imports through the
 //! unimport handshake, which that connection's thread waits for), and if it held the IMEX
 //! session the session is torn down.
 
 mod calls;
+mod escapes;
 mod multicast;
+pub mod node_files;
 mod parked;
 mod requests;
 
@@ -26,6 +34,7 @@ use requests::{Answer, handle};
 
 use std::collections::HashMap;
 use std::fs;
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -43,6 +52,11 @@ use sha2::{Digest, Sha256};
 
 use crate::channels::{DEFAULT_CHANNEL_MODE, create_channel_file, warn_open_to_all};
 use crate::rm::{ClientId, ProbeStart, Rm, RmConfig};
+use crate::rmapi::{RmApi, RmApiConfig};
+
+/// The driver version `openimex gpu` reports unless told otherwise (the newest release the
+/// RM ABI crate knows).
+pub const DEFAULT_DRIVER_VERSION: &str = "595.45.04";
 
 /// Longest a blocked call sleeps before re-checking for shutdown or a hung-up peer.
 const SLICE: Duration = Duration::from_millis(100);
@@ -75,6 +89,33 @@ pub struct DriverConfig {
     /// [`openimex_simproto::proto::DEFAULT_IMEX_CHANNEL_COUNT`]): the channel numbers
     /// the driver serves; 0 disables IMEX channels (`reference/driver-interface.md` §2).
     pub imex_channel_count: u32,
+    /// The driver version it reports (NV_ESC_CHECK_VERSION_STR, the procfs banner) and whose
+    /// RM struct layouts it serves (`openimex_rmabi::layout_for`); one the ABI crate does not
+    /// know is refused at bind ([`DEFAULT_DRIVER_VERSION`] by default).
+    pub driver_version: String,
+    /// Where to append one line per escape served (`<escape> <class or control>
+    /// params=<size> status=<NV_STATUS>`), if anywhere.
+    pub trace: Option<PathBuf>,
+}
+
+impl Default for DriverConfig {
+    /// A node of 4 GPUs of 1 GiB in `./node` and `./fabric`, as `openimex gpu` defaults.
+    fn default() -> Self {
+        Self {
+            node_dir: PathBuf::from("node"),
+            fabric_dir: PathBuf::from("fabric"),
+            slot: 0,
+            gpus: 4,
+            hbm_bytes: 1 << 30,
+            cluster_uuid: [0; 16],
+            clique_id: 1,
+            probe: ProbeStart::default(),
+            channels: 1,
+            imex_channel_count: proto::DEFAULT_IMEX_CHANNEL_COUNT,
+            driver_version: DEFAULT_DRIVER_VERSION.to_owned(),
+            trace: None,
+        }
+    }
 }
 
 /// The default clusterUuid: derived from the (absolute) fabric directory, so every node sharing
@@ -105,6 +146,9 @@ pub enum ServerError {
     /// A live driver already answers on the socket.
     #[error("another simulated GPU driver is already serving {}; stop it first", .0.display())]
     AlreadyRunning(PathBuf),
+    /// `--driver-version` names a release whose RM structs the ABI crate does not know.
+    #[error("--driver-version: {0}")]
+    UnsupportedVersion(openimex_rmabi::AbiError),
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> ServerError + 'a {
@@ -133,6 +177,8 @@ pub fn prepare_node_dir(node_dir: &Path, channels: u32) -> Result<(), ServerErro
 /// State shared by the accept loop and the connection threads.
 #[derive(Debug)]
 struct Shared {
+    /// The RM escape layer (locked before `rm`, never after).
+    api: Mutex<RmApi>,
     rm: Mutex<Rm>,
     /// The calls waiting for a change, by client (locked after `rm`).
     parked: Mutex<ParkedCalls>,
@@ -153,6 +199,8 @@ struct Shared {
     /// Where the in-band messages the driver queues for the Fabric Manager go (the FM link,
     /// [`ServerHandle::set_fm_outbox`]); with none they are dropped with a warning.
     fm_out: Mutex<FmOut>,
+    /// The escape trace file, if one was asked for.
+    trace: Option<Mutex<File>>,
 }
 
 /// Sends one in-band message to the Fabric Manager (the FM link's sender).
@@ -184,6 +232,14 @@ impl Shared {
     /// and release, §1.6 "Multicast" 5) to the FM link. Called after every request, every
     /// disconnect and every change the link itself applies, so a message leaves as soon as the
     /// driver queued it.
+    /// After every request, every disconnect and every change the FM link applies: signal
+    /// the IMEX session's OS event if events were queued (from whichever thread queued them),
+    /// and hand the Fabric Manager what the driver queued for it.
+    fn after_change(&self) {
+        self.post_os_event();
+        self.flush_fm();
+    }
+
     fn flush_fm(&self) {
         let msgs = self.rm().take_fm_messages();
         if msgs.is_empty() {
@@ -263,6 +319,8 @@ impl Server {
     /// Prepares the node and fabric directories, creates the HBM files and binds the socket
     /// (replacing a stale socket file; refusing if a live driver answers on it).
     pub fn bind(config: &DriverConfig) -> Result<Self, ServerError> {
+        let layout = openimex_rmabi::layout_for(&config.driver_version)
+            .map_err(ServerError::UnsupportedVersion)?;
         prepare_node_dir(&config.node_dir, config.channels)?;
         fs::create_dir_all(&config.fabric_dir)
             .map_err(io_err("cannot create", &config.fabric_dir))?;
@@ -290,11 +348,28 @@ impl Server {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err("cannot remove stale socket", &sock)(e)),
         }
+        let cap_path = node_files::create(&node_dir, config.gpus, &config.driver_version)
+            .map_err(io_err("cannot create the driver's files in", &node_dir))?;
+        let trace = match &config.trace {
+            Some(path) => Some(Mutex::new(
+                fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(io_err("cannot open the escape trace", path))?,
+            )),
+            None => None,
+        };
         let listener = UnixListener::bind(&sock).map_err(io_err("cannot listen on", &sock))?;
         // World-connectable, as /dev/nvidiactl is: the channel files are the access policy.
         fs::set_permissions(&sock, fs::Permissions::from_mode(0o666))
             .map_err(io_err("cannot set mode 0666 on", &sock))?;
         let shared = Arc::new(Shared {
+            api: Mutex::new(RmApi::new(RmApiConfig {
+                version: config.driver_version.clone(),
+                layout,
+                cap_path,
+            })),
             rm: Mutex::new(rm),
             parked: Mutex::new(HashMap::new()),
             changed: Condvar::new(),
@@ -305,6 +380,7 @@ impl Server {
             threads: Mutex::new(Vec::new()),
             pids: Mutex::new(HashMap::new()),
             fm_out: Mutex::new(FmOut(None)),
+            trace,
         });
         Ok(Self {
             shared,
@@ -349,7 +425,7 @@ impl RmAccess {
     /// Runs `f` under the driver's lock, then answers or wakes every call it unblocked.
     pub fn with<R>(&self, f: impl FnOnce(&mut Rm) -> R) -> R {
         let r = f(&mut self.0.rm());
-        self.0.flush_fm();
+        self.0.after_change();
         self.0.answer_parked();
         self.0.changed.notify_all();
         r
@@ -505,13 +581,20 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, max_clients: usize
     }
 }
 
-/// One connection: one request, one response, until it closes.
+/// One connection: one request (a JSON request or an RM escape), one response, until it
+/// closes.
 fn serve(shared: &Shared, stream: &Arc<UnixStream>, client: ClientId) {
     loop {
         // The driver sets no read timeout on its connections: a client may wait as long as it
         // likes between two calls.
-        let (req, fds) = match proto::recv_within::<Request>(stream, None) {
-            Ok(m) => m,
+        let (req, fds) = match recv(stream) {
+            Ok(Frame::Json(req, fds)) => (req, fds),
+            Ok(Frame::Escape(call)) => {
+                if escapes::serve(shared, client, stream, &call) {
+                    continue;
+                }
+                break;
+            }
             Err(WireError::Json(e)) => {
                 // The frame was read whole, so the stream is still in step: answer and go on.
                 let resp = error(NvStatus::InvalidArgument, format!("malformed request: {e}"));
@@ -520,12 +603,21 @@ fn serve(shared: &Shared, stream: &Arc<UnixStream>, client: ClientId) {
                 }
                 continue;
             }
+            Err(WireError::Escape(e)) => {
+                // An escape frame that does not decode has no escape number to answer with:
+                // the transport is broken, as an ioctl with a bad pointer would fault.
+                tracing::warn!(
+                    client,
+                    "malformed escape frame: {e}; closing the connection"
+                );
+                break;
+            }
             Err(_) => break,
         };
         let wakes = wakes_waiters(&req);
         let answer = handle(shared, client, stream, req, &fds);
         drop(fds);
-        shared.flush_fm();
+        shared.after_change();
         if wakes {
             let revoked = shared.rm().take_revoked();
             shared.kill_revoked(revoked);
@@ -541,6 +633,28 @@ fn serve(shared: &Shared, stream: &Arc<UnixStream>, client: ClientId) {
         }
     }
     disconnect(shared, client);
+}
+
+/// One frame of a connection, with the descriptors that came with it.
+enum Frame {
+    /// A JSON request of the application library (or the protocol's daemon requests).
+    Json(Request, Vec<std::os::fd::OwnedFd>),
+    /// An RM escape.
+    Escape(openimex_simproto::escape::EscapeCall),
+}
+
+/// Reads one frame of either kind, waiting as long as it takes (`proto::recv_incoming`,
+/// keeping a JSON request's descriptors: SubscribeChannel passes the channel's).
+fn recv(stream: &UnixStream) -> Result<Frame, WireError> {
+    use openimex_simproto::escape::{Body, classify, decode_call};
+    let mut body = Vec::new();
+    let fds = proto::recv_body(stream, &mut body)?;
+    match classify(&body) {
+        Body::Escape(b) => Ok(Frame::Escape(
+            decode_call(b, fds).map_err(WireError::Escape)?,
+        )),
+        Body::Json(b) => Ok(Frame::Json(serde_json::from_slice(b)?, fds)),
+    }
 }
 
 /// Whether `req` can change what a blocked call waits for (an import's state, a pending
@@ -571,16 +685,20 @@ fn wakes_waiters(req: &Request) -> bool {
 /// The client is gone: release what it owned and wait for its unimports, as the exiting
 /// thread of a real process does.
 fn disconnect(shared: &Shared, client: ClientId) {
+    let mut api = shared.api();
     let mut rm = shared.rm();
     shared.parked().remove(&client);
-    let unimports = rm.disconnect(client);
+    // The file closes: the RM clients allocated on it go first, then the protocol's client.
+    let mut unimports = api.close_file(&mut rm, client);
+    unimports.extend(rm.disconnect(client));
     // Killed before the driver's lock is let go: once it is, another connection's thread may
     // answer a revoked client's call with the torn-down state (a multicast bind waiting for
     // its team gets NV_ERR_RESET_REQUIRED), and the client could exit on that error before
     // the kill lands. A real client's channels are RC'd in the teardown itself.
     shared.kill_revoked(rm.take_revoked());
     drop(rm);
-    shared.flush_fm();
+    drop(api);
+    shared.after_change();
     shared.answer_parked();
     let mut rm = shared.rm();
     shared.changed.notify_all();

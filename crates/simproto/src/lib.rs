@@ -7,6 +7,8 @@
 //! under `/dev`. Here:
 //! - [`proto`] — requests, responses, status codes ([`proto::NvStatus`]) and the framing,
 //!   including the channel descriptors passed with SCM_RIGHTS.
+//! - [`escape`] — the RM escapes (ioctls) of the daemon's backend over the socket, byte for
+//!   byte, with the descriptors the kernel would resolve.
 //! - [`handle`] — the 64-byte fabric handle, the 16-byte export UUID and the hex codec of the
 //!   text forms.
 //! - [`probe`] — the GPU fabric probe: states, the Fabric Manager's response, the
@@ -21,6 +23,7 @@
 
 #![deny(missing_docs)]
 
+pub mod escape;
 pub mod handle;
 pub mod inband;
 pub mod multicast;

@@ -1,28 +1,91 @@
-//! A node's directory, as the simulation lays it out: what `/dev` is on a real node.
+//! A node's directory, as the simulation lays it out: what `/` is on a real node for the files
+//! the driver makes, so that a node directory is a *driver root* (`OPENIMEX_DRIVER_ROOT`, the
+//! Kubernetes DRA driver's `driverRoot`) and the daemon opens the same paths under it as on a
+//! GPU node.
 //!
 //! ```text
-//! <node-dir>/dev/nvidiactl.sock                      the driver's socket (/dev/nvidiactl)
-//! <node-dir>/dev/nvidia-caps-imex-channels/channelN  IMEX channel N (the char device of minor N)
+//! <node-dir>/dev/nvidiactl                                   the driver's socket (/dev/nvidiactl)
+//! <node-dir>/dev/nvidiaN                                     GPU N's device file
+//! <node-dir>/dev/nvidia-caps/nvidia-cap<minor>               the fabric-imex-mgmt capability
+//! <node-dir>/dev/nvidia-caps-imex-channels/channelN          IMEX channel N (minor N)
+//! <node-dir>/proc/driver/nvidia/version                      the module's version banner
+//! <node-dir>/proc/driver/nvidia/capabilities/fabric-imex-mgmt  `DeviceFileMinor: <minor>` …
+//! <node-dir>/proc/devices                                    the char device majors
 //! ```
 //!
-//! The driver creates both; applications open a channel file and pass the descriptor to prove
-//! they hold the channel (`reference/driver-interface.md` §2). The channel number is the file
-//! name's suffix here, where the real driver reads the device minor.
+//! The driver creates all of them. Applications open a channel file and pass the descriptor
+//! to prove they hold the channel (`reference/driver-interface.md` §2); the daemon opens the
+//! capability file and passes it in NV_IMEX_SESSION's `capDescriptor` (§1.5). Where the real
+//! files are character devices (a channel, the capability, a GPU), the simulation's are
+//! regular files the driver recognises by inode; the channel number is the file name's suffix
+//! here, where the real driver reads the device minor. `/dev/nvidiactl` is the driver's unix
+//! socket: a transport that finds a socket there speaks the escapes over it
+//! ([`crate::escape`]), one that finds a character device issues `ioctl(2)`.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 /// The directory of device files under a node directory.
 pub const DEV_DIR: &str = "dev";
-/// The driver socket's file name (in [`DEV_DIR`]).
-pub const SOCKET_FILE: &str = "nvidiactl.sock";
+/// The driver socket's file name (in [`DEV_DIR`]): where `/dev/nvidiactl` is on a real node.
+pub const SOCKET_FILE: &str = "nvidiactl";
+/// The capability device directory (in [`DEV_DIR`]).
+pub const CAPS_DIR: &str = "nvidia-caps";
+/// The procfs directory of the driver, relative to the root.
+pub const PROC_DRIVER_DIR: &str = "proc/driver/nvidia";
+/// The fabric-imex-mgmt capability's procfs file, relative to the root.
+pub const IMEX_CAP_PROC_FILE: &str = "proc/driver/nvidia/capabilities/fabric-imex-mgmt";
+/// The module's version banner, relative to the root.
+pub const VERSION_PROC_FILE: &str = "proc/driver/nvidia/version";
+/// The char device majors, relative to the root.
+pub const PROC_DEVICES_FILE: &str = "proc/devices";
+/// The minor the simulation gives the fabric-imex-mgmt capability (as NVIDIA's nvml-mock
+/// renders it; a real node's minor is whatever `nvidia-caps` handed out, read from the procfs
+/// file).
+pub const IMEX_CAP_MINOR: u32 = 512;
+
+/// GPU `n`'s device file: `<root>/dev/nvidiaN`.
+pub fn gpu_device_path(root: &Path, n: u32) -> PathBuf {
+    root.join(DEV_DIR).join(format!("nvidia{n}"))
+}
+
+/// The capability device of minor `minor`: `<root>/dev/nvidia-caps/nvidia-cap<minor>`.
+pub fn cap_device_path(root: &Path, minor: u32) -> PathBuf {
+    root.join(DEV_DIR)
+        .join(CAPS_DIR)
+        .join(format!("nvidia-cap{minor}"))
+}
+
+/// The capability's procfs file's text, as `nv-caps.c` prints it.
+pub fn cap_proc_text(minor: u32, mode: u32) -> String {
+    format!("DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n")
+}
+
+/// The `DeviceFileMinor` of a capability's procfs file text.
+pub fn parse_cap_minor(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("DeviceFileMinor:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The major of the char device `name` in a `/proc/devices` text.
+pub fn parse_proc_devices_major(text: &str, name: &str) -> Option<u32> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("Character devices:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            let major = it.next()?.parse().ok()?;
+            (it.next()? == name).then_some(major)
+        })
+}
 /// The channel directory's name (in [`DEV_DIR`]), as the kernel module names its devices.
 pub const CHANNELS_DIR: &str = "nvidia-caps-imex-channels";
 /// Channel files are this prefix followed by the channel number in decimal.
 pub const CHANNEL_PREFIX: &str = "channel";
 
-/// The driver socket of the node whose directory is `node_dir`:
-/// `<node_dir>/dev/nvidiactl.sock`.
+/// The driver socket of the node whose directory is `node_dir`: `<node_dir>/dev/nvidiactl`.
 pub fn socket_path(node_dir: &Path) -> PathBuf {
     node_dir.join(DEV_DIR).join(SOCKET_FILE)
 }
@@ -75,7 +138,19 @@ mod tests {
     #[test]
     fn paths_are_the_documented_layout() {
         let n = Path::new("/run/node0");
-        assert_eq!(socket_path(n), Path::new("/run/node0/dev/nvidiactl.sock"));
+        assert_eq!(socket_path(n), Path::new("/run/node0/dev/nvidiactl"));
+        assert_eq!(
+            cap_device_path(n, 512),
+            Path::new("/run/node0/dev/nvidia-caps/nvidia-cap512")
+        );
+        assert_eq!(gpu_device_path(n, 3), Path::new("/run/node0/dev/nvidia3"));
+        assert_eq!(parse_cap_minor(&cap_proc_text(512, 256)), Some(512));
+        let devices = "Character devices:\n  1 mem\n195 nvidia\n508 nvidia-caps-imex-channels\n\nBlock devices:\n  8 sd\n";
+        assert_eq!(
+            parse_proc_devices_major(devices, "nvidia-caps-imex-channels"),
+            Some(508)
+        );
+        assert_eq!(parse_proc_devices_major(devices, "sd"), None);
         assert_eq!(
             channel_path(n, 12),
             Path::new("/run/node0/dev/nvidia-caps-imex-channels/channel12")

@@ -169,8 +169,13 @@ pub struct DriverStats {
     pub allocations: usize,
     /// Live export objects (UUIDs that can still be duplicated).
     pub exports: usize,
-    /// References held on exported memory by the daemon on behalf of remote importers.
+    /// References held on exported memory by the daemon on behalf of remote importers: one
+    /// per remote import (IMPORT_MEM's dup of the memory, or the protocol's DescribeExport).
     pub daemon_export_refs: usize,
+    /// Export objects the daemon duplicated by UUID (NV_MEMORY_EXPORT with DUP_BY_UUID) and
+    /// still holds: beside each memory dup while a remote import lives.
+    #[serde(default)]
+    pub daemon_export_objects: usize,
     /// Import descriptors on this node.
     pub import_descriptors: usize,
     /// Client references on import descriptors.
@@ -440,6 +445,9 @@ pub enum WireError {
     /// The peer closed the connection.
     #[error("driver socket closed")]
     Closed,
+    /// An escape frame that does not decode.
+    #[error("malformed escape frame: {0}")]
+    Escape(crate::escape::FrameError),
 }
 
 /// Writes one message, attaching `fds` (may be empty).
@@ -556,6 +564,51 @@ fn recv_in<T: for<'de> Deserialize<'de>>(
     scratch: &mut Scratch,
     sock: &UnixStream,
 ) -> Result<(T, Vec<OwnedFd>), WireError> {
+    let fds = read_frame(scratch, sock)?;
+    Ok((serde_json::from_slice(&scratch.frame)?, fds))
+}
+
+/// A frame of either kind, as the driver reads it from a connection that carries both the
+/// application library's JSON requests and escapes ([`crate::escape`]).
+#[derive(Debug)]
+pub enum Incoming {
+    /// A JSON request.
+    Json(Request),
+    /// An escape, with the descriptors that came with it.
+    Escape(crate::escape::EscapeCall),
+}
+
+/// Reads one frame of either kind, waiting for it as long as it takes.
+///
+/// A JSON frame that does not parse is [`WireError::Json`] and an escape frame that does not
+/// decode is [`WireError::Escape`]: both were read whole, so the stream stays in step.
+pub fn recv_incoming(sock: &UnixStream) -> Result<Incoming, WireError> {
+    wait_readable(sock, None)?;
+    with_scratch(|scratch| {
+        let fds = read_frame(scratch, sock)?;
+        match crate::escape::classify(&scratch.frame) {
+            crate::escape::Body::Escape(body) => Ok(Incoming::Escape(
+                crate::escape::decode_call(body, fds).map_err(WireError::Escape)?,
+            )),
+            crate::escape::Body::Json(body) => Ok(Incoming::Json(serde_json::from_slice(body)?)),
+        }
+    })
+}
+
+/// Reads one frame's body into `out` (its length behind the 4-byte header), waiting as long as
+/// it takes, and returns the descriptors that came with it.
+pub fn recv_body(sock: &UnixStream, out: &mut Vec<u8>) -> Result<Vec<OwnedFd>, WireError> {
+    wait_readable(sock, None)?;
+    with_scratch(|scratch| {
+        let fds = read_frame(scratch, sock)?;
+        out.clear();
+        out.extend_from_slice(&scratch.frame);
+        Ok(fds)
+    })
+}
+
+/// Reads one frame: its body into `scratch.frame`, its descriptors returned.
+fn read_frame(scratch: &mut Scratch, sock: &UnixStream) -> Result<Vec<OwnedFd>, WireError> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut header = [0u8; 4];
     let mut fds = Vec::new();
@@ -596,7 +649,7 @@ fn recv_in<T: for<'de> Deserialize<'de>>(
     body.clear();
     body.resize(len, 0);
     (&*sock).read_exact(body)?;
-    Ok((serde_json::from_slice(body)?, fds))
+    Ok(fds)
 }
 
 /// Waits until `sock` has input (or its peer hung up). A thread blocked in `recvmsg` itself is

@@ -51,6 +51,7 @@ impl Node {
             // The files above are the channels; the driver creates none of its own.
             channels: 0,
             imex_channel_count,
+            ..DriverConfig::default()
         };
         let server = Server::bind(&config)
             .expect("bind the driver")

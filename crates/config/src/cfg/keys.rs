@@ -261,6 +261,7 @@ const KEYS: &[Key] = &[
         Ok(())
     } },
     Key { name: "OPENIMEX_SIM_NODE_DIR", set: |c, v| { c.sim_node_dir = v.opt_path(); Ok(()) } },
+    Key { name: "OPENIMEX_DRIVER_ROOT", set: |c, v| { c.driver_root = v.opt_path(); Ok(()) } },
 ];
 
 /// The known key spelled exactly `name`.

@@ -691,6 +691,15 @@ fn sim_driver_needs_its_node_dir() {
 }
 
 #[test]
+fn the_driver_root_is_a_path_and_empty_means_the_default() {
+    assert_eq!(parse("").unwrap().driver_root, None);
+    assert_eq!(parse("OPENIMEX_DRIVER_ROOT=\n").unwrap().driver_root, None);
+    let c = parse("OPENIMEX_DRIVER=nvidia\nOPENIMEX_DRIVER_ROOT=/run/nvidia/driver\n").unwrap();
+    assert_eq!(c.driver, DriverKind::Nvidia);
+    assert_eq!(c.driver_root, Some(PathBuf::from("/run/nvidia/driver")));
+}
+
+#[test]
 fn verbose_log_buffer_size() {
     assert_eq!(
         parse("").unwrap().verbose_log_buffer_kb,

@@ -99,6 +99,8 @@ impl Node {
     fn fail_attach(&mut self, request: RequestId, attach: &RemoteGpuAttach, e: ImportError) {
         self.actions.push_back(Action::SetMulticastFailure {
             export_uuid: attach.export_uuid,
+            index: attach.index,
+            channel: attach.channel,
             status: e.status,
         });
         self.actions.push_back(Action::AnswerRemoteGpuAttach {

@@ -38,6 +38,10 @@ fn pages_of(node: usize, exp_id: u64, npages: u64) -> Pages {
         clique_id: 7,
         bw_mode: 0,
         bw_mode_epoch: 0,
+        kind: 0,
+        phys_addr_space: 0,
+        compression_coverage: 0,
+        mem_flags: 0,
     }
 }
 

@@ -93,6 +93,10 @@ pub fn pages(pfn: u64) -> Pages {
         clique_id: 0,
         bw_mode: 0,
         bw_mode_epoch: 0,
+        kind: 0,
+        phys_addr_space: 0,
+        compression_coverage: 0,
+        mem_flags: 0,
     }
 }
 

@@ -17,10 +17,11 @@ use crate::process::run_with_timeout;
 
 /// The driver counters (`openimex app stats`) that must all be zero once every application is
 /// gone: anything left is a leaked reference.
-pub const REF_COUNTERS: [&str; 6] = [
+pub const REF_COUNTERS: [&str; 7] = [
     "allocations",
     "exports",
     "daemon_export_refs",
+    "daemon_export_objects",
     "import_descriptors",
     "import_refs",
     "pending_unimports",

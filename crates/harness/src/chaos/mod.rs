@@ -248,6 +248,7 @@ impl<'s> Engine<'s> {
             gpus_per_node: spec.gpus_per_node,
             hbm_mib: 64,
             channels: 1,
+            ..GpuSpec::default()
         };
         let mut cspec = ClusterSpec::new(spec.nodes, &spec.binary)
             .with_gpus(gpus)

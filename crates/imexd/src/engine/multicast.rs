@@ -30,9 +30,13 @@ impl Engine {
             }
             Action::SetMulticastFailure {
                 export_uuid,
+                index,
+                channel,
                 status,
             } => self.driver.call(Call::SetMulticastFailure {
                 export_uuid,
+                index,
+                channel,
                 status,
             }),
             Action::AnswerRemoteGpuAttach { request, result } => {

@@ -89,10 +89,11 @@ impl Rm {
                             state: DescState::Pending,
                             refs: 1,
                             unimport: None,
+                            claimed: false,
                         },
                     );
                     self.import_cache.insert(key, event_id);
-                    self.events.push_back(FabricEvent::Import {
+                    self.post_event(FabricEvent::Import {
                         event_id,
                         channel,
                         export_uuid: h.export_uuid.to_hex(),
@@ -152,9 +153,11 @@ impl Rm {
                     DescState::Ready(pages) => self.translate(pages).map(ImportState::Ready),
                 }
             }
-            Owned::Alloc(_) | Owned::DeadImport(_) | Owned::Multicast(_) => {
-                Err(NvStatus::InvalidObjectHandle)
-            }
+            Owned::Alloc(_)
+            | Owned::DeadImport(_)
+            | Owned::Multicast(_)
+            | Owned::ExportDup(_)
+            | Owned::MemoryDup(_) => Err(NvStatus::InvalidObjectHandle),
         }
     }
 
@@ -197,8 +200,12 @@ impl Rm {
         if d.refs > 0 {
             return Released::Done;
         }
-        let (key, export_node, failed) =
-            (d.key, d.export_node, matches!(d.state, DescState::Failed));
+        let (key, export_node, channel, failed) = (
+            d.key,
+            d.export_node,
+            d.channel,
+            matches!(d.state, DescState::Failed),
+        );
         // A new import of the same handle from now on gets a fresh descriptor and event: this
         // one is on its way out.
         if self.import_cache.get(&key) == Some(&event_id) {
@@ -213,11 +220,14 @@ impl Rm {
             d.unimport = Some(unimport_event_id);
         }
         self.unimports.insert(unimport_event_id, event_id);
-        self.events.push_back(FabricEvent::Unimport {
-            unimport_event_id,
-            import_event_id: event_id,
-            export_node,
-        });
+        self.post_unimport(
+            FabricEvent::Unimport {
+                unimport_event_id,
+                import_event_id: event_id,
+                export_node,
+            },
+            channel,
+        );
         Released::Unimporting(unimport_event_id)
     }
 }

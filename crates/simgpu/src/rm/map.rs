@@ -48,6 +48,8 @@ impl Rm {
             Owned::LocalImport(_) | Owned::DeadImport(_) => {
                 self.wait_import(client, handle).map(drop).map_err(plain)
             }
+            // The daemon's dups are never mapped (it only describes them).
+            Owned::ExportDup(_) | Owned::MemoryDup(_) => Err(plain(NvStatus::InvalidObjectHandle)),
             Owned::RemoteImport(event_id) => {
                 match self.wait_import(client, handle).map_err(plain)? {
                     ImportState::Pending => return Err(plain(NvStatus::NotReady)),

@@ -25,6 +25,7 @@ mod map;
 mod multicast;
 mod probe;
 mod session;
+mod session_dups;
 #[cfg(test)]
 mod tests;
 
@@ -45,6 +46,7 @@ use openimex_simproto::proto::{
 use hbm::Hbm;
 pub use probe::{NO_FLA_RANGE, ProbeStart};
 pub use session::ABRUPT_SHUTDOWN_LOG;
+pub use session_dups::{ExportDup, Exported, MemoryDup};
 
 /// A connected client (one socket connection: an application process or a daemon connection).
 pub type ClientId = u64;
@@ -148,6 +150,9 @@ struct Desc {
     refs: usize,
     /// Set once the last reference went and the unimport event was posted.
     unimport: Option<u64>,
+    /// Claimed by the daemon's NV_MEMORY_FABRIC_IMPORTED_REF (`extUsageCount` of
+    /// `importDescriptorGetUnused`): no second reference object may claim it.
+    claimed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +179,13 @@ enum Owned {
     /// A multicast object: a reference on the descriptor (key of the multicast state's
     /// descriptors).
     Multicast(u64),
+    /// A dup by UUID of an export object (NV_MEMORY_EXPORT with DUP_BY_UUID): a reference on
+    /// what it exports, as the dup's `refCount` on the export descriptor keeps the attached
+    /// memory (`_memoryexportDup`).
+    ExportDup(Exported),
+    /// IMPORT_MEM's dup of exported unicast memory (an NV_MEMORY_FABRIC object in the
+    /// importing client): a reference on the allocation (key of `Rm::allocs`).
+    MemoryDup(u64),
 }
 
 #[derive(Debug, Default)]
@@ -207,6 +219,13 @@ pub struct Rm {
     next_exp_id: u64,
     next_client: ClientId,
     events: VecDeque<FabricEvent>,
+    /// Events queued since load (never decreases; a teardown's flush does not undo it): the
+    /// server signals the session's OS event whenever it grew (`osSetEvent` in
+    /// `_fabricNotifyEvent`).
+    events_posted: u64,
+    /// The importer's channel of each queued MEM_UNIMPORT (the protocol's event has none;
+    /// the RM's carries it: `_initUnimportFabricEvent`), by unimport event ID.
+    unimport_channels: HashMap<u64, u32>,
     clients: HashMap<ClientId, Client>,
     allocs: HashMap<u64, Alloc>,
     /// Export UUID → allocation, for dup by UUID and local imports.
@@ -277,6 +296,8 @@ impl Rm {
             next_exp_id: 1,
             next_client: 1,
             events: VecDeque::new(),
+            events_posted: 0,
+            unimport_channels: HashMap::new(),
             clients: HashMap::new(),
             allocs: HashMap::new(),
             export_cache: HashMap::new(),
@@ -498,8 +519,12 @@ impl Rm {
             }
             Owned::DeadImport(_) => Ok(Released::Done),
             Owned::RemoteImport(event_id) => Ok(self.unref_desc(event_id)),
-            Owned::Multicast(id) => {
+            Owned::Multicast(id) | Owned::ExportDup(Exported::Multicast(id)) => {
                 self.mc_unref(id);
+                Ok(Released::Done)
+            }
+            Owned::ExportDup(Exported::Alloc(id)) | Owned::MemoryDup(id) => {
+                self.unref_alloc(id);
                 Ok(Released::Done)
             }
         }
@@ -521,12 +546,22 @@ impl Rm {
             .flat_map(|c| c.handles.values())
             .filter(|o| matches!(o, Owned::LocalImport(_)))
             .count();
+        let count = |pred: fn(&Owned) -> bool| {
+            self.clients
+                .values()
+                .flat_map(|c| c.handles.values())
+                .filter(|o| pred(o))
+                .count()
+        };
+        let memory_dups = count(|o| matches!(o, Owned::MemoryDup(_)));
+        let export_dups = count(|o| matches!(o, Owned::ExportDup(_)));
         DriverStats {
             node_id: self.node_id,
             session: self.session.is_some(),
             allocations: self.allocs.len(),
             exports: self.export_cache.len(),
-            daemon_export_refs: self.export_refs.len(),
+            daemon_export_refs: self.export_refs.len() + memory_dups,
+            daemon_export_objects: export_dups,
             import_descriptors: self.descs.len(),
             import_refs: self.descs.values().map(|d| d.refs).sum::<usize>() + local_imports,
             pending_unimports: self.unimports.len(),
@@ -544,6 +579,24 @@ impl Rm {
         let h = self.next_handle;
         self.next_handle += 1;
         h
+    }
+
+    /// Queues `event` for the daemon (`fabricPostEventsV2`): the server signals the session's
+    /// OS event because [`Rm::events_posted`] grew.
+    fn post_event(&mut self, event: FabricEvent) {
+        self.events.push_back(event);
+        self.events_posted += 1;
+    }
+
+    /// Queues MEM_UNIMPORT `event` of an import on `channel`.
+    fn post_unimport(&mut self, event: FabricEvent, channel: u32) {
+        if let FabricEvent::Unimport {
+            unimport_event_id, ..
+        } = event
+        {
+            self.unimport_channels.insert(unimport_event_id, channel);
+        }
+        self.post_event(event);
     }
 
     fn next_event(&mut self) -> u64 {

@@ -308,7 +308,7 @@ impl Rm {
                 page_size,
             };
             attach_event = Some(event_id);
-            self.events.push_back(FabricEvent::RemoteGpuAttach {
+            self.post_event(FabricEvent::RemoteGpuAttach {
                 event_id,
                 channel,
                 export_uuid: uuid.to_hex(),

@@ -128,7 +128,7 @@ impl Rm {
             tracing::info!(gpu, old, new = clique_id, "cliqueId changed");
             if self.session.is_some() {
                 let event_id = self.next_event();
-                self.events.push_back(FabricEvent::CliqueIdChange {
+                self.post_event(FabricEvent::CliqueIdChange {
                     event_id,
                     channel: 0,
                     gpu_id: gpu,

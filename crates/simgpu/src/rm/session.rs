@@ -60,9 +60,45 @@ impl Rm {
         max: usize,
     ) -> Result<(Vec<FabricEvent>, bool), NvStatus> {
         self.check_token(token)?;
+        Ok(self.drain_events(max))
+    }
+
+    /// Dequeues up to `max` events, oldest first, and whether more stay queued
+    /// (`fabricExtractEventsV2`). The caller checked that it holds the session.
+    pub fn drain_events(&mut self, max: usize) -> (Vec<FabricEvent>, bool) {
+        let (events, more) = self.drain_events_with_channels(max);
+        (events.into_iter().map(|(e, _)| e).collect(), more)
+    }
+
+    /// [`Rm::drain_events`] with each event's IMEX channel (the RM event's `imexChannel`:
+    /// the importer's for imports, unimports and remote attaches, 0 for clique changes).
+    pub fn drain_events_with_channels(&mut self, max: usize) -> (Vec<(FabricEvent, u32)>, bool) {
         let n = max.min(self.events.len());
         let events: Vec<FabricEvent> = self.events.drain(..n).collect();
-        Ok((events, !self.events.is_empty()))
+        let out = events
+            .into_iter()
+            .map(|e| {
+                let channel = match &e {
+                    FabricEvent::Import { channel, .. }
+                    | FabricEvent::CliqueIdChange { channel, .. }
+                    | FabricEvent::RemoteGpuAttach { channel, .. } => *channel,
+                    FabricEvent::Unimport {
+                        unimport_event_id, ..
+                    } => self
+                        .unimport_channels
+                        .remove(unimport_event_id)
+                        .unwrap_or(0),
+                };
+                (e, channel)
+            })
+            .collect();
+        (out, !self.events.is_empty())
+    }
+
+    /// Events queued since load: it grows with every post, so a caller that remembers the
+    /// last value it saw knows the session's OS event is due (`osSetEvent`).
+    pub fn events_posted(&self) -> u64 {
+        self.events_posted
     }
 
     /// Events queued for the daemon.
@@ -163,6 +199,12 @@ impl Rm {
     /// returns in open-gpu-kernel-modules.
     pub fn finish_unimport(&mut self, token: u64, ids: &[u64]) -> Result<(), NvStatus> {
         self.check_token(token)?;
+        self.finish_unimports(ids)
+    }
+
+    /// FINISH_MEM_UNIMPORT for a caller that holds the session (see
+    /// [`Rm::finish_unimport`]).
+    pub fn finish_unimports(&mut self, ids: &[u64]) -> Result<(), NvStatus> {
         if ids.is_empty() || ids.len() > MAX_UNIMPORT_TOKENS {
             return Err(NvStatus::InvalidArgument);
         }
@@ -178,6 +220,13 @@ impl Rm {
     /// the descriptors go without unimport events, so re-imports query again.
     pub fn disable_importers(&mut self, token: u64, node: u16) -> Result<(), NvStatus> {
         self.check_token(token)?;
+        self.disable_importers_of(node);
+        Ok(())
+    }
+
+    /// DISABLE_IMPORTERS(node) for a caller that holds the session (see
+    /// [`Rm::disable_importers`]).
+    pub fn disable_importers_of(&mut self, node: u16) {
         let gone: HashSet<u64> = self
             .descs
             .iter()
@@ -198,7 +247,16 @@ impl Rm {
             "DISABLE_IMPORTERS(node {node}): disabled {disabled} importing client(s), dropped {} import descriptor(s)",
             gone.len()
         );
-        Ok(())
+    }
+
+    /// The session of `client` ends (its NV_IMEX_SESSION object was freed, or the client,
+    /// or its connection): the teardown of §4. Returns whether `client` held the session.
+    pub fn close_session(&mut self, client: ClientId) -> bool {
+        if self.session.as_ref().is_none_or(|s| s.client != client) {
+            return false;
+        }
+        self.teardown_session();
+        true
     }
 
     /// The session's connection closed: the daemon died or stopped. See
@@ -209,7 +267,15 @@ impl Rm {
         };
         let old_node = self.node_id;
         self.node_id = NO_NODE;
-        let dangling = self.export_refs.len();
+        // `_checkDanglingExports`: the session's client still holds export objects (its dups
+        // by UUID; here also the protocol's DescribeExport references).
+        let dups = self.clients.get(&session.client).map_or(0, |c| {
+            c.handles
+                .values()
+                .filter(|o| matches!(o, Owned::ExportDup(_)))
+                .count()
+        });
+        let dangling = self.export_refs.len() + dups;
         if dangling > 0 {
             self.allow_fabric_alloc = false;
             tracing::warn!("{ABRUPT_SHUTDOWN_LOG}");
@@ -226,6 +292,7 @@ impl Rm {
         let exports = before - self.export_cache.len();
         let events = self.events.len();
         self.events.clear();
+        self.unimport_channels.clear();
         // Every thread blocked in an unimport is woken: the releases complete.
         let unimports = self.unimports.len();
         for (_, event_id) in self.unimports.drain() {

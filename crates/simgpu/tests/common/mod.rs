@@ -21,5 +21,6 @@ pub(crate) fn config(dir: &Path, slot: u16) -> DriverConfig {
         probe: Default::default(),
         channels: 2,
         imex_channel_count: DEFAULT_IMEX_CHANNEL_COUNT,
+        ..DriverConfig::default()
     }
 }

@@ -9,7 +9,7 @@ use openimex_simproto::multicast::{RemoteGpu, probe_handle};
 use openimex_simproto::proto::{NO_NODE, NvStatus};
 
 use super::Team;
-use crate::rm::Rm;
+use crate::rm::{ClientId, Rm};
 
 impl Rm {
     /// ATTACH_REMOTE_GPU, the owner's daemon on the prime of `export_uuid`
@@ -28,6 +28,18 @@ impl Rm {
         gpu: RemoteGpu,
     ) -> Result<(), NvStatus> {
         let id = self.mc_prime_for_daemon(token, export_uuid)?;
+        self.mc_attach_remote_gpu_to(id, node_id, gpu)
+    }
+
+    /// ATTACH_REMOTE_GPU on the multicast descriptor `id` for a caller whose privilege was
+    /// checked (the RM ioctl path: the IMEX-capable client's dup of the prime); the checks
+    /// after the privilege are [`Rm::mc_attach_remote_gpu`]'s.
+    pub fn mc_attach_remote_gpu_to(
+        &mut self,
+        id: u64,
+        node_id: u16,
+        gpu: RemoteGpu,
+    ) -> Result<(), NvStatus> {
         let asking = openimex_simproto::multicast::probe_handle_gpu(gpu.gpu_probe_handle);
         // An attach racing a failure (another GPU's attach was refused first) joins nothing:
         // its tray learns the failure as the members did.
@@ -110,6 +122,13 @@ impl Rm {
         status: NvStatus,
     ) -> Result<(), NvStatus> {
         let id = self.mc_prime_for_daemon(token, export_uuid)?;
+        self.mc_set_failure_of(id, status)
+    }
+
+    /// SET_FAILURE on the multicast descriptor `id` for a caller whose privilege was checked;
+    /// the rest is [`Rm::mc_set_failure`]'s (the NV_OK case is the caller's: it has no
+    /// [`NvStatus`]).
+    pub fn mc_set_failure_of(&mut self, id: u64, status: NvStatus) -> Result<(), NvStatus> {
         if !self.mc_desc(id)?.prime {
             return Err(NvStatus::NotSupported);
         }
@@ -118,6 +137,26 @@ impl Rm {
         }
         self.mc_fail(id, status);
         Ok(())
+    }
+
+    /// The multicast descriptor behind `client`'s object `handle` (a multicast object, or
+    /// IMPORT_MEM's dup of a prime).
+    pub fn mc_desc_of_handle(&self, client: ClientId, handle: u64) -> Result<u64, NvStatus> {
+        self.mc_desc_of(client, handle)
+    }
+
+    /// The prime exported as `uuid` and the exporter's channel.
+    pub(in crate::rm) fn mc_export_of(&self, uuid: &ExportUuid) -> Option<(u64, u32)> {
+        let id = *self.mc.primes.get(uuid)?;
+        let (_, channel) = self.mc.descs.get(&id)?.export?;
+        Some((id, channel))
+    }
+
+    /// One more object holds the descriptor `id`.
+    pub(in crate::rm) fn mc_ref(&mut self, id: u64) {
+        if let Some(d) = self.mc.descs.get_mut(&id) {
+            d.refs += 1;
+        }
     }
 
     /// The prime of `export_uuid`, for a daemon control holding `token`.

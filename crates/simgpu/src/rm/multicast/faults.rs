@@ -34,7 +34,7 @@ use crate::rm::{Owned, Rm};
 impl Rm {
     /// MEM_UNIMPORT for each local GPU the imported descriptor `d` (just removed) attached.
     pub(super) fn mc_post_unimports(&mut self, d: &McDesc) {
-        let Some((_, _, export_node, _)) = d.import else {
+        let Some((_, _, export_node, channel)) = d.import else {
             return;
         };
         if self.session.is_none() {
@@ -42,11 +42,14 @@ impl Rm {
         }
         for &import_event_id in &d.attach_events {
             let unimport_event_id = self.next_event();
-            self.events.push_back(FabricEvent::Unimport {
-                unimport_event_id,
-                import_event_id,
-                export_node,
-            });
+            self.post_unimport(
+                FabricEvent::Unimport {
+                    unimport_event_id,
+                    import_event_id,
+                    export_node,
+                },
+                channel,
+            );
         }
     }
 

@@ -1,0 +1,201 @@
+//! The exporting node's side (`reference/driver-interface.md` §1.6 "Daemon A"): dup the
+//! export by UUID on the importer's channel, IMPORT_MEM its memory into this client, DESCRIBE
+//! it in chunks of 512 PFNs, keep both dups for as long as the remote import lives (§4: they
+//! keep the memory alive after the exporter frees it), free them on unimport or peer loss.
+//! Multicast (§1.6 "Multicast" 4): the same dup reaches the prime object for
+//! ATTACH_REMOTE_GPU, or SET_FAILURE.
+
+use openimex_core::NodeId;
+use openimex_rmabi::NvHandle;
+use openimex_rmabi::class::nv00e0::{NV_MEMORY_EXPORT, NV00E0_ALLOCATION_PARAMETERS};
+use openimex_rmabi::ctrl::nv00e0::{NV00E0_CTRL_CMD_IMPORT_MEM, NV00E0_CTRL_IMPORT_MEM_PARAMS};
+use openimex_rmabi::ctrl::nv00f8::{Describe, NV00F8_CTRL_CMD_DESCRIBE};
+use openimex_rmabi::ctrl::nv00fd::{
+    AttachRemoteGpu, NV00FD_CTRL_CMD_ATTACH_REMOTE_GPU, NV00FD_CTRL_CMD_SET_FAILURE,
+    NV00FD_CTRL_SET_FAILURE_PARAMS,
+};
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::rm::RmError;
+use super::{Dup, Nvidia, error, lock, nv_status};
+use crate::multicast::RemoteGpuAttach;
+use crate::{DriverError, Pages, Status};
+
+fn abi(call: &'static str) -> impl FnOnce(openimex_rmabi::AbiError) -> RmError {
+    move |source| RmError::Abi {
+        call: call.into(),
+        source,
+    }
+}
+
+thread_local! {
+    /// DESCRIBE's parameter block, kept by the thread that describes.
+    static DESCRIBE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Nvidia {
+    /// RM_ALLOC NV_MEMORY_EXPORT with DUP_BY_UUID on `channel`, then IMPORT_MEM of the
+    /// object attached at `index`: the two dups, the memory's under the parent the RM chose.
+    fn dup_export(&self, uuid: [u8; 16], index: u16, channel: u32) -> Result<Dup, RmError> {
+        let client = self.rm.handle();
+        let export = self.rm.new_handle();
+        let mut params = NV00E0_ALLOCATION_PARAMETERS::dup_by_uuid(uuid, channel);
+        self.rm
+            .alloc(client, export, NV_MEMORY_EXPORT, params.as_mut_bytes(), &[])?;
+        let memory = self.rm.new_handle();
+        let mut import = NV00E0_CTRL_IMPORT_MEM_PARAMS::new_zeroed();
+        import.index = index;
+        import.numHandles = 1;
+        import.handles[0] = memory;
+        if let Err(e) = self
+            .rm
+            .control_typed(export, NV00E0_CTRL_CMD_IMPORT_MEM, &mut import)
+        {
+            let _ = self.rm.free(client, export);
+            return Err(e);
+        }
+        Ok(Dup {
+            export,
+            memory,
+            memory_parent: import.memInfos[0].hParent,
+        })
+    }
+
+    fn free_dup(&self, dup: Dup) -> Result<(), RmError> {
+        let freed = self.rm.free(dup.memory_parent, dup.memory);
+        self.rm.free(self.rm.handle(), dup.export)?;
+        freed
+    }
+
+    /// DESCRIBE at offsets 0, 512, … until every PFN is read.
+    fn describe_all(&self, memory: NvHandle) -> Result<Pages, RmError> {
+        let mut pfns: Vec<u64> = Vec::new();
+        loop {
+            let d = DESCRIBE.with_borrow_mut(|params| {
+                // The request is all zero but `offset` (the block's first field).
+                params.clear();
+                params.resize(self.layout.describe_params_size(), 0);
+                params[..8].copy_from_slice(&(pfns.len() as u64).to_ne_bytes());
+                self.rm.control(memory, NV00F8_CTRL_CMD_DESCRIBE, params)?;
+                Describe::decode(self.layout, params).map_err(abi("DESCRIBE"))
+            })?;
+            if d.pfns.is_empty() && (pfns.len() as u64) < d.total_pfns {
+                return Err(RmError::Status {
+                    call: format!(
+                        "DESCRIBE at offset {} of {} returned no PFN",
+                        pfns.len(),
+                        d.total_pfns
+                    ),
+                    status: openimex_rmabi::status::NV_ERR_INVALID_STATE,
+                });
+            }
+            pfns.extend(d.pfns.iter().map(|&p| u64::from(p)));
+            if pfns.len() as u64 >= d.total_pfns {
+                return Ok(Pages {
+                    size: d.attrs.size,
+                    page_size: d.attrs.page_size,
+                    pfns,
+                    clique_id: d.attrs.clique_id,
+                    bw_mode: d.attrs.bw_mode,
+                    bw_mode_epoch: d.attrs.bw_mode_epoch,
+                    kind: d.attrs.kind,
+                    phys_addr_space: d.phys_attrs.addressSpace,
+                    compression_coverage: d.phys_attrs.compressionCoverage,
+                    mem_flags: d.mem_flags,
+                });
+            }
+        }
+    }
+}
+
+/// [`crate::Driver::describe_export`]: the dups, then the pages; the reference is the
+/// memory dup's handle.
+pub(super) fn describe(
+    nv: &Nvidia,
+    uuid: [u8; 16],
+    index: u16,
+    channel: u32,
+) -> Result<(u64, Pages), DriverError> {
+    nv.session()?;
+    let dup = nv
+        .dup_export(uuid, index, channel)
+        .map_err(|e| error("describe", e))?;
+    match nv.describe_all(dup.memory) {
+        Ok(pages) => {
+            lock(&nv.dups)?.insert(u64::from(dup.memory), dup);
+            Ok((u64::from(dup.memory), pages))
+        }
+        Err(e) => {
+            let _ = nv.free_dup(dup);
+            Err(error("describe", e))
+        }
+    }
+}
+
+/// [`crate::Driver::release_export_ref`]: RM_FREE of both dups.
+pub(super) fn release(nv: &Nvidia, export_ref: u64) -> Result<(), DriverError> {
+    let Some(dup) = lock(&nv.dups)?.remove(&export_ref) else {
+        return Err(DriverError::Refused {
+            call: "release export reference",
+            status: Status::InvalidArgument,
+            detail: format!("no export reference {export_ref:#x} is held"),
+        });
+    };
+    nv.free_dup(dup)
+        .map_err(|e| error("release export reference", e))
+}
+
+/// [`crate::Driver::attach_remote_gpu`]: ATTACH_REMOTE_GPU on the prime reached through the
+/// dup of its export; the dups go once the GPU is attached (the prime keeps the team).
+pub(super) fn attach_remote_gpu(
+    nv: &Nvidia,
+    from: NodeId,
+    a: &RemoteGpuAttach,
+) -> Result<(), DriverError> {
+    nv.session()?;
+    let dup = nv
+        .dup_export(a.export_uuid, a.index, a.channel)
+        .map_err(|e| error("attach remote GPU", e))?;
+    let attach = AttachRemoteGpu {
+        probe_handle: a.gpu_probe_handle,
+        key: a.key,
+        bw_mode_epoch: a.bw_mode_epoch,
+        page_size: a.page_size,
+        clique_id: a.clique_id,
+        node_id: from.0,
+        bw_mode: a.bw_mode,
+    };
+    let result = attach
+        .encode(nv.layout)
+        .map_err(abi("ATTACH_REMOTE_GPU"))
+        .and_then(|mut params| {
+            nv.rm
+                .control(dup.memory, NV00FD_CTRL_CMD_ATTACH_REMOTE_GPU, &mut params)
+        });
+    let _ = nv.free_dup(dup);
+    result.map(drop).map_err(|e| error("attach remote GPU", e))
+}
+
+/// [`crate::Driver::set_multicast_failure`]: SET_FAILURE with the status on the prime.
+pub(super) fn set_failure(
+    nv: &Nvidia,
+    uuid: [u8; 16],
+    index: u16,
+    channel: u32,
+    status: Status,
+) -> Result<(), DriverError> {
+    nv.session()?;
+    let dup = nv
+        .dup_export(uuid, index, channel)
+        .map_err(|e| error("set multicast failure", e))?;
+    let mut params = NV00FD_CTRL_SET_FAILURE_PARAMS {
+        status: nv_status(status),
+    };
+    let result = nv
+        .rm
+        .control_typed(dup.memory, NV00FD_CTRL_CMD_SET_FAILURE, &mut params);
+    let _ = nv.free_dup(dup);
+    result
+        .map(drop)
+        .map_err(|e| error("set multicast failure", e))
+}

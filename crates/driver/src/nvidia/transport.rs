@@ -1,0 +1,352 @@
+//! How the `nvidia` backend's bytes reach the driver: the one seam between the daemon and
+//! either the kernel module or the simulated driver, with nothing else between them.
+//!
+//! - [`Ctl::Kernel`]: `ioctl(2)` on a descriptor of `/dev/nvidiactl` (a character device);
+//!   the OS event is a second descriptor of it, which `poll(2)` reports readable after the
+//!   driver posts an event (`nvidia_poll` clears the pending flag as it reports it).
+//! - [`Ctl::Sim`]: the simulated driver's unix socket, found at the same path under a node
+//!   directory; each ioctl is one escape frame ([`openimex_simproto::escape`]) with the same
+//!   escape number and argument and parameter bytes, and the descriptors the kernel would
+//!   resolve by number passed with SCM_RIGHTS. The OS event is an `eventfd` handed to the
+//!   driver with NV_ESC_ALLOC_OS_EVENT; reading it is what the kernel's poll does to the
+//!   pending flag.
+//!
+//! Which one is decided by what the file at `<driver root>/dev/nvidiactl` is.
+
+use std::fs::OpenOptions;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use openimex_simproto::escape;
+
+/// `_IOC_NR` of an escape, and `_IOWR('F', nr, size)` for the kernel.
+pub use openimex_rmabi::escape::iowr;
+
+thread_local! {
+    /// The frame of this thread's calls to the simulated driver (kept: the largest the daemon
+    /// sends, GET_FABRIC_EVENTS, is 11 KiB).
+    static FRAME: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Errors of one call through the transport.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The ioctl itself failed (the kernel's -1 with errno, or the same from the simulated
+    /// driver): a malformed call, not an RM status.
+    #[error("ioctl {nr:#04x} failed: {errno}")]
+    Errno {
+        /// The escape number.
+        nr: u8,
+        /// Why.
+        errno: nix::errno::Errno,
+    },
+    /// The driver went away mid-call (the socket closed, or a frame that does not decode).
+    #[error("lost the GPU driver at {}: {detail}", path.display())]
+    Lost {
+        /// The control device.
+        path: PathBuf,
+        /// What happened.
+        detail: String,
+    },
+}
+
+/// The OS event of the daemon's client (NV_ESC_ALLOC_OS_EVENT, NV_IMEX_SESSION's `pOsEvent`).
+#[derive(Debug)]
+pub struct OsEvent {
+    /// The number it is registered under (`fd` of ALLOC_OS_EVENT, `pOsEvent`).
+    pub number: RawFd,
+    /// The descriptor to wait on.
+    pub poll: OwnedFd,
+    /// The descriptor ALLOC_OS_EVENT registers, when it is not `poll` (the simulated driver's
+    /// end of the pair): passed with the escape, then closed ([`OsEvent::registered`]).
+    pub register: Option<OwnedFd>,
+}
+
+impl OsEvent {
+    /// The descriptor ALLOC_OS_EVENT is issued on and passes.
+    pub fn to_register(&self) -> BorrowedFd<'_> {
+        self.register
+            .as_ref()
+            .map_or_else(|| self.poll.as_fd(), AsFd::as_fd)
+    }
+
+    /// ALLOC_OS_EVENT succeeded: the driver holds the registered end now.
+    pub fn registered(&mut self) {
+        self.register = None;
+    }
+}
+
+/// An open `/dev/nvidiactl`.
+#[derive(Debug)]
+pub enum Ctl {
+    /// The kernel module's character device.
+    Kernel {
+        /// The descriptor.
+        fd: OwnedFd,
+        /// Its path, for errors.
+        path: PathBuf,
+    },
+    /// The simulated driver's socket. One call at a time on it, as one frame answers one
+    /// frame; the daemon's calls take microseconds, so they queue behind one another here
+    /// where on the kernel's descriptor they would run side by side.
+    Sim {
+        /// The connection.
+        sock: Mutex<UnixStream>,
+        /// Its path, for errors.
+        path: PathBuf,
+    },
+}
+
+/// Why `/dev/nvidiactl` could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Nothing at the path: no driver loaded (or the wrong driver root).
+    #[error("{} does not exist", .0.display())]
+    Missing(PathBuf),
+    /// Something else went wrong opening it.
+    #[error("cannot open {}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is neither a character device nor a socket.
+    #[error("{} is neither the driver's character device nor the simulated driver's socket", .0.display())]
+    NotADevice(PathBuf),
+}
+
+impl Ctl {
+    /// Opens `<root>/dev/nvidiactl`: a character device is the kernel's, a socket the
+    /// simulated driver's.
+    pub fn open(path: &Path) -> Result<Self, OpenError> {
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(OpenError::Missing(path.to_path_buf()));
+            }
+            Err(source) => {
+                return Err(OpenError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        let io = |source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let ft = meta.file_type();
+        if ft.is_char_device() {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(nix::libc::O_CLOEXEC)
+                .open(path)
+                .map_err(io)?;
+            Ok(Self::Kernel {
+                fd: file.into(),
+                path: path.to_path_buf(),
+            })
+        } else if ft.is_socket() {
+            let sock = UnixStream::connect(path).map_err(io)?;
+            Ok(Self::Sim {
+                sock: Mutex::new(sock),
+                path: path.to_path_buf(),
+            })
+        } else {
+            Err(OpenError::NotADevice(path.to_path_buf()))
+        }
+    }
+
+    /// "kernel" or "sim".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Kernel { .. } => "kernel",
+            Self::Sim { .. } => "sim",
+        }
+    }
+
+    /// The control device's path.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Kernel { path, .. } | Self::Sim { path, .. } => path,
+        }
+    }
+
+    /// The OS event of NV_ESC_ALLOC_OS_EVENT. The kernel's is another open of the control
+    /// device, registered under its own number and polled. The simulated driver's is one end
+    /// of a socket pair registered with the driver (which posts by writing to it) and then
+    /// closed here, while the other end is polled: it turns readable on a post, and reads
+    /// end-of-file when the driver is gone (as the kernel's reports POLLHUP for a lost GPU).
+    pub fn open_event(&self) -> Result<OsEvent, OpenError> {
+        match self {
+            Self::Kernel { path, .. } => {
+                let fd: OwnedFd = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(nix::libc::O_CLOEXEC | nix::libc::O_NONBLOCK)
+                    .open(path)
+                    .map(OwnedFd::from)
+                    .map_err(|source| OpenError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                Ok(OsEvent {
+                    number: fd.as_raw_fd(),
+                    poll: fd,
+                    register: None,
+                })
+            }
+            Self::Sim { path, .. } => {
+                use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+                let (posted, polled) = socketpair(
+                    AddressFamily::Unix,
+                    SockType::Stream,
+                    None,
+                    SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+                )
+                .map_err(|e| OpenError::Io {
+                    path: path.clone(),
+                    source: e.into(),
+                })?;
+                Ok(OsEvent {
+                    number: posted.as_raw_fd(),
+                    poll: polled,
+                    register: Some(posted),
+                })
+            }
+        }
+    }
+
+    /// Takes the pending mark off the OS event after it was reported readable, before the
+    /// events are drained (the kernel's `nvidia_poll` does it as it reports; the simulated
+    /// driver's posts are read). End-of-file there is the simulated driver gone.
+    pub fn consume_event(&self, event: &OsEvent) -> Result<(), TransportError> {
+        if let Self::Sim { path, .. } = self {
+            let mut buf = [0u8; 256];
+            loop {
+                match nix::unistd::read(event.poll.as_fd(), &mut buf) {
+                    Ok(0) => {
+                        return Err(TransportError::Lost {
+                            path: path.clone(),
+                            detail: "the simulated driver closed its OS event (it is gone)".into(),
+                        });
+                    }
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits up to `wait` for the OS event; true if it was reported readable (and is consumed).
+    pub fn wait_event(&self, event: &OsEvent, wait: Duration) -> Result<bool, TransportError> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let timeout = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(
+            event.poll.as_fd(),
+            PollFlags::POLLIN | PollFlags::POLLPRI,
+        )];
+        let ready = match poll(&mut fds, timeout) {
+            Ok(n) => n > 0,
+            Err(nix::errno::Errno::EINTR) => false,
+            Err(errno) => return Err(TransportError::Errno { nr: 0, errno }),
+        };
+        if ready {
+            self.consume_event(event)?;
+        }
+        Ok(ready)
+    }
+
+    /// One escape: `_IOWR('F', nr, arg.len())` with `arg`, whose RM_ALLOC/RM_CONTROL pointer
+    /// field the caller set to `params` (the kernel follows it; the simulated driver gets
+    /// `params` in the frame). `pass` are the descriptors whose numbers `arg` or `params`
+    /// hold, which the kernel resolves in this process's table and the simulated driver gets
+    /// with the frame. On return `arg` and `params` hold what the driver copied back.
+    pub fn ioctl(
+        &self,
+        nr: u8,
+        arg: &mut [u8],
+        params: &mut [u8],
+        pass: &[BorrowedFd<'_>],
+    ) -> Result<(), TransportError> {
+        self.ioctl_on(None, nr, arg, params, pass)
+    }
+
+    /// [`Ctl::ioctl`] issued on `on` instead of the control device, for the escapes the
+    /// kernel takes on another descriptor (NV_ESC_ALLOC_OS_EVENT is issued on the event fd
+    /// itself). The simulated driver gets it on its socket like any other, with `on` among
+    /// the passed descriptors.
+    pub fn ioctl_on(
+        &self,
+        on: Option<BorrowedFd<'_>>,
+        nr: u8,
+        arg: &mut [u8],
+        params: &mut [u8],
+        pass: &[BorrowedFd<'_>],
+    ) -> Result<(), TransportError> {
+        match self {
+            Self::Kernel { fd, .. } => {
+                let target = on.map_or_else(|| fd.as_raw_fd(), |b| b.as_raw_fd());
+                let request = iowr(nr, arg.len());
+                // SAFETY: `arg` is a live, exclusively borrowed buffer of exactly the size the
+                // request encodes, so the kernel's copy in and out stays inside it; any user
+                // pointer inside `arg` was set by the caller (module `rm`, the only one) to
+                // `params`, which is exclusively borrowed for this call as well. The
+                // descriptor is open for the call (owned by `self`, or borrowed as `on`).
+                let ret = unsafe {
+                    nix::libc::ioctl(target, request as _, arg.as_mut_ptr().cast::<u8>())
+                };
+                if ret < 0 {
+                    return Err(TransportError::Errno {
+                        nr,
+                        errno: nix::errno::Errno::last(),
+                    });
+                }
+                Ok(())
+            }
+            Self::Sim { sock, path } => {
+                let lost = |detail: String| TransportError::Lost {
+                    path: path.clone(),
+                    detail,
+                };
+                let mut numbers = [0 as RawFd; escape::MAX_FDS];
+                let numbers = match numbers.get_mut(..pass.len()) {
+                    Some(n) => {
+                        for (slot, fd) in n.iter_mut().zip(pass) {
+                            *slot = fd.as_raw_fd();
+                        }
+                        &*n
+                    }
+                    None => return Err(lost(format!("{} descriptors to pass", pass.len()))),
+                };
+                let sock = sock
+                    .lock()
+                    .map_err(|_| lost("connection lock poisoned".into()))?;
+                // The frame is built and read in this thread's buffer: a call allocates
+                // nothing once the thread has made one.
+                let errno = FRAME.with_borrow_mut(|body| {
+                    body.clear();
+                    escape::encode_call(body, nr, arg, params, numbers);
+                    escape::send_frame(&sock, body, numbers).map_err(|e| lost(e.to_string()))?;
+                    let _fds = openimex_simproto::proto::recv_body(&sock, body)
+                        .map_err(|e| lost(e.to_string()))?;
+                    escape::decode_reply(body, arg, params).map_err(|e| lost(e.to_string()))
+                })?;
+                if errno != 0 {
+                    return Err(TransportError::Errno {
+                        nr,
+                        errno: nix::errno::Errno::from_raw(errno),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The escapes' socket glue: one escape frame of a connection (one open file of
+//! `/dev/nvidiactl`) served by the escape layer ([`crate::rmapi`]) under the driver's locks,
+//! the reply frame, the trace line, and what the kernel knows of the calling process that the
+//! escape layer asks for (is it an administrator, does it hold a GPU's device file open).
+//!
+//! Lock order: the escape layer's lock, then the state machine's ([`Shared::rm`]); nothing
+//! that holds the second takes the first.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::{MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use openimex_rmabi::class::NV_IMEX_SESSION;
+use openimex_rmabi::escape::{NV_ESC_RM_ALLOC, NVOS64_PARAMETERS};
+use openimex_simproto::escape::{self, EscapeCall};
+use openimex_simproto::node_dir::gpu_device_path;
+use zerocopy::FromBytes;
+
+use super::Shared;
+use crate::rm::ClientId;
+use crate::rmapi::{Caller, RmApi};
+
+/// How long a new session's allocation waits for the teardown of a session whose file was
+/// closed (its connection's thread does it as soon as it sees the hang-up; this bounds a
+/// stuck one). On a real node the kernel closes a dead process's files before anyone can
+/// observe it dead, so a successor never finds its predecessor's session.
+const PREDECESSOR_TEARDOWN: Duration = Duration::from_secs(5);
+
+impl Shared {
+    pub(super) fn api(&self) -> MutexGuard<'_, RmApi> {
+        self.api.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Signals the IMEX session's OS event if events were queued since it last was.
+    pub(super) fn post_os_event(&self) {
+        let mut api = self.api();
+        let rm = self.rm();
+        api.post_os_event(&rm);
+    }
+
+    /// Whether the file (connection) holding the node's IMEX session is closed at the other
+    /// end and not yet torn down.
+    fn session_holder_gone(&self) -> bool {
+        let api = self.api();
+        let rm = self.rm();
+        let holder = api.session_file().or_else(|| rm.session_client());
+        drop(rm);
+        drop(api);
+        holder.is_some_and(|c| self.hung_up(c))
+    }
+}
+
+/// Serves one escape `call` of connection `file` and answers it on `stream`. Returns false
+/// when the answer could not be sent (the connection is gone).
+pub(super) fn serve(
+    shared: &Shared,
+    file: ClientId,
+    stream: &UnixStream,
+    call: &EscapeCall,
+) -> bool {
+    if allocates_session(call) {
+        let until = Instant::now() + PREDECESSOR_TEARDOWN;
+        while Instant::now() < until && shared.session_holder_gone() {
+            let rm = shared.rm();
+            drop(shared.wait(rm, Some(until)));
+        }
+    }
+    let pid = shared
+        .pids
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&file)
+        .copied();
+    let admin = peer_is_root(stream);
+    let node_dir = shared.node_dir.clone();
+    let gpu_accessible = move |gpu: u32| process_holds(pid, &gpu_device_path(&node_dir, gpu));
+    let caller = Caller {
+        file,
+        admin,
+        gpu_accessible: &gpu_accessible,
+    };
+    let served = {
+        let mut api = shared.api();
+        let mut rm = shared.rm();
+        let served = api.serve(&mut rm, &caller, call);
+        // Killed under the lock, as a session teardown's are (`super::disconnect`).
+        shared.kill_revoked(rm.take_revoked());
+        served
+    };
+    if let Some(trace) = &shared.trace {
+        let mut f = trace.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = writeln!(f, "{}", served.trace) {
+            tracing::warn!("cannot write the escape trace: {e}");
+        }
+    }
+    tracing::debug!(file, "{}", served.trace);
+    shared.after_change();
+    if served.wakes {
+        shared.answer_parked();
+        shared.changed.notify_all();
+    }
+    let mut body = Vec::with_capacity(16 + served.reply.arg.len() + served.reply.params.len());
+    escape::encode_reply(&mut body, call.nr, &served.reply);
+    escape::send_frame(stream, &body, &[]).is_ok()
+}
+
+/// Whether `call` is RM_ALLOC of NV_IMEX_SESSION.
+fn allocates_session(call: &EscapeCall) -> bool {
+    call.nr == NV_ESC_RM_ALLOC
+        && NVOS64_PARAMETERS::read_from_prefix(&call.arg)
+            .is_ok_and(|(p, _)| p.hClass == NV_IMEX_SESSION)
+}
+
+/// `osIsAdministrator` for the peer: its uid is 0 (the simulation's stand-in for
+/// CAP_SYS_ADMIN).
+fn peer_is_root(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(stream, PeerCredentials).is_ok_and(|c| c.uid() == 0)
+}
+
+/// `nv_is_gpu_accessible`: whether process `pid` has a descriptor open on the file at
+/// `path` (its `/proc/<pid>/fd` entries compared by device and inode). A process whose
+/// descriptors cannot be read (another user's, with the driver not root) or an unknown peer
+/// is let through: the simulation cannot tell, and refusing would stop a daemon the kernel
+/// would serve.
+fn process_holds(pid: Option<i32>, path: &Path) -> bool {
+    let Some(pid) = pid else {
+        return true;
+    };
+    let Ok(want) = fs::metadata(path) else {
+        return false;
+    };
+    let dir = match fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::debug!(pid, "cannot read the descriptors of the caller: {e}");
+            return true;
+        }
+    };
+    dir.flatten().any(|entry| {
+        fs::metadata(entry.path()).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
+    })
+}
