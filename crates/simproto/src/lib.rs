@@ -9,6 +9,7 @@
 //!   including the channel descriptors passed with SCM_RIGHTS.
 //! - [`escape`] — the RM escapes (ioctls) of the daemon's backend over the socket, byte for
 //!   byte, with the descriptors the kernel would resolve.
+//! - [`frame`] — the socket's framing (length, body, descriptors) with per-thread buffers.
 //! - [`handle`] — the 64-byte fabric handle, the 16-byte export UUID and the hex codec of the
 //!   text forms.
 //! - [`probe`] — the GPU fabric probe: states, the Fabric Manager's response, the
@@ -24,6 +25,7 @@
 #![deny(missing_docs)]
 
 pub mod escape;
+pub mod frame;
 pub mod handle;
 pub mod inband;
 pub mod multicast;
