@@ -12,7 +12,7 @@ use crate::common::{FORM, NOTICE};
 
 /// Waits until a held process dies of SIGKILL (revoked by its node's driver).
 #[track_caller]
-fn expect_revoked(mut held: Held) {
+pub(crate) fn expect_revoked(mut held: Held) {
     let status = held.wait(NOTICE);
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),

@@ -225,7 +225,7 @@ fn golden_trace(version: &'static str) {
         num(s, "daemon_export_refs") == 0
     });
     let t1 = read_trace(&d1);
-    let unimported = expect_in_order(
+    expect_in_order(
         &t1,
         imported,
         &[events.clone(), step("RM_CONTROL", "0xf10002", 2056)],
@@ -238,41 +238,77 @@ fn golden_trace(version: &'static str) {
         &[step("RM_FREE", "0xf8", 0), step("RM_FREE", "0xe0", 0)],
         &format!("{what}: exporter frees its two dups on unimport"),
     );
-    // A lost peer: node 0's daemon dies; node 1 disables its importers of node 0.
-    exp.exit();
-    cluster.kill9(0).expect("kill -9 node 0");
+    // A lost peer, with imports both ways: node 1 imports node 0's export again, node 0
+    // imports an export of node 1; then node 1's daemon dies. Node 0 (grace time 0) frees
+    // the dups it held for node 1's import (§4 "Peer node dies": "drop any dups it held on
+    // behalf of that node's importers") and disables its own importers of node 1, whose
+    // application the driver then revokes.
+    let imp1 = held_importer(
+        &d1,
+        &channel(&cluster, 1, 0),
+        &handle,
+        7,
+        "importer on node 1",
+    );
+    let (exp1, handle1) = exporter(&d1, &channel(&cluster, 1, 0), 8, "exporter on node 1");
+    let imp0 = held_importer(
+        &d0,
+        &channel(&cluster, 0, 0),
+        &handle1,
+        8,
+        "importer on node 0",
+    );
+    wait_stats(&d0, NOTICE, "node 0 holds node 1's reference again", |s| {
+        num(s, "daemon_export_refs") == 1
+    });
+    let before_loss = read_trace(&d0).len();
+    cluster.kill9(1).expect("kill -9 node 1's daemon");
     let deadline = Instant::now() + NOTICE;
     let lost = loop {
-        let t1 = read_trace(&d1);
-        if t1[unimported..]
-            .iter()
-            .any(|t| t.escape == "RM_CONTROL" && t.what == "0xf10003")
-        {
-            break t1;
+        let t0 = read_trace(&d0);
+        let seen = |what: &str| {
+            t0[before_loss..]
+                .iter()
+                .any(|t| t.what == what && (t.escape == "RM_CONTROL" || t.escape == "RM_FREE"))
+        };
+        if seen("0xf10003") && seen("0xe0") {
+            break t0;
         }
         assert!(
             Instant::now() < deadline,
-            "{what}: node 1 never called DISABLE_IMPORTERS for node 0"
+            "{what}: node 0 never cleaned up after node 1 (DISABLE_IMPORTERS, the dups' RM_FREE)"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
+    expect_in_order(
+        &lost,
+        before_loss,
+        &[step("RM_FREE", "0xf8", 0), step("RM_FREE", "0xe0", 0)],
+        &format!("{what}: the exporter frees its dups for the lost importer"),
+    );
     let disabled = expect_in_order(
         &lost,
-        unimported,
+        before_loss,
         &[step("RM_CONTROL", "0xf10003", 2)],
         &format!("{what}: DISABLE_IMPORTERS for the lost node"),
     );
+    crate::fabric_faults::expect_revoked(imp0);
+    wait_stats(&d0, NOTICE, "node 0 holds nothing for node 1", |s| {
+        num(s, "daemon_export_refs") == 0 && num(s, "daemon_export_objects") == 0
+    });
+    drop((imp1, exp1));
+    exp.exit();
     // A clean stop frees the client (and the session with it).
-    cluster.stop(1, COMMAND).expect("stop node 1");
-    let t1 = read_trace(&d1);
+    cluster.stop(0, COMMAND).expect("stop node 0");
+    let t0 = read_trace(&d0);
     expect_in_order(
-        &t1,
-        disabled,
+        &t0,
+        disabled.min(t0.len()),
         &[step("RM_FREE", "0x41", 0)],
         &format!("{what}: the clean stop frees the client"),
     );
-    only_known_calls(&t1, &format!("{what}: node 1"));
-    only_known_calls(&read_trace(&d0), &format!("{what}: node 0"));
+    only_known_calls(&t0, &format!("{what}: node 0"));
+    only_known_calls(&read_trace(&d1), &format!("{what}: node 1"));
 }
 
 #[test]
@@ -296,8 +332,10 @@ fn golden_trace_on_580() {
 }
 
 /// `openimex driver-check -j` on a simulated tray: before a daemon runs, a daemon could start
-/// (exit 0, the session available, the GPUs' probes COMPLETED); with the daemon running, the
-/// session is held by it (exit 1).
+/// (exit 0, the GPUs' probes COMPLETED; with `--open-session` the session is available); with
+/// the daemon running, `--open-session` finds the session held by it (exit 1). Without it the
+/// session is not opened: doing so re-enables fabric allocations the kernel disabled after an
+/// abrupt daemon exit.
 #[test]
 fn driver_check_reports_the_simulated_node_and_the_held_session() {
     let gpus = GpuSpec {
@@ -309,15 +347,21 @@ fn driver_check_reports_the_simulated_node_and_the_held_session() {
     let mut cluster = Cluster::prepare(spec(1).with_gpus(gpus)).expect("prepare a node");
     cluster.start_driver(0).expect("start the driver");
     let root = cluster.node(0).dir().to_path_buf();
-    let check = |root: &Path| {
+    let check_with = |root: &Path, extra: &[&str]| {
         let out = run(Command::new(binary())
-            .args(["driver-check", "-j", "--driver-root"])
+            .args(["driver-check", "-j"])
+            .args(extra)
+            .arg("--driver-root")
             .arg(root));
         let v: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("JSON ({e}): {}\n{}", text(&out.stdout), text(&out.stderr)));
         (out.status.code(), v)
     };
+    let check = |root: &Path| check_with(root, &[]);
     let (code, v) = check(&root);
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(v["session"]["state"], "NOT_ASKED", "{v:#}");
+    let (code, v) = check_with(&root, &["--open-session"]);
     assert_eq!(code, Some(0), "{v:#}");
     assert_eq!(v["transport"], "sim", "{v:#}");
     assert_eq!(v["versionSupported"]["ok"], true, "{v:#}");
@@ -329,9 +373,11 @@ fn driver_check_reports_the_simulated_node_and_the_held_session() {
     cluster.start_node(0).expect("start the daemon");
     cluster.wait_up(0, FORM).expect("UP");
     wait_session(&cluster, 0);
-    let (code, v) = check(&root);
+    let (code, v) = check_with(&root, &["--open-session"]);
     assert_eq!(code, Some(1), "{v:#}");
     assert_eq!(v["session"]["state"], "HELD_BY_ANOTHER_DAEMON", "{v:#}");
+    // The daemon kept its session through the check.
+    wait_session(&cluster, 0);
     // No driver there at all.
     let (code, v) = check(Path::new("/nonexistent/openimex-root"));
     assert_eq!(code, Some(1), "{v:#}");

@@ -143,7 +143,7 @@ impl Nvidia {
             .rm
             .ctl()
             .wait_event(&self.event, wait)
-            .map_err(|e| error("poll the OS event", RmError::from(e)))?;
+            .map_err(|e| DriverError::Lost(e.to_string()))?;
         if ready { self.drain() } else { Ok(Vec::new()) }
     }
 }
@@ -154,11 +154,6 @@ fn error(call: &'static str, e: RmError) -> DriverError {
         RmError::Transport(t @ transport::TransportError::Lost { .. }) => {
             DriverError::Lost(t.to_string())
         }
-        // A GPU that fell off the bus takes the session with it.
-        RmError::Status {
-            status: openimex_rmabi::status::NV_ERR_GPU_IS_LOST,
-            ..
-        } => DriverError::Lost(e.to_string()),
         RmError::Status { status, .. } => DriverError::Refused {
             call,
             status: status_of(status),
@@ -278,7 +273,7 @@ impl Driver for Nvidia {
         self.rm
             .ctl()
             .consume_event(&self.event)
-            .map_err(|e| error("event poll", RmError::from(e)))?;
+            .map_err(|e| DriverError::Lost(e.to_string()))?;
         let events = self.drain()?;
         Ok((!events.is_empty()).then_some(events))
     }

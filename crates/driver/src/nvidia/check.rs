@@ -42,6 +42,8 @@ impl Finding {
 pub enum SessionCheck {
     /// Not tried: an earlier step failed.
     NotTried,
+    /// Not asked for ([`check`]'s `open_session`): opening one is not free of effects.
+    NotAsked,
     /// Opened and closed at once: a daemon could take it.
     Available,
     /// NV_ERR_IN_USE: another daemon holds the node's session.
@@ -78,20 +80,27 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether a daemon could start on this host now (the exit status of `driver-check`).
+    /// Whether a daemon could start on this host now (the exit status of `driver-check`):
+    /// everything it needs is there, and the session was available if it was tried.
     pub fn daemon_could_start(&self) -> bool {
         self.ctl.ok
             && self.version_supported.ok
             && self.cap_file.ok
             && self.cap_node.ok
-            && self.session == SessionCheck::Available
+            && matches!(
+                self.session,
+                SessionCheck::Available | SessionCheck::NotAsked
+            )
     }
 }
 
-/// Looks at everything under `root`. To learn whether a session could be opened it opens one
-/// (as node 0) and closes it at once when no daemon holds it; with no daemon running nothing
-/// can have been imported, so closing it disturbs nothing.
-pub fn check(root: &Path) -> Report {
+/// Looks at everything under `root`. With `open_session` it also opens an IMEX session (as
+/// node 0) and closes it at once when no daemon holds it, to learn whether one could be
+/// opened. That is not free of effects, so it is asked for: creating a session re-enables the
+/// node's fabric allocations (`imexsessionapiConstruct` → `fabricEnableMemAlloc`), which the
+/// kernel disabled if the last daemon died holding exports, until a daemon that recovers the
+/// domain starts (`reference/driver-interface.md` §4).
+pub fn check(root: &Path, open_session: bool) -> Report {
     let mut r = Report {
         root: root.to_path_buf(),
         ctl: Finding::bad("not tried"),
@@ -144,15 +153,18 @@ pub fn check(root: &Path) -> Report {
     }
     match Nvidia::open(root) {
         Ok(nv) => {
+            r.session = SessionCheck::NotAsked;
             match nv.gpu_fabric() {
                 Ok(g) => r.gpus = g,
                 Err(e) => r.session = SessionCheck::Refused(format!("fabric probe: {e}")),
             }
-            r.session = match nv.open_session(NodeId(0)) {
-                Ok(_) => SessionCheck::Available,
-                Err(DriverError::SessionBusy) => SessionCheck::HeldByAnotherDaemon,
-                Err(e) => SessionCheck::Refused(e.to_string()),
-            };
+            if open_session && r.session == SessionCheck::NotAsked {
+                r.session = match nv.open_session(NodeId(0)) {
+                    Ok(_) => SessionCheck::Available,
+                    Err(DriverError::SessionBusy) => SessionCheck::HeldByAnotherDaemon,
+                    Err(e) => SessionCheck::Refused(e.to_string()),
+                };
+            }
         }
         Err(e) => r.session = SessionCheck::Refused(e.to_string()),
     }

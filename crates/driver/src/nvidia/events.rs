@@ -9,7 +9,7 @@ use openimex_rmabi::ctrl::nv00f1::{
 };
 use openimex_rmabi::event::FabricEvent;
 
-use super::{ImportKey, Nvidia, error, lock};
+use super::{ImportKey, Nvidia, lock};
 use crate::multicast::RemoteGpuAttach;
 use crate::{DriverError, Event};
 
@@ -31,9 +31,11 @@ impl Nvidia {
             params.resize(size, 0);
             loop {
                 params.fill(0);
+                // A daemon that cannot read its events would hold its session and hear
+                // nothing: any failure here is the driver lost, and the daemon stops.
                 self.rm
                     .control(session, NV00F1_CTRL_CMD_GET_FABRIC_EVENTS, params)
-                    .map_err(|e| error("get fabric events", e))?;
+                    .map_err(|e| DriverError::Lost(format!("GET_FABRIC_EVENTS: {e}")))?;
                 let word = |at: usize| {
                     params
                         .get(at..at + 4)

@@ -47,11 +47,25 @@ impl Nvidia {
         import.index = index;
         import.numHandles = 1;
         import.handles[0] = memory;
-        if let Err(e) = self
+        let imported = self
             .rm
-            .control_typed(export, NV00E0_CTRL_CMD_IMPORT_MEM, &mut import)
-        {
+            .control_typed(export, NV00E0_CTRL_CMD_IMPORT_MEM, &mut import);
+        // An empty slot at `index` imports nothing and says NV_OK with a zero entry
+        // (`memoryexportCtrlImportMem`): there is no memory to describe.
+        let imported = imported.and_then(|_| {
+            if import.memInfos[0].hParent == 0 {
+                Err(RmError::Status {
+                    call: format!("IMPORT_MEM: nothing attached at index {index}"),
+                    status: openimex_rmabi::status::NV_ERR_OBJECT_NOT_FOUND,
+                })
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = imported {
             let _ = self.rm.free(client, export);
+            self.rm.recycle(export);
+            self.rm.recycle(memory);
             return Err(e);
         }
         Ok(Dup {
@@ -62,9 +76,15 @@ impl Nvidia {
     }
 
     fn free_dup(&self, dup: Dup) -> Result<(), RmError> {
-        let freed = self.rm.free(dup.memory_parent, dup.memory);
-        self.rm.free(self.rm.handle(), dup.export)?;
-        freed
+        let memory = self.rm.free(dup.memory_parent, dup.memory);
+        let export = self.rm.free(self.rm.handle(), dup.export);
+        if memory.is_ok() {
+            self.rm.recycle(dup.memory);
+        }
+        if export.is_ok() {
+            self.rm.recycle(dup.export);
+        }
+        memory.and(export)
     }
 
     /// DESCRIBE at offsets 0, 512, … until every PFN is read.

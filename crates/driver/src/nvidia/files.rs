@@ -87,8 +87,8 @@ pub fn open_imex_cap(root: &Path, minor: u32) -> Result<(PathBuf, OwnedFd), File
                 std::io::ErrorKind::NotFound => (
                     "the fabric-imex-mgmt capability's device node does not exist".to_string(),
                     format!(
-                        "create it: `nvidia-modprobe -f {} ` or `mkdir -p {dir} && mknod -m 400 {} c {} {minor}`",
-                        path.display(),
+                        "create it: `nvidia-modprobe -f {}` or `mkdir -p {dir} && mknod -m 400 {} c {} {minor}`",
+                        root.join(IMEX_CAP_PROC_FILE).display(),
                         path.display(),
                         major.map_or_else(
                             || "<major of nvidia-caps in /proc/devices>".to_string(),

@@ -62,10 +62,30 @@ pub(super) fn validate(
         .map_err(|e| error("validate import", e))?;
     if status == NV_WARN_NOTHING_TO_DO {
         // No descriptor waits for it any more (released, installed or claimed): no object.
+        nv.rm.recycle(handle);
         return Ok(());
     }
-    let pushed = push(nv, handle, result);
+    let mut pushed = push(nv, handle, result);
+    if let Err(e) = &pushed
+        && !matches!(e, RmError::Transport(_))
+    {
+        // A VALIDATE the driver refused (or pages that cannot be sent) leaves the import
+        // pending and claimed: the importer would wait for ever. IMPORT_FAILED ends it
+        // (`memoryfabricimportedrefCtrlValidate` takes the flag after any chunks).
+        tracing::warn!("import {event_id}: VALIDATE failed ({e}); failing the import");
+        if let Ok(mut params) = Validate::import_failed().encode(nv.layout)
+            && nv
+                .rm
+                .control(handle, NV00FB_CTRL_CMD_VALIDATE, &mut params)
+                .is_ok()
+        {
+            pushed = Ok(());
+        }
+    }
     let freed = nv.rm.free(client, handle);
+    if freed.is_ok() {
+        nv.rm.recycle(handle);
+    }
     pushed.and(freed).map_err(|e| error("validate import", e))
 }
 
@@ -125,8 +145,14 @@ fn push(nv: &Nvidia, handle: u32, result: Result<Pages, Status>) -> Result<(), R
             .control(handle, NV00FB_CTRL_CMD_VALIDATE, &mut params)?;
         let done = params.get(done_at).is_some_and(|&b| b != 0);
         offset += n;
-        if done || rest.is_empty() {
+        if done {
             return Ok(());
+        }
+        if rest.is_empty() {
+            return Err(RmError::Status {
+                call: format!("VALIDATE: all {total} PFNs sent and the import is not done"),
+                status: openimex_rmabi::status::NV_ERR_INVALID_STATE,
+            });
         }
     }
 }

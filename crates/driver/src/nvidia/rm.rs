@@ -7,6 +7,7 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use openimex_rmabi::class::alloc_params_size;
 use openimex_rmabi::class::client::NV01_ROOT_CLIENT;
 use openimex_rmabi::escape::{
     NV_ESC_CHECK_VERSION_STR, NV_ESC_RM_ALLOC, NV_ESC_RM_CONTROL, NV_ESC_RM_FREE,
@@ -14,7 +15,7 @@ use openimex_rmabi::escape::{
     NVOS54_PARAMETERS, NVOS64_PARAMETERS, nv_ioctl_rm_api_version_t,
 };
 use openimex_rmabi::status::{self, NV_OK};
-use openimex_rmabi::{AbiError, NvHandle};
+use openimex_rmabi::{AbiError, Layout, NvHandle};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::transport::{Ctl, TransportError};
@@ -55,12 +56,19 @@ pub fn status_text(code: u32) -> String {
 /// handles to the caller; any value unused in the client works).
 const FIRST_HANDLE: NvHandle = 0xcaf0_0001;
 
-/// One root client on an open control device.
+/// One root client on an open control device. Its calls are the daemon's only: every
+/// parameter block is checked against the size the driver's version gives its class or
+/// command (the kernel copies an allocation's parameters by the class's size, whatever
+/// `paramsSize` says), and a command this crate does not know is not sent (some carry user
+/// pointers the kernel would follow).
 #[derive(Debug)]
 pub struct RmClient {
     ctl: Ctl,
+    layout: Layout,
     client: NvHandle,
     next: AtomicU32,
+    /// Handles of freed objects, handed out again before new ones.
+    free: std::sync::Mutex<Vec<NvHandle>>,
 }
 
 /// The driver's version string: NV_ESC_CHECK_VERSION_STR with QUERY.
@@ -88,8 +96,9 @@ pub fn check_version(ctl: &Ctl) -> Result<String, RmError> {
 }
 
 impl RmClient {
-    /// Allocates a root client (NV01_ROOT_CLIENT, handle chosen by the RM) on `ctl`.
-    pub fn new(ctl: Ctl) -> Result<Self, RmError> {
+    /// Allocates a root client (NV01_ROOT_CLIENT, handle chosen by the RM) on `ctl`, for a
+    /// driver of `layout`.
+    pub fn new(ctl: Ctl, layout: Layout) -> Result<Self, RmError> {
         let mut arg = NVOS64_PARAMETERS {
             hClass: NV01_ROOT_CLIENT,
             ..Default::default()
@@ -98,8 +107,10 @@ impl RmClient {
         check(arg.status, || "RM_ALLOC NV01_ROOT_CLIENT".into())?;
         Ok(Self {
             ctl,
+            layout,
             client: arg.hObjectNew,
             next: AtomicU32::new(FIRST_HANDLE),
+            free: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -113,15 +124,37 @@ impl RmClient {
         &self.ctl
     }
 
-    /// A handle for a new object of this client.
+    /// A handle for a new object of this client: a freed one, else the next never used.
     pub fn new_handle(&self) -> NvHandle {
+        if let Some(h) = self.free.lock().ok().and_then(|mut f| f.pop()) {
+            return h;
+        }
         self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// `handle`'s object is gone (freed, or never created): the handle may be used again.
+    pub fn recycle(&self, handle: NvHandle) {
+        if let Ok(mut f) = self.free.lock() {
+            f.push(handle);
+        }
+    }
+
+    fn wrong_size(&self, what: &'static str, expected: Option<usize>, actual: usize) -> RmError {
+        RmError::Abi {
+            call: what.into(),
+            source: openimex_rmabi::AbiError::WrongSize {
+                what,
+                layout: Some(self.layout),
+                expected: expected.unwrap_or(0),
+                actual,
+            },
+        }
     }
 
     /// RM_ALLOC of `class` under `parent` as `handle`, with `params` (in and out). Returns
     /// the status when it is NV_OK or a warning (e.g. NV_WARN_NOTHING_TO_DO, which creates
     /// no object); an error status is [`RmError::Status`].
-    pub fn alloc(
+    pub(crate) fn alloc(
         &self,
         parent: NvHandle,
         handle: NvHandle,
@@ -129,6 +162,10 @@ impl RmClient {
         params: &mut [u8],
         pass: &[BorrowedFd<'_>],
     ) -> Result<u32, RmError> {
+        let size = alloc_params_size(self.layout, class);
+        if size != Some(params.len()) {
+            return Err(self.wrong_size("RM_ALLOC parameters", size, params.len()));
+        }
         let mut arg = NVOS64_PARAMETERS {
             hRoot: self.client,
             hObjectParent: parent,
@@ -136,7 +173,7 @@ impl RmClient {
             hClass: class,
             // The kernel follows this pointer to `params` (borrowed for the call); the
             // simulated driver gets `params` in the frame instead.
-            pAllocParms: params.as_mut_ptr() as u64,
+            pAllocParms: user_pointer(params),
             paramsSize: params.len() as u32,
             ..Default::default()
         };
@@ -152,12 +189,21 @@ impl RmClient {
     }
 
     /// RM_CONTROL `cmd` on `object` with `params` (in and out); warnings count as success.
-    pub fn control(&self, object: NvHandle, cmd: u32, params: &mut [u8]) -> Result<u32, RmError> {
+    pub(crate) fn control(
+        &self,
+        object: NvHandle,
+        cmd: u32,
+        params: &mut [u8],
+    ) -> Result<u32, RmError> {
+        let size = self.layout.control_params_size(cmd);
+        if size != Some(params.len()) {
+            return Err(self.wrong_size("RM_CONTROL parameters", size, params.len()));
+        }
         let mut arg = NVOS54_PARAMETERS {
             hClient: self.client,
             hObject: object,
             cmd,
-            params: params.as_mut_ptr() as u64,
+            params: user_pointer(params),
             paramsSize: params.len() as u32,
             ..Default::default()
         };
@@ -173,7 +219,7 @@ impl RmClient {
     }
 
     /// RM_CONTROL with a typed parameter block.
-    pub fn control_typed<T: FromBytes + IntoBytes>(
+    pub(crate) fn control_typed<T: FromBytes + IntoBytes>(
         &self,
         object: NvHandle,
         cmd: u32,
@@ -201,6 +247,16 @@ impl Drop for RmClient {
         // Freeing the client frees every object under it (the session with it); closing the
         // descriptor would do the same, this says it first.
         let _ = self.free(self.client, self.client);
+    }
+}
+
+/// The user pointer of a parameter block: 0 for none (the kernel refuses a pointer with a
+/// size of 0, and would read an optional block through any pointer it is given).
+fn user_pointer(params: &mut [u8]) -> u64 {
+    if params.is_empty() {
+        0
+    } else {
+        params.as_mut_ptr() as u64
     }
 }
 

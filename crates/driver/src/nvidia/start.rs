@@ -94,7 +94,7 @@ pub(super) fn open(root: &Path) -> Result<Nvidia, StartError> {
         path: ctl.path().to_path_buf(),
         source,
     })?;
-    let rm = RmClient::new(ctl).map_err(step("allocating the root client"))?;
+    let rm = RmClient::new(ctl, layout).map_err(step("allocating the root client"))?;
     // The RM lets a client allocate a GPU's Device only while its process holds that GPU's
     // device file open (`osIsGpuAccessible`), as every CUDA or NVML client does.
     let gpu_files = files::open_gpu_files(root)?;

@@ -186,10 +186,13 @@ impl Ctl {
     pub fn open_event(&self) -> Result<OsEvent, OpenError> {
         match self {
             Self::Kernel { path, .. } => {
+                // Blocking: `nvidia_poll` puts a waiter on the file's wait queue only when
+                // O_NONBLOCK is clear, so poll(2) and epoll would never be woken by a post on
+                // a non-blocking descriptor. It is only polled, never read.
                 let fd: OwnedFd = OpenOptions::new()
                     .read(true)
                     .write(true)
-                    .custom_flags(nix::libc::O_CLOEXEC | nix::libc::O_NONBLOCK)
+                    .custom_flags(nix::libc::O_CLOEXEC)
                     .open(path)
                     .map(OwnedFd::from)
                     .map_err(|source| OpenError::Io {
@@ -269,7 +272,7 @@ impl Ctl {
     /// `params` in the frame). `pass` are the descriptors whose numbers `arg` or `params`
     /// hold, which the kernel resolves in this process's table and the simulated driver gets
     /// with the frame. On return `arg` and `params` hold what the driver copied back.
-    pub fn ioctl(
+    pub(crate) fn ioctl(
         &self,
         nr: u8,
         arg: &mut [u8],
@@ -283,7 +286,7 @@ impl Ctl {
     /// kernel takes on another descriptor (NV_ESC_ALLOC_OS_EVENT is issued on the event fd
     /// itself). The simulated driver gets it on its socket like any other, with `on` among
     /// the passed descriptors.
-    pub fn ioctl_on(
+    pub(crate) fn ioctl_on(
         &self,
         on: Option<BorrowedFd<'_>>,
         nr: u8,
@@ -348,5 +351,56 @@ impl Ctl {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A character device is the kernel's transport, and its OS event is a blocking open of
+    /// it: `nvidia_poll` only queues a waiter on a blocking file (`/dev/null` stands in for
+    /// `/dev/nvidiactl`, which this machine lacks).
+    #[test]
+    fn the_kernels_os_event_is_a_blocking_descriptor() {
+        let ctl = Ctl::open(Path::new("/dev/null")).expect("a character device");
+        assert_eq!(ctl.kind(), "kernel");
+        let event = ctl.open_event().expect("the OS event");
+        let flags =
+            nix::fcntl::fcntl(event.poll.as_fd(), nix::fcntl::FcntlArg::F_GETFL).expect("F_GETFL");
+        assert_eq!(flags & nix::libc::O_NONBLOCK, 0, "O_NONBLOCK set");
+        assert_eq!(event.number, event.poll.as_raw_fd());
+        assert!(event.register.is_none(), "registered on itself");
+    }
+
+    /// The simulated driver's OS event: a post makes it readable, and the driver's end
+    /// closing reads as the driver gone.
+    #[test]
+    fn the_simulated_os_event_reports_posts_and_the_drivers_exit() {
+        let dir = std::env::temp_dir().join(format!("openimex-transport-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nvidiactl");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let ctl = Ctl::open(&path).expect("a socket");
+        assert_eq!(ctl.kind(), "sim");
+        let mut event = ctl.open_event().expect("the OS event");
+        let driver_end = event.register.take().expect("the driver's end");
+        assert!(
+            !ctl.wait_event(&event, Duration::ZERO).unwrap(),
+            "nothing posted"
+        );
+        nix::unistd::write(&driver_end, &1u64.to_ne_bytes()).unwrap();
+        assert!(
+            ctl.wait_event(&event, Duration::from_secs(5)).unwrap(),
+            "a post"
+        );
+        assert!(!ctl.wait_event(&event, Duration::ZERO).unwrap(), "consumed");
+        drop(driver_end);
+        assert!(matches!(
+            ctl.wait_event(&event, Duration::from_secs(5)),
+            Err(TransportError::Lost { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
