@@ -218,3 +218,91 @@ fn out_of_descriptors_the_accept_loop_waits_instead_of_spinning() {
     assert!(cluster.node(0).pid().is_some());
     still_up(&cluster);
 }
+
+/// A connection from `ip` to `target` that says nothing.
+fn idle_from(ip: IpAddr, target: SocketAddr) -> TcpStream {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
+    let (IpAddr::V4(ip), SocketAddr::V4(target)) = (ip, target) else {
+        panic!("IPv4 only here");
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::from(std::net::SocketAddrV4::new(ip, 0)),
+    )
+    .expect("bind the source address");
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::from(target),
+    )
+    .expect("connect");
+    TcpStream::from(fd)
+}
+
+/// Strangers holding every connection the daemon allows (8 addresses x 8 idle connections,
+/// none saying hello) cannot keep a node of the map out: its connection makes the oldest
+/// stranger's close, and the pair forms while the other strangers still hold theirs, long
+/// before their hello deadline would have freed the room. Node 0 redials only after a minute,
+/// so the pair can only re-form through node 1's connection to node 0.
+#[test]
+fn strangers_holding_every_connection_cannot_keep_a_node_of_the_map_out() {
+    let mut cluster = Cluster::prepare(
+        spec(2)
+            .config("OPENIMEX_RECONNECT_MIN_MS", "60000")
+            .config("OPENIMEX_RECONNECT_MAX_MS", "60000"),
+    )
+    .expect("prepare 2 nodes");
+    for i in 0..2 {
+        cluster.start_node(i).expect("start");
+    }
+    cluster.wait_up(0, FORM).expect("domain UP");
+    cluster.kill9(1).expect("kill -9 node 1");
+    cluster
+        .wait_links(0, FORM, "0 lost 1", |l| {
+            l.link(0, 1).is_some_and(|c| c.status != "CONNECTED")
+        })
+        .expect("node 0 notices");
+    let target = peer_addr(&cluster, 0);
+    let [a, b, c, _] = cluster.node(0).ip().octets();
+    // 2 nodes: 64 connections in all (`ConnLimits::for_domain`), 8 per address without a hello.
+    let mut strangers: Vec<TcpStream> = (0..8u8)
+        .flat_map(|k| {
+            let ip = IpAddr::V4(Ipv4Addr::new(a, b, c, 200 + k));
+            (0..8).map(move |_| idle_from(ip, target))
+        })
+        .collect();
+    // The room is full: one more stranger, from a fresh address, is closed at once.
+    let mut one_more = idle_from(IpAddr::V4(Ipv4Addr::new(a, b, c, 250)), target);
+    assert!(
+        closed_within(&mut one_more, Duration::from_secs(5)),
+        "the 65th connection must be refused"
+    );
+    cluster.start_node(1).expect("restart node 1");
+    cluster
+        .wait_links(0, FORM, "0-1 connected again", |l| {
+            l.link(0, 1).is_some_and(|c| c.status == "CONNECTED")
+        })
+        .expect("the pair re-forms through node 1's connection");
+    // It formed while the strangers held the room: all but the one (or few) that made way
+    // are still open, so their hello deadline did not free it.
+    let open = strangers
+        .iter_mut()
+        .map(|s| closed_within(s, Duration::from_millis(5)))
+        .filter(|closed| !closed)
+        .count();
+    assert!(
+        open >= 56,
+        "{open} of 64 strangers still open when the pair formed"
+    );
+    let v = links(&cluster, 0);
+    assert!(
+        refused(&v, 0, "connection: a stranger made way for a node") >= 1,
+        "{v}"
+    );
+}

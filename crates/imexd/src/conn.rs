@@ -1,7 +1,10 @@
 //! Inbound peer connections. Each accepted TCP connection gets an ID that every request on it
 //! carries (so a peer's identity belongs to the connection whose hello proved it), a deadline
 //! for that hello, and limits before it: connections in all, and not-yet-greeted connections
-//! per source address. Its end is reported to the engine. The accept loop backs off on errors
+//! per source address. When connections in all are at the limit, a connection from an address
+//! of the node map makes the oldest not-yet-greeted connection from any other address close
+//! ("a stranger made way"): strangers holding sockets open cannot keep the domain's own nodes
+//! out. Its end is reported to the engine. The accept loop backs off on errors
 //! such as running out of descriptors instead of spinning. With TLS on (`tls`), each admitted
 //! connection's handshake runs in a task of its own under the same hello deadline; a failed
 //! handshake is a refusal counted under its named reason, and the connection never reaches
@@ -27,7 +30,7 @@ use tracing::{debug, warn};
 
 use tokio_rustls::TlsAcceptor;
 
-use crate::mailbox::Input;
+use crate::mailbox::{Hosts, Input};
 use crate::tls::{self, Tls};
 
 /// How long a new connection, or a new session on a greeted one, may take to say its hello.
@@ -80,7 +83,64 @@ impl ConnInfo {
 struct Counts {
     open: usize,
     ungreeted: HashMap<IpAddr, usize>,
+    /// The connections without an accepted hello yet, oldest first: who makes way when a
+    /// node of the map finds the connections in all at the limit.
+    waiting: std::collections::VecDeque<Waiting>,
 }
+
+/// A connection without an accepted hello, as the accept loop may close it.
+#[derive(Debug)]
+struct Waiting {
+    id: ConnId,
+    ip: IpAddr,
+    greeted: Arc<AtomicBool>,
+    evict: Arc<Evict>,
+}
+
+/// The accept loop's hold on a connection it may close to make way: the flag, and the waker
+/// of the connection's last read (which then fails and closes it).
+#[derive(Debug, Default)]
+struct Evict {
+    /// Set under the counts' lock, which also took the connection off the counts.
+    evicted: AtomicBool,
+    waker: Mutex<Option<std::task::Waker>>,
+}
+
+impl Counts {
+    /// Takes a connection off the counts (it said its hello, was evicted, or is gone).
+    fn forget(&mut self, id: ConnId, ip: IpAddr) {
+        if let Some(n) = self.ungreeted.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.ungreeted.remove(&ip);
+            }
+        }
+        if let Some(at) = self.waiting.iter().position(|w| w.id == id) {
+            self.waiting.remove(at);
+        }
+    }
+
+    /// Closes the oldest connection without a hello whose address `known` does not claim, to
+    /// make way for a node of the map; false if there is none.
+    fn make_way(&mut self, known: impl Fn(IpAddr) -> bool) -> Option<SocketAddrLess> {
+        let at = self
+            .waiting
+            .iter()
+            .position(|w| !w.greeted.load(Ordering::Acquire) && !known(w.ip))?;
+        let w = self.waiting.remove(at)?;
+        self.forget(w.id, w.ip);
+        self.open = self.open.saturating_sub(1);
+        w.evict.evicted.store(true, Ordering::Release);
+        if let Some(waker) = w.evict.waker.lock().ok().and_then(|mut g| g.take()) {
+            waker.wake();
+        }
+        Some(SocketAddrLess(w.ip))
+    }
+}
+
+/// The address of a connection that made way (its port is not kept).
+#[derive(Debug, Clone, Copy)]
+struct SocketAddrLess(IpAddr);
 
 /// The bytes of a connection: plain TCP (auth off, the default) or TLS over it.
 enum PeerIo {
@@ -113,6 +173,7 @@ pub(crate) struct PeerConn {
     counts: Arc<Mutex<Counts>>,
     /// Still counted as ungreeted for its source.
     counted_ungreeted: bool,
+    evict: Arc<Evict>,
     engine: mpsc::Sender<Input>,
 }
 
@@ -133,6 +194,21 @@ impl PeerConn {
             self.uncount_ungreeted();
             return Ok(());
         }
+        if self.evict.evicted.load(Ordering::Acquire) {
+            // The accept loop took it off the counts when it chose it.
+            self.counted_ungreeted = false;
+            self.deadline = None;
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed to make way for a node of the map",
+            ));
+        }
+        if let Ok(mut w) = self.evict.waker.lock() {
+            match w.as_ref() {
+                Some(old) if old.will_wake(cx.waker()) => {}
+                _ => *w = Some(cx.waker().clone()),
+            }
+        }
         if let Some(d) = self.deadline.as_mut()
             && d.as_mut().poll(cx).is_ready()
         {
@@ -152,14 +228,10 @@ impl PeerConn {
     fn uncount_ungreeted(&mut self) {
         if self.counted_ungreeted {
             self.counted_ungreeted = false;
-            if let Ok(mut c) = self.counts.lock() {
-                let ip = self.info.remote.ip();
-                if let Some(n) = c.ungreeted.get_mut(&ip) {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        c.ungreeted.remove(&ip);
-                    }
-                }
+            if let Ok(mut c) = self.counts.lock()
+                && !self.evict.evicted.load(Ordering::Acquire)
+            {
+                c.forget(self.info.id, self.info.remote.ip());
             }
         }
     }
@@ -168,7 +240,9 @@ impl PeerConn {
 impl Drop for PeerConn {
     fn drop(&mut self) {
         self.uncount_ungreeted();
-        if let Ok(mut c) = self.counts.lock() {
+        if let Ok(mut c) = self.counts.lock()
+            && !self.evict.evicted.load(Ordering::Acquire)
+        {
             c.open = c.open.saturating_sub(1);
         }
         let input = Input::ConnClosed { conn: self.info.id };
@@ -237,6 +311,7 @@ pub(crate) fn incoming(
     limits: ConnLimits,
     engine: mpsc::Sender<Input>,
     tls: Option<Tls>,
+    hosts: Hosts,
 ) -> ReceiverStream<io::Result<PeerConn>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
@@ -257,19 +332,50 @@ pub(crate) fn incoming(
                     continue;
                 }
             };
-            let admitted = {
+            // Only at the limit: the node map's addresses (names resolved now, as they may
+            // change), to tell the domain's nodes from strangers.
+            let full = counts.lock().is_ok_and(|c| c.open >= limits.total);
+            let known = if full {
+                node_map_addresses(&hosts).await
+            } else {
+                Vec::new()
+            };
+            let greeted = Arc::new(AtomicBool::new(false));
+            let evict = Arc::new(Evict::default());
+            let id = next.fetch_add(1, Ordering::Relaxed) + 1;
+            let (admitted, made_way) = {
                 let Ok(mut c) = counts.lock() else { return };
                 let ungreeted = c.ungreeted.get(&remote.ip()).copied().unwrap_or(0);
-                if c.open >= limits.total {
+                let mut made_way = None;
+                if c.open >= limits.total && known.contains(&remote.ip().to_canonical()) {
+                    made_way = c.make_way(|ip| known.contains(&ip.to_canonical()));
+                }
+                let admitted = if c.open >= limits.total {
                     Err("connection: too many in all")
                 } else if ungreeted >= limits.ungreeted_per_source {
                     Err("connection: too many without a hello from one address")
                 } else {
                     c.open += 1;
                     *c.ungreeted.entry(remote.ip()).or_default() += 1;
+                    c.waiting.push_back(Waiting {
+                        id,
+                        ip: remote.ip(),
+                        greeted: greeted.clone(),
+                        evict: evict.clone(),
+                    });
                     Ok(())
-                }
+                };
+                (admitted, made_way)
             };
+            if let Some(SocketAddrLess(ip)) = made_way {
+                debug!("closed a connection from {ip} without a hello to make way for {remote}");
+                let _ = engine.try_send(Input::Refused {
+                    reason: "connection: a stranger made way for a node",
+                    detail: format!(
+                        "closed a connection from {ip} that had said no hello, to admit {remote} of the node map"
+                    ),
+                });
+            }
             if let Err(reason) = admitted {
                 debug!("refused a peer connection from {remote}: {reason}");
                 drop(io);
@@ -283,14 +389,15 @@ pub(crate) fn incoming(
             let conn = PeerConn {
                 io: PeerIo::Plain(io),
                 info: ConnInfo {
-                    id: next.fetch_add(1, Ordering::Relaxed) + 1,
+                    id,
                     remote,
                     peer_cert: None,
-                    greeted: Arc::new(AtomicBool::new(false)),
+                    greeted,
                 },
                 deadline: Some(Box::pin(tokio::time::sleep(limits.hello_deadline))),
                 counts: counts.clone(),
                 counted_ungreeted: true,
+                evict,
                 engine: engine.clone(),
             };
             if let Some(tls) = &tls {
@@ -347,4 +454,22 @@ async fn handshake(
     };
     conn.deadline = None;
     let _ = conn.engine.try_send(Input::Refused { reason, detail });
+}
+
+/// The node map's addresses, canonical: entries that are addresses as they are, names
+/// resolved now (a name that does not resolve claims nothing).
+async fn node_map_addresses(hosts: &Hosts) -> Vec<IpAddr> {
+    let entries: Vec<String> = hosts.borrow().iter().cloned().collect();
+    let mut out = Vec::with_capacity(entries.len());
+    for host in entries {
+        match host.parse::<IpAddr>() {
+            Ok(ip) => out.push(ip.to_canonical()),
+            Err(_) => {
+                if let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await {
+                    out.extend(addrs.map(|a| a.ip().to_canonical()));
+                }
+            }
+        }
+    }
+    out
 }

@@ -167,6 +167,7 @@ pub async fn run(
         conn::ConnLimits::for_domain(nodes),
         tx.clone(),
         settings.tls.clone(),
+        hosts_rx.clone(),
     );
     let peer_server = Server::builder()
         .tcp_nodelay(true)

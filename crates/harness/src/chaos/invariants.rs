@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::Engine;
 use super::report::{ChaosReport, Progress};
 use super::workload::Exit;
-use super::{Engine, Signal};
-use crate::HarnessError;
 use crate::cluster::is_up;
 use crate::process::run_with_timeout;
+use crate::{HarnessError, Signal};
 
 /// The driver counters (`openimex app stats`) that must all be zero once every application is
 /// gone: anything left is a leaked reference.

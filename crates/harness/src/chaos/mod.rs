@@ -15,7 +15,8 @@
 //!   [`partition`] proxies) at offsets. It has *recovered* when the domain is UP and every
 //!   (reader, exporter) pair has imported after the last repair step and read the pattern of
 //!   that import (a newer import not yet read does not undo it). The time from that step is its
-//!   time to recover.
+//!   time to recover. The engine injects them and performs their steps (`inject`) and judges
+//!   their recovery (`recovery`).
 //! - End (`invariants`): no new faults, every node back, the workload recovered, every app
 //!   told to release and exit, then: zero stale reads, zero corrupt reads, every driver's
 //!   reference counters at zero, the domain UP on every node.
@@ -24,8 +25,10 @@
 //! output arrives on a channel from reader threads.
 
 pub mod faults;
+mod inject;
 mod invariants;
 pub mod partition;
+mod recovery;
 mod report;
 pub mod workload;
 
@@ -38,9 +41,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::cluster::is_up;
-use crate::{Cluster, ClusterSpec, GpuSpec, HarnessError, Signal};
+use crate::{Cluster, ClusterSpec, GpuSpec, HarnessError};
 pub use faults::{FaultKind, FaultRecord, Outcome};
+use inject::Active;
 pub use invariants::REF_COUNTERS;
+use recovery::Pair;
 pub use report::{ChaosReport, Progress};
 use workload::{App, AppTiming, Event, Exit, Line, Role};
 
@@ -142,55 +147,6 @@ const TICK: Duration = Duration::from_millis(20);
 pub fn run(spec: &ChaosSpec, progress: impl FnMut(&Progress)) -> Result<ChaosReport, HarnessError> {
     let mut engine = Engine::start(spec)?;
     engine.run(progress)
-}
-
-/// Per (reader app, exporter tag): its last import, and the latest import a good read confirmed.
-#[derive(Debug, Clone)]
-struct Pair {
-    /// When the reader last imported this exporter's memory, and the seed it imported.
-    imported: Option<(Instant, String)>,
-    /// When the latest import the reader then read the pattern of was made. A pair has
-    /// recovered from a fault once this is after the repair: a later import, not yet read,
-    /// does not undo that (the exporters publish a generation every half second, and a
-    /// condition that every pair's *latest* import is read could go unmet for a minute while
-    /// the workload ran fine: some pair was always between an import and its reader's next
-    /// report).
-    confirmed: Option<Instant>,
-    /// The reader's last complaint about this exporter's memory (a failed import or map,
-    /// freed, stale or corrupt words), for the note of a recovery that does not come.
-    last_bad: Option<&'static str>,
-}
-
-impl Pair {
-    /// The reader imported the exporter's memory of `seed` at `at`.
-    fn imported_at(&mut self, at: Instant, seed: String) {
-        self.imported = Some((at, seed));
-    }
-
-    /// The reader found the pattern of `seed`: if that is its last import, that import is
-    /// confirmed.
-    fn read_good(&mut self, seed: &str) {
-        if let Some((at, imported)) = &self.imported
-            && imported == seed
-        {
-            self.confirmed = Some(*at);
-        }
-    }
-
-    /// Whether the reader has imported this exporter's memory after `since` and read the
-    /// pattern of that import.
-    fn recovered_since(&self, since: Instant) -> bool {
-        self.confirmed.is_some_and(|t| t >= since)
-    }
-}
-
-/// A fault in progress.
-struct Active {
-    record: usize,
-    injected: Instant,
-    steps: Vec<(Duration, faults::Action)>,
-    /// When the last step ran (recovery is measured from there).
-    repaired: Option<Instant>,
 }
 
 /// Per-node state the engine keeps.
@@ -571,294 +527,5 @@ impl<'s> Engine<'s> {
         let up = asked.is_some_and(|i| self.cluster.domain(i).is_ok_and(|d| is_up(&d, n)));
         self.domain_checked = Some((Instant::now(), up));
         up
-    }
-
-    /// Every (reader, exporter) pair imported after `since` and read the pattern of that import.
-    fn progressed_since(&self, since: Instant) -> bool {
-        self.pairs.values().all(|p| p.recovered_since(since))
-    }
-
-    /// Draws and starts the next fault.
-    fn inject(&mut self) {
-        let apps_of = |role: Role| -> Vec<(usize, usize, String)> {
-            self.apps
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| a.spec.role == role)
-                .map(|(i, a)| (i, a.spec.node, a.spec.name.clone()))
-                .collect()
-        };
-        let (exporter_apps, reader_apps) = (apps_of(Role::Exporter), apps_of(Role::Reader));
-        let targets = faults::Targets {
-            exporter_apps: &exporter_apps,
-            reader_apps: &reader_apps,
-            exporter_nodes: &self.spec.exporters,
-            reader_nodes: &self.spec.readers,
-            nodes: self.spec.nodes,
-            cleanup_after: Duration::from_millis(PEER_TIMEOUT_MS)
-                + Duration::from_secs(self.spec.grace_secs),
-            heartbeat: Duration::from_millis(HEARTBEAT_MS),
-            peer_timeout: Duration::from_millis(PEER_TIMEOUT_MS),
-        };
-        let n = self.spec.kinds.len().max(1);
-        let pick = if self.spec.cycle_kinds {
-            self.records.len() % n
-        } else {
-            self.rng.random_range(0..n)
-        };
-        let Some(&kind) = self.spec.kinds.get(pick) else {
-            return;
-        };
-        if kind.needs_proxies() && self.links.is_empty() {
-            self.note(format!(
-                "{} needs ChaosSpec::partitions: skipped",
-                kind.name()
-            ));
-            return;
-        }
-        let Some(plan) = faults::plan(kind, &mut self.rng, &targets) else {
-            self.note(format!("no target for {}", kind.name()));
-            return;
-        };
-        self.records.push(FaultRecord {
-            kind,
-            node: plan.node,
-            target: plan.target,
-            at: self.started.elapsed(),
-            down: Duration::ZERO,
-            outcome: None,
-            recover: None,
-            revoked: 0,
-            import_failures: 0,
-        });
-        self.active = Some(Active {
-            record: self.records.len() - 1,
-            injected: Instant::now(),
-            steps: plan.steps,
-            repaired: None,
-        });
-        self.run_steps();
-    }
-
-    /// Runs the active fault's steps that are due; once the last ran, its recovery is awaited.
-    fn run_steps(&mut self) {
-        let Some(mut active) = self.active.take() else {
-            return;
-        };
-        while let Some(&(offset, action)) = active.steps.first() {
-            if active.injected.elapsed() < offset {
-                break;
-            }
-            active.steps.remove(0);
-            self.exec(action);
-            active.repaired = Some(Instant::now());
-        }
-        if active.steps.is_empty() {
-            let done = active.repaired.unwrap_or(active.injected);
-            self.records[active.record].down = done - active.injected;
-            self.awaiting.push((active.record, done));
-        } else {
-            self.active = Some(active);
-        }
-    }
-
-    /// Records the recoveries (or give-ups) of the awaited faults.
-    fn check_recoveries(&mut self) {
-        if self.awaiting.is_empty() {
-            return;
-        }
-        let mut still = Vec::new();
-        for (record, since) in std::mem::take(&mut self.awaiting) {
-            if self.progressed_since(since) && self.domain_up() {
-                self.records[record].outcome = Some(Outcome::Recovered);
-                self.records[record].recover = Some(since.elapsed());
-                if since.elapsed() > SLOW_RECOVERY {
-                    let text = self.slow_recovery(record, since);
-                    self.note(text);
-                }
-            } else if since.elapsed() > self.spec.recover_timeout {
-                self.records[record].outcome = Some(Outcome::NotRecovered);
-                let r = &self.records[record];
-                let text = format!(
-                    "{} on node {} ({}) did not recover within {:?}: {}",
-                    r.kind.name(),
-                    r.node,
-                    r.target,
-                    self.spec.recover_timeout,
-                    self.lagging(since)
-                );
-                self.note(text);
-            } else {
-                still.push((record, since));
-            }
-        }
-        self.awaiting = still;
-    }
-
-    /// What a recovery still waits for: the domain, and the pairs that have not imported and
-    /// read since `since` (the first few, with how long ago each last imported).
-    fn lagging(&self, since: Instant) -> String {
-        let up = self.domain_checked.is_some_and(|(_, up)| up);
-        let mut late: Vec<String> = self
-            .pairs
-            .iter()
-            .filter(|(_, p)| !p.recovered_since(since))
-            .map(|((reader, tag), p)| {
-                let last = p
-                    .imported
-                    .as_ref()
-                    .map_or("never imported".to_owned(), |(t, _)| {
-                        format!("imported {} ms ago", t.elapsed().as_millis())
-                    });
-                let read = match p.confirmed {
-                    Some(t) if t >= since => "",
-                    Some(_) => ", no import read since the repair",
-                    None => ", no import read yet",
-                };
-                let bad = p
-                    .last_bad
-                    .map_or(String::new(), |b| format!(", last complaint: {b}"));
-                format!(
-                    "{} <- {tag} ({last}{read}{bad})",
-                    self.apps[*reader].spec.name
-                )
-            })
-            .collect();
-        late.sort();
-        let n = late.len();
-        late.truncate(4);
-        format!(
-            "domain {}; {n} pair(s) behind: {}{}",
-            if up { "UP" } else { "not UP" },
-            late.join(", "),
-            if n > 4 { ", …" } else { "" }
-        )
-    }
-
-    /// Why a recovery took long: the pair whose confirmed import came last (the domain was UP
-    /// by then, or the recovery would not have been recorded).
-    fn slow_recovery(&self, record: usize, since: Instant) -> String {
-        let r = &self.records[record];
-        let last = self
-            .pairs
-            .iter()
-            .filter_map(|((reader, tag), p)| Some((p.confirmed?, reader, tag)))
-            .max();
-        let pair = last.map_or("no pair".to_owned(), |(at, reader, tag)| {
-            format!(
-                "reader {} <- exporter {tag} imported again {} ms after the repair",
-                self.apps[*reader].spec.name,
-                at.saturating_duration_since(since).as_millis()
-            )
-        });
-        format!(
-            "slow recovery of {} on node {} ({} ms): last to recover was {pair}",
-            r.kind.name(),
-            r.node,
-            since.elapsed().as_millis()
-        )
-    }
-
-    /// Performs one fault step.
-    fn exec(&mut self, action: faults::Action) {
-        use faults::Action;
-        let result = match action {
-            Action::KillApp(i) => {
-                self.apps[i].kill();
-                Ok(())
-            }
-            Action::Kill9(n) => {
-                self.nodes[n].down = true;
-                self.nodes[n].ready = None;
-                if self.cluster.is_running(n) {
-                    self.cluster.kill9(n)
-                } else {
-                    Ok(())
-                }
-            }
-            Action::KillDriver(n) => {
-                self.nodes[n].down = true;
-                self.nodes[n].ready = None;
-                // The node's applications lose their GPU driver with it: a job does not
-                // outlive the driver (and would otherwise keep mappings nobody can revoke).
-                for a in self.apps.iter_mut().filter(|a| a.spec.node == n) {
-                    a.kill();
-                }
-                self.cluster.kill_driver(n)
-            }
-            Action::Stop(n) => {
-                self.nodes[n].stopped = true;
-                self.nodes[n].ready = None;
-                self.cluster.signal(n, Signal::SIGSTOP)
-            }
-            Action::Cont(n) => {
-                self.nodes[n].stopped = false;
-                self.cluster.signal(n, Signal::SIGCONT)
-            }
-            Action::Start(n) => self.start_node(n),
-            Action::Cut(n) | Action::Heal(n) => {
-                partition::cut(&self.links, n, matches!(action, Action::Cut(_)));
-                Ok(())
-            }
-        };
-        if let Err(e) = result {
-            self.note(format!("fault step {action:?} failed: {e}"));
-        }
-    }
-
-    /// Brings node `n` back: SIGCONT if stopped, waits (up to 5 s) for a daemon that is exiting
-    /// on its own (its driver died) or kills it, then starts driver and daemon.
-    fn start_node(&mut self, n: usize) -> Result<(), HarnessError> {
-        if self.nodes[n].stopped {
-            self.nodes[n].stopped = false;
-            let _ = self.cluster.signal(n, Signal::SIGCONT);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.cluster.is_running(n) && Instant::now() < deadline {
-            std::thread::sleep(TICK);
-        }
-        if self.cluster.is_running(n) {
-            self.cluster.kill9(n)?;
-        }
-        self.nodes[n].ready = None;
-        let started = self.cluster.start_node(n);
-        self.nodes[n].down = started.is_err();
-        started
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pair() -> Pair {
-        Pair {
-            imported: None,
-            confirmed: None,
-            last_bad: None,
-        }
-    }
-
-    #[test]
-    fn a_pair_recovers_once_an_import_after_the_repair_is_read_good() {
-        let before = Instant::now();
-        let repair = before + Duration::from_millis(10);
-        let mut p = pair();
-        // Read good before the repair: not a recovery from it.
-        p.imported_at(before, "a".into());
-        p.read_good("a");
-        assert!(!p.recovered_since(repair));
-        // Imported after the repair, not yet read: not yet.
-        p.imported_at(repair + Duration::from_millis(1), "b".into());
-        assert!(!p.recovered_since(repair));
-        // A late report of the earlier seed confirms nothing new.
-        p.read_good("a");
-        assert!(!p.recovered_since(repair));
-        p.read_good("b");
-        assert!(p.recovered_since(repair));
-        // The next generation's import, not yet read, does not undo it (the check that
-        // required the latest import read saw a minute-long "non-recovery" this way).
-        p.imported_at(repair + Duration::from_millis(500), "c".into());
-        assert!(p.recovered_since(repair));
     }
 }
