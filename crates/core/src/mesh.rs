@@ -27,17 +27,18 @@
 //! (`remap.rs`).
 //!
 //! # Cost of a large node file
-//! Every peer is dialled once at start (the first round), at most
-//! [`DialBudget::max_in_flight`] at a time. After that, retries share one [`DialBudget`]: a
-//! burst, then a fixed rate across all peers, so a node file of 10,000 mostly dead entries
-//! costs about what a small domain costs, and each dead entry is retried less often the more
-//! there are. Retries of peers heard from since start come before entries that never answered,
-//! so a peer lost a moment ago is not queued behind thousands of dead entries. A peer that comes
-//! up opens its session to us, which connects the link without any dial of ours, so formation
-//! and recovery do not wait for the budget. Timers are kept ordered, so an input
-//! costs O(log n), not O(n).
+//! Every peer is dialled once at start (the first round), at most [`DialBudget::max_in_flight`]
+//! at a time. After that, retries share one [`DialBudget`]: a burst, then a fixed rate across
+//! all peers, so a node file of 10,000 mostly dead entries costs about what a small domain
+//! costs, and each dead entry is retried less often the more there are. Retries of peers heard
+//! from since start come before entries that never answered, so a peer lost a moment ago is not
+//! queued behind thousands of dead entries (`dial.rs` keeps that queue). A peer that comes up
+//! opens its session to us, which connects the link without any dial of ours, so formation and
+//! recovery do not wait for the budget. Timers are kept ordered, so an input costs O(log n),
+//! not O(n).
 
 mod budget;
+mod dial;
 mod handshake;
 mod liveness;
 mod pair;
@@ -47,6 +48,7 @@ mod retry;
 
 pub use budget::DialBudget;
 use budget::Tokens;
+use dial::{Dialer, DueClass, DueKey};
 pub use handshake::{Hello, Verdict};
 use pair::Carrier;
 pub use pair::Via;
@@ -59,7 +61,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::{Backoff, Rng};
 use crate::ids::{ConnId, InstanceId, NodeId};
 use crate::nodemap::NodeMap;
-use crate::state::{ConnStatus, DaemonState, Mismatch};
+use crate::state::{ConnStatus, DaemonState};
 
 /// When the daemon may become READY (`IMEX_WAIT_FOR_QUORUM`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,35 +178,6 @@ pub enum Action {
     },
     /// Open the GPU driver session; then call [`Mesh::handle_driver_ready`].
     InitDriver,
-}
-
-/// A dial waiting for a slot, in the order slots are given: first-round dials (which need no
-/// token), then retries of peers heard from since start, then the rest; in each class the
-/// longest waiting first.
-type DueKey = (DueClass, Instant, NodeId);
-
-/// See [`DueKey`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum DueClass {
-    FirstRound,
-    Known,
-    Unknown,
-}
-
-/// Where our dialling of a peer stands (the pair's session is [`Link::carrier`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dialer {
-    /// Nothing scheduled (the pair has a session, or shutting down, or before start).
-    Idle,
-    /// Due, waiting for a dial slot (the budget, or the bound on dials in flight).
-    Queued(DueKey),
-    /// Waiting for the result of this attempt.
-    InFlight,
-    /// Next attempt at this time.
-    Waiting(Instant),
-    /// A dial that was due, put off until this time because the peer's hello arrived and its
-    /// session should follow (`handshake.rs`); then due again with its place kept.
-    PutOff(Instant, DueKey),
 }
 
 /// One peer as this node sees it.
@@ -482,89 +455,7 @@ impl Mesh {
         }
     }
 
-    // ---- dial results --------------------------------------------------------------------
-
-    /// The dial of `attempt` reached the peer, which accepted our hello and answered with its
-    /// own; the session ([`Via::Dialled`]) is open. The peer's identity is checked here too, so
-    /// a refusal is mutual even if only one side noticed. If the pair already has a session,
-    /// the rule of `pair.rs` decides which one it keeps; the other is closed
-    /// ([`Action::CloseSession`]).
-    pub fn handle_dial_ok(&mut self, now: Instant, peer: NodeId, attempt: u64, remote: &Hello) {
-        let via = Via::Dialled { peer, attempt };
-        if !self.is_current(peer, attempt, Dialer::InFlight) {
-            self.actions.push_back(Action::CloseSession { peer, via });
-            return;
-        }
-        if let Verdict::Refuse { mismatch, detail } = self.judge(remote, Some(peer)) {
-            self.actions.push_back(Action::CloseSession { peer, via });
-            self.fail_attempt(now, peer, ConnStatus::Mismatch(mismatch), detail);
-            self.pump_dials(now);
-            return;
-        }
-        self.note_instance(peer, remote.instance);
-        if self.departed(peer, remote.instance) {
-            // Answered before the peer began to leave; it said goodbye since (pair.rs).
-            self.actions.push_back(Action::CloseSession { peer, via });
-            self.schedule_retry(now, peer, DialFailure::Other);
-            self.pump_dials(now);
-            return;
-        }
-        self.set_dialer(peer, Dialer::Idle);
-        self.session_up(now, peer, via, remote.instance);
-        self.pump_dials(now);
-    }
-
-    /// The dial of `attempt` failed before a session (refused connection, timeout, DNS).
-    /// The link keeps its state; the error is kept for `ctl` and the next attempt is scheduled
-    /// (`retry.rs`: after a refused connection, at the backoff's cap).
-    pub fn handle_dial_failed(
-        &mut self,
-        now: Instant,
-        peer: NodeId,
-        attempt: u64,
-        failure: DialFailure,
-        error: String,
-    ) {
-        if !self.is_current(peer, attempt, Dialer::InFlight) {
-            return;
-        }
-        let Some(link) = self.link_mut(peer) else {
-            return;
-        };
-        if link.carrier.is_some() {
-            // The peer's session carries the pair meanwhile: nothing to retry.
-            self.set_dialer(peer, Dialer::Idle);
-        } else if link.status == ConnStatus::Connected {
-            // A handover whose dial failed (pair.rs): the pair is lost after all.
-            link.last_error = Some(error.clone());
-            self.lose(now, peer, format!("connection lost: {error}"));
-        } else {
-            link.last_error = Some(error);
-            self.schedule_retry(now, peer, failure);
-        }
-        self.pump_dials(now);
-    }
-
-    /// The peer refused our hello.
-    pub fn handle_dial_refused(
-        &mut self,
-        now: Instant,
-        peer: NodeId,
-        attempt: u64,
-        mismatch: Mismatch,
-        detail: String,
-    ) {
-        if !self.is_current(peer, attempt, Dialer::InFlight) {
-            return;
-        }
-        self.fail_attempt(
-            now,
-            peer,
-            ConnStatus::Mismatch(mismatch),
-            format!("peer refused: {detail}"),
-        );
-        self.pump_dials(now);
-    }
+    // ---- goodbyes and timers -------------------------------------------------------------
 
     /// The peer said goodbye (clean shutdown). Ignored when `instance` is not the one we know:
     /// a stale goodbye must not take down a restarted peer's link. The pair's session no
@@ -687,81 +578,6 @@ impl Mesh {
 
     fn link_mut(&mut self, id: NodeId) -> Option<&mut Link> {
         self.links.get_mut(id.index()).and_then(Option::as_mut)
-    }
-
-    fn is_current(&self, peer: NodeId, attempt: u64, want: Dialer) -> bool {
-        self.link(peer)
-            .is_some_and(|l| l.attempt == attempt && l.dialer == want)
-    }
-
-    fn dial(&mut self, peer: NodeId) {
-        if self.state == DaemonState::ShuttingDown {
-            return;
-        }
-        let Some(link) = self.link_mut(peer) else {
-            return;
-        };
-        link.attempt += 1;
-        let attempt = link.attempt;
-        self.set_dialer(peer, Dialer::InFlight);
-        self.actions.push_back(Action::Dial { peer, attempt });
-    }
-
-    /// Dials queued links while a slot is free: first-round dials need only a free slot,
-    /// retries also a token of the budget.
-    fn pump_dials(&mut self, now: Instant) {
-        if self.state == DaemonState::ShuttingDown {
-            return;
-        }
-        while self.in_flight < self.budget.max_in_flight {
-            let Some(&(class, _, peer)) = self.due.first() else {
-                return;
-            };
-            if class != DueClass::FirstRound && !self.tokens.take(now, &self.budget) {
-                return;
-            }
-            self.dial(peer);
-        }
-    }
-
-    /// When a link's timer fires, if it has one.
-    /// Sessions have none: the heartbeat tick covers them all.
-    fn deadline(dialer: Dialer) -> Option<Instant> {
-        match dialer {
-            Dialer::Waiting(at) | Dialer::PutOff(at, _) => Some(at),
-            Dialer::Idle | Dialer::Queued(_) | Dialer::InFlight => None,
-        }
-    }
-
-    /// The only way a link's dialer changes: keeps the timers, the due queue and the count of
-    /// dials in flight in step with it.
-    fn set_dialer(&mut self, peer: NodeId, to: Dialer) {
-        let Some(from) = self.link(peer).map(|l| l.dialer) else {
-            return;
-        };
-        if let Some(at) = Self::deadline(from) {
-            self.timers.remove(&(at, peer));
-        }
-        match from {
-            Dialer::Queued(key) => {
-                self.due.remove(&key);
-            }
-            Dialer::InFlight => self.in_flight -= 1,
-            Dialer::Idle | Dialer::Waiting(_) | Dialer::PutOff(..) => {}
-        }
-        if let Some(at) = Self::deadline(to) {
-            self.timers.insert((at, peer));
-        }
-        match to {
-            Dialer::Queued(key) => {
-                self.due.insert(key);
-            }
-            Dialer::InFlight => self.in_flight += 1,
-            Dialer::Idle | Dialer::Waiting(_) | Dialer::PutOff(..) => {}
-        }
-        if let Some(link) = self.link_mut(peer) {
-            link.dialer = to;
-        }
     }
 
     fn fail_attempt(&mut self, now: Instant, peer: NodeId, status: ConnStatus, reason: String) {

@@ -1,0 +1,311 @@
+//! RPCs on a session, both ways: each direction delivers in order (TCP), every message after a
+//! random delay, lost or dropped as the conditions say and held back behind a partition. An RPC
+//! whose session ends, or that a lost message leaves hanging, fails at its client.
+
+use std::time::Instant;
+
+use openimex_core::*;
+
+use super::events::Ev;
+use super::sessions::{Sess, SessKey};
+use super::{RETRANSMIT, World};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcKind {
+    Import(u64),
+    Unimport(u64),
+    Goodbye,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rpc {
+    pub(super) client: usize,
+    pub(super) client_inst: InstanceId,
+    pub(super) server: usize,
+    /// The session it went out on.
+    pub(super) sess: Option<(SessKey, Sess)>,
+    pub(super) kind: RpcKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum Msg {
+    ImportReq(ImportRequest),
+    UnimportReq(u64),
+    ImportResp(ImportAnswer),
+    UnimportResp,
+    /// The server refused the unimport (no session proves the sender there): not delivered.
+    UnimportRefused,
+    Goodbye,
+    /// The goodbye was recorded (and the server's actions for it performed).
+    GoodbyeResp,
+}
+
+/// One direction of a session: (dialler, acceptor, attempt, towards the acceptor).
+pub(super) type ChannelKey = (usize, usize, u64, bool);
+
+/// A message on the wire.
+#[derive(Debug)]
+pub(super) struct InFlight {
+    ready: Instant,
+    rpc: Option<u64>,
+    msg: Msg,
+}
+
+impl World {
+    /// Start an RPC from `client` to `server` on the pair's session `via` (as the client's
+    /// node names it); it fails at once if there is none.
+    pub(super) fn call(
+        &mut self,
+        client: usize,
+        inst: InstanceId,
+        server: usize,
+        via: Option<Via>,
+        kind: RpcKind,
+        msg: Msg,
+    ) {
+        let rpc = self.next_rpc;
+        self.next_rpc += 1;
+        let sess = via.and_then(|via| self.find(client, server, via));
+        self.rpcs.insert(
+            rpc,
+            Rpc {
+                client,
+                client_inst: inst,
+                server,
+                sess,
+                kind,
+            },
+        );
+        if sess.is_none() {
+            self.push(
+                self.now,
+                Ev::RpcFailed {
+                    rpc,
+                    why: "not connected",
+                },
+            );
+            return;
+        }
+        if let Some((key, _)) = sess {
+            self.send(key, client, Some(rpc), msg);
+        }
+    }
+
+    /// The server answers the request it knows as `request`.
+    pub(super) fn respond(&mut self, server: usize, request: RequestId, msg: Msg) {
+        let Some(rpc) = self.server_reqs.remove(&(server, request)) else {
+            return;
+        };
+        let Some(r) = self.rpcs.get(&rpc).copied() else {
+            return;
+        };
+        if let Some((key, sess)) = r.sess
+            && self.sessions.get(&key) == Some(&sess)
+        {
+            self.send(key, server, Some(rpc), msg);
+        }
+    }
+
+    /// Put a message from `from` (one end) on session `key`, in order behind earlier ones.
+    fn send(&mut self, key: SessKey, from: usize, rpc: Option<u64>, msg: Msg) {
+        let Some(&sess) = self.sessions.get(&key) else {
+            return;
+        };
+        let to = if from == key.0 { key.1 } else { key.0 };
+        let (client, server, to_server) = (key.0, key.1, to == key.1);
+        if self.cond.drop.contains(&(from, to)) {
+            self.stats.lost += 1;
+            self.note(|| format!("dropped {from}->{to} {msg:?}"));
+            return;
+        }
+        let loss = self.cond.loss;
+        if loss > 0 && self.rng.chance(loss) {
+            self.stats.lost += 1;
+            self.note(|| format!("lost {client}->{server} (to_server={to_server}) {msg:?}"));
+            // A lost message: the RPC hangs, or its deadline reports a transport error late.
+            if let Some(rpc) = rpc
+                && self.rng.chance(500)
+            {
+                let late = self
+                    .p
+                    .import_timeout
+                    .mul_f64(0.5 + self.rng.below(300) as f64 / 100.0);
+                self.push(
+                    self.now + late,
+                    Ev::RpcFailed {
+                        rpc,
+                        why: "deadline exceeded",
+                    },
+                );
+            }
+            return;
+        }
+        let d = self.delay()
+            + self.extra(&self.cond.extra, (from, to))
+            + self.extra(&self.cond.session_extra, (from, to, key.0));
+        let key = (client, server, sess.attempt, to_server);
+        let q = self.channels.entry(key).or_default();
+        let at = q
+            .back()
+            .map_or(self.now + d, |last| last.ready.max(self.now + d));
+        q.push_back(InFlight {
+            ready: at,
+            rpc,
+            msg,
+        });
+        self.push(at, Ev::Channel { key });
+    }
+
+    /// Deliver what is due on one direction of a session, in order.
+    pub(super) fn deliver_channel(&mut self, key: ChannelKey) {
+        let now = self.now;
+        let (client, server, attempt, to_server) = key;
+        loop {
+            let Some(sess) = self
+                .sessions
+                .get(&(client, server))
+                .copied()
+                .filter(|s| s.attempt == attempt)
+            else {
+                self.channels.remove(&key);
+                return;
+            };
+            let Some(head) = self.channels.get(&key).and_then(|q| q.front()) else {
+                return;
+            };
+            if head.ready > now {
+                return;
+            }
+            if self.is_cut(client, server) {
+                // TCP retransmits until the partition heals or the session dies.
+                self.push(now + RETRANSMIT, Ev::Channel { key });
+                return;
+            }
+            let m = self
+                .channels
+                .get_mut(&key)
+                .and_then(|q| q.pop_front())
+                .unwrap();
+            let (from, to) = if to_server {
+                (client, server)
+            } else {
+                (server, client)
+            };
+            match m.msg {
+                Msg::ImportReq(_) | Msg::UnimportReq(_) | Msg::Goodbye => {
+                    self.deliver_request(from, to, (client, server), sess, m.rpc, m.msg);
+                }
+                Msg::ImportResp(_)
+                | Msg::UnimportResp
+                | Msg::UnimportRefused
+                | Msg::GoodbyeResp => {
+                    self.deliver_response(from, m.rpc, m.msg);
+                }
+            }
+            self.pump();
+        }
+    }
+
+    pub(super) fn rpc_failed(&mut self, rpc: u64, why: &'static str) {
+        let now = self.now;
+        let Some(r) = self.rpcs.remove(&rpc) else {
+            return;
+        };
+        if self.inst(r.client) != Some(r.client_inst) {
+            return;
+        }
+        let exporter = Self::id(r.server);
+        self.note(|| {
+            format!(
+                "node {}: rpc {:?} to {} failed: {why}",
+                r.client, r.kind, r.server
+            )
+        });
+        let n = self.node_mut(r.client);
+        match r.kind {
+            RpcKind::Import(e) => n.handle_import_answer(
+                now,
+                exporter,
+                e,
+                Err(ImportError::new(
+                    Status::InvalidState,
+                    format!("transport error: {why}"),
+                )),
+            ),
+            RpcKind::Unimport(e) => n.handle_unimport_delivered(now, exporter, e, false),
+            RpcKind::Goodbye => n.handle_goodbye_delivered(now, exporter, false),
+        }
+    }
+
+    fn deliver_request(
+        &mut self,
+        client: usize,
+        server: usize,
+        key: SessKey,
+        sess: Sess,
+        rpc: Option<u64>,
+        msg: Msg,
+    ) {
+        let now = self.now;
+        let from = PeerId {
+            node: Self::id(client),
+            instance: sess.inst_at(key, client),
+        };
+        let request = self.next_request;
+        self.next_request += 1;
+        if let Some(rpc) = rpc {
+            self.server_reqs.insert((server, request), rpc);
+        }
+        self.note(|| format!("node {server}: from {client} request {request}: {msg:?}"));
+        let n = self.node_mut(server);
+        let (via, claimed) = (sess.via_at(key, server), Some(from));
+        match msg {
+            Msg::ImportReq(req) => n.handle_session_import(now, request, via, claimed, req),
+            Msg::UnimportReq(e) => n.handle_session_unimport(now, request, via, claimed, e),
+            Msg::Goodbye => {
+                n.handle_session_goodbye(now, via, claimed, "shutting down");
+                // Answered once the server performed what the departure means (its importers
+                // of the client's memory disabled), as the daemon's ack waits for its driver.
+                self.pump();
+                self.respond(server, request, Msg::GoodbyeResp);
+            }
+            Msg::ImportResp(_) | Msg::UnimportResp | Msg::UnimportRefused | Msg::GoodbyeResp => {
+                unreachable!("response sent to a server")
+            }
+        }
+    }
+
+    fn deliver_response(&mut self, server: usize, rpc: Option<u64>, msg: Msg) {
+        let now = self.now;
+        let Some(r) = rpc.and_then(|rpc| self.rpcs.remove(&rpc)) else {
+            return;
+        };
+        self.note(|| {
+            format!(
+                "node {}: answer from {server} for {:?}: {msg:?}",
+                r.client, r.kind
+            )
+        });
+        let exporter = Self::id(server);
+        if let (RpcKind::Import(e), Msg::ImportResp(Ok(_))) = (r.kind, &msg)
+            && let Some((key, sess)) = r.sess
+        {
+            self.answered_by
+                .insert((r.client, e), sess.inst_at(key, server));
+        }
+        let n = self.node_mut(r.client);
+        match (r.kind, msg) {
+            (RpcKind::Import(e), Msg::ImportResp(answer)) => {
+                n.handle_import_answer(now, exporter, e, answer);
+            }
+            (RpcKind::Unimport(e), Msg::UnimportResp) => {
+                n.handle_unimport_delivered(now, exporter, e, true);
+            }
+            (RpcKind::Unimport(e), Msg::UnimportRefused) => {
+                n.handle_unimport_delivered(now, exporter, e, false);
+            }
+            (RpcKind::Goodbye, Msg::GoodbyeResp) => n.handle_goodbye_delivered(now, exporter, true),
+            (kind, msg) => panic!("mismatched response {msg:?} for {kind:?}"),
+        }
+    }
+}
