@@ -1,16 +1,15 @@
 //! Inbound side of the peer protocol: sessions, each opened by its hello (judged by the
-//! engine's verdict and answered before anything else on the stream), and the unary goodbyes,
-//! imports, unimports and status rows.
+//! engine's verdict and answered before anything else on the stream). Goodbyes, imports,
+//! unimports and status rows travel on sessions only: there is no unary RPC a connection
+//! without a proven hello could call.
 
 use std::net::IpAddr;
 use std::pin::Pin;
 
-use openimex_core::{Hello, NodeId, PeerId, Verdict, Via};
+use openimex_core::{Hello, NodeId, Verdict, Via};
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{
-    GoodbyeReply, GoodbyeRequest, HelloRequest, HelloResponse, Identity, ImportReply,
-    ImportRequest, NodeStatus, NodeStatusRequest, Refusal, SessionMsg, UnimportReply,
-    UnimportRequest, peer_server::Peer,
+    HelloRequest, HelloResponse, Identity, Refusal, SessionMsg, peer_server::Peer,
 };
 use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
@@ -37,19 +36,6 @@ pub(crate) struct PeerService {
 fn sender(from: Option<Identity>, what: &str) -> Result<Hello, Status> {
     let from = from.ok_or_else(|| Status::invalid_argument(format!("{what} without identity")))?;
     convert::hello(&from).map_err(Status::invalid_argument)
-}
-
-/// Who a request says it comes from, if it says; the session it arrives on must agree.
-fn claimed(from: Option<Identity>) -> Result<Option<PeerId>, Status> {
-    from.map(|f| {
-        convert::hello(&f)
-            .map(|h| PeerId {
-                node: h.node,
-                instance: h.instance,
-            })
-            .map_err(Status::invalid_argument)
-    })
-    .transpose()
 }
 
 /// The connection a request arrived on.
@@ -227,76 +213,5 @@ impl Peer for PeerService {
             let _ = engine.send(Input::SessionLost { via, reason }).await;
         });
         Ok(Response::new(Box::pin(outbound.map(Ok))))
-    }
-
-    async fn goodbye(
-        &self,
-        request: Request<GoodbyeRequest>,
-    ) -> Result<Response<GoodbyeReply>, Status> {
-        let info = conn(&request)?;
-        let req = request.into_inner();
-        let claimed = claimed(req.from)?;
-        let believed = ask(&self.engine, |reply| Input::Goodbye {
-            via: Via::Accepted { conn: info.id },
-            claimed,
-            reason: req.reason,
-            reply,
-        })
-        .await?;
-        if !believed {
-            return Err(Status::permission_denied(
-                "no session proves that identity on this connection",
-            ));
-        }
-        Ok(Response::new(GoodbyeReply {}))
-    }
-
-    async fn import(
-        &self,
-        request: Request<ImportRequest>,
-    ) -> Result<Response<ImportReply>, Status> {
-        let info = conn(&request)?;
-        let req = request.into_inner();
-        let request = convert::import_request(&req).map_err(Status::invalid_argument)?;
-        let claimed = claimed(req.from.map(|from| *from))?;
-        let answer = ask(&self.engine, |reply| Input::PeerImport {
-            via: Via::Accepted { conn: info.id },
-            claimed,
-            request,
-            reply,
-        })
-        .await?;
-        Ok(Response::new(convert::reply(answer)))
-    }
-
-    async fn unimport(
-        &self,
-        request: Request<UnimportRequest>,
-    ) -> Result<Response<UnimportReply>, Status> {
-        let info = conn(&request)?;
-        let req = request.into_inner();
-        let claimed = claimed(req.from.map(|from| *from))?;
-        let released = ask(&self.engine, |reply| Input::PeerUnimport {
-            via: Via::Accepted { conn: info.id },
-            claimed,
-            import_event_id: req.import_event_id,
-            reply,
-        })
-        .await?
-        .map_err(Status::failed_precondition)?;
-        Ok(Response::new(UnimportReply { released }))
-    }
-
-    async fn status(
-        &self,
-        request: Request<NodeStatusRequest>,
-    ) -> Result<Response<NodeStatus>, Status> {
-        let via = Via::Accepted {
-            conn: conn(&request)?.id,
-        };
-        let req = request.into_inner();
-        session::status_row(&self.engine, via, req.reasons, req.fabric)
-            .await
-            .map(Response::new)
     }
 }
