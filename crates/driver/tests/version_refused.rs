@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use openimex_driver::{Backend, DriverError, open};
 use openimex_rmabi::escape::{NV_ESC_CHECK_VERSION_STR, nv_ioctl_rm_api_version_t};
-use openimex_simproto::escape::{EscapeReply, decode_call, encode_reply, send_frame};
+use openimex_simproto::escape::{EscapeReply, decode_call, encode_reply};
+use openimex_simproto::frame::send_frame;
 use openimex_simproto::proto::recv_body;
 use zerocopy::{FromBytes, IntoBytes};
 

@@ -53,7 +53,7 @@ impl Ctl {
     fn ioctl(&self, nr: u8, arg: &mut [u8], params: &mut [u8], pass: &[RawFd]) -> i32 {
         let mut body = Vec::new();
         escape::encode_call(&mut body, nr, arg, params, pass);
-        escape::send_frame(&self.0, &body, pass).unwrap();
+        openimex_simproto::frame::send_frame(&self.0, &body, pass).unwrap();
         let mut reply = Vec::new();
         proto::recv_body(&self.0, &mut reply).unwrap();
         escape::decode_reply(&reply, arg, params).unwrap()

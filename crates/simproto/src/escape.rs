@@ -15,9 +15,10 @@
 //! with the frame as SCM_RIGHTS, and the frame lists the number each had in the sender, so the
 //! driver resolves a field holding such a number exactly as the kernel does.
 //!
-//! Frames share the socket with the JSON requests of the application library
-//! ([`crate::proto`]): both are a 4-byte big-endian length and a body, and an escape body starts
-//! with [`ESCAPE_MAGIC`], a byte no JSON text starts with.
+//! Frames share the socket with the JSON requests of the application library (the `proto`
+//! module): both are a 4-byte big-endian length and a body (the `frame` module sends and reads
+//! them), and an escape body starts with [`ESCAPE_MAGIC`], a byte no JSON text starts with.
+//! This module is the codec alone, a leaf: no socket, no other module of the crate.
 //!
 //! ```text
 //! request body:  magic u8 | nr u8 | fds u8 | 0 u8 | arg_len u32le | params_len u32le
@@ -26,11 +27,7 @@
 //!                | arg | params
 //! ```
 
-use std::io::{IoSlice, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::net::UnixStream;
-
-use crate::proto::{MAX_MESSAGE, WireError};
+use std::os::fd::{OwnedFd, RawFd};
 
 /// First byte of an escape frame's body (never the first byte of a JSON text).
 pub const ESCAPE_MAGIC: u8 = 0xE5;
@@ -86,7 +83,7 @@ pub struct EscapeReply {
 pub enum Body<'a> {
     /// An escape frame ([`decode_call`], [`decode_reply`]).
     Escape(&'a [u8]),
-    /// A JSON message ([`crate::proto`]).
+    /// A JSON message (the `proto` module's).
     Json(&'a [u8]),
 }
 
@@ -267,30 +264,6 @@ pub fn decode_reply(body: &[u8], arg: &mut [u8], params: &mut [u8]) -> Result<i3
         return Err(FrameError::Trailing(r.0.len()));
     }
     Ok(errno)
-}
-
-/// Writes one frame (`body` behind its length) in one `sendmsg`, with `fds` on its first byte.
-pub fn send_frame(sock: &UnixStream, body: &[u8], fds: &[RawFd]) -> Result<(), WireError> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    if body.len() > MAX_MESSAGE {
-        return Err(WireError::TooLarge(body.len()));
-    }
-    let len = (body.len() as u32).to_be_bytes();
-    let iov = [IoSlice::new(&len), IoSlice::new(body)];
-    let cmsg = [ControlMessage::ScmRights(fds)];
-    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
-    let sent = sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None)?;
-    if sent == 0 {
-        return Err(WireError::Closed);
-    }
-    // A large frame may go in part; the rest carries no descriptors.
-    if sent < 4 {
-        (&*sock).write_all(&len[sent..])?;
-        (&*sock).write_all(body)?;
-    } else {
-        (&*sock).write_all(&body[sent - 4..])?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The framing of the simulated driver's socket: a 4-byte big-endian length and a body, with
-//! descriptors (SCM_RIGHTS) on the frame's first byte; the JSON messages of [`crate::proto`]
-//! and the escape frames of [`crate::escape`] share it. Each thread keeps its framing buffers,
-//! so a call allocates nothing for its bytes once the thread has made one.
+//! descriptors (SCM_RIGHTS) on the frame's first byte; the JSON messages of the `proto` module
+//! and the escape frames of [`crate::escape`] share it. Generic over the messages, so that
+//! `proto` builds on it and not the other way round. Each thread keeps its framing buffers, so
+//! a call allocates nothing for its bytes once the thread has made one.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -9,7 +10,31 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
-use crate::proto::{MAX_MESSAGE, Request, Response, WireError};
+/// Largest accepted message.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// Errors of the transport (not of the driver's semantics, which are `NvStatus`).
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// Socket I/O.
+    #[error("driver socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// sendmsg/recvmsg.
+    #[error("driver socket: {0}")]
+    Sys(#[from] nix::Error),
+    /// Bad JSON.
+    #[error("driver protocol: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Oversized frame.
+    #[error("driver protocol: message of {0} bytes is larger than allowed")]
+    TooLarge(usize),
+    /// The peer closed the connection.
+    #[error("driver socket closed")]
+    Closed,
+    /// An escape frame that does not decode.
+    #[error("malformed escape frame: {0}")]
+    Escape(crate::escape::FrameError),
+}
 
 /// Writes one message, attaching `fds` (may be empty).
 ///
@@ -25,18 +50,22 @@ fn send_in<T: Serialize>(
     msg: &T,
     fds: &[RawFd],
 ) -> Result<(), WireError> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    // The body is written behind room for its length, which is filled in after.
     frame.clear();
-    frame.extend_from_slice(&[0; 4]);
     serde_json::to_writer(&mut *frame, msg)?;
-    let body = frame.len() - 4;
-    if body > MAX_MESSAGE {
-        return Err(WireError::TooLarge(body));
+    send_frame(sock, frame, fds)
+}
+
+/// Writes one frame (`body` behind its length) in one `sendmsg`, with `fds` on its first byte:
+/// JSON messages ([`send`]) and escape frames alike.
+pub fn send_frame(sock: &UnixStream, body: &[u8], fds: &[RawFd]) -> Result<(), WireError> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    if body.len() > MAX_MESSAGE {
+        return Err(WireError::TooLarge(body.len()));
     }
-    let len = u32::try_from(body).map_err(|_| WireError::TooLarge(body))?;
-    frame[..4].copy_from_slice(&len.to_be_bytes());
-    let iov = [IoSlice::new(frame)];
+    let len = u32::try_from(body.len())
+        .map_err(|_| WireError::TooLarge(body.len()))?
+        .to_be_bytes();
+    let iov = [IoSlice::new(&len), IoSlice::new(body)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
     let sent = sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None)?;
@@ -44,7 +73,12 @@ fn send_in<T: Serialize>(
         return Err(WireError::Closed);
     }
     // A large frame may go in part; the rest carries no descriptors.
-    (&*sock).write_all(&frame[sent..])?;
+    if sent < 4 {
+        (&*sock).write_all(&len[sent..])?;
+        (&*sock).write_all(body)?;
+    } else {
+        (&*sock).write_all(&body[sent - 4..])?;
+    }
     Ok(())
 }
 
@@ -130,11 +164,11 @@ fn recv_in<T: for<'de> Deserialize<'de>>(
 }
 
 /// A frame of either kind, as the driver reads it from a connection that carries both the
-/// application library's JSON requests and escapes ([`crate::escape`]).
+/// application library's JSON requests (`R`) and escapes ([`crate::escape`]).
 #[derive(Debug)]
-pub enum Incoming {
+pub enum Incoming<R> {
     /// A JSON request.
-    Json(Request),
+    Json(R),
     /// An escape, with the descriptors that came with it.
     Escape(crate::escape::EscapeCall),
 }
@@ -143,7 +177,9 @@ pub enum Incoming {
 ///
 /// A JSON frame that does not parse is [`WireError::Json`] and an escape frame that does not
 /// decode is [`WireError::Escape`]: both were read whole, so the stream stays in step.
-pub fn recv_incoming(sock: &UnixStream) -> Result<Incoming, WireError> {
+pub fn recv_incoming<R: for<'de> Deserialize<'de>>(
+    sock: &UnixStream,
+) -> Result<Incoming<R>, WireError> {
     wait_readable(sock, None)?;
     with_scratch(|scratch| {
         let fds = read_frame(scratch, sock)?;
@@ -234,22 +270,4 @@ fn wait_readable(sock: &UnixStream, timeout: Option<std::time::Duration>) -> Res
             done => return done.map(drop).map_err(WireError::from),
         }
     }
-}
-
-/// One synchronous call: send `req` (with `fds`), read the response (within the socket's read
-/// timeout).
-pub fn call(sock: &UnixStream, req: &Request, fds: &[RawFd]) -> Result<Response, WireError> {
-    send(sock, req, fds)?;
-    Ok(recv::<Response>(sock)?.0)
-}
-
-/// [`call`] on a connection whose answers are awaited for as long as they take (no read
-/// timeout), as a caller blocked in a real ioctl waits.
-pub fn call_untimed(
-    sock: &UnixStream,
-    req: &Request,
-    fds: &[RawFd],
-) -> Result<Response, WireError> {
-    send(sock, req, fds)?;
-    Ok(recv_within::<Response>(sock, None)?.0)
 }

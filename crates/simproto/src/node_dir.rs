@@ -19,8 +19,8 @@
 //! files are character devices (a channel, the capability, a GPU), the simulation's are
 //! regular files the driver recognises by inode; the channel number is the file name's suffix
 //! here, where the real driver reads the device minor. `/dev/nvidiactl` is the driver's unix
-//! socket: a transport that finds a socket there speaks the escapes over it
-//! ([`crate::escape`]), one that finds a character device issues `ioctl(2)`.
+//! socket: a transport that finds a socket there speaks the escapes over it (the `escape`
+//! module), one that finds a character device issues `ioctl(2)`.
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -11,6 +11,9 @@
 //! (waiting for an import to complete, an unimport to be acknowledged, events to arrive), so
 //! the daemon uses one connection for its session and event long-polls and another for controls.
 
+use std::os::fd::RawFd;
+use std::os::unix::net::UnixStream;
+
 use serde::{Deserialize, Serialize};
 
 use crate::probe::{ProbeInfo, ProbeState};
@@ -19,8 +22,6 @@ use crate::probe::{ProbeInfo, ProbeState};
 pub const NO_NODE: u16 = 0xFFFF;
 /// Fabric page size: every allocation and every PFN is in 2 MiB units.
 pub const PAGE_SIZE: u64 = 2 << 20;
-/// Largest accepted message.
-pub const MAX_MESSAGE: usize = 64 << 20;
 /// The reserved import ID (2^48 - 1, the real driver's `NV00F9_IMPORT_ID_MAX`, kept for
 /// multicast): an import ID must be below it (`reference/driver-interface.md` §1.4).
 pub const IMPORT_ID_MAX: u64 = (1 << 48) - 1;
@@ -423,32 +424,33 @@ pub enum Response {
     },
 }
 
-/// Errors of the transport (not of the driver's semantics, which are [`NvStatus`]).
-#[derive(Debug, thiserror::Error)]
-pub enum WireError {
-    /// Socket I/O.
-    #[error("driver socket: {0}")]
-    Io(#[from] std::io::Error),
-    /// sendmsg/recvmsg.
-    #[error("driver socket: {0}")]
-    Sys(#[from] nix::Error),
-    /// Bad JSON.
-    #[error("driver protocol: {0}")]
-    Json(#[from] serde_json::Error),
-    /// Oversized frame.
-    #[error("driver protocol: message of {0} bytes is larger than allowed")]
-    TooLarge(usize),
-    /// The peer closed the connection.
-    #[error("driver socket closed")]
-    Closed,
-    /// An escape frame that does not decode.
-    #[error("malformed escape frame: {0}")]
-    Escape(crate::escape::FrameError),
+pub use crate::frame::{MAX_MESSAGE, WireError, recv, recv_arrived, recv_body, recv_within, send};
+
+/// A frame of either kind as the driver reads it: a JSON [`Request`] or an escape.
+pub type Incoming = crate::frame::Incoming<Request>;
+
+/// Reads one frame of either kind ([`crate::frame::recv_incoming`]).
+pub fn recv_incoming(sock: &UnixStream) -> Result<Incoming, WireError> {
+    crate::frame::recv_incoming(sock)
 }
 
-pub use crate::frame::{
-    Incoming, call, call_untimed, recv, recv_arrived, recv_body, recv_incoming, recv_within, send,
-};
+/// One synchronous call: send `req` (with `fds`), read the response (within the socket's read
+/// timeout).
+pub fn call(sock: &UnixStream, req: &Request, fds: &[RawFd]) -> Result<Response, WireError> {
+    send(sock, req, fds)?;
+    Ok(recv::<Response>(sock)?.0)
+}
+
+/// [`call`] on a connection whose answers are awaited for as long as they take (no read
+/// timeout), as a caller blocked in a real ioctl waits.
+pub fn call_untimed(
+    sock: &UnixStream,
+    req: &Request,
+    fds: &[RawFd],
+) -> Result<Response, WireError> {
+    send(sock, req, fds)?;
+    Ok(recv_within::<Response>(sock, None)?.0)
+}
 
 /// The NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO answer for one GPU.
 ///

@@ -337,7 +337,8 @@ impl Ctl {
                 let errno = FRAME.with_borrow_mut(|body| {
                     body.clear();
                     escape::encode_call(body, nr, arg, params, numbers);
-                    escape::send_frame(&sock, body, numbers).map_err(|e| lost(e.to_string()))?;
+                    openimex_simproto::frame::send_frame(&sock, body, numbers)
+                        .map_err(|e| lost(e.to_string()))?;
                     let _fds = openimex_simproto::proto::recv_body(&sock, body)
                         .map_err(|e| lost(e.to_string()))?;
                     escape::decode_reply(body, arg, params).map_err(|e| lost(e.to_string()))

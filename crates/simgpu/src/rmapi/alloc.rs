@@ -26,7 +26,7 @@ use openimex_rmabi::escape::{NVOS00_PARAMETERS, NVOS21_PARAMETERS, NVOS64_PARAME
 use openimex_simproto::escape::EscapeCall;
 use openimex_simproto::handle::ExportUuid;
 
-use super::handles::{Client, Kind, Object};
+use super::handles::{Client, ImportedRef, Kind, Object};
 use super::status::{
     self, NV_ERR_IN_USE, NV_ERR_INSERT_DUPLICATE_NAME, NV_ERR_INSUFFICIENT_PERMISSIONS,
     NV_ERR_INSUFFICIENT_RESOURCES, NV_ERR_INVALID_ADDRESS, NV_ERR_INVALID_ARGUMENT,
@@ -34,7 +34,7 @@ use super::status::{
     NV_ERR_INVALID_OBJECT_PARENT, NV_ERR_INVALID_STATE, NV_ERR_NOT_SUPPORTED,
     NV_ERR_OBJECT_NOT_FOUND, NV_ERR_STATE_IN_USE, NV_OK, NV_WARN_NOTHING_TO_DO,
 };
-use super::{Caller, Outcome, RmApi, SessionRec, fabric, passed_fd, read, write};
+use super::{Caller, Outcome, RmApi, SessionRec, passed_fd, read, write};
 use crate::rm::Rm;
 
 /// The fields of NVOS64 / NVOS21 the allocation uses.
@@ -439,9 +439,7 @@ impl RmApi {
         let event_id = rm
             .claim_import(&ExportUuid(p.exportUuid), p.index, p.id)
             .ok_or(NV_WARN_NOTHING_TO_DO)?;
-        Ok(Kind::ImportedRef(Box::new(fabric::ImportedRef::new(
-            event_id,
-        ))))
+        Ok(Kind::ImportedRef(Box::new(ImportedRef::new(event_id))))
     }
 
     /// NV_ESC_RM_FREE (`serverFreeResourceTree`): an unknown client is

@@ -41,8 +41,8 @@ use openimex_rmabi::ctrl::nv00fd::{
 use openimex_rmabi::ctrl::nv2080::NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO;
 use openimex_rmabi::escape::NVOS54_PARAMETERS;
 
-use super::fabric::Handled;
 use super::handles::Kind;
+use super::status::Handled;
 use super::status::{
     NV_ERR_INVALID_ADDRESS, NV_ERR_INVALID_ARGUMENT, NV_ERR_INVALID_CLIENT, NV_ERR_INVALID_STATE,
     NV_ERR_NOT_SUPPORTED, NV_ERR_OBJECT_NOT_FOUND, NV_OK,

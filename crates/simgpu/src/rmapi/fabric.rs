@@ -32,11 +32,11 @@ use openimex_simproto::handle::ExportUuid;
 use openimex_simproto::multicast::RemoteGpu;
 use openimex_simproto::proto::{FabricEvent, FabricPages, NvStatus, Validation};
 
-use super::handles::{Kind, Object};
+use super::handles::{Kind, Object, TempDesc};
 use super::status::{
-    self, NV_ERR_INSERT_DUPLICATE_NAME, NV_ERR_INSUFFICIENT_PERMISSIONS, NV_ERR_INVALID_ARGUMENT,
-    NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_NO_MEMORY, NV_ERR_NOT_SUPPORTED, NV_ERR_OBJECT_NOT_FOUND,
-    NV_ERR_OUT_OF_RANGE, NV_OK,
+    self, Handled, NV_ERR_INSERT_DUPLICATE_NAME, NV_ERR_INSUFFICIENT_PERMISSIONS,
+    NV_ERR_INVALID_ARGUMENT, NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_NO_MEMORY, NV_ERR_NOT_SUPPORTED,
+    NV_ERR_OBJECT_NOT_FOUND, NV_ERR_OUT_OF_RANGE, NV_OK,
 };
 use super::{RmApi, gpus, read, write};
 use crate::rm::Rm;
@@ -49,42 +49,6 @@ const ADDR_SPACE_TYPE_VIDMEM: u32 = 2;
 /// The most pages an imported reference's descriptor takes here (2^24: 32 TiB of 2 MiB
 /// pages, far above any GPU's memory).
 const MAX_TEMP_PAGES: u64 = 1 << 24;
-
-/// An NV_MEMORY_FABRIC_IMPORTED_REF object: its claim and what VALIDATE pushed so far
-/// (`MemoryFabricImportedRef`: `numUpdatedPfns` and the temporary memory descriptor).
-#[derive(Debug)]
-pub(super) struct ImportedRef {
-    event_id: u64,
-    updated: u64,
-    temp: Option<TempDesc>,
-}
-
-/// `_createTempMemDesc`: the attributes of the first chunk and a PTE per page.
-#[derive(Debug)]
-struct TempDesc {
-    attrs: FabricMemoryAttrs,
-    contiguous: bool,
-    pfns: Vec<u32>,
-}
-
-impl ImportedRef {
-    pub(super) fn new(event_id: u64) -> Self {
-        Self {
-            event_id,
-            updated: 0,
-            temp: None,
-        }
-    }
-
-    /// The import event whose descriptor it claimed.
-    pub(super) fn event_id(&self) -> u64 {
-        self.event_id
-    }
-}
-
-/// What a control handler hands back: the status, and whether blocked calls may have
-/// become answerable.
-pub(super) type Handled = (u32, bool);
 
 impl RmApi {
     /// NV00F1_CTRL_CMD_GET_FABRIC_EVENTS (`imexsessionapiCtrlCmdGetFabricEvents` →

@@ -27,7 +27,7 @@ use openimex_rmabi::ctrl::nv2080::{
 use openimex_simproto::handle::decode_hex_array;
 use openimex_simproto::probe::{HealthSummary, ProbeState};
 
-use super::fabric::Handled;
+use super::status::Handled;
 use super::status::{self, NV_ERR_INVALID_ARGUMENT, NV_ERR_OBJECT_NOT_FOUND, NV_OK};
 use super::{RmApi, read, write};
 use crate::rm::{Rm, gpu_uuid};

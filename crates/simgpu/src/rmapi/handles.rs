@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use openimex_rmabi::NvHandle;
+use openimex_rmabi::ctrl::nv00f8::FabricMemoryAttrs;
 
 use super::FileId;
 use crate::rm::ClientId;
@@ -55,7 +56,7 @@ pub(super) enum Kind {
     Multicast { rm: u64 },
     /// NV_MEMORY_FABRIC_IMPORTED_REF holding the claim of the import descriptor posted as
     /// event `event_id`, and the pages VALIDATE has pushed so far.
-    ImportedRef(Box<super::fabric::ImportedRef>),
+    ImportedRef(Box<ImportedRef>),
 }
 
 /// One RM client: the file it was allocated on (`pOSInfo`, checked by `rmclientValidate`),
@@ -160,6 +161,39 @@ impl Clients {
             }
         }
         None
+    }
+}
+
+/// An NV_MEMORY_FABRIC_IMPORTED_REF object: its claim and what VALIDATE pushed so far
+/// (`MemoryFabricImportedRef`: `numUpdatedPfns` and the temporary memory descriptor).
+#[derive(Debug)]
+pub(super) struct ImportedRef {
+    pub(super) event_id: u64,
+    /// PFNs pushed so far (`numUpdatedPfns`).
+    pub(super) updated: u64,
+    pub(super) temp: Option<TempDesc>,
+}
+
+/// `_createTempMemDesc`: the attributes of the first chunk and a PTE per page.
+#[derive(Debug)]
+pub(super) struct TempDesc {
+    pub(super) attrs: FabricMemoryAttrs,
+    pub(super) contiguous: bool,
+    pub(super) pfns: Vec<u32>,
+}
+
+impl ImportedRef {
+    pub(super) fn new(event_id: u64) -> Self {
+        Self {
+            event_id,
+            updated: 0,
+            temp: None,
+        }
+    }
+
+    /// The import event whose descriptor it claimed.
+    pub(super) fn event_id(&self) -> u64 {
+        self.event_id
     }
 }
 

@@ -13,6 +13,10 @@ pub(super) use openimex_rmabi::status::{
 };
 use openimex_simproto::proto::NvStatus;
 
+/// What a control handler hands back: the status, and whether blocked calls may have
+/// become answerable.
+pub(super) type Handled = (u32, bool);
+
 /// The name of NV_STATUS `code` (`NV_OK`, `NV_ERR_IN_USE`, …), or its hex value when no
 /// release names it.
 pub fn status_name(code: u32) -> String {

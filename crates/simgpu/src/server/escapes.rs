@@ -105,7 +105,7 @@ pub(super) fn serve(
     }
     let mut body = Vec::with_capacity(16 + served.reply.arg.len() + served.reply.params.len());
     escape::encode_reply(&mut body, call.nr, &served.reply);
-    escape::send_frame(stream, &body, &[]).is_ok()
+    openimex_simproto::frame::send_frame(stream, &body, &[]).is_ok()
 }
 
 /// Whether `call` is RM_ALLOC of NV_IMEX_SESSION.
