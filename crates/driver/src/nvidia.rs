@@ -81,9 +81,8 @@ pub struct Nvidia {
     layout: Layout,
     version: String,
     gpus: Vec<Gpu>,
-    /// `<root>/dev/nvidiaN`, held open for as long as the client lives.
-    #[allow(dead_code)]
-    gpu_files: Vec<OwnedFd>,
+    /// `<root>/dev/nvidiaN`, held open (never read) for as long as the client lives.
+    _gpu_files: Vec<OwnedFd>,
     event: transport::OsEvent,
     cap: OwnedFd,
     session: Mutex<Option<NvHandle>>,

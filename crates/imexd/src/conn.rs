@@ -122,7 +122,7 @@ impl Counts {
 
     /// Closes the oldest connection without a hello whose address `known` does not claim, to
     /// make way for a node of the map; false if there is none.
-    fn make_way(&mut self, known: impl Fn(IpAddr) -> bool) -> Option<SocketAddrLess> {
+    fn make_way(&mut self, known: impl Fn(IpAddr) -> bool) -> Option<IpAddr> {
         let at = self
             .waiting
             .iter()
@@ -134,13 +134,9 @@ impl Counts {
         if let Some(waker) = w.evict.waker.lock().ok().and_then(|mut g| g.take()) {
             waker.wake();
         }
-        Some(SocketAddrLess(w.ip))
+        Some(w.ip)
     }
 }
-
-/// The address of a connection that made way (its port is not kept).
-#[derive(Debug, Clone, Copy)]
-struct SocketAddrLess(IpAddr);
 
 /// The bytes of a connection: plain TCP (auth off, the default) or TLS over it.
 enum PeerIo {
@@ -367,7 +363,7 @@ pub(crate) fn incoming(
                 };
                 (admitted, made_way)
             };
-            if let Some(SocketAddrLess(ip)) = made_way {
+            if let Some(ip) = made_way {
                 debug!("closed a connection from {ip} without a hello to make way for {remote}");
                 let _ = engine.try_send(Input::Refused {
                     reason: "connection: a stranger made way for a node",

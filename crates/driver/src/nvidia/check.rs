@@ -135,7 +135,7 @@ pub fn check(root: &Path, open_session: bool) -> Report {
         Ok(ctl) => {
             r.ctl = Finding::ok(format!("{} ({})", ctl_path.display(), ctl.kind()));
             r.transport = Some(ctl.kind());
-            match rm::check_version(&ctl) {
+            match rm::query_version(&ctl) {
                 Ok(v) => r.version = Some(v),
                 Err(e) => r.version_supported = Finding::bad(format!("version check: {e}")),
             }

@@ -37,8 +37,7 @@ pub(super) fn validate(
     event_id: u64,
     result: Result<Pages, Status>,
 ) -> Result<(), DriverError> {
-    let session = nv.session()?;
-    let _ = session;
+    nv.session()?;
     let Some(key) = lock(&nv.imports)?.remove(&event_id) else {
         // Unimported meanwhile (its unimport event came first), or validated already.
         return Ok(());

@@ -11,8 +11,7 @@ use openimex_rmabi::class::alloc_params_size;
 use openimex_rmabi::class::client::NV01_ROOT_CLIENT;
 use openimex_rmabi::escape::{
     NV_ESC_CHECK_VERSION_STR, NV_ESC_RM_ALLOC, NV_ESC_RM_CONTROL, NV_ESC_RM_FREE,
-    NV_RM_API_VERSION_CMD_STRICT, NV_RM_API_VERSION_STRING_LENGTH, NVOS00_PARAMETERS,
-    NVOS54_PARAMETERS, NVOS64_PARAMETERS, nv_ioctl_rm_api_version_t,
+    NVOS00_PARAMETERS, NVOS54_PARAMETERS, NVOS64_PARAMETERS, nv_ioctl_rm_api_version_t,
 };
 use openimex_rmabi::status::{self, NV_OK};
 use openimex_rmabi::{AbiError, Layout, NvHandle};
@@ -71,28 +70,13 @@ pub struct RmClient {
     free: std::sync::Mutex<Vec<NvHandle>>,
 }
 
-/// The driver's version string: NV_ESC_CHECK_VERSION_STR with QUERY.
+/// The driver's version string: NV_ESC_CHECK_VERSION_STR with QUERY. No STRICT check with it
+/// after: it would compare the string with itself, and the kernel keeps no per-file state of
+/// a check (`RmPerformVersionCheck`).
 pub fn query_version(ctl: &Ctl) -> Result<String, RmError> {
     let mut q = nv_ioctl_rm_api_version_t::query();
     ctl.ioctl(NV_ESC_CHECK_VERSION_STR, q.as_mut_bytes(), &mut [], &[])?;
     Ok(q.version())
-}
-
-/// The driver's version string ([`query_version`]), then a STRICT check with it, as the
-/// driver's own libraries check theirs (the kernel keeps no per-file state of it).
-pub fn check_version(ctl: &Ctl) -> Result<String, RmError> {
-    let version = query_version(ctl)?;
-    let mut strict = nv_ioctl_rm_api_version_t::query();
-    strict.cmd = NV_RM_API_VERSION_CMD_STRICT;
-    let n = version.len().min(NV_RM_API_VERSION_STRING_LENGTH - 1);
-    strict.versionString[..n].copy_from_slice(&version.as_bytes()[..n]);
-    ctl.ioctl(
-        NV_ESC_CHECK_VERSION_STR,
-        strict.as_mut_bytes(),
-        &mut [],
-        &[],
-    )?;
-    Ok(version)
 }
 
 impl RmClient {

@@ -89,7 +89,7 @@ fn step(step: &'static str) -> impl FnOnce(RmError) -> StartError {
 /// Devices and Subdevices, the capability, the OS event.
 pub(super) fn open(root: &Path) -> Result<Nvidia, StartError> {
     let ctl = Ctl::open(&files::ctl_path(root))?;
-    let version = rm::check_version(&ctl).map_err(step("the version check"))?;
+    let version = rm::query_version(&ctl).map_err(step("the version check"))?;
     let layout = layout_for(&version).map_err(|source| StartError::Version {
         path: ctl.path().to_path_buf(),
         source,
@@ -133,7 +133,7 @@ pub(super) fn open(root: &Path) -> Result<Nvidia, StartError> {
         layout,
         version,
         gpus,
-        gpu_files,
+        _gpu_files: gpu_files,
         event,
         cap,
         session: Mutex::new(None),
