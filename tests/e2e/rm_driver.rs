@@ -553,7 +553,20 @@ fn not_root_the_capability_is_refused_with_what_to_do() {
         .parent()
         .expect("the cluster directory")
         .join("openimex-as-nobody");
-    std::fs::copy(binary(), &exe).expect("copy the binary");
+    // Copied by a child process, not by this one: a write descriptor opened here could be
+    // inherited by a child another test thread forks at that moment, and while any process
+    // holds it open exec fails with ETXTBSY ("Text file busy").
+    let copied = Command::new("cp")
+        .arg(binary())
+        .arg(&exe)
+        .status()
+        .expect("run cp");
+    assert!(
+        copied.success(),
+        "cp {} {}",
+        binary().display(),
+        exe.display()
+    );
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let out = run(Command::new(&exe)
         .args(["driver-check", "-j", "--driver-root"])
