@@ -56,8 +56,8 @@ fn peer_port(s: &str) -> Result<u16, String> {
     }
 }
 
-/// Runs the daemon command line.
-pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
+/// Runs the daemon command line; `heap_allocations` as [`crate::daemon`] says.
+pub(crate) fn main(args: Vec<OsString>, heap_allocations: Option<fn() -> u64>) -> ExitCode {
     // NVIDIA's spelling `-nogpu` is a single-dash long flag.
     let args = args.into_iter().map(|a| {
         if a == "-nogpu" {
@@ -84,10 +84,10 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    match start(args) {
+    match start(args, heap_allocations) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let msg = crate::error_text(&e);
+            let msg = crate::cli::error_text(&e);
             eprintln!("nvidia-imex: {msg}");
             tracing::error!("{msg}");
             ExitCode::from(1)
@@ -117,7 +117,7 @@ enum Mode {
 }
 
 /// Everything that can fail because of the config happens here, before anything is bound.
-fn prepare(args: &Args) -> Result<Prepared> {
+fn prepare(args: &Args, heap_allocations: Option<fn() -> u64>) -> Result<Prepared> {
     let mut cfg = Config::load(&args.config)?;
     // Fail closed: a daemon asked for peer authentication must not come up in plaintext.
     cfg.refuse_unbuilt_features()?;
@@ -208,7 +208,8 @@ fn prepare(args: &Args) -> Result<Prepared> {
         cfg.imex_cmd_port.filter(|_| cfg.imex_cmd_enabled),
         cmd_unix.as_deref(),
     )?
-    .with_metrics(cfg.metrics_addr)?;
+    .with_metrics(cfg.metrics_addr)?
+    .with_heap_counter(heap_allocations);
     Ok(Prepared {
         cfg,
         mode: Mode::Configured {
@@ -278,12 +279,12 @@ fn names_this_host(cfg: &Config) -> unconfigured::Check {
     })
 }
 
-fn start(args: Args) -> Result<()> {
+fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
     // First, while this is the only thread: every thread started later inherits the mask.
     let ignored_signals = signals::block()?;
     signals::ignore_hup_until_handled()?;
     let reexecuted = reexec::take_marker();
-    let Prepared { cfg, mode } = prepare(&args)?;
+    let Prepared { cfg, mode } = prepare(&args, heap_allocations)?;
     // A service manager waiting for READY=1 (systemd Type=notify) tracks the process it
     // started: a forked child would be a stranger to it, so DAEMONIZE=1 is not honoured then.
     let notify_socket = std::env::var_os(openimex_imexd::notify::ENV);

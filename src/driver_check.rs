@@ -14,7 +14,7 @@ use serde_json::json;
 
 /// Arguments of `openimex driver-check`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct DriverCheckArgs {
+pub struct DriverCheckArgs {
     /// Print JSON.
     #[arg(short = 'j', long = "json")]
     json: bool,

@@ -1,25 +1,20 @@
-//! The binary's own tools: `install-links`, `bench` (in [`bench`](mod@bench)), `channels`
-//! (in [`channels`](mod@channels)), `fabric` (in
-//! [`fabric`](mod@fabric)), `certs` (in [`certs`](mod@certs)), `init` (in
-//! [`init`](mod@init)), and the hidden `listen-probe`.
+//! The operator's tools: `install-links`, `channels` (in [`channels`](mod@channels)), `certs`
+//! (in [`certs`](mod@certs)) and `init` (in [`init`](mod@init)).
 
-mod bench;
 mod certs;
 mod channels;
-mod fabric;
 mod init;
 
-use std::io::Write;
-use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-pub(crate) use bench::{BenchCommand, bench};
-pub(crate) use certs::{CertsArgs, run as certs};
-pub(crate) use channels::{ChannelsCommand, channels};
-pub(crate) use fabric::{FabricCommand, fabric};
-pub(crate) use init::{InitArgs, run as init};
+pub use certs::CertsArgs;
+pub(crate) use certs::run as certs;
+pub use channels::ChannelsCommand;
+pub(crate) use channels::channels;
+pub use init::InitArgs;
+pub(crate) use init::run as init;
 
 /// Creates `nvidia-imex` and `nvidia-imex-ctl` symlinks to this binary in `dir`, which must
 /// exist.
@@ -63,18 +58,6 @@ pub(crate) fn install_links(dir: &Path, force: bool) -> Result<()> {
             format!("cannot create link {} -> {}", link.display(), exe.display())
         })?;
         println!("{} -> {}", link.display(), exe.display());
-    }
-    Ok(())
-}
-
-/// Binds `addr`, says `ready`, accepts and drops connections until killed.
-pub(crate) fn listen_probe(addr: SocketAddr) -> Result<()> {
-    let listener =
-        std::net::TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
-    println!("ready");
-    std::io::stdout().flush()?;
-    for conn in listener.incoming() {
-        drop(conn);
     }
     Ok(())
 }

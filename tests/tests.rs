@@ -3,7 +3,7 @@
 //! module below is one area. Every wait is bounded, and a failing test prints every node's
 //! log tail and keeps the cluster directory for inspection.
 
-// shared by the fabric tests: GPU clusters, `openimex app` processes, driver counters
+// shared by the fabric tests: GPU clusters, `openimex-lab app` processes, driver counters
 #[path = "e2e/apps.rs"]
 mod apps;
 // issue 7: SIGTERM under live imports: references released after peers acknowledge

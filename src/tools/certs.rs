@@ -1,17 +1,17 @@
 //! `openimex certs --nodes nodes_config.cfg --out DIR [--days N] [--force]`: a CA for the
 //! domain and, per entry of the nodes file, a key and a certificate for both sides of a peer
-//! connection (the generation is `openimex_harness::certs`, which test clusters use too),
+//! connection (the generation is `openimex_certs`, which the lab's test clusters use too),
 //! then the config.cfg lines that turn mutual TLS on with them.
 
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use openimex_certs as certs;
 use openimex_config::{NodeConfig, is_placeholder};
-use openimex_harness::certs;
 
 /// `openimex certs` arguments.
 #[derive(Debug, clap::Args)]
-pub(crate) struct CertsArgs {
+pub struct CertsArgs {
     /// The nodes file: one certificate per entry, named for the entry (IP or DNS name).
     #[arg(long, value_name = "FILE")]
     nodes: PathBuf,

@@ -3,7 +3,7 @@
 //! (or N channels from `--first F`, e.g. one channel for one job),
 //! each the character device `c <major> <n>` where the major is the one `/proc/devices` lists
 //! for `nvidia-caps-imex-channels`; on a node without that driver, the simulated driver's
-//! channel files (regular files: see `openimex_simgpu::channels`).
+//! channel files (regular files: see `openimex_driver::channels`).
 //!
 //! A channel's file permissions are its whole access policy, so the defaults are tight: mode
 //! 0600 (0660 with `--gid`: the group is meant to use it), owner root unless `--uid`/`--gid`.
@@ -17,18 +17,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use openimex_simgpu::channels::{
-    OTHERS_ACCESS, create_channel_file, describe_open_mode, open_to_all,
+use openimex_driver::channels::{
+    CHANNELS_DIR, MAX_IMEX_CHANNEL_COUNT, OTHERS_ACCESS, channel_file_name, create_channel_file,
+    describe_open_mode, open_to_all,
 };
-use openimex_simproto::node_dir::{CHANNELS_DIR, channel_file_name};
-use openimex_simproto::proto::MAX_IMEX_CHANNEL_COUNT;
 
 /// Where the real driver's channel devices live.
 const DEFAULT_DIR: &str = "/dev/nvidia-caps-imex-channels";
 
 /// `openimex channels …`.
 #[derive(Debug, Subcommand)]
-pub(crate) enum ChannelsCommand {
+pub enum ChannelsCommand {
     /// Create channel0..channel{N-1} in DIR (character devices of the nvidia-caps-imex-channels
     /// driver; without it, the simulated driver's channel files), not open to others.
     Create(CreateArgs),
@@ -36,7 +35,7 @@ pub(crate) enum ChannelsCommand {
 
 /// `openimex channels create`.
 #[derive(Debug, Args)]
-pub(crate) struct CreateArgs {
+pub struct CreateArgs {
     /// How many channels: channel0 to channel{N-1} (from --first).
     #[arg(value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_IMEX_CHANNEL_COUNT)))]

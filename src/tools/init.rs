@@ -9,12 +9,12 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use openimex_certs::{self as certs, Ca};
 use openimex_config::is_placeholder;
-use openimex_harness::certs::{self, Ca};
 
 /// `openimex init` arguments.
 #[derive(Debug, clap::Args)]
-pub(crate) struct InitArgs {
+pub struct InitArgs {
     /// The nodes' addresses or DNS names in node-ID order, comma-separated (or repeated).
     #[arg(long, value_name = "HOST,...", value_delimiter = ',', required = true)]
     nodes: Vec<String>,

@@ -1,4 +1,4 @@
-//! Helpers for the fabric tests: clusters with simulated GPUs, `openimex app` processes
+//! Helpers for the fabric tests: clusters with simulated GPUs, `openimex-lab app` processes
 //! (one-shot and held, with bounded reads of their answers) and the drivers' counters.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
 use serde_json::Value;
 
-use crate::common::{COMMAND, FORM, NOTICE, binary, run, spec, text};
+use crate::common::{COMMAND, FORM, NOTICE, lab_binary, run, spec, text};
 
 /// Bytes every test exports.
 pub(crate) const SIZE: &str = "4M";
@@ -73,9 +73,9 @@ pub(crate) fn channel(cluster: &Cluster, i: usize, n: u32) -> PathBuf {
     openimex_simproto::node_dir::channel_path(cluster.node(i).dir(), n)
 }
 
-/// `openimex app SUB --node-dir DIR`.
+/// `openimex-lab app SUB --node-dir DIR`.
 pub(crate) fn app(sub: &str, node_dir: &Path) -> Command {
-    let mut cmd = Command::new(binary());
+    let mut cmd = Command::new(lab_binary());
     cmd.arg("app").arg(sub).arg("--node-dir").arg(node_dir);
     cmd
 }
@@ -146,7 +146,7 @@ pub(crate) fn num(stats: &Value, key: &str) -> u64 {
     n
 }
 
-/// `openimex app stats` of the node's driver, parsed (without subscribing to a channel).
+/// `openimex-lab app stats` of the node's driver, parsed (without subscribing to a channel).
 #[track_caller]
 pub(crate) fn stats(node_dir: &Path) -> Value {
     let mut cmd = app("stats", node_dir);
@@ -209,7 +209,7 @@ pub(crate) fn wait_all_released(cluster: &Cluster, what: &str) {
     }
 }
 
-/// A long-running `openimex app … --hold` child: its stdout read line by line on a thread,
+/// A long-running `openimex-lab app … --hold` child: its stdout read line by line on a thread,
 /// its stderr collected for failure messages, killed (and reaped) when dropped.
 pub(crate) struct Held {
     pub(crate) what: String,

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use openimex_harness::ScratchDir;
 use openimex_harness::nix::sys::stat::makedev;
 
-use crate::common::{assert_clean_failure, binary, run, text};
+use crate::common::{assert_clean_failure, binary, lab_binary, run, text};
 
 fn create(dir: &Path, extra: &[&str]) -> std::process::Output {
     run(Command::new(binary())
@@ -114,11 +114,11 @@ fn channels_create_makes_character_devices_with_the_drivers_major() {
     assert!(err.contains("channel2") && err.contains("c 509 2"), "{err}");
 }
 
-/// Starts `openimex gpu` on `node`, waits for its ready line, stops it; its stderr.
+/// Starts `openimex-lab gpu` on `node`, waits for its ready line, stops it; its stderr.
 fn gpu_driver_stderr(scratch: &Path, node: &Path) -> String {
     let stderr_path = node.with_extension("stderr");
     let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
-    let mut child = Command::new(binary())
+    let mut child = Command::new(lab_binary())
         .arg("gpu")
         .arg("--node-dir")
         .arg(node)
@@ -129,7 +129,7 @@ fn gpu_driver_stderr(scratch: &Path, node: &Path) -> String {
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
-        .expect("spawn openimex gpu");
+        .expect("spawn openimex-lab gpu");
     let mut line = String::new();
     let read = BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line);
     let _ = child.kill();

@@ -11,13 +11,15 @@ use std::time::Duration;
 
 use openimex_harness::chaos::{self, ChaosReport, ChaosSpec, FaultKind, Outcome, Pacing};
 
-use crate::common::{binary, run_long, text};
+use crate::common::{binary, lab_binary, run_long, text};
 
 /// Node 0 exports from 2 GPUs, nodes 1 and 2 import on 2 GPUs each (8 importer/exporter
 /// pairs re-importing a new generation about twice a second); `faults` faults of `kinds`,
 /// taken in order.
 fn spec(kinds: &[FaultKind], faults: usize, seed: u64) -> ChaosSpec {
     let mut s = ChaosSpec::one_exporter(binary(), 3, 2);
+
+    s.lab_binary = lab_binary();
     s.kinds = kinds.to_vec();
     s.cycle_kinds = true;
     s.max_faults = Some(faults);
@@ -123,6 +125,8 @@ fn chaos_flapping_peer() {
 #[test]
 fn chaos_100_kill_restart_cycles_of_random_nodes_during_traffic() {
     let mut s = ChaosSpec::all_to_all(binary(), 3, 1);
+
+    s.lab_binary = lab_binary();
     s.kinds = vec![FaultKind::RestartNode];
     s.max_faults = Some(100);
     s.duration = Duration::from_secs(300);
@@ -131,12 +135,12 @@ fn chaos_100_kill_restart_cycles_of_random_nodes_during_traffic() {
     run_and_check(&s);
 }
 
-/// `openimex demo --chaos --seconds 10 --json` through the binary: one JSON object with the
+/// `openimex-lab demo --chaos --seconds 10 --json` through the binary: one JSON object with the
 /// counts, zero stale reads, data errors and leaked references, recovered, exit 0.
 #[test]
 fn demo_chaos_json_reports_no_stale_read_no_error_no_leak_and_recovery() {
     let out = run_long(
-        Command::new(binary()).args([
+        Command::new(lab_binary()).args([
             "demo",
             "--chaos",
             "--seconds",
@@ -180,6 +184,8 @@ fn demo_chaos_json_reports_no_stale_read_no_error_no_leak_and_recovery() {
 #[test]
 fn chaos_partition_healed_before_the_grace_time() {
     let mut s = ChaosSpec::all_to_all(binary(), 3, 1);
+
+    s.lab_binary = lab_binary();
     s.partitions = true;
     s.kinds = vec![FaultKind::PartitionBelowGrace];
     s.max_faults = Some(2);
@@ -192,6 +198,8 @@ fn chaos_partition_healed_before_the_grace_time() {
 #[test]
 fn chaos_partition_healed_after_the_grace_time() {
     let mut s = ChaosSpec::all_to_all(binary(), 3, 1);
+
+    s.lab_binary = lab_binary();
     s.partitions = true;
     s.kinds = vec![FaultKind::PartitionPastGrace];
     s.max_faults = Some(1);
@@ -207,6 +215,8 @@ fn chaos_partition_healed_after_the_grace_time() {
 #[test]
 fn chaos_partition_healed_inside_the_fence_margin() {
     let mut s = ChaosSpec::all_to_all(binary(), 3, 1);
+
+    s.lab_binary = lab_binary();
     s.partitions = true;
     s.kinds = vec![FaultKind::PartitionHealInMargin];
     s.max_faults = Some(1);

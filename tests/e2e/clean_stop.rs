@@ -13,7 +13,7 @@ use openimex_harness::Signal;
 use crate::apps::*;
 use crate::common::{FORM, NOTICE};
 
-/// The driver log of node `i` (its `openimex gpu` output, `gpu.log` in the node directory).
+/// The driver log of node `i` (its `openimex-lab gpu` output, `gpu.log` in the node directory).
 fn driver_log(cluster: &openimex_harness::Cluster, i: usize) -> String {
     std::fs::read_to_string(cluster.node(i).dir().join("gpu.log")).expect("the driver's gpu.log")
 }

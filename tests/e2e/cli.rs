@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use openimex_harness::process::{find_pids_with_args, process_alive, send_signal};
 use openimex_harness::{AddrBlock, Cluster, ScratchDir, Signal};
 
-use crate::common::{COMMAND, FORM, KillOnDrop, assert_clean_failure, binary, run, spec, text};
+use crate::common::{
+    COMMAND, FORM, KillOnDrop, assert_clean_failure, binary, lab_binary, run, spec, text,
+};
 
 /// A loopback address and port with nothing listening.
 fn dead_endpoint() -> (String, String) {
@@ -151,4 +153,52 @@ fn daemonize_forks() {
         "no daemon answers after it exited: {}",
         text(&q.stdout)
     );
+}
+
+/// Issue 30: the production binary offers the operator's commands and none of the lab's; asked
+/// for a lab command it says where that lives (exit 2, clap's status for a usage error). The
+/// lab binary offers both sets, so one binary runs a whole simulated domain.
+#[test]
+fn the_production_binary_has_no_lab_commands_and_points_to_the_lab_binary() {
+    let production = [
+        "daemon",
+        "ctl",
+        "install-links",
+        "channels",
+        "certs",
+        "init",
+        "driver-check",
+    ];
+    let lab = ["demo", "bench", "fabric", "gpu", "app"];
+    let subcommands = |help: &str| -> Vec<String> {
+        help.lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect()
+    };
+    let out = run(Command::new(binary()).arg("--help"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = subcommands(&text(&out.stdout));
+    for name in production {
+        assert!(listed.iter().any(|l| l == name), "{name} in {listed:?}");
+    }
+    for name in lab {
+        assert!(!listed.iter().any(|l| l == name), "{name} in {listed:?}");
+        let out = run(Command::new(binary()).args([name, "--help"]));
+        assert_eq!(out.status.code(), Some(2), "openimex {name}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("command of the lab binary")
+                && stderr.contains(&format!("cargo run --release -p openimex-lab -- {name}")),
+            "{stderr}"
+        );
+    }
+    let out = run(Command::new(lab_binary()).arg("--help"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = subcommands(&text(&out.stdout));
+    for name in production.iter().chain(&lab) {
+        assert!(listed.iter().any(|l| l == name), "{name} in {listed:?}");
+    }
 }

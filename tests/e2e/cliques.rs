@@ -24,9 +24,7 @@ use openimex_simproto::proto::{self, Request, Response};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{
-    FORM, NOTICE, assert_clean_failure, binary, run, spec, text, wait_for, wait_log_line,
-};
+use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, spec, text, wait_for, wait_log_line, lab_binary};
 
 /// The metrics port (each node has its own loopback address).
 const METRICS_PORT: u16 = 9464;
@@ -259,7 +257,8 @@ fn a_clique_change_is_logged_shown_and_enforced_and_health_is_reported() {
 #[test]
 fn a_partition_made_by_the_fabric_manager_reaches_the_daemons_and_the_map_check() {
     let mut spec = ClusterSpec::from_topology(FabricManagerSpec::preset("nvl36"), binary())
-        .expect("spec from the topology");
+        .expect("spec from the topology")
+        .with_lab_binary(lab_binary());
     spec.nodes = 2;
     let cluster = gpu_cluster_from(spec);
     for i in 0..2 {
@@ -274,7 +273,7 @@ fn a_partition_made_by_the_fabric_manager_reaches_the_daemons_and_the_map_check(
     let log_from = std::fs::metadata(cluster.node(1).log_path()).map_or(0, |m| m.len() as usize);
     let out = cluster
         .fabric(&["partition", "create", "1"])
-        .expect("run openimex fabric");
+        .expect("run openimex-lab fabric");
     assert!(out.status.success(), "{}", text(&out.stderr));
     wait_log_line(
         &cluster,
@@ -300,7 +299,7 @@ fn a_partition_made_by_the_fabric_manager_reaches_the_daemons_and_the_map_check(
     // Back in one partition: the same memory maps and verifies.
     let out = cluster
         .fabric(&["partition", "move", "1", "0"])
-        .expect("run openimex fabric");
+        .expect("run openimex-lab fabric");
     assert!(out.status.success(), "{}", text(&out.stderr));
     wait_fabric(&cluster, 0, "tray 1 back in clique 1", |v| {
         node_cliques(v, 1) == [1] && !outside(v, 1)

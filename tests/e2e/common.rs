@@ -14,14 +14,58 @@ pub(crate) const NOTICE: Duration = Duration::from_secs(30);
 /// Time allowed for one command that should fail or finish at once.
 pub(crate) const COMMAND: Duration = Duration::from_secs(10);
 
-/// The binary under test.
+/// The binary under test: the production `openimex`.
 pub(crate) fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_openimex"))
 }
 
-/// A cluster of `nodes` nodes of the binary under test, harness defaults.
+/// The lab binary (`openimex-lab`: simulated drivers, Fabric Manager, apps, demo, bench), from
+/// the same target directory and profile as [`binary`]. Cargo builds only this package's
+/// binaries for its tests, so the first call builds the lab binary too (a no-op when it is up
+/// to date, and what `cargo test --workspace` has done already): a test never runs a stale
+/// simulator.
+pub(crate) fn lab_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let lab = binary().with_file_name("openimex-lab");
+            // Run under cargo: build it. Run by hand: it must be there already.
+            let Some(cargo) = std::env::var_os("CARGO") else {
+                return Ok(lab);
+            };
+            let release = binary()
+                .parent()
+                .and_then(|d| d.file_name())
+                .is_some_and(|d| d == "release");
+            let mut cmd = Command::new(cargo);
+            cmd.args([
+                "build",
+                "--quiet",
+                "-p",
+                "openimex-lab",
+                "--bin",
+                "openimex-lab",
+            ]);
+            if release {
+                cmd.arg("--release");
+            }
+            let out =
+                run_with_timeout(&mut cmd, Duration::from_secs(1800)).map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "cargo build -p openimex-lab failed:\n{}",
+                    text(&out.stderr)
+                ));
+            }
+            Ok(lab)
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}\n  hint: build it with `cargo build -p openimex-lab`"))
+}
+
+/// A cluster of `nodes` nodes: daemons of the binary under test, drivers of the lab binary.
 pub(crate) fn spec(nodes: usize) -> ClusterSpec {
-    ClusterSpec::new(nodes, binary())
+    ClusterSpec::new(nodes, binary()).with_lab_binary(lab_binary())
 }
 
 /// Lossy UTF-8.

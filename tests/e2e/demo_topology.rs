@@ -1,4 +1,4 @@
-//! `openimex demo` on a domain started from a topology (issue 14, item 6): the simulated Fabric
+//! `openimex-lab demo` on a domain started from a topology (issue 14, item 6): the simulated Fabric
 //! Manager first, then one driver (`--fabric-manager`) and one daemon per compute tray; the
 //! all-to-all over every GPU of the layout; a topology file's errors; and `--partitions K`,
 //! where an import from another clique must be refused when the importing GPU maps it
@@ -13,14 +13,14 @@ use openimex_harness::ScratchDir;
 use serde_json::Value;
 
 use crate::apps::num;
-use crate::common::{assert_clean_failure, binary, run, run_long, text};
+use crate::common::{assert_clean_failure, lab_binary, run, run_long, text};
 
 /// Time allowed for a whole demo (36 GPUs in a debug build included).
 const DEMO: Duration = Duration::from_secs(600);
 
-/// `openimex demo ARGS --json`, within [`DEMO`].
+/// `openimex-lab demo ARGS --json`, within [`DEMO`].
 fn demo(args: &[&str]) -> Output {
-    let mut cmd = Command::new(binary());
+    let mut cmd = Command::new(lab_binary());
     cmd.arg("demo").args(args).arg("--json");
     run_long(&mut cmd, DEMO)
 }
@@ -123,7 +123,8 @@ fn demo_topology_file_errors_name_file_and_line() {
     );
 
     // More trays than the topology has.
-    let out = run(Command::new(binary()).args(["demo", "--topology", "nvl36", "--nodes", "10"]));
+    let out =
+        run(Command::new(lab_binary()).args(["demo", "--topology", "nvl36", "--nodes", "10"]));
     let stderr = assert_clean_failure(&out, "demo --nodes beyond the topology");
     assert!(stderr.contains("9 compute trays"), "{stderr}");
 }
@@ -211,7 +212,7 @@ fn demo_allreduce_sums_every_gpus_buffer_over_one_multicast_team() {
     );
 
     // One team over the whole domain needs one clique: refused before anything starts.
-    let out = run(Command::new(binary()).args([
+    let out = run(Command::new(lab_binary()).args([
         "demo",
         "--allreduce",
         "--topology",

@@ -1,7 +1,7 @@
-//! Fabric memory across nodes, end to end: `openimex app` processes export on one node and
+//! Fabric memory across nodes, end to end: `openimex-lab app` processes export on one node and
 //! import on another through the simulated GPU drivers and the IMEX daemons
 //! (DESIGN.md §1–§2, driver-interface.md §4). Each test reads the drivers' counters
-//! (`openimex app stats`) to show that references are taken where the driver interface says
+//! (`openimex-lab app stats`) to show that references are taken where the driver interface says
 //! and always return to zero: no leak, no memory freed under an importer. Where a test asserts a
 //! driver status, its comment names the section of `reference/driver-interface.md` the
 //! simulated driver follows there.
@@ -14,7 +14,7 @@ use openimex_harness::{Cluster, GpuSpec};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, spec, text};
+use crate::common::{FORM, NOTICE, assert_clean_failure, lab_binary, run, spec, text};
 
 #[test]
 fn cross_node_round_trip() {
@@ -458,7 +458,7 @@ fn fabric_memory_with_no_daemon_ever_is_allocated_and_its_handle_is_single_node(
 fn a_driver_loaded_with_no_imex_channels_refuses_subscription_as_not_supported() {
     let dir = openimex_harness::ScratchDir::new("gpu-no-channels").expect("scratch dir");
     let node_dir = dir.path().join("node");
-    let mut cmd = Command::new(binary());
+    let mut cmd = Command::new(lab_binary());
     cmd.arg("gpu")
         .arg("--node-dir")
         .arg(&node_dir)
@@ -466,7 +466,7 @@ fn a_driver_loaded_with_no_imex_channels_refuses_subscription_as_not_supported()
         .arg(dir.path().join("fabric"))
         .args(["--gpus", "1", "--hbm-mib", "64", "--channels", "1"])
         .args(["--imex-channel-count", "0"]);
-    let gpu = Held::spawn("openimex gpu --imex-channel-count 0", &mut cmd);
+    let gpu = Held::spawn("openimex-lab gpu --imex-channel-count 0", &mut cmd);
     let ready = gpu.line(NOTICE);
     assert!(ready.starts_with("ready "), "{ready}");
 
@@ -498,7 +498,7 @@ fn a_driver_loaded_with_no_imex_channels_refuses_subscription_as_not_supported()
 
 #[test]
 fn demo_json_four_nodes() {
-    let mut cmd = Command::new(binary());
+    let mut cmd = Command::new(lab_binary());
     cmd.args(["demo", "--nodes", "4", "--json"]);
     let out = run_with_timeout(&mut cmd, DEMO).unwrap_or_else(|e| panic!("{e}"));
     let stdout = text(&out.stdout);

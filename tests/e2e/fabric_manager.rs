@@ -1,6 +1,6 @@
-//! The simulated Fabric Manager with real processes: `openimex fabric serve`, the trays'
+//! The simulated Fabric Manager with real processes: `openimex-lab fabric serve`, the trays'
 //! drivers started with `--fabric-manager` (their probes come from it), and the operator's
-//! `openimex fabric …` commands on its control socket (driver-interface §5: the probe, the
+//! `openimex-lab fabric …` commands on its control socket (driver-interface §5: the probe, the
 //! clusterUuid and cliqueId, partitions, health; allocation refused until the probe completes).
 //!
 //! Every cluster here runs the first trays of a preset against an FM serving the whole domain.
@@ -14,7 +14,7 @@ use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, text, wait_for};
+use crate::common::{FORM, NOTICE, assert_clean_failure, binary, lab_binary, run, text, wait_for};
 
 /// The user tests run unprivileged commands as.
 const NOBODY: &str = "65534";
@@ -22,12 +22,13 @@ const NOBODY: &str = "65534";
 /// The first `nodes` trays of `preset`, drivers taking their probes from the domain's FM.
 fn fm_spec(preset: &str, nodes: usize) -> ClusterSpec {
     let mut spec = ClusterSpec::from_topology(FabricManagerSpec::preset(preset), binary())
-        .expect("spec from the topology");
+        .expect("spec from the topology")
+        .with_lab_binary(lab_binary());
     spec.nodes = nodes;
     spec
 }
 
-/// `openimex app gpus -j` on node `i`: one JSON object per GPU.
+/// `openimex-lab app gpus -j` on node `i`: one JSON object per GPU.
 fn gpus(cluster: &Cluster, i: usize) -> Vec<Value> {
     let out = run(app("gpus", cluster.node(i).dir()).arg("-j"));
     assert!(out.status.success(), "app gpus: {}", text(&out.stderr));
@@ -69,10 +70,10 @@ fn export_once(cluster: &Cluster, i: usize, gpu: u32) -> Output {
     run(&mut cmd)
 }
 
-/// `openimex fabric ARGS` against the cluster's FM; must succeed. Its stdout.
+/// `openimex-lab fabric ARGS` against the cluster's FM; must succeed. Its stdout.
 #[track_caller]
 fn fabric_ok(cluster: &Cluster, args: &[&str]) -> String {
-    let out = cluster.fabric(args).expect("run openimex fabric");
+    let out = cluster.fabric(args).expect("run openimex-lab fabric");
     assert!(
         out.status.success(),
         "fabric {args:?}: {:?}\n{}",
@@ -232,12 +233,12 @@ fn a_switch_tray_down_degrades_every_gpu_while_traffic_continues() {
     wait_all_released(&cluster, "after the fault");
 }
 
-/// Starts `openimex gpu --fabric-manager` for `slot` in `node_dir` on `fabric_dir`; its stderr
+/// Starts `openimex-lab gpu --fabric-manager` for `slot` in `node_dir` on `fabric_dir`; its stderr
 /// goes to `node_dir/gpu.log`.
 fn stray_driver(node_dir: &Path, fabric_dir: &Path, slot: u16) -> std::process::Child {
     std::fs::create_dir_all(node_dir).expect("node dir");
     let log = std::fs::File::create(node_dir.join("gpu.log")).expect("log");
-    Command::new(binary())
+    Command::new(lab_binary())
         .arg("gpu")
         .arg("--node-dir")
         .arg(node_dir)
@@ -269,7 +270,7 @@ fn an_unknown_slot_is_refused_and_drivers_survive_an_fm_restart() {
         std::fs::read_to_string(stray_dir.join("gpu.log"))
             .is_ok_and(|l| l.contains("refused this tray") && l.contains("slot 20"))
     });
-    let stray_gpus = run(Command::new(binary())
+    let stray_gpus = run(Command::new(lab_binary())
         .args(["app", "gpus", "-j", "--node-dir"])
         .arg(&stray_dir));
     let _ = stray.kill();
@@ -312,9 +313,10 @@ fn an_unknown_slot_is_refused_and_drivers_survive_an_fm_restart() {
     });
 }
 
-/// Runs `openimex fabric ARGS` as `nobody`.
+/// Runs `openimex-lab fabric ARGS` as `nobody`.
 fn as_nobody(args: &[&str]) -> Output {
-    let offered = openimex_harness::runnable_by_everyone(&binary()).expect("a reachable binary");
+    let offered =
+        openimex_harness::runnable_by_everyone(&lab_binary()).expect("a reachable binary");
     run(Command::new("setpriv")
         .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups"])
         .arg(offered.path())
@@ -358,7 +360,7 @@ fn the_control_socket_refuses_a_non_root_user() {
     );
 }
 
-/// `openimex fabric serve` as an operator meets it: bad topologies fail at once naming the
+/// `openimex-lab fabric serve` as an operator meets it: bad topologies fail at once naming the
 /// preset or the file:line; one FM per fabric directory (a second exits 1 saying so); SIGTERM
 /// exits 0 and removes both sockets.
 #[test]
@@ -366,7 +368,7 @@ fn serve_refuses_bad_topologies_and_a_second_fm_and_stops_cleanly() {
     let mut cluster = Cluster::prepare(fm_spec("nvl36", 1)).expect("prepare");
     let fabric_dir = cluster.fabric_dir();
     let serve = |extra: &[&str]| {
-        let mut cmd = Command::new(binary());
+        let mut cmd = Command::new(lab_binary());
         cmd.args(["fabric", "serve", "--fabric-dir"])
             .arg(&fabric_dir)
             .args(extra);

@@ -1,4 +1,4 @@
-//! `openimex fabric topology`: the presets' counts as the command reports them, a custom
+//! `openimex-lab fabric topology`: the presets' counts as the command reports them, a custom
 //! topology file, and a bad file refused with file:line, the value and the fix (issue 14).
 
 use std::process::Command;
@@ -6,11 +6,11 @@ use std::process::Command;
 use openimex_harness::ScratchDir;
 use serde_json::Value;
 
-use crate::common::{assert_clean_failure, binary, run, text};
+use crate::common::{assert_clean_failure, lab_binary, run, text};
 
-/// `openimex fabric topology ARGS --json`, parsed.
+/// `openimex-lab fabric topology ARGS --json`, parsed.
 fn topology_json(args: &[&str]) -> Value {
-    let out = run(Command::new(binary())
+    let out = run(Command::new(lab_binary())
         .args(["fabric", "topology", "--json"])
         .args(args));
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -53,7 +53,7 @@ fn presets_report_their_racks_trays_and_gpus() {
         gpus[71]["fla_base"],
         format!("{:#x}", (17u64 * 16 + 3 + 1) << 40)
     );
-    let text_out = run(Command::new(binary()).args(["fabric", "topology", "nvl36"]));
+    let text_out = run(Command::new(lab_binary()).args(["fabric", "topology", "nvl36"]));
     let listing = text(&text_out.stdout);
     assert!(
         listing.contains("switch-tray r0-s8: 2 NVSwitch chips, 18 OSFP ports"),
@@ -83,7 +83,7 @@ fn topology_files_parse_and_bad_lines_name_file_line_and_fix() {
 
     let bad = scratch.path().join("bad.topo");
     std::fs::write(&bad, "rack a\nswitch-tray s\ncompute-tray c gpus=0\n").expect("write");
-    let out = run(Command::new(binary())
+    let out = run(Command::new(lab_binary())
         .args(["fabric", "topology", "--file"])
         .arg(&bad));
     let stderr = assert_clean_failure(&out, "bad topology file");
@@ -93,7 +93,7 @@ fn topology_files_parse_and_bad_lines_name_file_line_and_fix() {
     );
     assert!(stderr.contains(&want), "{stderr}");
 
-    let out = run(Command::new(binary()).args(["fabric", "topology", "nvl8"]));
+    let out = run(Command::new(lab_binary()).args(["fabric", "topology", "nvl8"]));
     let stderr = assert_clean_failure(&out, "unknown preset");
     assert!(stderr.contains("nvl36x2"), "{stderr}");
 }

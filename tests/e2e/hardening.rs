@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use openimex_harness::nix::libc;
 use openimex_harness::{Cluster, ScratchDir, Signal};
 
-use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, spec, text, wait_for};
+use crate::common::{
+    FORM, NOTICE, assert_clean_failure, binary, lab_binary, run, spec, text, wait_for,
+};
 
 /// The asynchronous signals whose default action ends a process (man 7 signal), apart from
 /// TERM/INT/QUIT (a clean stop) and HUP/USR1 (NVIDIA's behaviours), with the name the log
@@ -168,7 +170,7 @@ fn gpu_driver_ignores_signals_and_stops_cleanly() {
     let stderr_path = dir.path().join("stderr");
     let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
     let mut child = Reap(
-        Command::new(binary())
+        Command::new(lab_binary())
             .arg("gpu")
             .arg("--node-dir")
             .arg(dir.path().join("node"))
@@ -179,7 +181,7 @@ fn gpu_driver_ignores_signals_and_stops_cleanly() {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
-            .expect("spawn openimex gpu"),
+            .expect("spawn openimex-lab gpu"),
     );
     let stdout = child.0.stdout.take().expect("stdout");
     let mut line = String::new();
@@ -356,7 +358,7 @@ fn install_links_refuses_a_missing_directory() {
 fn app_import_reads_a_bounded_handle_file() {
     let dir = ScratchDir::new("handle-zero").expect("scratch dir");
     let t = Instant::now();
-    let out = run(Command::new(binary())
+    let out = run(Command::new(lab_binary())
         .args(["app", "import", "--node-dir"])
         .arg(dir.path())
         .args(["--handle", "@/dev/zero"]));

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use openimex_harness::{Cluster, Signal};
 
-use crate::common::{FORM, NOTICE, binary, run, spec, text};
+use crate::common::{FORM, NOTICE, binary, lab_binary, run, spec, text};
 
 #[test]
 fn hung_peer_is_found_by_heartbeats_and_recovers_as_the_same_instance() {
@@ -125,7 +125,7 @@ fn ctl_reaches_the_daemon_by_unix_socket_and_by_tcp() {
 fn full_nvl72_demo_passes() {
     let dir = openimex_harness::scratch::ScratchDir::new("demo-svg").expect("scratch dir");
     let svg = dir.path().join("domain.svg");
-    let mut cmd = std::process::Command::new(binary());
+    let mut cmd = std::process::Command::new(lab_binary());
     cmd.args(["demo", "--json", "--svg"]).arg(&svg);
     let out = openimex_harness::process::run_with_timeout(&mut cmd, Duration::from_secs(300))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -159,7 +159,7 @@ fn full_nvl72_demo_passes() {
 
 #[test]
 fn bench_formation_reports_daemons_against_bare_processes() {
-    let out = run(std::process::Command::new(binary()).args([
+    let out = run(std::process::Command::new(lab_binary()).args([
         "bench",
         "formation",
         "--nodes",
@@ -185,7 +185,7 @@ fn bench_formation_reports_daemons_against_bare_processes() {
 
 #[test]
 fn bench_imports_reports_ratios_to_same_run_baselines() {
-    let out = run(std::process::Command::new(binary()).args([
+    let out = run(std::process::Command::new(lab_binary()).args([
         "bench",
         "imports",
         "--nodes",

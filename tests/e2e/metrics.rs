@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use openimex_client::Context;
 use openimex_harness::bench::CountWindow;
-use openimex_harness::{Cluster, GpuSpec, PeersView};
+use openimex_harness::{Cluster, ClusterSpec, GpuSpec, PeersView};
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, spec};
+use crate::common::{FORM, NOTICE, lab_binary, spec};
 
 /// The port every node with metrics serves on (each node has its own loopback address).
 const PORT: u16 = 9464;
@@ -53,7 +53,13 @@ fn scrape(cluster: &Cluster, i: usize) -> String {
 /// `nodes` nodes with simulated GPUs, the first `with_metrics` serving metrics on [`PORT`],
 /// started and UP.
 fn started_with_metrics(nodes: usize, with_metrics: usize) -> Cluster {
-    let spec = spec(nodes).with_gpus(GpuSpec::default());
+    started_with_metrics_of(spec(nodes), with_metrics)
+}
+
+/// As [`started_with_metrics`], of `spec`.
+fn started_with_metrics_of(spec: ClusterSpec, with_metrics: usize) -> Cluster {
+    let nodes = spec.nodes;
+    let spec = spec.with_gpus(GpuSpec::default());
     let mut cluster = Cluster::prepare(spec).expect("prepare the nodes");
     for i in 0..with_metrics {
         let a = addr(&cluster, i).to_string();
@@ -191,12 +197,11 @@ fn metrics_of_a_live_4_node_domain_move_during_imports() {
     let text0 = wait_scrape(&cluster, 0, "two imports answered", |t| {
         t.lines().any(|l| l == format!("{answered} 2"))
     });
-    // The daemon counts its heap allocations (the binary's allocator), and answering two
-    // imports allocated.
-    let allocations = "openimex_heap_allocations_total";
+    // The production binary counts no allocations (its allocator is the system's), so its
+    // daemon reports none; the lab binary's do (below).
     assert!(
-        value(&text0, allocations) > value(&before[0], allocations),
-        "{allocations} did not grow:\n{text0}"
+        !text0.contains("openimex_heap_allocations"),
+        "the production daemon has no allocation counter:\n{text0}"
     );
     gauges_match_ctl(
         &cluster,
@@ -300,17 +305,13 @@ fn a_busy_metrics_address_stops_the_daemon_at_start_naming_the_key() {
     drop(taken);
 }
 
-/// The import path allocates a bounded number of times: the importer's and the exporter's
-/// daemons together, per import and its release, read from their own counters (each reading's
-/// own cost taken off). 17 when this was written; 19 before a served request's answer lost its
-/// box, 25 before session frames were queued unboxed and the unimport counter's labels were
-/// built once, 49 before the driver protocol's framing and
-/// the stats hook stopped allocating per message: the bound leaves room for timers and the
-/// transport's variation, not for per-message boxes or buffers coming back.
+/// The lab binary's daemons count their heap allocations, and the count follows the imports:
+/// what the bench's `import_allocs` reads (the bound on it is the bench's figure, 17 per import
+/// and release in the two daemons together when this was written, not a ceiling here).
 #[test]
-fn the_daemons_allocate_a_bounded_number_of_times_per_import() {
-    const CYCLES: u32 = 200;
-    let cluster = started_with_metrics(2, 2);
+fn the_lab_daemons_count_their_allocations_as_imports_go() {
+    const CYCLES: u32 = 50;
+    let cluster = started_with_metrics_of(ClusterSpec::new(2, lab_binary()), 2);
     let exporter = Context::open(cluster.node(0).dir()).expect("a context on node 0");
     let memory = exporter.mem_create(0, 2 << 20).expect("allocate");
     let handle = exporter.export(&memory).expect("export");
@@ -338,9 +339,5 @@ fn the_daemons_allocate_a_bounded_number_of_times_per_import() {
     assert!(
         per > 5.0,
         "{per} allocations per import: the counter does not follow the imports"
-    );
-    assert!(
-        per <= 21.0,
-        "{per} allocations per import and release in the two daemons (17 when written)"
     );
 }

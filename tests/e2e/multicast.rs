@@ -3,7 +3,7 @@
 //! (REMOTE_GPU_ATTACH) through its daemon to the prime's daemon, which calls
 //! ATTACH_REMOTE_GPU on the prime. With no Fabric Manager (the drivers play their own), the
 //! team is refused once its last GPU attached, and the prime's objects report it; releasing
-//! everything leaves nothing in either driver. A single-tray team through `openimex app
+//! everything leaves nothing in either driver. A single-tray team through `openimex-lab app
 //! multicast` (§6.10: a store lands in every bound GPU, load-reduce sums them), and its
 //! process killed with -9: the driver frees the team and its table with it.
 

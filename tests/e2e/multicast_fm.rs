@@ -1,4 +1,4 @@
-//! Multicast (NVLS) over four trays with the real Fabric Manager (`openimex fabric serve`):
+//! Multicast (NVLS) over four trays with the real Fabric Manager (`openimex-lab fabric serve`):
 //! `reference/driver-interface.md` §1.6 "Multicast (NVLS) across nodes" 3-5 and §6.10. The
 //! prime on tray 0 needs four GPUs, one per tray; the attaches of trays 1-3 go through their
 //! daemons to the prime's daemon (ATTACH_REMOTE_GPU). The team is set up only after the last
@@ -14,14 +14,15 @@ use openimex_client::{Context, CuError, Multicast};
 use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec};
 
 use crate::apps::{gpu_cluster_from, wait_session};
-use crate::common::{NOTICE, binary, text};
+use crate::common::{NOTICE, binary, text, lab_binary};
 
 const TRAYS: usize = 4;
 
 /// `n` trays of an nvl36 rack against its FM, every GPU's probe answered.
 pub(crate) fn fm_trays(n: usize) -> Cluster {
     let mut spec = ClusterSpec::from_topology(FabricManagerSpec::preset("nvl36"), binary())
-        .expect("spec from the topology");
+        .expect("spec from the topology")
+        .with_lab_binary(lab_binary());
     spec.nodes = n;
     let cluster = gpu_cluster_from(spec);
     for i in 0..n {
@@ -132,7 +133,7 @@ fn a_team_over_four_trays_is_set_up_by_the_fm_after_the_last_attach_and_fails_ev
     // The failure path: tray 3 in a partition of its own attaches to a new team.
     let out = cluster
         .fabric(&["partition", "create", "3"])
-        .expect("run openimex fabric");
+        .expect("run openimex-lab fabric");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let deadline = Instant::now() + NOTICE;
     while ctxs[3].gpu_fabric_info(0).map(|f| f.clique_id).unwrap_or(0) != 2 {

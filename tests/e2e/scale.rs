@@ -176,7 +176,7 @@ fn two_live_nodes_among_ten_thousand_entries_form() {
 /// answers for all of it within the command limit, and an export on node 0 is imported on
 /// node 143. 288 processes, too many for a debug build inside `cargo test`'s budget: ignored
 /// there, run by `.ci/run` on the release build. Correctness only; formation time is measured
-/// by `openimex bench formation --nodes 144`.
+/// by `openimex-lab bench formation --nodes 144`.
 #[test]
 #[ignore = "144 daemons and 144 drivers: .ci/run runs it on the release build"]
 fn a_144_node_domain_forms_answers_ctl_and_serves_an_import() {

@@ -1,14 +1,14 @@
-//! `openimex app`: the client library as a command, for scripts and tests.
+//! `openimex-lab app`: the client library as a command, for scripts and tests.
 //!
 //! ```text
-//! openimex app export --node-dir DIR [--gpu N] --size SIZE --pattern SEED [--handle-out FILE] [--hold]
-//! openimex app import --node-dir DIR --handle HEX|@FILE [--verify SEED] [--write SEED]
+//! openimex-lab app export --node-dir DIR [--gpu N] --size SIZE --pattern SEED [--handle-out FILE] [--hold]
+//! openimex-lab app import --node-dir DIR --handle HEX|@FILE [--verify SEED] [--write SEED]
 //!                     [--hold] [--no-release] [--timeout SECS] [--import-id ID]
-//! openimex app stats  --node-dir DIR
-//! openimex app gpus   --node-dir DIR [-j]
-//! openimex app multicast --node-dir DIR [--gpus 0,1,…] [--size SIZE] [--hold]
-//! openimex app churn  --node-dir DIR --handle-file FILE [--gpu N] [--size SIZE] …
-//! openimex app reader --node-dir DIR --source FILE… [--interval-ms MS] …
+//! openimex-lab app stats  --node-dir DIR
+//! openimex-lab app gpus   --node-dir DIR [-j]
+//! openimex-lab app multicast --node-dir DIR [--gpus 0,1,…] [--size SIZE] [--hold]
+//! openimex-lab app churn  --node-dir DIR --handle-file FILE [--gpu N] [--size SIZE] …
+//! openimex-lab app reader --node-dir DIR --source FILE… [--interval-ms MS] …
 //! ```
 //! Every subcommand also takes `--channel FILE` (subscribe with that channel file instead of
 //! the first accessible one) or `--no-channel`.
@@ -45,7 +45,7 @@
 //! - `release`: releases the memory but keeps running, `released`;
 //! - anything else: `error: …`.
 //!
-//! Exit codes: 0 success; 1 a CUDA error (printed as `openimex app: import failed:
+//! Exit codes: 0 success; 1 a CUDA error (printed as `openimex-lab app: import failed:
 //! CUDA_ERROR_NOT_PERMITTED (800): …`), a pattern mismatch or an unreadable handle file;
 //! 2 a usage error.
 
@@ -67,7 +67,7 @@ mod workload;
 
 #[derive(Debug, Parser)]
 #[command(
-    name = "openimex app",
+    name = "openimex-lab app",
     about = "Create, export, import and check fabric memory through the node's GPU driver"
 )]
 struct Cli {
@@ -176,7 +176,7 @@ fn cuda(what: &'static str) -> impl FnOnce(CuError) -> Failure {
     move |err| Failure::Cuda { what, err }
 }
 
-/// Runs `openimex app` with `args` (including the program name, e.g. `openimex app`, as
+/// Runs `openimex-lab app` with `args` (including the program name, e.g. `openimex-lab app`, as
 /// clap's `parse_from` takes them) and returns the exit code (see the module docs).
 pub fn main(args: Vec<OsString>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
@@ -198,7 +198,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            let _ = writeln!(std::io::stderr(), "openimex app: {f}");
+            let _ = writeln!(std::io::stderr(), "openimex-lab app: {f}");
             ExitCode::from(1)
         }
     }
@@ -316,13 +316,13 @@ fn read_handle_file(path: &Path) -> Result<String, Failure> {
         return Err(Failure::Io(format!(
             "cannot read the handle from {shown}: it holds more than {HANDLE_FILE_MAX} bytes \
              (reading stopped there), and a handle file holds one fabric handle of 128 hex \
-             digits; pass the file `openimex app export --handle-out` wrote, or the handle itself"
+             digits; pass the file `openimex-lab app export --handle-out` wrote, or the handle itself"
         )));
     }
     String::from_utf8(bytes).map_err(|_| {
         Failure::Io(format!(
             "cannot read the handle from {shown}: it is not text, and a handle file holds one \
-             fabric handle of 128 hex digits; pass the file `openimex app export --handle-out` \
+             fabric handle of 128 hex digits; pass the file `openimex-lab app export --handle-out` \
              wrote, or the handle itself"
         ))
     })

@@ -54,7 +54,7 @@ pub enum CuError {
     OutOfMemory(String),
     /// CUDA_ERROR_NO_DEVICE (100): no driver answers on the node's socket.
     #[error(
-        "CUDA_ERROR_NO_DEVICE (100): no GPU driver at {}: {reason} (is `openimex gpu` running for this node?)",
+        "CUDA_ERROR_NO_DEVICE (100): no GPU driver at {}: {reason} (is `openimex-lab gpu` running for this node?)",
         socket.display()
     )]
     NoDevice {
@@ -256,7 +256,8 @@ mod tests {
         };
         assert_eq!((e.code(), e.name()), (100, "CUDA_ERROR_NO_DEVICE"));
         assert!(
-            e.to_string().contains("/n/dev/nvidiactl") && e.to_string().contains("openimex gpu"),
+            e.to_string().contains("/n/dev/nvidiactl")
+                && e.to_string().contains("openimex-lab gpu"),
             "{e}"
         );
         let e = CuError::from(WireError::Closed);

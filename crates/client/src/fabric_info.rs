@@ -11,7 +11,7 @@ use crate::context::unexpected;
 use crate::{Context, CuError};
 
 /// `nvmlGpuFabricInfo_v2_t` ({clusterUuid, status, cliqueId, state, healthMask}, NCCL
-/// `nvmlwrap.h`), plus the probe's healthSummary and partition, which `openimex app gpus`
+/// `nvmlwrap.h`), plus the probe's healthSummary and partition, which `openimex-lab app gpus`
 /// prints. Before the probe completes only `state` means anything: the rest is zero and
 /// `status` is NV_ERR_NOT_READY.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! What an application links to share GPU memory across nodes: a small cuMem-shaped API over
-//! the simulated GPU driver (`openimex gpu`), with the FABRIC handle type and CUDA's error
+//! the simulated GPU driver (`openimex-lab gpu`), with the FABRIC handle type and CUDA's error
 //! codes.
 //!
 //! A [`Context`] is one connection to the node's driver (one RM client), opened on the node's
@@ -39,7 +39,7 @@
 //!
 //! Memory lives until [`Context::release`] or until its context closes (the driver frees a
 //! client's objects when its connection goes, as at process exit). [`pattern`] fills and
-//! checks deterministic test data; [`cli`] is `openimex app`; [`node_dir`] says where a node's
+//! checks deterministic test data; [`cli`] is `openimex-lab app`; [`node_dir`] says where a node's
 //! driver socket and channel files are.
 //!
 //! The library speaks the driver's protocol crate (`openimex-simproto`) and does not link the

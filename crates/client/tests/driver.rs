@@ -2,7 +2,7 @@
 //! on two nodes that share a fabric directory, with a loopback stand-in for their IMEX daemons
 //! (`openimex_simgpu::testing`): channel descriptor passing, import waits, CUDA error mapping,
 //! and contexts on two nodes seeing the same bytes through their mappings. The `cli_*` tests
-//! run this test binary again as `openimex app` (see `cli_child`) with piped stdin/stdout.
+//! run this test binary again as `openimex-lab app` (see `cli_child`) with piped stdin/stdout.
 //!
 //! Where a test asserts what the driver does, the comment names the section of
 //! `reference/driver-interface.md` that the simulated driver follows there.
@@ -31,7 +31,7 @@ fn no_driver_is_no_device() {
     let text = e.to_string();
     assert!(
         text.contains(&socket_path(dir.path()).display().to_string())
-            && text.contains("openimex gpu"),
+            && text.contains("openimex-lab gpu"),
         "{text}"
     );
 }
@@ -403,13 +403,13 @@ fn a_driver_with_no_imex_channels_is_not_supported() {
 
 const CHILD_ARGS: &str = "OPENIMEX_CLIENT_TEST_CLI_ARGS";
 
-/// Not a test of its own: the entry point when this binary is re-run as `openimex app`.
+/// Not a test of its own: the entry point when this binary is re-run as `openimex-lab app`.
 #[test]
 fn cli_child() {
     let Ok(args) = std::env::var(CHILD_ARGS) else {
         return;
     };
-    let args: Vec<OsString> = std::iter::once("openimex app".into())
+    let args: Vec<OsString> = std::iter::once("openimex-lab app".into())
         .chain(args.split('\u{1f}').map(OsString::from))
         .collect();
     let code = openimex_client::cli::main(args);
@@ -619,7 +619,8 @@ fn cli_export_hold_sees_the_importers_writes() {
     ]);
     assert_eq!(rc, 1, "{out}");
     assert!(
-        out.starts_with("mismatch at ") && err.contains("openimex app: verify failed: mismatch at"),
+        out.starts_with("mismatch at ")
+            && err.contains("openimex-lab app: verify failed: mismatch at"),
         "{out} / {err}"
     );
     // IMPORT_V2 without a channel subscription (§2).
@@ -633,7 +634,7 @@ fn cli_export_hold_sees_the_importers_writes() {
     ]);
     assert_eq!(rc, 1);
     assert!(
-        err.contains("openimex app: import failed: CUDA_ERROR_NOT_PERMITTED (800): "),
+        err.contains("openimex-lab app: import failed: CUDA_ERROR_NOT_PERMITTED (800): "),
         "{err}"
     );
     let (rc, _, err) = run(&["import", "--node-dir", &node_b, "--handle", "nothex"]);

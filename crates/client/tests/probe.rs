@@ -1,7 +1,7 @@
-//! The GPU fabric probe end to end: a real `openimex gpu` process started with `--probe
+//! The GPU fabric probe end to end: a real `openimex-lab gpu` process started with `--probe
 //! pending`, the client library, the root-only control that completes the probe, and `openimex
 //! app gpus`. This test binary is re-run as each of those processes (see `child`): as
-//! `openimex gpu`, as `openimex app`, and as an unprivileged user sending the control.
+//! `openimex-lab gpu`, as `openimex-lab app`, and as an unprivileged user sending the control.
 //!
 //! What the driver does follows `reference/driver-interface.md` §5 (probe states, fields,
 //! "UC FLA ranges should be initialized") and §6.9; the CUDA error is the client's mapping of
@@ -39,8 +39,8 @@ fn child() {
     let kind = parts.next().unwrap_or_default();
     let args: Vec<OsString> = parts.map(OsString::from).collect();
     let code = match kind {
-        "gpu" => openimex_simgpu::cli::main(prefixed("openimex gpu", args)),
-        "app" => openimex_client::cli::main(prefixed("openimex app", args)),
+        "gpu" => openimex_simgpu::cli::main(prefixed("openimex-lab gpu", args)),
+        "app" => openimex_client::cli::main(prefixed("openimex-lab app", args)),
         "control" => {
             let socket = PathBuf::from(args.first().cloned().unwrap_or_default());
             println!("answer: {:?}", complete(&socket, 0));
@@ -89,7 +89,7 @@ fn lines(out: &Output) -> Vec<String> {
         .collect()
 }
 
-/// A real `openimex gpu` process; killed and reaped on drop.
+/// A real `openimex-lab gpu` process; killed and reaped on drop.
 struct Driver {
     child: Child,
     node_dir: PathBuf,
@@ -252,7 +252,7 @@ fn only_root_completes_a_probe() {
     );
 }
 
-/// `openimex app gpus` prints what NVML would per GPU (§5): UUID, clusterUuid, cliqueId,
+/// `openimex-lab app gpus` prints what NVML would per GPU (§5): UUID, clusterUuid, cliqueId,
 /// probe state, health summary; `-j` the same as JSON lines.
 #[test]
 fn app_gpus_shows_each_gpus_probe() {

@@ -332,7 +332,7 @@ pub struct Config {
     pub stats_interval_sec: u64,
 
     /// `OPENIMEX_SIM_NODE_DIR`: the node directory of the simulated GPU driver
-    /// (`openimex gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
+    /// (`openimex-lab gpu --node-dir`), used with `OPENIMEX_DRIVER=sim`.
     pub sim_node_dir: Option<PathBuf>,
 
     /// `OPENIMEX_DRIVER_ROOT`: where the GPU driver's files are (`dev/nvidiactl`,

@@ -10,9 +10,9 @@
 use std::collections::BTreeSet;
 
 use openimex_core::gpu::bw_mode_name;
-use openimex_fabric::probe::{HealthField, HealthMask};
 use openimex_proto::cmd::{DomainReply, NodeReport};
 use openimex_proto::peer::GpuFabric;
+use openimex_rmabi::health::{HealthField, HealthMask};
 use serde_json::{Value, json};
 
 /// The fields' words: NOT_SUPPORTED 0, TRUE 1, FALSE 2 (NV2080_CTRL_GPU_FABRIC_HEALTH_MASK_*).

@@ -10,11 +10,15 @@
 //!   as NVIDIA's `--nogpu` mode reports. It never produces events.
 //! - [`nvidia::Nvidia`]: NVIDIA's Resource Manager interface on `<driver root>/dev/nvidiactl`
 //!   (open-gpu-kernel-modules, the driver versions of [`openimex_rmabi::SUPPORTED`]). The
-//!   simulated GPU driver (`openimex gpu`) serves the same interface on its node directory,
+//!   simulated GPU driver (`openimex-lab gpu`) serves the same interface on its node directory,
 //!   so the daemon runs this one backend on a laptop and on a GB200.
+//!
+//! Also the IMEX channel files of a node ([`channels`]): creating them with tight permissions
+//! (`openimex channels`, the simulated driver) and finding the ones open to every user.
 
 #![deny(missing_docs)]
 
+pub mod channels;
 pub mod multicast;
 pub mod nvidia;
 

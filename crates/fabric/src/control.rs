@@ -5,7 +5,7 @@
 //! Only root or the FM's own user may operate the fabric (SO_PEERCRED, as the simulated driver
 //! checks its Fabric Manager controls); anyone else gets one [`Response::Refused`] and the
 //! connection closes. [`handle`] is the pure part the server runs under its lock; [`request`]
-//! is the client `openimex fabric …` uses.
+//! is the client `openimex-lab fabric …` uses.
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
@@ -91,7 +91,7 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, FabricError> {
     let stream = UnixStream::connect(path).map_err(|e| {
         fail(
             format!("cannot connect: {e}"),
-            "start the Fabric Manager (`openimex fabric serve`) or pass its --fabric-dir / --control",
+            "start the Fabric Manager (`openimex-lab fabric serve`) or pass its --fabric-dir / --control",
         )
     })?;
     let _ = stream.set_read_timeout(Some(ANSWER_TIMEOUT));
@@ -118,7 +118,7 @@ mod tests {
     use crate::topology::preset;
 
     /// Requests and answers cross the framing as they are (the wire form is the contract
-    /// between `openimex fabric` and the FM).
+    /// between `openimex-lab fabric` and the FM).
     #[test]
     fn requests_and_answers_cross_the_framing() {
         let (a, b) = UnixStream::pair().expect("pair");
@@ -168,7 +168,7 @@ mod tests {
             request(Path::new("/nonexistent/fm.ctl"), &Request::Status).expect_err("no FM there");
         let s = e.to_string();
         assert!(
-            s.contains("/nonexistent/fm.ctl") && s.contains("openimex fabric serve"),
+            s.contains("/nonexistent/fm.ctl") && s.contains("openimex-lab fabric serve"),
             "{s}"
         );
     }

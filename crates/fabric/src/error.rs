@@ -111,7 +111,7 @@ pub enum FabricError {
     },
     /// An operator command names an OSFP link the topology does not have.
     #[error(
-        "no OSFP link {index}: the topology has {links} (numbered from 0, see `openimex fabric topology`)"
+        "no OSFP link {index}: the topology has {links} (numbered from 0, see `openimex-lab fabric topology`)"
     )]
     UnknownLink {
         /// The index asked for.

@@ -13,7 +13,7 @@
 //! - [`manager`]: the simulated Fabric Manager as a synchronous state machine (attach, probe
 //!   answers and updates, operator commands, multicast teams).
 //! - [`control`]: the operator's protocol on the FM's control socket, and its client.
-//! - [`server`]: `openimex fabric serve`, the FM process: the manager behind sockets.
+//! - [`server`]: `openimex-lab fabric serve`, the FM process: the manager behind sockets.
 //!
 //! Everything but [`server`] and [`control`]'s client is a pure function of its inputs or a
 //! synchronous state machine: no I/O except reading a topology file.

@@ -178,7 +178,7 @@ pub struct SwitchStatus {
     pub up: bool,
 }
 
-/// What `openimex fabric status` shows.
+/// What `openimex-lab fabric status` shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
     /// The domain's name (its clusterUuid derives from it).

@@ -1,4 +1,4 @@
-//! `openimex fabric serve`: the Fabric Manager process of one NVLink domain.
+//! `openimex-lab fabric serve`: the Fabric Manager process of one NVLink domain.
 //!
 //! Two unix sockets, both mode 0600 and both checked with SO_PEERCRED (root or the FM's user):
 //! the in-band socket in the fabric directory
@@ -417,7 +417,7 @@ fn serve_operator(shared: &Shared, stream: &UnixStream) {
     }
 }
 
-/// Runs the FM in the foreground until SIGTERM, SIGINT or SIGQUIT (`openimex fabric serve`):
+/// Runs the FM in the foreground until SIGTERM, SIGINT or SIGQUIT (`openimex-lab fabric serve`):
 /// logs to stderr, `ready <in-band socket>` on stdout once both sockets listen.
 pub fn run(config: ServeConfig) -> Result<(), FabricError> {
     let _ = tracing_subscriber::fmt()

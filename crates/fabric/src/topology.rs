@@ -2,7 +2,7 @@
 //! links that join racks, with the named presets of the GB200 NVL72 reference configurations.
 //!
 //! A compute tray is one OS domain (one IMEX node); its position in the domain, counted across
-//! racks in order, is its *slot* (`openimex gpu --slot`), which names its GPUs' fabric
+//! racks in order, is its *slot* (`openimex-lab gpu --slot`), which names its GPUs' fabric
 //! addresses. Every GPU reaches every switch tray of its *fabric* (its rack plus every rack
 //! joined to it through OSFP links): losing a switch tray lowers bandwidth, it does not cut a
 //! GPU off.

@@ -47,8 +47,12 @@ const PANIC_LOG_TAIL: usize = 200;
 pub struct ClusterSpec {
     /// Number of nodes.
     pub nodes: usize,
-    /// The `openimex` binary.
+    /// The binary that runs the daemons and `ctl`: the production `openimex`, or the lab
+    /// binary, which carries the same commands.
     pub binary: PathBuf,
+    /// The lab binary (`openimex-lab`): the simulated GPU drivers, the Fabric Manager and the
+    /// applications. [`ClusterSpec::new`] makes it `binary`; see [`ClusterSpec::with_lab_binary`].
+    pub lab_binary: PathBuf,
     /// Extra config keys for every node; they override the standard ones.
     pub extra_config: Vec<(String, String)>,
     /// `OPENIMEX_HEARTBEAT_INTERVAL_MS` (default 500).
@@ -61,7 +65,7 @@ pub struct ClusterSpec {
     pub server_port: u16,
     /// `IMEX_CMD_PORT` of every node (default 50005).
     pub cmd_port: u16,
-    /// Simulated GPUs: each node then runs `openimex gpu` beside its daemon, which uses the
+    /// Simulated GPUs: each node then runs `openimex-lab gpu` beside its daemon, which uses the
     /// `sim` driver. `None` (default): control plane only (`nogpu`).
     pub gpus: Option<GpuSpec>,
     /// Names mode: the nodes file lists names ([`crate::names::node_name`]) and each daemon
@@ -76,11 +80,13 @@ pub struct ClusterSpec {
 }
 
 impl ClusterSpec {
-    /// `nodes` nodes of `binary` with the defaults.
+    /// `nodes` nodes of `binary` (the lab binary, which runs every process) with the defaults.
     pub fn new(nodes: usize, binary: impl Into<PathBuf>) -> Self {
+        let binary = binary.into();
         Self {
             nodes,
-            binary: binary.into(),
+            lab_binary: binary.clone(),
+            binary,
             extra_config: Vec::new(),
             heartbeat_ms: 500,
             peer_timeout_ms: 3000,
@@ -99,6 +105,13 @@ impl ClusterSpec {
     /// (`IMEX_AUTH_SOURCE=FILE`); keys given with [`ClusterSpec::config`] override them.
     pub fn with_tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// The daemons run `binary` (e.g. the production `openimex`) and everything else of the
+    /// simulation runs `lab` (`openimex-lab`).
+    pub fn with_lab_binary(mut self, lab: impl Into<PathBuf>) -> Self {
+        self.lab_binary = lab.into();
         self
     }
 
@@ -328,7 +341,7 @@ impl Cluster {
             return Ok(());
         }
         *gpu = Some(start_driver(
-            &self.spec.binary,
+            &self.spec.lab_binary,
             node.dir(),
             &self.fabric_dir(),
             i,

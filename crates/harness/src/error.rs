@@ -35,22 +35,9 @@ pub enum HarnessError {
         /// What to check.
         hint: &'static str,
     },
-    /// A certificate or key could not be made (`certs`).
-    #[error("cannot make {what}: {cause}\n  hint: {hint}")]
-    Certs {
-        /// What was being made, e.g. `the certificate of node 2 (10.0.0.3)`.
-        what: String,
-        /// What rcgen said.
-        cause: String,
-        /// What to check.
-        hint: &'static str,
-    },
-    /// A file `certs` would write exists already.
-    #[error("{} exists already; pass --force to overwrite it, or choose another --out directory", path.display())]
-    Exists {
-        /// The file.
-        path: PathBuf,
-    },
+    /// Certificates for a TLS cluster could not be made or written.
+    #[error(transparent)]
+    Certs(#[from] openimex_certs::CertsError),
     /// Sending a signal to a node's process failed.
     #[error("cannot send {signal} to node {node} (pid {pid}): {source}")]
     Signal {

@@ -1,6 +1,6 @@
-//! The NVLink domain's simulated Fabric Manager (`openimex fabric serve`) for a test cluster:
+//! The NVLink domain's simulated Fabric Manager (`openimex-lab fabric serve`) for a test cluster:
 //! started before the trays' drivers (or after, to show them waiting), killed -9 and
-//! restarted, and operated through its control socket with `openimex fabric …`.
+//! restarted, and operated through its control socket with `openimex-lab fabric …`.
 //!
 //! The trays of a cluster are the topology's first compute trays: node `i` is the tray at slot
 //! `i`, its driver started with `--fabric-manager` ([`crate::ClusterSpec::from_topology`]).
@@ -13,7 +13,7 @@ use crate::HarnessError;
 use crate::gpu::{append_log, spawn_ready};
 use crate::process::run_with_timeout;
 
-/// Time limit of one `openimex fabric …` operator command.
+/// Time limit of one `openimex-lab fabric …` operator command.
 pub const FABRIC_CMD_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Which FM to start.
@@ -127,7 +127,7 @@ impl FabricManager {
         }
     }
 
-    /// Runs `openimex fabric ARGS --control <socket>` (e.g. `["partition", "split", "2"]`).
+    /// Runs `openimex-lab fabric ARGS --control <socket>` (e.g. `["partition", "split", "2"]`).
     pub fn command(&self, args: &[&str]) -> Result<Output, HarnessError> {
         Self::command_at(&self.binary, &self.fabric_dir, args)
     }

@@ -1,4 +1,4 @@
-//! The simulated GPU driver of each node (`openimex gpu`): started before the node's daemon,
+//! The simulated GPU driver of each node (`openimex-lab gpu`): started before the node's daemon,
 //! kept running across daemon kills and restarts (it is the node's "kernel module"), stopped
 //! last. All nodes of a cluster share one fabric directory (the simulated NVLink domain).
 
@@ -25,10 +25,10 @@ pub struct GpuSpec {
     /// IMEX channel files per node (`channel0` … `channelN-1`).
     pub channels: u32,
     /// The driver version the simulated drivers report and whose RM layouts they serve
-    /// (`openimex gpu --driver-version`); `None`: the simulated driver's default.
+    /// (`openimex-lab gpu --driver-version`); `None`: the simulated driver's default.
     pub driver_version: Option<&'static str>,
     /// Each driver appends one line per escape it serves to `<node dir>/driver-trace.log`
-    /// (`openimex gpu --trace`).
+    /// (`openimex-lab gpu --trace`).
     pub trace: bool,
 }
 

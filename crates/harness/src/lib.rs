@@ -1,5 +1,5 @@
 //! Starts N `openimex` nodes on one machine as real processes, for integration tests,
-//! `openimex bench` and `openimex demo`.
+//! `openimex-lab bench` and `openimex-lab demo`.
 //!
 //! Each node is an `openimex daemon -c <node dir>/config.cfg` process in the foreground,
 //! bound to its own loopback address (`127.A.B.1`, `127.A.B.2`, … with `A`, `B` random and
@@ -16,8 +16,8 @@
 //!   hosts, spare-address, move and add operations live in `cluster/membership.rs`.
 //! - [`netns`]: network namespaces (`ip netns`) joined by a veth pair with IPv6 link-local
 //!   addresses, removed on drop (needs root).
-//! - [`certs`]: a per-domain CA and per-node certificates for mutual TLS between daemons
-//!   (`openimex certs`, and [`ClusterSpec::with_tls`]).
+//! - [`certs`]: the production crate `openimex-certs` (a per-domain CA and per-node
+//!   certificates for mutual TLS), re-exported for [`ClusterSpec::with_tls`] and its tests.
 //! - [`fabric_manager`]: the domain's simulated Fabric Manager process and its operator
 //!   commands ([`ClusterSpec::from_topology`] starts a cluster's trays against it).
 //! - [`addr`]: allocation of free loopback address blocks.
@@ -28,7 +28,7 @@
 //! - [`chaos`]: a workload of application processes under seeded random faults (kill -9 of
 //!   apps, daemons and drivers, hangs, flaps), each fault's time to recover, and the end
 //!   invariants (no stale read, no data error, no leaked reference, domain UP).
-//! - [`bench`](mod@bench): the scenarios of `openimex bench` over real processes (formation,
+//! - [`bench`](mod@bench): the scenarios of `openimex-lab bench` over real processes (formation,
 //!   recovery, footprint) and the [`bench::BenchEntry`] every figure is reported as.
 //!
 //! # Clean-up
@@ -54,7 +54,7 @@
 
 pub mod addr;
 pub mod bench;
-pub mod certs;
+pub use openimex_certs as certs;
 pub mod chaos;
 pub mod cluster;
 pub mod domain;

@@ -30,7 +30,6 @@ mod driver_io;
 mod engine;
 mod error;
 mod fabric;
-pub mod heap;
 pub mod limits;
 pub mod logging;
 mod mailbox;
@@ -232,7 +231,7 @@ pub async fn run(
             Ok(())
         }
     }));
-    let events = metrics::Events::default();
+    let events = metrics::Events::default().with_heap_counter(world.heap_allocations);
     if let Some(listener) = world.metrics {
         let listener = tokio_tcp(listener)?;
         if let Ok(addr) = listener.local_addr() {

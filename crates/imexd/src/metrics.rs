@@ -12,7 +12,7 @@
 //! - gauges of the node's GPUs on the fabric (health summary and mask, cliqueId, bandwidth
 //!   mode), from the daemon's fabric view ([`fabric`]).
 //! - the process's heap allocations since start (`heap_allocations`), when the binary counts
-//!   them ([`crate::heap`]).
+//!   them (`World::heap_allocations`: the lab binary does, the production binary does not).
 //!
 //! Rendering is prometheus-client's OpenMetrics text; [`http`] serves it.
 
@@ -62,6 +62,8 @@ pub(crate) struct Events {
     /// Clean-ups by reason, and each peer's running total when last counted.
     cleanups: Family<Labels, Counter>,
     cleanups_seen: Arc<Mutex<HashMap<NodeId, u64>>>,
+    /// The process's heap allocations so far, when its binary counts them.
+    heap_allocations: Option<fn() -> u64>,
 }
 
 impl Default for Events {
@@ -78,6 +80,7 @@ impl Default for Events {
             started: Arc::default(),
             cleanups: Family::default(),
             cleanups_seen: Arc::default(),
+            heap_allocations: None,
         };
         for ok in [true, false] {
             let _ = events.imports_answered.get_or_create(result_label(ok));
@@ -89,6 +92,14 @@ impl Default for Events {
                 .get_or_create(delivery_label(delivered));
         }
         events
+    }
+}
+
+impl Events {
+    /// These counters, and `count` reported as the process's heap allocations.
+    pub(crate) fn with_heap_counter(mut self, count: Option<fn() -> u64>) -> Self {
+        self.heap_allocations = count;
+        self
     }
 }
 
@@ -296,7 +307,7 @@ impl Events {
             cleaned,
         );
         fabric::register(&mut r, gpus);
-        if let Some(n) = crate::heap::allocations() {
+        if let Some(n) = self.heap_allocations.map(|count| count()) {
             let heap = Counter::<u64>::default();
             heap.inc_by(n);
             r.register(

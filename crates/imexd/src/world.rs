@@ -21,6 +21,10 @@ pub struct World {
     pub cmd_unix: Option<UnixListener>,
     /// `OPENIMEX_METRICS_ADDR`'s listener ([`World::with_metrics`]); `None` serves no metrics.
     pub metrics: Option<TcpListener>,
+    /// The process's heap allocations so far, when its binary counts them (the lab binary's
+    /// allocator, which the bench reads through `openimex_heap_allocations_total`); `None`,
+    /// the production binary's case, reports no such metric.
+    pub heap_allocations: Option<fn() -> u64>,
 }
 
 impl World {
@@ -42,7 +46,14 @@ impl World {
             cmd_tcp,
             cmd_unix,
             metrics: None,
+            heap_allocations: None,
         })
+    }
+
+    /// Reports `count` as the process's heap allocations in the metrics.
+    pub fn with_heap_counter(mut self, count: Option<fn() -> u64>) -> Self {
+        self.heap_allocations = count;
+        self
     }
 
     /// Binds the metrics listener (`OPENIMEX_METRICS_ADDR`) too, if an address is given.

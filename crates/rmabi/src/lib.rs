@@ -5,8 +5,8 @@
 //! `/dev/nvidiactl`: the ioctl escapes and their argument structs ([`escape`]), the RM
 //! classes and their allocation parameters ([`class`]), the control commands and their
 //! parameter blocks ([`ctrl`]), the fabric events of an IMEX session ([`event`]), the
-//! `NV_STATUS` codes ([`status`]) and the table of driver releases with the layout family
-//! of each ([`version`]).
+//! `NV_STATUS` codes ([`status`]), the fabric health mask's fields ([`health`]) and the table
+//! of driver releases with the layout family of each ([`version`]).
 //!
 //! **Nothing here does I/O.** There are no file descriptors, no `ioctl()` calls, no
 //! `unsafe`: a real-driver backend or the simulated driver build on these types.
@@ -81,6 +81,7 @@ pub mod error;
 pub mod escape;
 pub mod event;
 mod families;
+pub mod health;
 pub mod status;
 pub mod version;
 

@@ -1,4 +1,4 @@
-//! `openimex gpu`: run one node's simulated GPU driver in the foreground.
+//! `openimex-lab gpu`: run one node's simulated GPU driver in the foreground.
 //!
 //! Prints `ready <socket path>` on stdout once it listens; logs go to stderr. SIGTERM, SIGINT
 //! or SIGQUIT stops it (exit 0, socket file removed); the HBM files stay, since the fabric
@@ -28,11 +28,11 @@ use crate::fm_link::FmLink;
 use crate::rm::ProbeStart;
 use crate::server::{DEFAULT_DRIVER_VERSION, DriverConfig, Server, default_cluster_uuid};
 
-/// Command-line arguments of `openimex gpu`.
+/// Command-line arguments of `openimex-lab gpu`.
 #[derive(Debug, Parser)]
 #[command(
-    name = "openimex gpu",
-    bin_name = "openimex gpu",
+    name = "openimex-lab gpu",
+    bin_name = "openimex-lab gpu",
     about = "Run one node's simulated GPU driver (NVLink fabric as files in a shared directory)"
 )]
 struct Args {
@@ -63,7 +63,7 @@ struct Args {
     /// GPU before its probe completes.
     #[arg(long, value_name = "STATE", value_enum, default_value_t = ProbeArg::Complete)]
     probe: ProbeArg,
-    /// Take the GPUs' probe answers from the domain's Fabric Manager (`openimex fabric serve`
+    /// Take the GPUs' probe answers from the domain's Fabric Manager (`openimex-lab fabric serve`
     /// on the same --fabric-dir): probes start IN_PROGRESS and the driver attaches as tray
     /// --slot, retrying until the FM listens.
     #[arg(long, conflicts_with_all = ["cluster_uuid", "clique_id", "probe"])]
@@ -113,7 +113,7 @@ fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
     })
 }
 
-/// Entry point of `openimex gpu`; `args[0]` is the program name.
+/// Entry point of `openimex-lab gpu`; `args[0]` is the program name.
 pub fn main(args: Vec<OsString>) -> ExitCode {
     let args = match Args::try_parse_from(args) {
         Ok(a) => a,
@@ -133,14 +133,14 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let signals = match Signals::block() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("openimex gpu: error: {e}");
+            eprintln!("openimex-lab gpu: error: {e}");
             return ExitCode::FAILURE;
         }
     };
 
     let Some(hbm_bytes) = args.hbm_mib.checked_mul(1 << 20) else {
         eprintln!(
-            "openimex gpu: error: --hbm-mib {} is too large",
+            "openimex-lab gpu: error: --hbm-mib {} is too large",
             args.hbm_mib
         );
         return ExitCode::FAILURE;
@@ -170,7 +170,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let server = match Server::bind(&config) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("openimex gpu: error: {e}");
+            eprintln!("openimex-lab gpu: error: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -178,7 +178,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let handle = match server.spawn() {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("openimex gpu: error: cannot start the server thread: {e}");
+            eprintln!("openimex-lab gpu: error: cannot start the server thread: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -209,7 +209,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
                 Some(l)
             }
             Err(e) => {
-                eprintln!("openimex gpu: error: cannot start the Fabric Manager link: {e}");
+                eprintln!("openimex-lab gpu: error: cannot start the Fabric Manager link: {e}");
                 return ExitCode::FAILURE;
             }
         }

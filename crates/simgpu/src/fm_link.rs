@@ -1,4 +1,4 @@
-//! The tray's NVLink in-band link to the domain's Fabric Manager (`openimex gpu
+//! The tray's NVLink in-band link to the domain's Fabric Manager (`openimex-lab gpu
 //! --fabric-manager`; driver-interface §5, [`openimex_simproto::inband`]).
 //!
 //! One thread keeps one connection to the FM's socket in the fabric directory: it connects

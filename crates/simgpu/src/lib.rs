@@ -1,4 +1,4 @@
-//! A faithful simulated GPU driver and NVLink fabric (`openimex gpu`), one driver process per
+//! A faithful simulated GPU driver and NVLink fabric (`openimex-lab gpu`), one driver process per
 //! node, independent of the daemon so it outlives a daemon crash as a kernel module does.
 //!
 //! HBM lives in files of a *fabric directory* shared by every node of the simulated NVLink
@@ -14,20 +14,18 @@
 //!
 //! # Layout
 //! - [`fabric`] — fabric addresses: which GPU's HBM file and offset a PFN names.
-//! - [`channels`] — channel files: tight creation, the audit of channels open to every user.
 //! - [`rm`] — the driver's state (sessions, exports, import descriptors, events, HBM) as a
 //!   synchronous state machine with no sockets and no threads.
 //! - [`rmapi`] — NVIDIA's RM ioctl interface (the escapes of `/dev/nvidiactl`) served over
 //!   the state machine, byte for byte, with no sockets.
 //! - [`server`] — the socket server: one thread per connection around a shared [`rm::Rm`],
 //!   channel checks on passed descriptors, the blocking calls.
-//! - [`cli`] — `openimex gpu`: flags, `ready <socket>` line, signals.
-//! - [`fm_link`] — `openimex gpu --fabric-manager`: the tray's in-band link to the simulated
+//! - [`cli`] — `openimex-lab gpu`: flags, `ready <socket>` line, signals.
+//! - [`fm_link`] — `openimex-lab gpu --fabric-manager`: the tray's in-band link to the simulated
 //!   Fabric Manager, which completes and updates the GPUs' probes.
 //! - `testing` (feature `testing`) — a loopback stand-in for the IMEX daemons of in-process
 //!   nodes, for the tests of code that talks to the driver.
 
-pub mod channels;
 pub mod cli;
 pub mod fabric;
 pub mod fm_link;

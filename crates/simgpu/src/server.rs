@@ -50,11 +50,11 @@ use openimex_simproto::node_dir::{channel_path, channels_dir, socket_path};
 use openimex_simproto::proto::{self, DriverStats, NvStatus, Request, WireError};
 use sha2::{Digest, Sha256};
 
-use crate::channels::{DEFAULT_CHANNEL_MODE, create_channel_file, warn_open_to_all};
 use crate::rm::{ClientId, ProbeStart, Rm, RmConfig};
 use crate::rmapi::{RmApi, RmApiConfig};
+use openimex_driver::channels::{DEFAULT_CHANNEL_MODE, create_channel_file, warn_open_to_all};
 
-/// The driver version `openimex gpu` reports unless told otherwise (the newest release the
+/// The driver version `openimex-lab gpu` reports unless told otherwise (the newest release the
 /// RM ABI crate knows).
 pub const DEFAULT_DRIVER_VERSION: &str = "595.45.04";
 
@@ -99,7 +99,7 @@ pub struct DriverConfig {
 }
 
 impl Default for DriverConfig {
-    /// A node of 4 GPUs of 1 GiB in `./node` and `./fabric`, as `openimex gpu` defaults.
+    /// A node of 4 GPUs of 1 GiB in `./node` and `./fabric`, as `openimex-lab gpu` defaults.
     fn default() -> Self {
         Self {
             node_dir: PathBuf::from("node"),

@@ -8,7 +8,7 @@
 //! never on this path: the FM answers every participating driver directly.
 //!
 //! Here the "NVLink" is a unix stream socket in the fabric directory that every tray shares
-//! ([`fm_socket_path`]), served by `openimex fabric serve`. Each tray's driver keeps one
+//! ([`fm_socket_path`]), served by `openimex-lab fabric serve`. Each tray's driver keeps one
 //! connection to it: it sends [`ToFm::Attach`] first and then whatever it needs; the FM sends
 //! [`FromFm`] messages at any time (answers and unsolicited updates alike). The framing is the
 //! driver protocol's (`proto::send` and `proto::recv`, whose module depends on this one for

@@ -1,4 +1,4 @@
-//! The wire protocol of the simulated GPU driver (`openimex gpu`), shared by the driver itself
+//! The wire protocol of the simulated GPU driver (`openimex-lab gpu`), shared by the driver itself
 //! (`openimex-simgpu`), the daemon's `sim` backend (`openimex-driver`) and the application
 //! library (`openimex-client`), so that none of them links another to speak to it.
 //!

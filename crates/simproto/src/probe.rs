@@ -7,7 +7,7 @@
 //! cliqueId, FLA range, caps and health (`gpu_fabric_probe.c`). Until that response arrives the
 //! GPU has no unicast FLA range and fabric memory allocation on it fails (§5). Here the
 //! response arrives as [`ProbeInfo`], through the driver's `CompleteFabricProbe` control or at
-//! start from `openimex gpu`'s flags.
+//! start from `openimex-lab gpu`'s flags.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,7 +37,7 @@ impl ProbeState {
         }
     }
 
-    /// NVML's name (`NVML_GPU_FABRIC_STATE_*`), what tools and `openimex app gpus` print.
+    /// NVML's name (`NVML_GPU_FABRIC_STATE_*`), what tools and `openimex-lab app gpus` print.
     pub fn nvml_name(self) -> &'static str {
         match self {
             Self::Unsupported => "NOT_SUPPORTED",

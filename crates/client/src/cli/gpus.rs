@@ -1,4 +1,4 @@
-//! `openimex app gpus`: each GPU of the node as NVML shows it to NCCL, NVSHMEM and UCX: UUID,
+//! `openimex-lab app gpus`: each GPU of the node as NVML shows it to NCCL, NVSHMEM and UCX: UUID,
 //! clusterUuid, cliqueId, fabric probe state and health summary, read fresh from the driver's
 //! GET_GPU_FABRIC_PROBE_INFO (`reference/driver-interface.md` §5), as a table or, with
 //! `-j`, one JSON object per line.

@@ -1,4 +1,4 @@
-//! `openimex app multicast`: a multicast (NVLS) team of this node's GPUs through the client
+//! `openimex-lab app multicast`: a multicast (NVLS) team of this node's GPUs through the client
 //! library, end to end: create, add every GPU, bind each GPU's memory, store through the
 //! team (checked in every GPU's memory) and load-reduce (`reference/driver-interface.md`
 //! §6.10). For scripts and the tests of the driver's multicast lifecycle (`--hold`, then kill

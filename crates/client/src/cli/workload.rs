@@ -1,11 +1,11 @@
-//! `openimex app churn` and `openimex app reader`: the two halves of the fault-injection
-//! workload (`openimex demo --chaos` and the chaos tests) as processes, so that a fault can
+//! `openimex-lab app churn` and `openimex-lab app reader`: the two halves of the fault-injection
+//! workload (`openimex-lab demo --chaos` and the chaos tests) as processes, so that a fault can
 //! kill them as it kills a real job.
 //!
 //! ```text
-//! openimex app churn  --node-dir DIR --handle-file FILE [--gpu N] [--size SIZE]
+//! openimex-lab app churn  --node-dir DIR --handle-file FILE [--gpu N] [--size SIZE]
 //!                     [--hold-ms MS] [--canary-ms MS]
-//! openimex app reader --node-dir DIR --source FILE... [--interval-ms MS]
+//! openimex-lab app reader --node-dir DIR --source FILE... [--interval-ms MS]
 //!                     [--import-timeout SECS] [--tick-ms MS]
 //! ```
 //!
@@ -31,7 +31,7 @@
 //! - `corrupt TAG SEED OFFSET`: anything else that is not the pattern.
 //!
 //! Both stop on `exit`, end of stdin, SIGTERM or SIGINT, release what they hold and exit 0.
-//! A lost driver connection (the node's `openimex gpu` died) exits 3: a job does not outlive
+//! A lost driver connection (the node's `openimex-lab gpu` died) exits 3: a job does not outlive
 //! its GPU driver.
 
 use std::path::{Path, PathBuf};
@@ -134,7 +134,7 @@ fn lost(e: &CuError) -> bool {
 
 /// Ends the process for a lost driver (exit 3), after saying why.
 fn lost_driver(e: &CuError) -> ExitCode {
-    eprintln!("openimex app: lost the GPU driver: {e}");
+    eprintln!("openimex-lab app: lost the GPU driver: {e}");
     ExitCode::from(LOST_DRIVER)
 }
 
@@ -142,7 +142,7 @@ fn start(node: &NodeArgs) -> Result<Context, ExitCode> {
     catch_termination();
     watch_stdin();
     open(node).map_err(|f| {
-        eprintln!("openimex app: {f}");
+        eprintln!("openimex-lab app: {f}");
         ExitCode::from(LOST_DRIVER)
     })
 }

@@ -363,7 +363,7 @@ pub(super) fn check_combinations(
             key: "OPENIMEX_DRIVER".to_owned(),
             value: raw.to_owned(),
             needs: "needs OPENIMEX_SIM_NODE_DIR: set it to the --node-dir of this node's \
-                    `openimex gpu` process"
+                    `openimex-lab gpu` process"
                 .to_owned(),
         });
     }

@@ -33,7 +33,7 @@ use crate::{DriverError, GpuFabric};
 /// What the operator installs when there is no driver.
 pub(super) const INSTALL: &str = "install the NVIDIA GPU driver (550.40.07 or later) and load its \
     kernel module (`modprobe nvidia`), or point OPENIMEX_DRIVER_ROOT at the driver root \
-    (a simulated tray's node directory, `openimex gpu --node-dir`), or run the control plane \
+    (a simulated tray's node directory, `openimex-lab gpu --node-dir`), or run the control plane \
     alone with OPENIMEX_DRIVER=nogpu";
 
 /// Why the backend could not start, step by step.

@@ -1,4 +1,4 @@
-//! [`BenchEntry`]: one figure of `openimex bench all`, next to the baseline it is judged by,
+//! [`BenchEntry`]: one figure of `openimex-lab bench all`, next to the baseline it is judged by,
 //! and how a list of them is printed (plain table, Markdown table, JSON).
 
 use std::fmt::Write as _;

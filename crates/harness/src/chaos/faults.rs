@@ -76,7 +76,7 @@ impl FaultKind {
         )
     }
 
-    /// The kinds `openimex demo --chaos` draws by default: the kills and restarts of apps,
+    /// The kinds `openimex-lab demo --chaos` draws by default: the kills and restarts of apps,
     /// daemons and drivers (issue 7 item 8). The hangs and partitions are left to `--faults`;
     /// a hang past the grace time breaks the grace time's premise ([`FaultKind::HangPastGrace`]).
     pub const KILLS: [FaultKind; 7] = [

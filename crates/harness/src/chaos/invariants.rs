@@ -15,7 +15,7 @@ use crate::cluster::is_up;
 use crate::process::run_with_timeout;
 use crate::{HarnessError, Signal};
 
-/// The driver counters (`openimex app stats`) that must all be zero once every application is
+/// The driver counters (`openimex-lab app stats`) that must all be zero once every application is
 /// gone: anything left is a leaked reference.
 pub const REF_COUNTERS: [&str; 7] = [
     "allocations",
@@ -175,9 +175,9 @@ impl Engine<'_> {
         }
     }
 
-    /// `openimex app stats` of node `n`'s driver, parsed.
+    /// `openimex-lab app stats` of node `n`'s driver, parsed.
     fn driver_stats(&self, n: usize) -> Result<Value, String> {
-        let mut cmd = Command::new(&self.spec.binary);
+        let mut cmd = Command::new(&self.spec.lab_binary);
         cmd.args(["app", "stats", "--no-channel", "--node-dir"])
             .arg(self.cluster.node(n).dir());
         let out = run_with_timeout(&mut cmd, Duration::from_secs(10)).map_err(|e| e.to_string())?;

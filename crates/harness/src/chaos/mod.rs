@@ -1,12 +1,12 @@
 //! The chaos engine: a workload of real application processes on a real cluster (simulated
 //! GPU drivers and daemons), seeded random faults injected into it one after another, the
-//! time each takes to recover, and the invariants checked at the end. `openimex demo --chaos`
+//! time each takes to recover, and the invariants checked at the end. `openimex-lab demo --chaos`
 //! and the chaos tests both run it.
 //!
-//! - Workload ([`workload`]): per exporting GPU an `openimex app churn` that allocates,
+//! - Workload ([`workload`]): per exporting GPU an `openimex-lab app churn` that allocates,
 //!   writes a canary into the new memory, then a pattern of a fresh seed, exports and publishes
 //!   the handle, holds it, releases it, again and again; per importing GPU an
-//!   `openimex app reader` that imports what every exporter on the other nodes publishes and
+//!   `openimex-lab app reader` that imports what every exporter on the other nodes publishes and
 //!   checks it continuously. Reads are `ok`, `stale` (the canary: memory freed and reused under
 //!   a live mapping), `freed` (zeros: memory freed, not yet reused) or `corrupt`. Dead apps are
 //!   started again once their node's daemon is READY, as a scheduler would.
@@ -63,8 +63,10 @@ pub enum Pacing {
 /// layouts; adjust the public fields after.
 #[derive(Debug, Clone)]
 pub struct ChaosSpec {
-    /// The `openimex` binary.
+    /// The binary that runs the daemons (see [`ClusterSpec::binary`]).
     pub binary: PathBuf,
+    /// The lab binary: simulated drivers and the applications (see [`ClusterSpec::lab_binary`]).
+    pub lab_binary: PathBuf,
     /// Nodes in the cluster.
     pub nodes: usize,
     /// Simulated GPUs per node.
@@ -97,11 +99,14 @@ pub struct ChaosSpec {
 }
 
 impl ChaosSpec {
-    /// Every node exports on every GPU and imports every other node's GPUs.
+    /// Every node exports on every GPU and imports every other node's GPUs; `binary` (the lab
+    /// binary) runs every process.
     pub fn all_to_all(binary: impl Into<PathBuf>, nodes: usize, gpus_per_node: u32) -> Self {
         let all: Vec<usize> = (0..nodes).collect();
+        let binary = binary.into();
         Self {
-            binary: binary.into(),
+            lab_binary: binary.clone(),
+            binary,
             nodes,
             gpus_per_node,
             exporters: all.clone(),
@@ -207,6 +212,7 @@ impl<'s> Engine<'s> {
             ..GpuSpec::default()
         };
         let mut cspec = ClusterSpec::new(spec.nodes, &spec.binary)
+            .with_lab_binary(&spec.lab_binary)
             .with_gpus(gpus)
             .config(
                 "IMEX_NODE_DISCONNECTED_GRACE_TIME",
@@ -472,7 +478,7 @@ impl<'s> Engine<'s> {
             if self.apps[i].starts > 0 {
                 self.counts.restarts += 1;
             }
-            let binary = self.spec.binary.clone();
+            let binary = self.spec.lab_binary.clone();
             if let Err(e) = self.apps[i].spawn(&binary, i, &self.sender) {
                 self.note(format!("cannot start app {}: {e}", self.apps[i].spec.name));
                 self.apps[i].respawn_at = Some(Instant::now() + RESPAWN);

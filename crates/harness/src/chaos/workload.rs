@@ -1,5 +1,5 @@
-//! The workload's processes: one `openimex app churn` per exporting GPU and one
-//! `openimex app reader` per importing GPU (following every exporter on the other nodes),
+//! The workload's processes: one `openimex-lab app churn` per exporting GPU and one
+//! `openimex-lab app reader` per importing GPU (following every exporter on the other nodes),
 //! their stdout parsed into `Event`s on reader threads, and their exits classified.
 
 use std::collections::VecDeque;

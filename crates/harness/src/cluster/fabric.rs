@@ -91,7 +91,7 @@ impl Cluster {
         });
         let log = self.base_dir().join("fabric-manager.log");
         self.fm = Some(FabricManager::start(
-            &self.spec.binary,
+            &self.spec.lab_binary,
             &self.fabric_dir(),
             &log,
             &spec,
@@ -117,11 +117,11 @@ impl Cluster {
         self.fm.as_mut()
     }
 
-    /// Runs `openimex fabric ARGS` against this cluster's Fabric Manager's control socket.
+    /// Runs `openimex-lab fabric ARGS` against this cluster's Fabric Manager's control socket.
     pub fn fabric(&self, args: &[&str]) -> Result<Output, HarnessError> {
         match &self.fm {
             Some(fm) => fm.command(args),
-            None => FabricManager::command_at(&self.spec.binary, &self.fabric_dir(), args),
+            None => FabricManager::command_at(&self.spec.lab_binary, &self.fabric_dir(), args),
         }
     }
 }

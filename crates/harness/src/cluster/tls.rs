@@ -6,22 +6,22 @@ use std::path::Path;
 
 use super::Cluster;
 use crate::HarnessError;
-use crate::certs::{self, Ca, DomainFiles};
+use openimex_certs::{self as certs, Ca, CertsError, DomainFiles};
 
 /// Validity of test certificates, in days.
 const DAYS: u32 = 30;
 
 /// A CA and one certificate per nodes-file line in `<dir>/certs`.
 pub(super) fn make(lines: &[String], dir: &Path) -> Result<(DomainFiles, Ca), HarnessError> {
-    certs::write_domain(lines, &dir.join("certs"), DAYS, false)
+    Ok(certs::write_domain(lines, &dir.join("certs"), DAYS, false)?)
 }
 
 fn tls_off() -> HarnessError {
-    HarnessError::Certs {
+    HarnessError::Certs(CertsError::Make {
         what: "new certificates for this cluster".to_owned(),
         cause: "it was started without TLS".to_owned(),
         hint: "build the ClusterSpec with .with_tls()",
-    }
+    })
 }
 
 impl Cluster {

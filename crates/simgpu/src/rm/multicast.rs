@@ -15,7 +15,7 @@
 //!   address range) or fails its descriptors. Until then every control but the attaches reports
 //!   NV_ERR_NOT_READY (`memorymulticastfabricControl`); after a failure, the failure's status.
 //!
-//! A driver with no FM link (`openimex gpu --probe complete`, which plays its own FM) sets up
+//! A driver with no FM link (`openimex-lab gpu --probe complete`, which plays its own FM) sets up
 //! a team whose members are all its own GPUs by itself, and refuses one with remote members
 //! (NV_ERR_NOT_SUPPORTED, as the real driver does when the FM lacks the team set-up caps):
 //! without a Fabric Manager there is no multicast across trays.

@@ -137,9 +137,9 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
         importer
             .release(imported)
             .with_context(|| format!("release {i}"))?;
-        let before = openimex_imexd::heap::allocations().unwrap_or(0);
+        let before = crate::heap::allocations().unwrap_or(0);
         let round_trip = raw_client.round_trip()?;
-        let after = openimex_imexd::heap::allocations().unwrap_or(0);
+        let after = crate::heap::allocations().unwrap_or(0);
         Ok((took, round_trip, after.saturating_sub(before)))
     };
     // The first imports open the driver's and daemons' paths; they are not counted. Each import

@@ -1,4 +1,4 @@
-//! The operator's commands on a running Fabric Manager: `openimex fabric status`,
+//! The operator's commands on a running Fabric Manager: `openimex-lab fabric status`,
 //! `partition …`, `switch-tray …`, `link …`, `route-update …`, `access-timeout …`. Each sends
 //! one request to the FM's control socket and prints what changed (which GPUs got a new
 //! cliqueId or health); a refusal exits non-zero with the FM's reason.
@@ -44,14 +44,14 @@ impl Common {
     }
 }
 
-/// `openimex fabric status`.
+/// `openimex-lab fabric status`.
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     common: Common,
 }
 
-/// `openimex fabric partition …`.
+/// `openimex-lab fabric partition …`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum PartitionCommand {
     /// Replace the layout by K partitions of consecutive compute trays.
@@ -98,12 +98,12 @@ pub(crate) enum UpDown {
     Up,
 }
 
-/// `openimex fabric switch-tray down|up NAME`.
+/// `openimex-lab fabric switch-tray down|up NAME`.
 #[derive(Debug, Args)]
 pub(crate) struct SwitchTrayArgs {
     /// Down or up.
     state: UpDown,
-    /// The switch tray's name (see `openimex fabric status`).
+    /// The switch tray's name (see `openimex-lab fabric status`).
     #[arg(value_name = "NAME")]
     name: String,
     #[command(flatten)]
@@ -117,7 +117,7 @@ pub(crate) enum FaultRepair {
     Repair,
 }
 
-/// `openimex fabric link fault|repair (--gpu TRAY:GPU --switch-tray NAME | --osfp N)`.
+/// `openimex-lab fabric link fault|repair (--gpu TRAY:GPU --switch-tray NAME | --osfp N)`.
 #[derive(Debug, Args)]
 pub(crate) struct LinkArgs {
     /// Fail or repair.
@@ -133,7 +133,7 @@ pub(crate) struct LinkArgs {
     /// The switch tray end of that NVLink.
     #[arg(long, value_name = "NAME")]
     switch_tray: Option<String>,
-    /// An OSFP link between racks, by index (`openimex fabric topology` lists them).
+    /// An OSFP link between racks, by index (`openimex-lab fabric topology` lists them).
     #[arg(long, value_name = "N", required_unless_present = "gpu")]
     osfp: Option<usize>,
     #[command(flatten)]
@@ -147,7 +147,7 @@ pub(crate) enum OnOff {
     Off,
 }
 
-/// `openimex fabric route-update on|off`.
+/// `openimex-lab fabric route-update on|off`.
 #[derive(Debug, Args)]
 pub(crate) struct RouteUpdateArgs {
     /// Started or ended.
@@ -156,7 +156,7 @@ pub(crate) struct RouteUpdateArgs {
     common: Common,
 }
 
-/// `openimex fabric access-timeout on|off TRAY:GPU`.
+/// `openimex-lab fabric access-timeout on|off TRAY:GPU`.
 #[derive(Debug, Args)]
 pub(crate) struct AccessTimeoutArgs {
     /// Entered or left.
@@ -179,7 +179,7 @@ fn tray_gpu(s: &str) -> Result<(String, u32)> {
     Ok((tray.to_owned(), gpu))
 }
 
-/// `openimex fabric status`.
+/// `openimex-lab fabric status`.
 pub(crate) fn status(args: &StatusArgs) -> Result<()> {
     match request(&args.common.socket(), &Request::Status)? {
         Response::Status(s) if args.common.json => {
@@ -315,7 +315,7 @@ fn describe_changes(changes: &[GpuChange]) -> String {
     out
 }
 
-/// The text of `openimex fabric status`.
+/// The text of `openimex-lab fabric status`.
 fn describe_status(s: &Status) -> String {
     let mut out = String::new();
     let attached = s.trays.iter().filter(|t| t.attached).count();

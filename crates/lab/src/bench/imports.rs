@@ -1,11 +1,11 @@
-//! `openimex bench imports`: the demo's all-to-all workload (`openimex demo --json`, run as a
+//! `openimex-lab bench imports`: the demo's all-to-all workload (`openimex-lab demo --json`, run as a
 //! child process so its cluster and threads are its own), reported as medians over rounds of
 //! import latency against a raw gRPC round trip and fabric copy bandwidth against local
 //! memcpy, each baseline measured by the same demo run.
 
 use anyhow::{Context as _, Result, bail};
 
-/// Runs `openimex demo --json` `rounds` times and reports medians as ratios to the baselines
+/// Runs `openimex-lab demo --json` `rounds` times and reports medians as ratios to the baselines
 /// each run measured itself.
 pub(crate) fn bench_imports(nodes: usize, gpus_per_node: u32, rounds: usize) -> Result<()> {
     let binary = super::this_binary()?;

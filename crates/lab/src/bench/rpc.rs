@@ -1,4 +1,4 @@
-//! The raw gRPC baseline of `import` and `storm`: a process (`openimex bench rpc-server`)
+//! The raw gRPC baseline of `import` and `storm`: a process (`openimex-lab bench rpc-server`)
 //! serving the command service's unary `State` call with a constant answer, on the stack and
 //! runtime shape the daemon's servers used when it was set (tonic over TCP with TCP_NODELAY, a
 //! tokio runtime of 2 workers; the daemon now runs on one thread, and the baseline stays as it
@@ -56,7 +56,7 @@ impl Command for Constant {
     /// The server's own heap allocations so far, as the one option `heap_allocations`: the
     /// baseline of `import_allocs` (what a unary call costs the server in allocations).
     async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {
-        let count = openimex_imexd::heap::allocations()
+        let count = crate::heap::allocations()
             .ok_or_else(|| Status::unavailable("this process does not count its allocations"))?;
         Ok(Response::new(ConfigReply {
             options: vec![ConfigOption {
@@ -68,7 +68,7 @@ impl Command for Constant {
     }
 }
 
-/// `openimex bench rpc-server ADDR`: binds ADDR (port 0 picks one), prints `ready IP:PORT`,
+/// `openimex-lab bench rpc-server ADDR`: binds ADDR (port 0 picks one), prints `ready IP:PORT`,
 /// serves until killed.
 pub(crate) fn serve(addr: SocketAddr) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()

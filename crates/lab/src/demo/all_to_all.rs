@@ -1,23 +1,10 @@
-//! `openimex demo`: an NVLink domain started from a topology (a preset, GB200 NVL72 by
-//! default, or a topology file; [`domain`]): the simulated Fabric Manager first, then one GPU
-//! driver and one IMEX daemon per compute tray, through the cluster harness. Every GPU exports
-//! a buffer and imports every other GPU's buffer; each pair checks a pattern the exporter wrote
-//! and writes one back that the exporter checks; then everything is released and every
-//! driver's reference counts must be back to zero.
-//!
-//! With `--partitions K` the FM splits the domain into K cliques: an import from another
-//! clique must be refused when the importing GPU maps it (driver-interface §6.8); the refusals
-//! are counted against the pairs that cross cliques ([`map_import`]).
+//! The demo's default mode: every GPU exports a buffer and imports every other GPU's buffer;
+//! each pair checks a pattern the exporter wrote and writes one back that the exporter checks;
+//! then everything is released and every driver's reference counts must be back to zero. With
+//! `--partitions K`, imports across cliques must be refused at map ([`map_import`]).
 //!
 //! One thread per GPU plays that GPU's application, each with its own driver client (as each
 //! process has its own CUDA context), so imports run concurrently as they would in a job.
-//!
-//! `--chaos` runs the fault-injection workload instead ([`chaos`]), `--allreduce` an NVLS-style
-//! all-reduce over one multicast object ([`allreduce`]).
-
-mod allreduce;
-mod chaos;
-pub(crate) mod domain;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -26,89 +13,12 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use clap::Args;
 use openimex_client::{Context, CuError, FabricHandleBytes, Imported, Mapping, pattern};
 use openimex_harness::Cluster;
 
-use domain::{Domain, PROBE_TIMEOUT, cross_clique_pairs, wait_probes};
-
-/// `openimex demo` flags.
-#[derive(Debug, Args)]
-pub(crate) struct DemoArgs {
-    /// Compute trays (nodes) that run: the first N of the topology, in slot order [default:
-    /// all of them; 4 with --chaos]. The Fabric Manager still serves the whole topology.
-    #[arg(long)]
-    nodes: Option<usize>,
-    /// GPUs per tray [default: the topology's; 2 with --chaos]. Every compute tray of the
-    /// topology gets this many (the Fabric Manager serves the layout so changed).
-    #[arg(long)]
-    gpus_per_node: Option<u32>,
-    /// The NVLink domain: a preset, nvl72 (default; 1 rack, 18 trays), nvl36 (1 rack, 9
-    /// trays), nvl36x2 (2 racks of 9 trays), nvl576 (8 racks, 144 trays).
-    #[arg(long, value_name = "NAME", default_value = openimex_fabric::topology::DEFAULT_PRESET,
-          conflicts_with_all = ["topology_file", "chaos"])]
-    topology: String,
-    /// A topology file instead of a preset (format in the README, "NVLink topologies"; every
-    /// compute tray must have the same GPU count).
-    #[arg(long, value_name = "FILE", conflicts_with = "chaos")]
-    topology_file: Option<PathBuf>,
-    /// Split the domain into K partitions (cliques) of whole trays, in slot order: imports
-    /// across cliques must be refused at map, imports within a clique verify.
-    #[arg(long, value_name = "K", default_value_t = 1, conflicts_with = "chaos")]
-    partitions: usize,
-    /// Run the all-to-all workload as application processes while seeded random faults hit
-    /// it (kill -9 of apps, daemons and GPU drivers, hung and flapping daemons), then check
-    /// that nothing read freed memory, every byte read was the one written, no reference
-    /// leaked and the domain recovered. Default cluster: 4 nodes x 2 GPUs. Exits non-zero
-    /// when an invariant fails.
-    #[arg(long)]
-    chaos: bool,
-    /// Run an NVLS-style all-reduce instead: one multicast object over every GPU of the
-    /// domain (the prime on tray 0, imported on every other tray), each GPU's buffer bound to
-    /// it; each GPU load-reduces its slice over all members and stores the sum back to all;
-    /// then every buffer must hold the sums. Reports bandwidth next to a local memcpy.
-    #[arg(long, conflicts_with = "chaos")]
-    allreduce: bool,
-    /// With --chaos: how long faults are injected, seconds.
-    #[arg(long, default_value_t = 60, requires = "chaos")]
-    seconds: u64,
-    /// With --chaos: seed of every random choice (printed; default: random).
-    #[arg(long, requires = "chaos")]
-    seed: Option<u64>,
-    /// With --chaos: the fault kinds to draw from, comma-separated [default: the kills and
-    /// restarts: kill-exporter-app, kill-importer-app, kill-exporter-daemon,
-    /// kill-importer-daemon, kill-exporter-driver, flap, restart-node; also hang-below-grace,
-    /// hang-past-grace, partition-below-grace, partition-past-grace, partition-heal-in-margin
-    /// (partitions need root)].
-    #[arg(long, value_delimiter = ',', requires = "chaos", value_parser = parse_fault)]
-    faults: Vec<openimex_harness::chaos::FaultKind>,
-    /// Bytes each GPU exports (K/M/G suffixes; rounded up to 2 MiB by the driver).
-    #[arg(long, default_value = "2M", value_parser = parse_size)]
-    buffer_size: u64,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
-    /// Keep the nodes' directories (configs, logs) after the demo.
-    #[arg(long)]
-    keep: bool,
-    /// Where to draw the domain (`ctl -N --svg`) while every import is held: trays, states,
-    /// the link matrix and node 0's imports [default: openimex-domain.svg in the current
-    /// directory; none with --json unless given].
-    #[arg(long)]
-    svg: Option<PathBuf>,
-}
-
-fn parse_fault(s: &str) -> Result<openimex_harness::chaos::FaultKind, String> {
-    use openimex_harness::chaos::FaultKind;
-    FaultKind::from_name(s.trim()).ok_or_else(|| {
-        let names: Vec<&str> = FaultKind::ALL.iter().map(|k| k.name()).collect();
-        format!("unknown fault kind {s:?} (one of {})", names.join(", "))
-    })
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    openimex_client::cli::parse_size(s)
-}
+use super::args::DemoArgs;
+use super::domain::cross_clique_pairs;
+use super::setup::{Prepared, gbps, leak_check, local_memcpy_gbps, prepare, start_domain};
 
 /// What one GPU's application did.
 #[derive(Default)]
@@ -142,13 +52,7 @@ fn seed(exporter: usize, importer: usize, phase: u64) -> u64 {
 }
 
 /// Runs the demo; prints the summary; fails when any byte or count is wrong.
-pub(crate) fn run(args: &DemoArgs) -> Result<()> {
-    if args.chaos {
-        return chaos::run(args);
-    }
-    if args.allreduce {
-        return allreduce::run(args);
-    }
+pub(super) fn run(args: &DemoArgs) -> Result<()> {
     let Prepared {
         domain,
         spec,
@@ -382,110 +286,6 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-/// The domain the flags ask for, its cluster spec (HBM sized for the buffers), and the buffer
-/// size rounded up to the driver's 2 MiB.
-struct Prepared {
-    domain: Domain,
-    spec: openimex_harness::ClusterSpec,
-    nodes: usize,
-    gpus_per_node: u32,
-    buffer: u64,
-}
-
-fn prepare(args: &DemoArgs) -> Result<Prepared> {
-    let domain = Domain::load(
-        &args.topology,
-        args.topology_file.as_deref(),
-        args.gpus_per_node,
-        args.partitions,
-        args.nodes,
-    )?;
-    let binary = std::env::current_exe().context("cannot find this binary's path")?;
-    let mut spec = domain.spec(binary)?;
-    let nodes = spec.nodes;
-    let gpus_per_node = spec.gpus.map_or(0, |g| g.gpus_per_node);
-    if nodes * (gpus_per_node as usize) < 2 {
-        bail!("the demo needs at least 2 GPUs; run more trays (--nodes)");
-    }
-    let buffer = args.buffer_size.max(1).div_ceil(2 << 20) * (2 << 20);
-    if let Some(g) = spec.gpus.as_mut() {
-        g.hbm_mib = (buffer >> 20).max(2) * 2 + 64;
-    }
-    spec.keep_dir = args.keep;
-    Ok(Prepared {
-        domain,
-        spec,
-        nodes,
-        gpus_per_node,
-        buffer,
-    })
-}
-
-/// Starts the cluster (the FM first) and waits for the IMEX domain to be UP and every GPU's
-/// probe to be complete with its clique: the cluster, the time to UP, the time to probed.
-fn start_domain(
-    domain: &Domain,
-    spec: openimex_harness::ClusterSpec,
-    say: &dyn Fn(&str),
-) -> Result<(Cluster, Duration, Duration)> {
-    let nodes = spec.nodes;
-    let gpus_per_node = spec.gpus.map_or(0, |g| g.gpus_per_node);
-    say(&format!(
-        "Starting a simulated NVLink domain, {}: the Fabric Manager, then one GPU driver and one \
-         IMEX daemon per tray...",
-        domain.describe(gpus_per_node)
-    ));
-    let start = Instant::now();
-    let cluster = Cluster::start(spec).context("cannot start the nodes")?;
-    cluster
-        .wait_up(0, Duration::from_secs(120))
-        .context("the IMEX domain did not come UP")?;
-    let formation = start.elapsed();
-    wait_probes(
-        &cluster,
-        nodes,
-        gpus_per_node,
-        |n| domain.clique_of_node(n),
-        PROBE_TIMEOUT,
-    )?;
-    Ok((cluster, formation, start.elapsed()))
-}
-
-/// Every driver's counts must be back to zero once the applications released everything
-/// (allocations, exports, imports and multicast objects and bindings): the references left
-/// after a grace of 10 s, and one note per node that kept some.
-fn leak_check(node_dirs: &[PathBuf]) -> Result<(u64, Vec<String>)> {
-    let mut leaked = 0u64;
-    let mut leak_notes = Vec::new();
-    for (i, dir) in node_dirs.iter().enumerate() {
-        let ctx = Context::open(dir)
-            .with_context(|| format!("cannot open node {i}'s driver for the leak check"))?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let s = ctx
-                .stats()
-                .with_context(|| format!("node {i} driver stats"))?;
-            let refs = (s.allocations
-                + s.exports
-                + s.daemon_export_refs
-                + s.import_descriptors
-                + s.import_refs
-                + s.pending_unimports
-                + s.multicast_objects
-                + s.multicast_bindings) as u64;
-            if refs == 0 || Instant::now() >= deadline {
-                if refs > 0 {
-                    leak_notes.push(format!("node {i}: {s:?}"));
-                }
-                leaked += refs;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    Ok((leaked, leak_notes))
-}
-
 /// Maps `imported` for local GPU `gpu`: the one place where the driver's map check across
 /// cliques applies. Today's client maps for the process, without naming the GPU; once the
 /// client has `Context::map_on`, this becomes `ctx.map_on(imported, gpu)`.
@@ -502,14 +302,6 @@ fn bar(done: usize, total: usize) {
         " ".repeat(width - filled)
     );
     let _ = std::io::stderr().flush();
-}
-
-fn gbps(bytes: u64, nanos: u64) -> f64 {
-    if nanos == 0 {
-        0.0
-    } else {
-        bytes as f64 / nanos as f64
-    }
 }
 
 /// The baseline for import latency: p50 of a unary gRPC call (the daemon's `State`) on
@@ -544,23 +336,6 @@ fn grpc_rtt_p50_us(cluster: &Cluster) -> u64 {
         samples.sort_unstable();
         samples[samples.len() / 2]
     })
-}
-
-/// The baseline: plain memcpy between two private buffers of the same size, in this run.
-fn local_memcpy_gbps(size: u64) -> f64 {
-    let n = usize::try_from(size).unwrap_or(2 << 20);
-    let src = vec![0x5au8; n];
-    let mut dst = vec![0u8; n];
-    let rounds = 64;
-    let t = Instant::now();
-    for _ in 0..rounds {
-        dst.copy_from_slice(std::hint::black_box(&src));
-        std::hint::black_box(&mut dst);
-    }
-    gbps(
-        size * rounds,
-        u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX),
-    )
 }
 
 /// One GPU's application. Follows the phases of [`run`] through the shared barrier.

@@ -1,4 +1,4 @@
-//! `openimex bench all` through the binary: the JSON document's shape on a small selection of
+//! `openimex-lab bench all` through the binary: the JSON document's shape on a small selection of
 //! scenarios, where the clusters keep their files, and refusal of unknown scenario names; and
 //! the mesh probes behind `formation_N_grpc_mesh`.
 //! Figures are never asserted (they are machine-dependent ratios); only that each entry is
@@ -15,7 +15,7 @@ use openimex_harness::{AddrBlock, ScratchDir};
 use serde_json::Value;
 
 fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_openimex")
+    env!("CARGO_BIN_EXE_openimex-lab")
 }
 
 /// `bench all --only SCENARIOS --rounds 1 --json` with `TMPDIR` set to `tmpdir` (or unset):

@@ -1,4 +1,4 @@
-//! `openimex demo --allreduce`: an NVLS-style all-reduce, as NCCL's NVLS algorithm does it,
+//! `openimex-lab demo --allreduce`: an NVLS-style all-reduce, as NCCL's NVLS algorithm does it,
 //! over ONE multicast object spanning every GPU of the domain (issue 14, item 6;
 //! driver-interface §1.6). The prime is created on tray 0 for every GPU and exported; every
 //! other tray imports it once; every GPU is added and binds its own buffer. GPU g's buffer
@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use openimex_client::{Allocation, Context, FabricHandleBytes, Mapping, McMapping, Multicast};
 
-use super::{DemoArgs, gbps, leak_check, local_memcpy_gbps, prepare, start_domain};
+use super::args::DemoArgs;
+use super::setup::{gbps, leak_check, local_memcpy_gbps, prepare, start_domain};
 
 /// All-reduce rounds over the same buffers: one warm-up, then the timed ones.
 const ROUNDS: u32 = 11;

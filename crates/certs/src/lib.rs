@@ -3,9 +3,9 @@
 //! (server) and to dial (client), whose subject alternative name is the entry itself (an IP
 //! SAN for an address, a DNS SAN for a name), since that is what a dialling daemon checks.
 //!
-//! Used by `openimex certs` ([`write_domain`]) and by test clusters
-//! ([`crate::ClusterSpec::with_tls`]), which keep the [`Ca`] in memory to issue more
-//! certificates later (rotation). Keys are ECDSA P-256; key files are written mode 0600.
+//! Used by `openimex certs` and `openimex init` ([`write_domain`]) and by the lab's test
+//! clusters, which keep the [`Ca`] in memory to issue more certificates later (rotation).
+//! Keys are ECDSA P-256; key files are written mode 0600.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -16,7 +16,9 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-use crate::HarnessError;
+mod error;
+
+pub use error::CertsError;
 
 /// The default validity of `openimex certs`, in days.
 pub const DEFAULT_DAYS: u32 = 365;
@@ -37,8 +39,8 @@ pub struct Ca {
     days: u32,
 }
 
-fn failed(what: impl Into<String>, e: rcgen::Error) -> HarnessError {
-    HarnessError::Certs {
+fn failed(what: impl Into<String>, e: rcgen::Error) -> CertsError {
+    CertsError::Make {
         what: what.into(),
         cause: e.to_string(),
         hint: "a node entry must be an IP address or a DNS name to appear in a certificate",
@@ -62,7 +64,7 @@ impl std::fmt::Debug for Ca {
 impl Ca {
     /// A new CA named `name` (its common name), valid for `days`; certificates it issues are
     /// valid as long.
-    pub fn new(name: &str, days: u32) -> Result<Ca, HarnessError> {
+    pub fn new(name: &str, days: u32) -> Result<Ca, CertsError> {
         let key = KeyPair::generate().map_err(|e| failed("the CA key", e))?;
         let mut params = CertificateParams::new(Vec::new()).map_err(|e| failed("the CA", e))?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -91,12 +93,12 @@ impl Ca {
 
     /// A new key and a certificate for the nodes-file entry `entry` (an IP address or a DNS
     /// name), for both sides of a peer connection.
-    pub fn issue(&self, entry: &str) -> Result<Pem, HarnessError> {
+    pub fn issue(&self, entry: &str) -> Result<Pem, CertsError> {
         let what = || format!("the certificate of {entry}");
         // What a dialling daemon will check the certificate against (`ServerName`): a name
         // it cannot parse could never match.
         if rustls_pki_types::ServerName::try_from(entry).is_err() {
-            return Err(HarnessError::Certs {
+            return Err(CertsError::Make {
                 what: what(),
                 cause: "it is neither an IP address nor a valid DNS name".to_owned(),
                 hint: "a node entry must be an IP address or a DNS name to appear in a certificate",
@@ -200,7 +202,7 @@ pub fn write_domain(
     out: &Path,
     days: u32,
     force: bool,
-) -> Result<(DomainFiles, Ca), HarnessError> {
+) -> Result<(DomainFiles, Ca), CertsError> {
     let files = domain_paths(entries, out);
     if !force {
         let all = [&files.ca_cert, &files.ca_key]
@@ -208,11 +210,11 @@ pub fn write_domain(
             .chain(files.nodes.iter().flat_map(|n| [&n.cert, &n.key]));
         for path in all {
             if path.exists() {
-                return Err(HarnessError::Exists { path: path.clone() });
+                return Err(CertsError::Exists { path: path.clone() });
             }
         }
     }
-    std::fs::create_dir_all(out).map_err(|source| HarnessError::Io {
+    std::fs::create_dir_all(out).map_err(|source| CertsError::Io {
         action: "create the certificate directory",
         path: out.to_path_buf(),
         source,
@@ -229,15 +231,15 @@ pub fn write_domain(
 }
 
 /// Issues a new certificate and key for `node` from `ca` and writes them over its files.
-pub fn write_node(ca: &Ca, node: &NodeFiles) -> Result<(), HarnessError> {
+pub fn write_node(ca: &Ca, node: &NodeFiles) -> Result<(), CertsError> {
     let pem = ca.issue(&node.entry)?;
     write_file(&node.cert, &pem.cert, 0o644)?;
     write_file(&node.key, &pem.key, 0o600)
 }
 
 /// Writes `text` to `path` with `mode` (also when the file exists: its mode is set again).
-pub fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), HarnessError> {
-    let io = |source| HarnessError::Io {
+pub fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), CertsError> {
+    let io = |source| CertsError::Io {
         action: "write",
         path: path.to_path_buf(),
         source,
@@ -264,8 +266,9 @@ mod tests {
 
     #[test]
     fn a_domain_has_a_ca_and_a_cert_per_entry_and_refuses_to_overwrite() {
-        let dir = crate::ScratchDir::new("certs-unit").expect("scratch");
-        let out = dir.path().join("certs");
+        let dir = std::env::temp_dir().join(format!("openimex-certs-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = dir.join("certs");
         let entries = vec!["10.0.0.1".to_owned(), "node-b.example".to_owned()];
         let (files, _ca) = write_domain(&entries, &out, 30, false).expect("certs");
         for (path, mode) in [
@@ -299,6 +302,7 @@ mod tests {
             files.nodes[1].cert.display().to_string()
         )));
         assert!(files.config_lines(2).is_none());
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
     #[test]

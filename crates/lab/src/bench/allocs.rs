@@ -1,5 +1,5 @@
 //! `import_allocs`: heap allocations per import, read from outside. The daemons report their
-//! count in their metrics (`openimex_heap_allocations_total`, [`openimex_imexd::heap`]); the
+//! count in their metrics (`openimex_heap_allocations_total`, [`crate::heap`]); the
 //! raw RPC server answers `Config` with its own, and the bench counts its own raw client in
 //! process. Each reading costs the process read some allocations itself, so a window is read
 //! twice at its start and one reading's cost is taken off ([`CountWindow`]).

@@ -1,4 +1,4 @@
-//! The transport floor of `formation_N` (`openimex bench mesh-probe`): one of N processes
+//! The transport floor of `formation_N` (`openimex-lab bench mesh-probe`): one of N processes
 //! that together form the full mesh a domain needs, with nothing of ours on it. Process `i`
 //! serves the raw baseline's constant unary call ([`super::rpc`]) on its address and dials every
 //! lower-numbered process from its own address, as a daemon dials a peer (tonic over TCP,
@@ -27,7 +27,7 @@ const REDIAL: Duration = Duration::from_millis(1);
 /// Limit for one connection attempt and one call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `openimex bench mesh-probe --index I ADDR…`: serve on `ADDR[I]`, dial `ADDR[..I]`, say
+/// `openimex-lab bench mesh-probe --index I ADDR…`: serve on `ADDR[I]`, dial `ADDR[..I]`, say
 /// `meshed I` on stdout when every dial has answered, then serve until killed.
 pub(crate) fn mesh_probe(index: usize, addrs: &[SocketAddr]) -> Result<()> {
     let Some(&me) = addrs.get(index) else {

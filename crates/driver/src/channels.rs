@@ -1,5 +1,6 @@
-//! The simulated driver's IMEX channel files: creating them with tight permissions, and
-//! finding the world-writable ones to warn about.
+//! A node's IMEX channel files: creating them with tight permissions, and finding the
+//! world-writable ones to warn about. The simulated driver's channels are regular files;
+//! `openimex channels` makes the real driver's character devices with the same modes.
 //!
 //! On a real node a channel is the character device `c <major> N` and its file permissions
 //! are the whole access policy (`reference/driver-interface.md` §2: "ordinary file
@@ -17,7 +18,8 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use openimex_simproto::node_dir::parse_channel_file_name;
+pub use openimex_simproto::node_dir::{CHANNELS_DIR, channel_file_name, parse_channel_file_name};
+pub use openimex_simproto::proto::MAX_IMEX_CHANNEL_COUNT;
 
 /// Mode of the channel files the driver creates: owner (root, as the driver and the
 /// applications of a test cluster run) read and write, nobody else.

@@ -1,4 +1,4 @@
-//! `openimex fabric serve`: the flags of the Fabric Manager process; the process itself is
+//! `openimex-lab fabric serve`: the flags of the Fabric Manager process; the process itself is
 //! `openimex_fabric::server`.
 
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use clap::Args;
 use openimex_fabric::partition::split;
 use openimex_fabric::server::{ServeConfig, run};
 
-/// `openimex fabric serve`.
+/// `openimex-lab fabric serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// A topology preset: nvl72 (default), nvl36, nvl36x2, nvl576.
@@ -17,7 +17,7 @@ pub(crate) struct ServeArgs {
     /// A topology file (format in the README, "NVLink topologies").
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
-    /// The fabric directory the trays' drivers share (`openimex gpu --fabric-dir`); the FM's
+    /// The fabric directory the trays' drivers share (`openimex-lab gpu --fabric-dir`); the FM's
     /// in-band socket goes there.
     #[arg(long, value_name = "DIR")]
     fabric_dir: PathBuf,

@@ -1,4 +1,4 @@
-//! `openimex fabric …`: the NVLink domain's tools. Here `topology` (the layout of a domain:
+//! `openimex-lab fabric …`: the NVLink domain's tools. Here `topology` (the layout of a domain:
 //! racks, compute trays, GPUs, switch trays, OSFP links and, per GPU, the cliqueId and FLA base
 //! the Fabric Manager would hand it); the FM process is in [`serve`], the operator's commands
 //! on a running FM in [`ops`]. The data model lives in the `openimex-fabric` crate.
@@ -20,14 +20,14 @@ use openimex_fabric::topology::{
 use openimex_fabric::{Topology, file};
 use serde_json::json;
 
-/// `openimex fabric …`.
+/// `openimex-lab fabric …`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum FabricCommand {
     /// Print an NVLink domain's layout: racks, trays, GPUs, switch trays, and per GPU its
     /// cliqueId and FLA base.
     Topology(TopologyArgs),
     /// Run the domain's simulated Fabric Manager in the foreground (before the trays' drivers,
-    /// which start with `openimex gpu --fabric-manager`).
+    /// which start with `openimex-lab gpu --fabric-manager`).
     Serve(serve::ServeArgs),
     /// A running Fabric Manager's view: trays, partitions, switch trays, per-GPU health.
     Status(ops::StatusArgs),
@@ -44,7 +44,7 @@ pub(crate) enum FabricCommand {
     AccessTimeout(ops::AccessTimeoutArgs),
 }
 
-/// `openimex fabric topology`.
+/// `openimex-lab fabric topology`.
 #[derive(Debug, Args)]
 pub(crate) struct TopologyArgs {
     /// A preset: nvl72 (default), nvl36, nvl36x2, nvl576.
@@ -69,7 +69,7 @@ fn load_topology(name: Option<&str>, file: Option<&PathBuf>) -> Result<Topology>
     })
 }
 
-/// Runs `openimex fabric …`.
+/// Runs `openimex-lab fabric …`.
 pub(crate) fn fabric(cmd: &FabricCommand) -> Result<()> {
     match cmd {
         FabricCommand::Topology(a) => topology(a),

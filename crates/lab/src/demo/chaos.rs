@@ -1,4 +1,4 @@
-//! `openimex demo --chaos`: the all-to-all workload as application processes (every GPU
+//! `openimex-lab demo --chaos`: the all-to-all workload as application processes (every GPU
 //! exports generation after generation and imports every other node's GPUs), with seeded
 //! random faults (kill -9 of apps, daemons and GPU drivers, hung and flapping daemons) for
 //! `--seconds`, then the invariants: no stale read, no data error, no leaked reference, the
@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, Result, bail};
 use openimex_harness::chaos::{self, ChaosSpec, FaultKind};
 
-use super::DemoArgs;
+use super::args::DemoArgs;
 
 /// Runs the chaos demo; an `Err` when an invariant failed (after the summary is printed).
 pub(super) fn run(args: &DemoArgs) -> Result<()> {

@@ -1,4 +1,4 @@
-//! `openimex bench …`: figures as ratios to a baseline measured in the same run (DESIGN.md §6).
+//! `openimex-lab bench …`: figures as ratios to a baseline measured in the same run (DESIGN.md §6).
 //!
 //! `bench all` runs every scenario, or those `--only` names, each bounded in time, and prints
 //! one table (or one JSON object with `--json`, a Markdown table with `--markdown`). A scenario
@@ -25,7 +25,7 @@ use openimex_harness::bench::{self as hb, BenchEntry, Unit};
 use openimex_harness::scratch;
 use serde_json::{Value, json};
 
-/// `openimex bench …`.
+/// `openimex-lab bench …`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum BenchCommand {
     /// Time from starting N daemons to domain UP, against N bare processes opening their ports.
@@ -73,7 +73,7 @@ pub(crate) enum BenchCommand {
     },
 }
 
-/// `openimex bench all` flags.
+/// `openimex-lab bench all` flags.
 #[derive(Debug, Args)]
 pub(crate) struct AllArgs {
     /// Comma-separated scenarios to run, e.g. `storm,import`: formation (= formation_18,

@@ -1,7 +1,8 @@
-//! Heap allocations counted: the allocator the `openimex` binary installs ([`Counting`]), and
-//! the count the daemon's metrics report (`openimex_heap_allocations_total`). Allocations per
-//! import are a figure of the bench (`import_allocs`): the import path is meant to allocate
-//! as little as its messages need, and a count read from outside keeps that honest.
+//! Heap allocations counted: the allocator the lab binary installs ([`Counting`]), and the
+//! count its daemons report in their metrics (`openimex_heap_allocations_total`; the
+//! production binary counts nothing). Allocations per import are a figure of the bench
+//! (`import_allocs`): the import path is meant to allocate as little as its messages need, and
+//! a count read from outside keeps that honest.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +13,7 @@ static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 /// The system allocator, counting each allocation and reallocation: one relaxed increment,
 /// next to the allocator's own tens of nanoseconds.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Counting;
+pub(crate) struct Counting;
 
 // SAFETY: every call is forwarded unchanged to the system allocator; counting is an atomic
 // increment, which neither allocates nor touches the memory handed out.
@@ -43,7 +44,7 @@ unsafe impl GlobalAlloc for Counting {
 
 /// Allocations so far, or `None` when [`Counting`] is not this process's allocator (nothing
 /// was counted: every process allocates before it could ask).
-pub fn allocations() -> Option<u64> {
+pub(crate) fn allocations() -> Option<u64> {
     match ALLOCATIONS.load(Ordering::Relaxed) {
         0 => None,
         n => Some(n),
