@@ -43,8 +43,8 @@ mod domain_tools;
 #[path = "e2e/cliques.rs"]
 mod cliques;
 // fabric memory across nodes: import refusals, lifetimes, shared descriptors, demo JSON
-#[path = "e2e/fabric.rs"]
-mod fabric;
+#[path = "e2e/memory_sharing.rs"]
+mod memory_sharing;
 // daemon or GPU driver killed under live imports: revocation and clean-up
 #[path = "e2e/fabric_faults.rs"]
 mod fabric_faults;

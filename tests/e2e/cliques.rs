@@ -17,14 +17,17 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use openimex_fabric::probe::{Flag, HealthField, HealthMask};
+use openimex_fabric_manager::probe::{Flag, HealthField, HealthMask};
 use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec, GpuSpec};
 use openimex_simproto::probe::{HealthSummary, ProbeInfo};
 use openimex_simproto::proto::{self, Request, Response};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, assert_clean_failure, binary, run, spec, text, wait_for, wait_log_line, lab_binary};
+use crate::common::{
+    FORM, NOTICE, assert_clean_failure, binary, lab_binary, run, spec, text, wait_for,
+    wait_log_line,
+};
 
 /// The metrics port (each node has its own loopback address).
 const METRICS_PORT: u16 = 9464;

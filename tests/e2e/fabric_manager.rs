@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use openimex_fabric::probe::{HealthField, cluster_uuid};
+use openimex_fabric_manager::probe::{HealthField, cluster_uuid};
 use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec};
 use serde_json::Value;
 

@@ -14,7 +14,7 @@ use openimex_client::{Context, CuError, Multicast};
 use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec};
 
 use crate::apps::{gpu_cluster_from, wait_session};
-use crate::common::{NOTICE, binary, text, lab_binary};
+use crate::common::{NOTICE, binary, lab_binary, text};
 
 const TRAYS: usize = 4;
 

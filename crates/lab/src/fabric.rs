@@ -1,7 +1,7 @@
 //! `openimex-lab fabric …`: the NVLink domain's tools. Here `topology` (the layout of a domain:
 //! racks, compute trays, GPUs, switch trays, OSFP links and, per GPU, the cliqueId and FLA base
 //! the Fabric Manager would hand it); the FM process is in [`serve`], the operator's commands
-//! on a running FM in [`ops`]. The data model lives in the `openimex-fabric` crate.
+//! on a running FM in [`ops`]. The data model lives in the `openimex-fabric-manager` crate.
 
 mod ops;
 mod serve;
@@ -10,14 +10,14 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use openimex_fabric::answer::answers;
-use openimex_fabric::health::Faults;
-use openimex_fabric::partition::split;
-use openimex_fabric::probe::uuid_string;
-use openimex_fabric::topology::{
+use openimex_fabric_manager::answer::answers;
+use openimex_fabric_manager::health::Faults;
+use openimex_fabric_manager::partition::split;
+use openimex_fabric_manager::probe::uuid_string;
+use openimex_fabric_manager::topology::{
     CPUS_PER_COMPUTE_TRAY, DEFAULT_PRESET, PRESETS, SWITCH_CHIPS_PER_TRAY, preset,
 };
-use openimex_fabric::{Topology, file};
+use openimex_fabric_manager::{Topology, file};
 use serde_json::json;
 
 /// `openimex-lab fabric …`.
@@ -121,8 +121,11 @@ fn topology(args: &TopologyArgs) -> Result<()> {
 /// The text listing.
 fn describe(
     topo: &Topology,
-    layout: &openimex_fabric::partition::Layout,
-    probes: &std::collections::BTreeMap<openimex_fabric::GpuId, openimex_fabric::probe::ProbeInfo>,
+    layout: &openimex_fabric_manager::partition::Layout,
+    probes: &std::collections::BTreeMap<
+        openimex_fabric_manager::GpuId,
+        openimex_fabric_manager::probe::ProbeInfo,
+    >,
 ) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
@@ -172,10 +175,10 @@ fn describe(
                 t.tray.name, t.slot, t.tray.gpus
             );
             for (g, p) in probes.range(
-                openimex_fabric::GpuId {
+                openimex_fabric_manager::GpuId {
                     slot: t.slot,
                     gpu: 0,
-                }..=openimex_fabric::GpuId {
+                }..=openimex_fabric_manager::GpuId {
                     slot: t.slot,
                     gpu: u32::MAX,
                 },

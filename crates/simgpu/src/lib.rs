@@ -13,7 +13,7 @@
 //! which talk to this driver without linking it.
 //!
 //! # Layout
-//! - [`fabric`] — fabric addresses: which GPU's HBM file and offset a PFN names.
+//! - [`fla`] — fabric linear addresses: which GPU's HBM file and offset a PFN names.
 //! - [`rm`] — the driver's state (sessions, exports, import descriptors, events, HBM) as a
 //!   synchronous state machine with no sockets and no threads.
 //! - [`rmapi`] — NVIDIA's RM ioctl interface (the escapes of `/dev/nvidiactl`) served over
@@ -27,7 +27,7 @@
 //!   nodes, for the tests of code that talks to the driver.
 
 pub mod cli;
-pub mod fabric;
+pub mod fla;
 pub mod fm_link;
 pub mod rm;
 pub mod rmapi;

@@ -3,8 +3,8 @@
 
 use std::process::Output;
 
-use openimex_fabric::Topology;
-use openimex_fabric::topology::preset;
+use openimex_fabric_manager::Topology;
+use openimex_fabric_manager::topology::preset;
 
 use super::{Cluster, ClusterSpec};
 use crate::HarnessError;
@@ -23,7 +23,7 @@ impl ClusterSpec {
         binary: impl Into<std::path::PathBuf>,
     ) -> Result<Self, HarnessError> {
         let topo = match &fm.file {
-            Some(f) => openimex_fabric::file::load(f),
+            Some(f) => openimex_fabric_manager::file::load(f),
             None => preset(&fm.topology),
         }
         .map_err(|e| HarnessError::parse("topology", e.to_string(), &fm.topology))?;
@@ -87,7 +87,7 @@ impl Cluster {
             return fm.restart();
         }
         let spec = self.spec.fabric_manager.clone().unwrap_or_else(|| {
-            FabricManagerSpec::preset(openimex_fabric::topology::DEFAULT_PRESET)
+            FabricManagerSpec::preset(openimex_fabric_manager::topology::DEFAULT_PRESET)
         });
         let log = self.base_dir().join("fabric-manager.log");
         self.fm = Some(FabricManager::start(

@@ -18,7 +18,7 @@ pub(crate) struct DemoArgs {
     pub(super) gpus_per_node: Option<u32>,
     /// The NVLink domain: a preset, nvl72 (default; 1 rack, 18 trays), nvl36 (1 rack, 9
     /// trays), nvl36x2 (2 racks of 9 trays), nvl576 (8 racks, 144 trays).
-    #[arg(long, value_name = "NAME", default_value = openimex_fabric::topology::DEFAULT_PRESET,
+    #[arg(long, value_name = "NAME", default_value = openimex_fabric_manager::topology::DEFAULT_PRESET,
           conflicts_with_all = ["topology_file", "chaos"])]
     pub(super) topology: String,
     /// A topology file instead of a preset (format in the README, "NVLink topologies"; every

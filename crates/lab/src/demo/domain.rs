@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use openimex_client::Context;
-use openimex_fabric::Topology;
-use openimex_fabric::partition::{Layout, split};
-use openimex_fabric::topology::{MAX_GPUS_PER_TRAY, preset};
+use openimex_fabric_manager::Topology;
+use openimex_fabric_manager::partition::{Layout, split};
+use openimex_fabric_manager::topology::{MAX_GPUS_PER_TRAY, preset};
 use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec, ScratchDir};
 use openimex_simproto::probe::ProbeState;
 
@@ -43,7 +43,7 @@ impl Domain {
         nodes: Option<usize>,
     ) -> Result<Self> {
         let mut topo = match file {
-            Some(f) => openimex_fabric::file::load(f)?,
+            Some(f) => openimex_fabric_manager::file::load(f)?,
             None => preset(name)?,
         };
         let mut file = file.map(Path::to_path_buf);
@@ -62,10 +62,10 @@ impl Domain {
             }
             let dir = ScratchDir::new("demo-topology")?;
             let path = dir.path().join(format!("{}.topo", topo.name));
-            std::fs::write(&path, openimex_fabric::file::print(&topo))
+            std::fs::write(&path, openimex_fabric_manager::file::print(&topo))
                 .with_context(|| format!("cannot write {}", path.display()))?;
             // Parsing it back checks the count (1 to 64 GPUs per tray) with the file's errors.
-            topo = openimex_fabric::file::load(&path).context("--gpus-per-node")?;
+            topo = openimex_fabric_manager::file::load(&path).context("--gpus-per-node")?;
             file = Some(path);
             rewritten = Some(dir);
         }

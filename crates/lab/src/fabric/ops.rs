@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use openimex_fabric::control::{Request, Response, control_path, request};
-use openimex_fabric::manager::{Command, GpuChange, Status};
+use openimex_fabric_manager::control::{Request, Response, control_path, request};
+use openimex_fabric_manager::manager::{Command, GpuChange, Status};
 
 /// Which FM to talk to.
 #[derive(Debug, Args)]

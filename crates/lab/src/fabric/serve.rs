@@ -1,12 +1,12 @@
 //! `openimex-lab fabric serve`: the flags of the Fabric Manager process; the process itself is
-//! `openimex_fabric::server`.
+//! `openimex_fabric_manager::server`.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use openimex_fabric::partition::split;
-use openimex_fabric::server::{ServeConfig, run};
+use openimex_fabric_manager::partition::split;
+use openimex_fabric_manager::server::{ServeConfig, run};
 
 /// `openimex-lab fabric serve`.
 #[derive(Debug, Args)]

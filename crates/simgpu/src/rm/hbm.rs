@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{FallocateFlags, Flock, FlockArg, fallocate};
 
-use crate::fabric::GpuAddr;
+use crate::fla::GpuAddr;
 use openimex_simproto::proto::PAGE_SIZE;
 
 /// One GPU's HBM.

@@ -1,7 +1,7 @@
 //! Importing side: IMPORT_V2 allocation, waiting for it, releasing it (the unimport handshake).
 
 use super::{Desc, DescState, ImportState, MemLocation, Owned, Released, Rm};
-use crate::fabric;
+use crate::fla;
 use openimex_simproto::handle::FabricHandle;
 use openimex_simproto::proto::{
     FabricEvent, FabricPages, IMPORT_ID_MAX, NO_NODE, NvStatus, PAGE_SIZE, import_key,
@@ -174,12 +174,12 @@ impl Rm {
         let addr = first
             .checked_mul(PAGE_SIZE)
             .ok_or(NvStatus::InvalidArgument)?;
-        let (gpu, offset) = fabric::locate(addr).ok_or(NvStatus::InvalidArgument)?;
+        let (gpu, offset) = fla::locate(addr).ok_or(NvStatus::InvalidArgument)?;
         for (i, &pfn) in (0u64..).zip(&pages.pfns) {
             let a = pfn
                 .checked_mul(PAGE_SIZE)
                 .ok_or(NvStatus::InvalidArgument)?;
-            if fabric::locate(a) != Some((gpu, offset + i * PAGE_SIZE)) {
+            if fla::locate(a) != Some((gpu, offset + i * PAGE_SIZE)) {
                 return Err(NvStatus::InvalidArgument);
             }
         }

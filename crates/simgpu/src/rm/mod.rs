@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::fabric::GpuAddr;
+use crate::fla::GpuAddr;
 use openimex_simproto::handle::{ExportUuid, FabricHandle, encode_hex};
 use openimex_simproto::probe::ProbeState;
 use openimex_simproto::proto::{
@@ -251,13 +251,13 @@ pub struct Rm {
 impl Rm {
     /// Builds the driver, creating (or resetting) the GPUs' HBM files in the fabric directory.
     pub fn new(config: RmConfig) -> io::Result<Self> {
-        if config.gpus == 0 || config.gpus > crate::fabric::MAX_GPUS_PER_NODE {
+        if config.gpus == 0 || config.gpus > crate::fla::MAX_GPUS_PER_NODE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "{} GPUs: a node has 1 to {}",
                     config.gpus,
-                    crate::fabric::MAX_GPUS_PER_NODE
+                    crate::fla::MAX_GPUS_PER_NODE
                 ),
             ));
         }

@@ -14,7 +14,7 @@ use openimex_simproto::probe::{
 use openimex_simproto::proto::{FabricEvent, FabricProbeInfo, NvStatus};
 
 use super::Rm;
-use crate::fabric::GpuAddr;
+use crate::fla::GpuAddr;
 
 /// Where the GPUs' probes stand when the driver starts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Rm {
             partition_id: 0,
             clique_id: self.config.clique_id,
             fla_base: addr.base(),
-            fla_size: crate::fabric::WINDOW_BYTES,
+            fla_size: crate::fla::WINDOW_BYTES,
             caps: CAP_MC_SUPPORTED | CAP_MC_MULTINODE_SUPPORTED,
             health_mask: 0,
             health_summary: HealthSummary::Healthy,

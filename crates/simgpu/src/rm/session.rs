@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::{ClientId, DescState, Owned, Rm, Session};
-use crate::fabric;
+use crate::fla;
 use openimex_simproto::handle::ExportUuid;
 use openimex_simproto::proto::{
     FabricEvent, FabricPages, MAX_UNIMPORT_TOKENS, NO_NODE, NvStatus, PAGE_SIZE, Validation,
@@ -131,7 +131,7 @@ impl Rm {
         }
         let base = self.gpu_addr(a.gpu).base() + a.offset;
         let pfns = (0..a.size / PAGE_SIZE)
-            .map(|i| fabric::pfn(base + i * PAGE_SIZE))
+            .map(|i| fla::pfn(base + i * PAGE_SIZE))
             .collect();
         let attrs = self.gpu_attrs(a.gpu);
         let pages = FabricPages {

@@ -10,7 +10,7 @@
 //! exports" case of `imexsessionapiDestruct` (§4).
 
 use super::{ClientId, DescState, Owned, Rm};
-use crate::fabric;
+use crate::fla;
 use openimex_simproto::handle::ExportUuid;
 use openimex_simproto::proto::{FabricPages, NvStatus, PAGE_SIZE, Validation, import_key};
 
@@ -173,7 +173,7 @@ impl Rm {
                 size: a.size,
                 page_size: PAGE_SIZE,
                 pfns: (0..a.size / PAGE_SIZE)
-                    .map(|i| fabric::pfn(base + i * PAGE_SIZE))
+                    .map(|i| fla::pfn(base + i * PAGE_SIZE))
                     .collect(),
                 clique_id: attrs.clique_id,
                 bw_mode: attrs.bw_mode,

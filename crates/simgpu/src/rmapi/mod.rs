@@ -11,7 +11,7 @@
 //! - The escape layer checks each escape's argument size as `nv_validate_ioctls` does and
 //!   answers a malformed call with the ioctl's `-EINVAL`; every RM-level error is the RM's
 //!   status in the argument's `status` field, with the ioctl returning 0 (module `os` for the
-//!   OS-level escapes, `alloc` for RM_ALLOC/RM_FREE, `control` for RM_CONTROL, `fabric` for
+//!   OS-level escapes, `alloc` for RM_ALLOC/RM_FREE, `control` for RM_CONTROL, `imex` for
 //!   the IMEX classes' controls, `gpus` for GPU enumeration and the fabric probe).
 //! - The structs, numbers and per-release layouts are `openimex-rmabi`'s; the layout served
 //!   is the one of the driver version the node runs ([`RmApiConfig::layout`]).
@@ -24,9 +24,9 @@
 
 mod alloc;
 mod control;
-mod fabric;
 mod gpus;
 mod handles;
+mod imex;
 mod os;
 mod status;
 #[cfg(test)]

@@ -295,7 +295,7 @@ fn gpus_report_a_completed_fabric_probe_and_stable_uuids() {
     assert_eq!(gpus.len(), 2);
     assert_eq!(
         gpus[1].fabric_base,
-        crate::fabric::GpuAddr { node: 2, gpu: 1 }.base()
+        crate::fla::GpuAddr { node: 2, gpu: 1 }.base()
     );
     assert_eq!(
         (

@@ -206,7 +206,7 @@ fn create_checks_session_arguments_and_room() {
     assert_eq!((one.location.size, one.location.offset), (PAGE_SIZE, 0));
     assert_eq!(
         one.location.file,
-        crate::fabric::GpuAddr { node: 0, gpu: 0 }.hbm_file(&dir.0)
+        crate::fla::GpuAddr { node: 0, gpu: 0 }.hbm_file(&dir.0)
     );
     assert_eq!(rm.create(c, 0, 16 * MIB), Err(NvStatus::NoMemory));
     let rest = rm.create(c, 0, 14 * MIB).unwrap();

@@ -104,8 +104,8 @@ fn a_probe_not_started_reports_so_and_a_default_driver_completes_at_start() {
     assert_eq!(
         (info.fla_base, info.fla_size),
         (
-            crate::fabric::GpuAddr { node: 1, gpu: 1 }.base(),
-            crate::fabric::WINDOW_BYTES
+            crate::fla::GpuAddr { node: 1, gpu: 1 }.base(),
+            crate::fla::WINDOW_BYTES
         )
     );
 }

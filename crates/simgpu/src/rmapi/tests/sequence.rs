@@ -38,7 +38,7 @@ use std::os::fd::OwnedFd;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::*;
-use crate::fabric::GpuAddr;
+use crate::fla::GpuAddr;
 use crate::rm::{ImportState, Released};
 
 /// A daemon after start-up (§1.6 "Start-up").

@@ -102,7 +102,7 @@ fn validate_checks_its_ranges_and_attributes_in_the_kernels_order() {
         NV_ERR_INVALID_ARGUMENT
     );
     // Two good chunks: bDone on the second; the import is ready.
-    let pfn = |k: u32| ((crate::fabric::GpuAddr { node: 0, gpu: 0 }.base() >> 21) as u32) + k;
+    let pfn = |k: u32| ((crate::fla::GpuAddr { node: 0, gpu: 0 }.base() >> 21) as u32) + k;
     assert_eq!(
         call(&mut b, &chunk(0, 4, vec![pfn(0), pfn(1)], PAGE_SIZE, size)),
         NV_OK

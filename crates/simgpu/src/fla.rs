@@ -1,4 +1,4 @@
-//! Fabric addresses. Every GPU of the simulated NVLink domain owns a 1 TiB window of the fabric
+//! Fabric linear addresses (FLA). Every GPU of the simulated NVLink domain owns a 1 TiB window of the fabric
 //! address space; its HBM file backs the start of that window. A PFN (2 MiB units) therefore
 //! names a GPU and an offset in its HBM file.
 
