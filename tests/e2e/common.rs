@@ -191,3 +191,40 @@ pub(crate) fn say_hello(
         }
     })
 }
+
+/// Waits until node `i`'s daemon has taken everything sent to it before this call: sends it a
+/// real-time signal it ignores, one not sent before by this test process, and waits for the
+/// line the daemon logs for it (`SIGRTMIN+K received: ignored`). The daemon reads the signals
+/// it ignores from one signalfd, lowest number first (standard signals before real-time ones),
+/// and its log lines are written in order: once this line is in the log, every signal sent
+/// before it has been taken and every line logged before it is in the file. What a test
+/// asserts did *not* happen, it asserts after this, not after a fixed sleep.
+pub(crate) fn log_marker(cluster: &Cluster, i: usize) {
+    use openimex_harness::nix::libc;
+    use std::sync::atomic::{AtomicI32, Ordering};
+    // The hardening test sends SIGRTMIN, SIGRTMIN+1 and SIGRTMAX itself; markers take
+    // SIGRTMIN+4 up to SIGRTMAX-1 in turn (the daemon logs one line per signal per 10 s, so a
+    // daemon must not see the same marker twice within that: each test's daemons are its own).
+    static NEXT: AtomicI32 = AtomicI32::new(0);
+    let span = libc::SIGRTMAX() - libc::SIGRTMIN() - 4;
+    let k = 4 + NEXT.fetch_add(1, Ordering::Relaxed) % span;
+    let signal = libc::SIGRTMIN() + k;
+    let pid = cluster.node(i).pid().expect("the daemon runs");
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    let line = format!("SIGRTMIN+{k} received");
+    let log = cluster.node(i).log_path();
+    let count = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches(&line)
+            .count()
+    };
+    let before = count();
+    // SAFETY: kill(2) with a pid and a signal number has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill {pid} {signal}");
+    assert!(
+        wait_for(NOTICE, || count() > before),
+        "node {i} never logged {line:?}:\n{}",
+        cluster.logs_tail(40)
+    );
+}

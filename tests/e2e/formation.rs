@@ -170,7 +170,8 @@ fn parse_proc_addr(s: &str) -> Option<std::net::SocketAddrV4> {
 #[test]
 fn a_domain_keeps_one_connection_per_pair() {
     let n = 6;
-    let cluster = Cluster::start(spec(n)).expect("start");
+    let cluster =
+        Cluster::start(spec(n).config("OPENIMEX_STATS_INTERVAL_SEC", "1")).expect("start");
     cluster.wait_up(0, FORM).expect("UP");
     let listeners: Vec<std::net::SocketAddrV4> = (0..n)
         .map(|i| std::net::SocketAddrV4::new(cluster.node(i).ip(), cluster.node(i).server_port()))
@@ -183,8 +184,31 @@ fn a_domain_keeps_one_connection_per_pair() {
         "{} peer connections for {pairs} pairs",
         connections_to(&listeners)
     );
-    // Several heartbeat periods later: still one per pair, and the domain still UP.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // Several heartbeat periods later (three of node 0's one-second stats records, each with
+    // heartbeats in it: the daemon's own account that time passed with its sessions alive),
+    // still one per pair, and the domain still UP.
+    let stats = cluster.node(0).stats_path();
+    let records = || -> Vec<String> {
+        std::fs::read_to_string(&stats)
+            .unwrap_or_default()
+            .split("Performance statistics for last ")
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    };
+    let settled_at = records().len();
+    let beats = crate::common::wait_for(FORM, || {
+        let r = records();
+        r.len() >= settled_at + 3
+            && r[settled_at..]
+                .iter()
+                .all(|rec| rec.contains("\"Heartbeat\""))
+    });
+    assert!(
+        beats,
+        "no three heartbeat intervals recorded:\n{}",
+        records().join("\n")
+    );
     assert_eq!(connections_to(&listeners), pairs);
     cluster.wait_up(n - 1, FORM).expect("still UP");
 }

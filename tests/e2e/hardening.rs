@@ -15,7 +15,7 @@ use openimex_harness::nix::libc;
 use openimex_harness::{Cluster, ScratchDir, Signal};
 
 use crate::common::{
-    FORM, NOTICE, assert_clean_failure, binary, lab_binary, run, spec, text, wait_for,
+    FORM, NOTICE, assert_clean_failure, binary, lab_binary, log_marker, run, spec, text, wait_for,
 };
 
 /// The asynchronous signals whose default action ends a process (man 7 signal), apart from
@@ -104,7 +104,8 @@ fn ignored_signals_are_logged_and_sigterm_still_leaves_cleanly() {
     for _ in 0..2000 {
         kill(pid, libc::SIGUSR2);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Every SIGUSR2 sent has been taken (and logged or counted) once a later signal is logged.
+    log_marker(&cluster, 1);
     let after = read_log().matches("SIGUSR2 received").count();
     assert!(
         after - before <= 1,
