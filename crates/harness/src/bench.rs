@@ -8,6 +8,7 @@
 //! - [`procfs`] and `footprint`: RSS, CPU% and descriptors of daemons against a bare process.
 //! - `probe`: helper processes that say `ready` ([`ReadyChild`]).
 //! - `window`: a counter read over a window, its readings' own cost taken off ([`CountWindow`]).
+//! - `tls`: certificates and config files for probes over mutual TLS ([`ProbeTls`]).
 //!
 //! Scenarios that need applications (imports, storm, data path) live in the `openimex` binary,
 //! which links the client library; they use these pieces.
@@ -18,15 +19,20 @@ mod formation;
 mod probe;
 pub mod procfs;
 mod recovery;
+mod tls;
 mod window;
 
 use std::time::Duration;
 
 pub use entry::{BenchEntry, Unit, render_markdown, render_table};
 pub use footprint::{Footprint, daemon_pids, failed_entries, watch_during, watch_idle};
-pub use formation::{FormationReport, formation, formation_entry, formation_topology};
+pub use formation::{
+    FormationReport, formation, formation_entry, formation_tls, formation_tls_entry,
+    formation_topology,
+};
 pub use probe::ReadyChild;
 pub use recovery::recovery;
+pub use tls::ProbeTls;
 pub use window::CountWindow;
 
 use crate::HarnessError;

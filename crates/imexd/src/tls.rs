@@ -30,9 +30,11 @@ pub(crate) use reload::before_rereads;
 /// Reads the material again (the config crate's [`openimex_config::Config::tls_material`]).
 pub type Loader = Arc<dyn Fn() -> Result<TlsMaterial, String> + Send + Sync>;
 
-/// Both sides' configurations as they are now.
+/// Both sides' configurations as they are now. Public, with [`Tls::sides`], so the lab's
+/// bench can time a bare gRPC mesh over exactly the daemon's TLS (same versions, provider,
+/// verifiers and ALPN) as the floor of its TLS figures.
 #[derive(Clone)]
-pub(crate) struct Sides {
+pub struct Sides {
     pub(crate) acceptor: TlsAcceptor,
     pub(crate) connector: TlsConnector,
     /// `IMEX_SECURITY_TARGET_OVERRIDE`.
@@ -40,8 +42,20 @@ pub(crate) struct Sides {
 }
 
 impl Sides {
+    /// The accepting side: requires a client certificate that chains to
+    /// `IMEX_SERVER_CERT_AUTH`.
+    pub fn acceptor(&self) -> &TlsAcceptor {
+        &self.acceptor
+    }
+
+    /// The dialling side: presents the client certificate; check the peer under
+    /// [`Sides::server_name`].
+    pub fn connector(&self) -> &TlsConnector {
+        &self.connector
+    }
+
     /// The name a peer's certificate must carry: its nodes-file entry, or the override.
-    pub(crate) fn server_name(&self, entry: &str) -> Result<ServerName<'static>, String> {
+    pub fn server_name(&self, entry: &str) -> Result<ServerName<'static>, String> {
         let name = self.target_override.as_deref().unwrap_or(entry);
         ServerName::try_from(name.to_owned()).map_err(|_| {
             format!(
@@ -126,7 +140,7 @@ impl Tls {
     }
 
     /// What new connections use now.
-    pub(crate) fn sides(&self) -> Sides {
+    pub fn sides(&self) -> Sides {
         match self.current.read() {
             Ok(s) => s.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),

@@ -6,6 +6,9 @@
 //! `formation_N` (in the harness, daemons timed on the trays of a topology) and `recovery` (in
 //! the harness, daemons only), `import`, `storm` and
 //! `datapath` ([`apps`], with applications on simulated GPUs), `footprint` ([`footprint`]).
+//! The secure path (`openimex init` turns mutual TLS on) has its own: `formation_N_tls`,
+//! `import_tls` and `storm_tls`, the daemons with TLS against the same bare processes, a gRPC
+//! mesh over TLS, and raw calls over TLS ([`tls`] holds the probes' TLS, the daemon's own).
 //! `bench formation` and `bench imports` are the older single-scenario reports.
 
 mod allocs;
@@ -14,6 +17,7 @@ mod footprint;
 mod imports;
 mod mesh;
 mod rpc;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -36,6 +40,9 @@ pub(crate) enum BenchCommand {
         /// Rounds; medians are reported.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Mutual TLS between the daemons and between the mesh floor's processes.
+        #[arg(long)]
+        tls: bool,
     },
     /// All-to-all export/import (the demo's workload): import latency against a raw unary gRPC
     /// round trip, and fabric copy bandwidth against local memcpy, each baseline measured in
@@ -51,12 +58,16 @@ pub(crate) enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
-    /// Every scenario (formation_18/72/144, import, storm, datapath, recovery, footprint), each
-    /// as value, unit, same-run baseline and ratio.
+    /// Every scenario (formation_18/72/144 and their _tls, import, import_tls, storm,
+    /// storm_tls, datapath, recovery, footprint), each as value, unit, same-run baseline and
+    /// ratio.
     All(AllArgs),
     /// (internal) Serve a constant unary gRPC call on ADDR: the raw RPC baseline.
     #[command(hide = true)]
     RpcServer {
+        /// Mutual TLS with the keys this config file names (the nine TLS keys of config.cfg).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         /// Address to bind (port 0: any free port; the bound address is printed).
         addr: SocketAddr,
     },
@@ -67,6 +78,10 @@ pub(crate) enum BenchCommand {
         /// This process's position in ADDRS.
         #[arg(long)]
         index: usize,
+        /// Mutual TLS with the keys this config file names (the nine TLS keys of config.cfg):
+        /// the floor of `formation_N_tls`.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         /// Every process's address, in order.
         #[arg(required = true)]
         addrs: Vec<SocketAddr>,
@@ -78,8 +93,10 @@ pub(crate) enum BenchCommand {
 pub(crate) struct AllArgs {
     /// Comma-separated scenarios to run, e.g. `storm,import`: formation (= formation_18,
     /// formation_72, formation_144), formation_N for N from 2 to 144 (the first N trays of
-    /// nvl72 up to 18, of nvl576 beyond), import, storm, datapath, recovery, footprint.
-    /// Default: all.
+    /// nvl72 up to 18, of nvl576 beyond), formation_tls (= formation_18_tls, formation_72_tls,
+    /// formation_144_tls), formation_N_tls, import, import_tls, storm, storm_tls, datapath,
+    /// recovery, footprint (the _tls ones with mutual TLS between the daemons, against the
+    /// same probes over TLS). Default: all.
     #[arg(long, value_name = "LIST", value_parser = parse_only)]
     only: Option<Selection>,
     /// Rounds of each repeated measurement (medians are reported); import takes 200 samples
@@ -102,20 +119,35 @@ pub(crate) struct AllArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scenario {
     Formation(usize),
+    /// `formation_N_tls`: mutual TLS between the daemons and between the floor's probes.
+    FormationTls(usize),
     Import,
+    /// `import_tls`: the daemons and the raw round trips over mutual TLS.
+    ImportTls,
     Storm,
+    /// `storm_tls`: the daemons and the raw burst over mutual TLS.
+    StormTls,
     Datapath,
     Recovery,
     Footprint,
 }
 
-/// Every scenario, in the order `bench all` runs them.
-const ALL: [Scenario; 8] = [
+/// The formation sizes `formation` and `formation_tls` stand for.
+const FORMATION_SIZES: [usize; 3] = [18, 72, 144];
+
+/// Every scenario, in the order `bench all` runs them: each TLS one after its plaintext one,
+/// so the two are measured in about the same state of the machine.
+const ALL: [Scenario; 13] = [
     Scenario::Formation(18),
     Scenario::Formation(72),
     Scenario::Formation(144),
+    Scenario::FormationTls(18),
+    Scenario::FormationTls(72),
+    Scenario::FormationTls(144),
     Scenario::Import,
+    Scenario::ImportTls,
     Scenario::Storm,
+    Scenario::StormTls,
     Scenario::Datapath,
     Scenario::Recovery,
     Scenario::Footprint,
@@ -129,18 +161,23 @@ fn parse_only(s: &str) -> Result<Selection, String> {
     let mut picked = Vec::new();
     for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
         let more: Vec<Scenario> = match word {
-            "formation" => ALL[..3].to_vec(),
+            "formation" => FORMATION_SIZES.map(Scenario::Formation).to_vec(),
+            "formation_tls" => FORMATION_SIZES.map(Scenario::FormationTls).to_vec(),
             "import" => vec![Scenario::Import],
+            "import_tls" => vec![Scenario::ImportTls],
             "storm" => vec![Scenario::Storm],
+            "storm_tls" => vec![Scenario::StormTls],
             "datapath" => vec![Scenario::Datapath],
             "recovery" => vec![Scenario::Recovery],
             "footprint" => vec![Scenario::Footprint],
-            _ => match word.strip_prefix("formation_").map(str::parse::<usize>) {
-                Some(Ok(n)) if (2..=144).contains(&n) => vec![Scenario::Formation(n)],
-                _ => {
+            _ => match formation_size(word) {
+                Some((n, false)) => vec![Scenario::Formation(n)],
+                Some((n, true)) => vec![Scenario::FormationTls(n)],
+                None => {
                     return Err(format!(
                         "unknown scenario {word:?}: expected formation, formation_N (2 <= N <= 144), \
-                         import, storm, datapath, recovery or footprint"
+                         formation_tls, formation_N_tls, import, import_tls, storm, storm_tls, \
+                         datapath, recovery or footprint"
                     ));
                 }
             },
@@ -157,12 +194,30 @@ fn parse_only(s: &str) -> Result<Selection, String> {
     Ok(Selection(picked))
 }
 
+/// `formation_N` as `(N, false)` and `formation_N_tls` as `(N, true)`, for N from 2 to 144.
+fn formation_size(word: &str) -> Option<(usize, bool)> {
+    let rest = word.strip_prefix("formation_")?;
+    let (n, tls) = match rest.strip_suffix("_tls") {
+        Some(n) => (n, true),
+        None => (rest, false),
+    };
+    // Digits only: `parse` would also take a leading `+`.
+    if !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n = n.parse().ok().filter(|n| (2..=144).contains(n))?;
+    Some((n, tls))
+}
+
 impl Scenario {
     fn label(self) -> String {
         match self {
             Scenario::Formation(n) => format!("formation_{n}"),
+            Scenario::FormationTls(n) => format!("formation_{n}_tls"),
             Scenario::Import => "import".into(),
+            Scenario::ImportTls => "import_tls".into(),
             Scenario::Storm => "storm".into(),
+            Scenario::StormTls => "storm_tls".into(),
             Scenario::Datapath => "datapath".into(),
             Scenario::Recovery => "recovery".into(),
             Scenario::Footprint => "footprint".into(),
@@ -172,35 +227,39 @@ impl Scenario {
     /// Runs it; every failure comes back as entries with an error.
     fn run(self, binary: &Path, rounds: usize, window: Duration) -> Vec<BenchEntry> {
         // A failed scenario still names each of its figures, with its unit and the error.
-        let or_failed = |r: Result<Vec<BenchEntry>>, figures: &[(&str, Unit)]| {
+        let or_failed = |r: Result<Vec<BenchEntry>>, figures: &[(String, Unit)]| {
             r.unwrap_or_else(|e| {
                 let why = format!("{e:#}");
                 figures
                     .iter()
-                    .map(|&(n, unit)| BenchEntry::failed(n, unit, why.clone()))
+                    .map(|(n, unit)| BenchEntry::failed(n.as_str(), *unit, why.clone()))
                     .collect()
             })
         };
+        let import = |tls| {
+            or_failed(
+                apps::import(binary, rounds, tls),
+                &apps::import_figures(tls),
+            )
+        };
+        let storm = |tls| {
+            or_failed(
+                apps::storm(binary, rounds, tls).map(|e| vec![e]),
+                &[(apps::storm_figure(tls).to_owned(), Unit::Ms)],
+            )
+        };
         match self {
             Scenario::Formation(n) => hb::formation_entry(binary, n, rounds),
-            Scenario::Import => or_failed(
-                apps::import(binary, rounds),
-                &[
-                    ("import_p50", Unit::Us),
-                    ("import_p50_vs_calls", Unit::Us),
-                    ("import_p99", Unit::Us),
-                    ("import_allocs", Unit::Allocs),
-                ],
-            ),
-            Scenario::Storm => or_failed(
-                apps::storm(binary, rounds).map(|e| vec![e]),
-                &[("storm", Unit::Ms)],
-            ),
+            Scenario::FormationTls(n) => hb::formation_tls_entry(binary, n, rounds),
+            Scenario::Import => import(false),
+            Scenario::ImportTls => import(true),
+            Scenario::Storm => storm(false),
+            Scenario::StormTls => storm(true),
             Scenario::Datapath => or_failed(
                 apps::datapath(binary, rounds),
                 &[
-                    ("datapath_read", Unit::GBps),
-                    ("datapath_write", Unit::GBps),
+                    ("datapath_read".to_owned(), Unit::GBps),
+                    ("datapath_write".to_owned(), Unit::GBps),
                 ],
             ),
             Scenario::Recovery => hb::recovery(binary, 18, rounds),
@@ -237,13 +296,18 @@ pub(crate) fn bench(cmd: &BenchCommand) -> Result<()> {
         );
     }
     match cmd {
-        BenchCommand::Formation { nodes, rounds } => {
+        BenchCommand::Formation { nodes, rounds, tls } => {
             let binary = this_binary()?;
-            let r =
-                hb::formation(&binary, *nodes, *rounds).context("formation benchmark failed")?;
+            let r = match tls {
+                true => hb::formation_tls(&binary, *nodes, *rounds),
+                false => hb::formation(&binary, *nodes, *rounds),
+            }
+            .context("formation benchmark failed")?;
             println!(
-                "formation, {} nodes, {} rounds (medians):",
-                r.nodes, r.rounds
+                "formation{}, {} nodes, {} rounds (medians):",
+                if *tls { " with mutual TLS" } else { "" },
+                r.nodes,
+                r.rounds
             );
             let ms = |d: Duration| hb::ms(d);
             println!(
@@ -280,8 +344,12 @@ pub(crate) fn bench(cmd: &BenchCommand) -> Result<()> {
             rounds,
         } => imports::bench_imports(*nodes, *gpus_per_node, *rounds),
         BenchCommand::All(args) => all(args),
-        BenchCommand::RpcServer { addr } => rpc::serve(*addr),
-        BenchCommand::MeshProbe { index, addrs } => mesh::mesh_probe(*index, addrs),
+        BenchCommand::RpcServer { addr, config } => rpc::serve(*addr, config.as_deref()),
+        BenchCommand::MeshProbe {
+            index,
+            addrs,
+            config,
+        } => mesh::mesh_probe(*index, addrs, config.as_deref()),
     }
 }
 
@@ -410,6 +478,64 @@ mod tests {
             "storms",
         ] {
             assert!(parse_only(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn only_knows_the_tls_scenarios() {
+        assert_eq!(
+            parse_only("formation_tls"),
+            Ok(Selection(vec![
+                Scenario::FormationTls(18),
+                Scenario::FormationTls(72),
+                Scenario::FormationTls(144)
+            ]))
+        );
+        assert_eq!(
+            parse_only("formation_2_tls,formation_2,import_tls,storm_tls,import_tls"),
+            Ok(Selection(vec![
+                Scenario::FormationTls(2),
+                Scenario::Formation(2),
+                Scenario::ImportTls,
+                Scenario::StormTls
+            ]))
+        );
+        // `formation` and `formation_tls` stand for different scenarios: both run.
+        assert_eq!(
+            parse_only("formation,formation_tls").map(|s| s.0.len()),
+            Ok(6)
+        );
+        for bad in [
+            "formation_1_tls",
+            "formation_145_tls",
+            "formation__tls",
+            "formation_+18",
+            "formation_18_tls_tls",
+            "formation_tls_18",
+            "tls",
+            "import_tls2",
+            "datapath_tls",
+        ] {
+            assert!(parse_only(bad).is_err(), "{bad:?} was accepted");
+        }
+        let e = parse_only("storm_tsl").expect_err("a typo");
+        assert!(
+            e.contains("formation_N_tls") && e.contains("storm_tls"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_plaintext_scenario_with_a_tls_twin_runs_just_before_it() {
+        for (i, sc) in ALL.iter().enumerate() {
+            let twin = match sc {
+                Scenario::FormationTls(n) => Scenario::Formation(*n),
+                Scenario::ImportTls => Scenario::Import,
+                Scenario::StormTls => Scenario::Storm,
+                _ => continue,
+            };
+            let at = ALL.iter().position(|s| *s == twin);
+            assert!(at.is_some_and(|at| at < i), "{sc:?} runs before {twin:?}");
         }
     }
 

@@ -1,6 +1,7 @@
 //! `openimex-lab bench all` through the binary: the JSON document's shape on a small selection of
-//! scenarios, where the clusters keep their files, and refusal of unknown scenario names; and
-//! the mesh probes behind `formation_N_grpc_mesh`.
+//! scenarios, where the clusters keep their files, and refusal of unknown scenario names; the
+//! secure path (`formation_N_tls`, `import_tls`) end to end; and the mesh probes behind
+//! `formation_N_grpc_mesh` and `formation_N_tls_grpc_mesh`.
 //! Figures are never asserted (they are machine-dependent ratios); only that each entry is
 //! either a figure or an error.
 
@@ -9,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use openimex_harness::bench::ProbeTls;
 use openimex_harness::process::run_with_timeout;
 use openimex_harness::scratch;
 use openimex_harness::{AddrBlock, ScratchDir};
@@ -95,6 +97,47 @@ fn bench_all_json_has_one_entry_per_figure() {
     }
 }
 
+/// The TLS figures run end to end: daemons with mutual TLS form a domain and import, the mesh
+/// probes and the raw server speak TLS, and every figure has a value beside its baseline.
+#[test]
+fn bench_all_tls_selection_measures_every_figure() {
+    // A short label: the Fabric Manager's socket path under it must fit in sun_path.
+    let tmp = ScratchDir::new("bench-tls").expect("scratch");
+    let (doc, stderr) = bench_json("formation_2_tls,import_tls", Some(tmp.path()));
+    let entries = doc["entries"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = entries.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "formation_2_tls",
+            "formation_2_tls_grpc_mesh",
+            "import_tls_p50",
+            "import_tls_p50_vs_calls",
+            "import_tls_p99",
+            "import_tls_allocs"
+        ],
+        "{doc}"
+    );
+    for e in &entries {
+        assert!(e["error"].is_null(), "{e}\n{stderr}");
+        let (value, baseline) = (e["value"].as_f64(), e["baseline"].as_f64());
+        assert!(
+            value.is_some_and(|v| v >= 0.0) && baseline.is_some_and(|b| b > 0.0),
+            "{e}"
+        );
+        assert!(
+            e["detail"].as_str().is_some_and(|d| d.contains("TLS")),
+            "a TLS figure's detail says so: {e}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("read TMPDIR")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "the bench left {left:?} in its TMPDIR");
+}
+
 /// Without a TMPDIR the clusters live on the tmpfs at /dev/shm when the machine has one, so a
 /// round times the daemons rather than the disk's inode allocator (`scratch::memory_root`).
 #[test]
@@ -132,8 +175,17 @@ struct MeshProbe {
 
 impl MeshProbe {
     fn spawn(index: usize, addrs: &[String]) -> Self {
-        let mut child = Command::new(binary())
-            .args(["bench", "mesh-probe", "--index", &index.to_string()])
+        Self::spawn_with(index, addrs, None)
+    }
+
+    /// A probe over mutual TLS with the keys `config` names, when given.
+    fn spawn_with(index: usize, addrs: &[String], config: Option<&std::path::Path>) -> Self {
+        let mut cmd = Command::new(binary());
+        cmd.args(["bench", "mesh-probe", "--index", &index.to_string()]);
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
+        let mut child = cmd
             .args(addrs)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -224,4 +276,37 @@ fn a_mesh_probe_waits_for_the_call_not_only_the_connection() {
         "probe 1 said meshed with no answer to its call"
     );
     drop(conn);
+}
+
+/// Over mutual TLS the probes mesh as in plaintext; a probe whose certificate comes from
+/// another CA is refused by its peer's handshake and says so, instead of redialling.
+#[test]
+fn mesh_probes_over_tls_mesh_and_refuse_a_stranger() {
+    let block = AddrBlock::allocate(3, &[50000]).expect("three loopback addresses");
+    let ips: Vec<String> = block.ips().iter().map(ToString::to_string).collect();
+    let addrs: Vec<String> = ips.iter().map(|ip| format!("{ip}:50000")).collect();
+    let domain = ProbeTls::make(&ips).expect("certificates");
+    let config = |i: usize| domain.config(i);
+    let bottom = MeshProbe::spawn_with(0, &addrs, config(0));
+    let top = MeshProbe::spawn_with(1, &addrs, config(1));
+    let wait = Duration::from_secs(20);
+    assert_eq!(
+        bottom.lines.recv_timeout(wait).ok().as_deref(),
+        Some("meshed 0")
+    );
+    assert_eq!(
+        top.lines.recv_timeout(wait).ok().as_deref(),
+        Some("meshed 1")
+    );
+    // Node 2's certificate from another CA: its dials refuse the peers' certificates.
+    let other = ProbeTls::make(&ips).expect("another CA");
+    let mut cmd = Command::new(binary());
+    cmd.args(["bench", "mesh-probe", "--index", "2", "--config"])
+        .arg(other.config(2).expect("node 2's config"))
+        .args(&addrs);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(20)).unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("TLS handshake"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("meshed"));
 }

@@ -12,6 +12,13 @@
 //! carried one call, against the same bare processes. A domain is a full mesh (every node
 //! connected to every other, imex-guide §4), so that ratio is the lowest a gRPC daemon's
 //! `formation_N` could reach here: the quadratic part is the connections' own cost.
+//!
+//! With mutual TLS ([`formation_tls_entry`]: `formation_N_tls` and its floor
+//! `formation_N_tls_grpc_mesh`) the daemons run with `ClusterSpec::with_tls` and the mesh
+//! probes with a config file of their own certificate (`--config`, [`ProbeTls`]), both made
+//! before the clock. The baseline is the same kind of bare processes as `formation_N`'s
+//! (measured again in these rounds), so a TLS figure and its plaintext one are comparable
+//! ratio to ratio.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
@@ -28,6 +35,7 @@ use crate::cluster::{Cluster, ClusterSpec, DEFAULT_SERVER_PORT, is_up};
 use crate::fabric_manager::FabricManagerSpec;
 use crate::process::{describe_status, die_with_parent};
 
+use super::tls::ProbeTls;
 use super::{BenchEntry, Unit, median, ms, short_error};
 
 /// Limit for one round of either measurement.
@@ -80,14 +88,34 @@ pub fn formation(
     nodes: usize,
     rounds: usize,
 ) -> Result<FormationReport, HarnessError> {
+    formation_over(binary, nodes, rounds, false)
+}
+
+/// [`formation`] with mutual TLS between the daemons and between the mesh probes (the same
+/// bare processes as the baseline).
+pub fn formation_tls(
+    binary: &Path,
+    nodes: usize,
+    rounds: usize,
+) -> Result<FormationReport, HarnessError> {
+    formation_over(binary, nodes, rounds, true)
+}
+
+/// [`formation`], over mutual TLS when `tls`.
+fn formation_over(
+    binary: &Path,
+    nodes: usize,
+    rounds: usize,
+    tls: bool,
+) -> Result<FormationReport, HarnessError> {
     let rounds = rounds.max(1);
     let mut daemon_samples = Vec::with_capacity(rounds);
     let mut baseline_samples = Vec::with_capacity(rounds);
     let mut mesh_samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
-        daemon_samples.push(daemon_round(binary, nodes)?);
+        daemon_samples.push(daemon_round(binary, nodes, tls)?);
         baseline_samples.push(baseline_round(binary, nodes)?);
-        mesh_samples.push(mesh_round(binary, nodes)?);
+        mesh_samples.push(mesh_round(binary, nodes, tls)?);
     }
     Ok(FormationReport {
         nodes,
@@ -106,9 +134,30 @@ pub fn formation(
 /// fails (144 nodes may not come UP within the limit) ends the scenario: further rounds would
 /// only fail slower.
 pub fn formation_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec<BenchEntry> {
-    let name = format!("formation_{nodes}");
-    let floor = format!("formation_{nodes}_grpc_mesh");
-    match formation(binary, nodes, rounds) {
+    entries(binary, nodes, rounds, false)
+}
+
+/// [`formation_tls`] as the `formation_N_tls` entry of `bench all`, and its floor
+/// `formation_N_tls_grpc_mesh` (the mesh probes over mutual TLS), both against the bare
+/// processes `formation_N` uses, measured in the same rounds.
+pub fn formation_tls_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec<BenchEntry> {
+    entries(binary, nodes, rounds, true)
+}
+
+/// The two entries of [`formation_entry`] or, with `tls`, of [`formation_tls_entry`].
+fn entries(binary: &Path, nodes: usize, rounds: usize, tls: bool) -> Vec<BenchEntry> {
+    let suffix = if tls { "_tls" } else { "" };
+    let name = format!("formation_{nodes}{suffix}");
+    let floor = format!("formation_{nodes}{suffix}_grpc_mesh");
+    let (daemons, connection) = match tls {
+        true => (
+            "daemons with mutual TLS (SSL_TLS, certificates made before the clock)",
+            "gRPC connection over mutual TLS (the daemon's TLS code: TLS 1.3, both \
+             certificates checked)",
+        ),
+        false => ("daemons", "gRPC connection"),
+    };
+    match formation_over(binary, nodes, rounds, tls) {
         Ok(r) => vec![
             BenchEntry::measured(
                 name,
@@ -116,7 +165,7 @@ pub fn formation_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec<BenchE
                 Unit::Ms,
                 Some(ms(r.bare_listen)),
                 format!(
-                    "spawn of {nodes} daemons to domain UP seen by node 0 (the first {nodes} \
+                    "spawn of {nodes} {daemons} to domain UP seen by node 0 (the first {nodes} \
                      trays of {}, Fabric Manager and GPU drivers already up), against {nodes} \
                      bare processes to ports open; median of {} rounds",
                     formation_topology(nodes).map_or_else(|_| "?".into(), |t| t.topology),
@@ -130,9 +179,11 @@ pub fn formation_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec<BenchE
                 Some(ms(r.bare_listen)),
                 format!(
                     "spawn of {nodes} processes to every one of their {} pairs holding one \
-                     gRPC connection that carried one call (the least any gRPC domain of \
-                     {nodes} nodes does), against the same bare processes; median of {} rounds",
+                     {connection} that carried one call (the least any gRPC domain of \
+                     {nodes} nodes{} does), against the same bare processes; median of {} \
+                     rounds",
                     nodes * nodes.saturating_sub(1) / 2,
+                    if tls { " with TLS" } else { "" },
                     r.rounds
                 ),
             ),
@@ -164,10 +215,13 @@ pub fn formation_topology(nodes: usize) -> Result<FabricManagerSpec, HarnessErro
     }
 }
 
-/// One daemon measurement: files, addresses, the Fabric Manager and the trays' drivers are
-/// ready before the clock starts.
-fn daemon_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
-    let spec = ClusterSpec::first_trays(formation_topology(nodes)?, nodes, binary)?;
+/// One daemon measurement: files, addresses, certificates (with `tls`), the Fabric Manager
+/// and the trays' drivers are ready before the clock starts.
+fn daemon_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, HarnessError> {
+    let mut spec = ClusterSpec::first_trays(formation_topology(nodes)?, nodes, binary)?;
+    if tls {
+        spec = spec.with_tls();
+    }
     let mut cluster = Cluster::prepare(spec)?;
     cluster.start_fabric_manager()?;
     for i in 0..nodes {
@@ -281,12 +335,18 @@ pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, Ha
 }
 
 /// One floor measurement: spawn `nodes` mesh probes (`bench mesh-probe`), all writing to one
-/// pipe, and wait until each has said `meshed I`.
-fn mesh_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
-    let addrs: Vec<String> = probe_addrs(nodes)?
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+/// pipe, and wait until each has said `meshed I`. With `tls`, each probe gets the config file
+/// of its own certificate (made before the clock, as the daemons' are).
+fn mesh_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, HarnessError> {
+    let sockets = probe_addrs(nodes)?;
+    let addrs: Vec<String> = sockets.iter().map(ToString::to_string).collect();
+    let certs = match tls {
+        true => {
+            let ips: Vec<String> = sockets.iter().map(|a| a.ip().to_string()).collect();
+            Some(ProbeTls::make(&ips)?)
+        }
+        false => None,
+    };
     let pipe_error = |source| HarnessError::Io {
         action: "make the mesh probes' pipe",
         path: "(pipe)".into(),
@@ -307,8 +367,11 @@ fn mesh_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
     let mut probes = Probes(Vec::with_capacity(nodes));
     for i in 0..nodes {
         let mut cmd = Command::new(binary);
-        cmd.args(["bench", "mesh-probe", "--index", &i.to_string()])
-            .args(&addrs)
+        cmd.args(["bench", "mesh-probe", "--index", &i.to_string()]);
+        if let Some(config) = certs.as_ref().and_then(|c| c.config(i)) {
+            cmd.arg("--config").arg(config);
+        }
+        cmd.args(&addrs)
             .stdin(Stdio::null())
             .stdout(writer.try_clone().map_err(pipe_error)?)
             .stderr(Stdio::piped());
@@ -358,6 +421,7 @@ fn mesh_round(binary: &Path, nodes: usize) -> Result<Duration, HarnessError> {
     }
     let elapsed = start.elapsed();
     drop(probes);
+    drop(certs);
     Ok(elapsed)
 }
 

@@ -9,6 +9,10 @@
 //!   imports), wall time, against as many raw unary RPCs from as many concurrent clients.
 //! - `datapath`: reading and writing a remote export through its fabric mapping, against a
 //!   local memcpy of the same size.
+//!
+//! `import_tls` and `storm_tls` are `import` and `storm` with mutual TLS between the daemons
+//! (`ClusterSpec::with_tls`), against the same raw calls over mutual TLS
+//! ([`RawServer::start_tls`]): what the daemons add above a TLS round trip.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier, Mutex};
@@ -41,22 +45,27 @@ const DATAPATH_BYTES: u64 = 64 << 20;
 
 /// Starts `nodes` nodes with `gpus` simulated GPUs of `hbm_mib` each and waits for UP.
 pub(crate) fn gpu_cluster(binary: &Path, nodes: usize, gpus: u32, hbm_mib: u64) -> Result<Cluster> {
-    gpu_cluster_with(binary, nodes, gpus, hbm_mib, false)
+    gpu_cluster_with(binary, nodes, gpus, hbm_mib, false, false)
 }
 
-/// [`gpu_cluster`], each node serving its metrics on [`METRICS_PORT`] when `metrics`.
+/// [`gpu_cluster`], each node serving its metrics on [`METRICS_PORT`] when `metrics`, the
+/// daemons speaking mutual TLS to each other when `tls`.
 fn gpu_cluster_with(
     binary: &Path,
     nodes: usize,
     gpus: u32,
     hbm_mib: u64,
     metrics: bool,
+    tls: bool,
 ) -> Result<Cluster> {
-    let spec = ClusterSpec::new(nodes, binary).with_gpus(GpuSpec {
+    let mut spec = ClusterSpec::new(nodes, binary).with_gpus(GpuSpec {
         gpus_per_node: gpus,
         hbm_mib,
         ..GpuSpec::default()
     });
+    if tls {
+        spec = spec.with_tls();
+    }
     let mut cluster = Cluster::prepare(spec).context("cannot prepare the nodes")?;
     for i in 0..nodes {
         if metrics {
@@ -108,15 +117,30 @@ impl DriverCall {
     }
 }
 
-/// `import_p50`, `import_p99`, `import_p50_vs_calls` and `import_allocs`.
-pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
+/// The names of `import`'s figures (`import_tls_…` with TLS), in order.
+pub(crate) fn import_figures(tls: bool) -> [(String, Unit); 4] {
+    let p = if tls { "import_tls" } else { "import" };
+    [
+        (format!("{p}_p50"), Unit::Us),
+        (format!("{p}_p50_vs_calls"), Unit::Us),
+        (format!("{p}_p99"), Unit::Us),
+        (format!("{p}_allocs"), Unit::Allocs),
+    ]
+}
+
+/// `import_p50`, `import_p50_vs_calls`, `import_p99` and `import_allocs`; with `tls` the same
+/// figures as `import_tls_…`, daemons and raw round trips over mutual TLS.
+pub(crate) fn import(binary: &Path, rounds: usize, tls: bool) -> Result<Vec<BenchEntry>> {
     let n = IMPORTS_PER_ROUND * rounds.max(1);
-    let cluster = gpu_cluster_with(binary, 2, 1, 16, true)?;
+    let cluster = gpu_cluster_with(binary, 2, 1, 16, true, tls)?;
     let exporter = open(cluster.node(0).dir())?;
     let alloc = exporter.mem_create(0, SMALL).context("create")?;
     let handle = exporter.export(&alloc).context("export")?;
     let importer = open(cluster.node(1).dir())?;
-    let server = RawServer::start(binary)?;
+    let server = match tls {
+        true => RawServer::start_tls(binary)?,
+        false => RawServer::start(binary)?,
+    };
     let mut raw_client = server.client()?;
     let driver_call = DriverCall::open(cluster.node(0).dir())?;
     let mut samples = Vec::with_capacity(n);
@@ -163,22 +187,34 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
     let daemon_allocs = per(daemon_window.close(daemons()?));
     let raw_allocs = per(server_window.close(raw_client.server_allocations()?) + client_allocs);
     let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (daemons, raw_rpc) = match tls {
+        true => (
+            "2 idle nodes whose daemons speak mutual TLS",
+            "unary gRPC round trips over mutual TLS (the daemon's TLS code)",
+        ),
+        false => ("2 idle nodes", "unary gRPC round trips"),
+    };
     let detail = |q: &str| {
         format!(
-            "{q} of {n} imports between 2 idle nodes, one at a time (release untimed), against \
-             {q} of {n} unary gRPC round trips to a raw server on loopback, one after each import"
+            "{q} of {n} imports between {daemons}, one at a time (release untimed), against \
+             {q} of {n} {raw_rpc} to a raw server on loopback, one after each import"
         )
     };
+    let tls_note = match tls {
+        true => "; daemons and raw round trips over mutual TLS",
+        false => "",
+    };
+    let [p50, vs_calls, p99, allocs] = import_figures(tls).map(|(name, _)| name);
     Ok(vec![
         BenchEntry::measured(
-            "import_p50",
+            p50,
             us(percentile(&samples, 0.5)),
             Unit::Us,
             Some(us(percentile(&raw, 0.5))),
             detail("p50"),
         ),
         BenchEntry::measured(
-            "import_p50_vs_calls",
+            vs_calls,
             us(percentile(&samples, 0.5)),
             Unit::Us,
             Some(
@@ -189,26 +225,26 @@ pub(crate) fn import(binary: &Path, rounds: usize) -> Result<Vec<BenchEntry>> {
                 "p50 of {n} imports against the p50 raw round trip plus {DRIVER_CALLS_PER_IMPORT} \
                  p50 simulated driver calls (an escape round trip on the driver's socket, one \
                  after each import: {:.1} us), the RM calls an import makes on the two nodes; \
-                 a kernel ioctl costs microseconds",
+                 a kernel ioctl costs microseconds{tls_note}",
                 us(percentile(&calls, 0.5))
             ),
         ),
         BenchEntry::measured(
-            "import_p99",
+            p99,
             us(percentile(&samples, 0.99)),
             Unit::Us,
             Some(us(percentile(&raw, 0.99))),
             detail("p99"),
         ),
         BenchEntry::measured(
-            "import_allocs",
+            allocs,
             daemon_allocs,
             Unit::Allocs,
             Some(raw_allocs),
             format!(
                 "heap allocations of the importer's and the exporter's daemons per import and \
                  its release (mean of {n}), against one unary gRPC round trip's at the raw \
-                 client and server together"
+                 client and server together{tls_note}"
             ),
         ),
     ])
@@ -364,10 +400,16 @@ fn storm_app(me: usize, dir: &Path, gpu: u32, rounds: usize, shared: &StormShare
     errors
 }
 
-/// `storm`: [`storm_on`] an 18 x 4 domain against the raw RPC burst.
-pub(crate) fn storm(binary: &Path, rounds: usize) -> Result<BenchEntry> {
+/// The name of `storm`'s figure (`storm_tls` with TLS).
+pub(crate) fn storm_figure(tls: bool) -> &'static str {
+    if tls { "storm_tls" } else { "storm" }
+}
+
+/// `storm`: [`storm_on`] an 18 x 4 domain against the raw RPC burst; with `tls`, `storm_tls`:
+/// the daemons and the raw burst over mutual TLS.
+pub(crate) fn storm(binary: &Path, rounds: usize, tls: bool) -> Result<BenchEntry> {
     let rounds = rounds.max(1);
-    let cluster = gpu_cluster(binary, STORM_NODES, STORM_GPUS, 16)?;
+    let cluster = gpu_cluster_with(binary, STORM_NODES, STORM_GPUS, 16, false, tls)?;
     let s = storm_on(&cluster, binary, STORM_GPUS, rounds, false)?;
     drop(cluster);
     if let Some(first) = s.failures.first() {
@@ -377,20 +419,31 @@ pub(crate) fn storm(binary: &Path, rounds: usize) -> Result<BenchEntry> {
             s.imports
         );
     }
-    let server = RawServer::start(binary)?;
+    let server = match tls {
+        true => RawServer::start_tls(binary)?,
+        false => RawServer::start(binary)?,
+    };
     let calls_each = s.apps.saturating_sub(1);
     let raw: Vec<Duration> = (0..rounds)
         .map(|_| server.burst(s.apps, calls_each))
         .collect::<Result<_>>()?;
+    let (daemons, calls) = match tls {
+        true => (
+            ", daemons speaking mutual TLS",
+            "unary gRPC calls over mutual TLS (the daemon's TLS code, connections made before \
+             the clock)",
+        ),
+        false => ("", "unary gRPC calls"),
+    };
     Ok(BenchEntry::measured(
-        "storm",
+        storm_figure(tls),
         ms(median(&s.walls)),
         Unit::Ms,
         Some(ms(median(&raw))),
         format!(
-            "{STORM_NODES} nodes x {STORM_GPUS} GPUs all-to-all: {} imports by {} concurrent \
-             applications, against as many unary gRPC calls by {} concurrent clients to a raw \
-             server; median of {rounds} rounds",
+            "{STORM_NODES} nodes x {STORM_GPUS} GPUs all-to-all{daemons}: {} imports by {} \
+             concurrent applications, against as many {calls} by {} concurrent clients to a \
+             raw server; median of {rounds} rounds",
             s.imports, s.apps, s.apps
         ),
     ))

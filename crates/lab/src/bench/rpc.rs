@@ -5,21 +5,27 @@
 //! was so figures compare across runs: a one-thread server measured slower, which would only
 //! flatter the ratios), and the clients that time calls to it over loopback. What it costs is what any
 //! unary RPC costs here; what an import costs above it is the daemons' and driver's own work.
+//!
+//! With `--config FILE` the server speaks mutual TLS with that node's keys ([`super::tls`]),
+//! and [`RawServer::start_tls`] gives clients that dial it with another node's keys: the
+//! baseline of `import_tls` and `storm_tls`, whose daemons speak TLS to each other.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
-use openimex_harness::bench::ReadyChild;
+use anyhow::{Context as _, Result, anyhow, bail};
+use openimex_harness::bench::{ProbeTls, ReadyChild};
+use openimex_imexd::tls::Sides;
+use openimex_proto::cmd::command_client::CommandClient;
 use openimex_proto::cmd::command_server::{Command, CommandServer};
 use openimex_proto::cmd::{
     ConfigOption, ConfigReply, ConfigRequest, DomainReply, DomainRequest, PeersReply, PeersRequest,
     StateReply, StateRequest,
 };
-use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
 
 /// Limit for connecting and for each call.
@@ -68,19 +74,32 @@ impl Command for Constant {
     }
 }
 
-/// `openimex-lab bench rpc-server ADDR`: binds ADDR (port 0 picks one), prints `ready IP:PORT`,
-/// serves until killed.
-pub(crate) fn serve(addr: SocketAddr) -> Result<()> {
+/// `openimex-lab bench rpc-server [--config FILE] ADDR`: binds ADDR (port 0 picks one), prints
+/// `ready IP:PORT`, serves until killed; over mutual TLS with FILE's keys when given.
+pub(crate) fn serve(addr: SocketAddr, config: Option<&Path>) -> Result<()> {
+    let sides = config.map(super::tls::load).transpose()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let (local, server) = constant_server(addr)?;
+        let (local, server) = match &sides {
+            None => {
+                let (local, server) = constant_server(addr)?;
+                (local, tokio::spawn(server))
+            }
+            Some(sides) => {
+                let (local, server) = constant_server_tls(addr, sides)?;
+                (local, tokio::spawn(server))
+            }
+        };
         println!("ready {local}");
         std::io::stdout().flush()?;
-        server.await.context("the raw RPC server failed")
+        server
+            .await
+            .context("the server task failed")?
+            .context("the raw RPC server failed")
     })
 }
 
@@ -104,19 +123,69 @@ pub(super) fn constant_server(
     Ok((local, server))
 }
 
+/// [`constant_server`] over mutual TLS with `sides` (the TLS floor's and baseline's server).
+/// Call within a runtime.
+pub(super) fn constant_server_tls(
+    addr: SocketAddr,
+    sides: &Sides,
+) -> Result<(
+    SocketAddr,
+    // Nothing borrowed from `sides`: the server owns its acceptor and may be spawned.
+    impl std::future::Future<Output = Result<(), tonic::transport::Error>> + use<>,
+)> {
+    let listener = super::tls::bind(addr)?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+    let server = Server::builder()
+        .add_service(CommandServer::new(Constant))
+        .serve_with_incoming(super::tls::incoming(listener, sides.acceptor().clone()));
+    Ok((local, server))
+}
+
+/// A connection to the raw server: the command client over plain TCP (as before TLS was
+/// benched, so the plaintext baseline is unchanged), or the bare generated client over TLS
+/// (the command client has no TLS), each call under the same limit.
+enum Conn {
+    Plain(openimex_ctl::Client),
+    Tls(CommandClient<Channel>),
+}
+
+impl Conn {
+    async fn state(&mut self) -> Result<()> {
+        match self {
+            Conn::Plain(c) => c.state().await.map(drop).context("raw RPC failed"),
+            Conn::Tls(c) => tokio::time::timeout(CALL_TIMEOUT, c.state(StateRequest {}))
+                .await
+                .map_err(|_| anyhow!("raw RPC over TLS timed out after {CALL_TIMEOUT:?}"))?
+                .map(drop)
+                .context("raw RPC over TLS failed"),
+        }
+    }
+
+    async fn config(&mut self) -> Result<ConfigReply> {
+        match self {
+            Conn::Plain(c) => c.config().await.map_err(anyhow::Error::new),
+            Conn::Tls(c) => tokio::time::timeout(CALL_TIMEOUT, c.config(ConfigRequest {}))
+                .await
+                .map_err(|_| anyhow!("Config over TLS timed out after {CALL_TIMEOUT:?}"))?
+                .map(tonic::Response::into_inner)
+                .map_err(anyhow::Error::new),
+        }
+    }
+}
+
 /// A client of a [`RawServer`] with the runtime it runs on.
 pub(crate) struct RawClient {
     rt: tokio::runtime::Runtime,
-    client: openimex_ctl::Client,
+    client: Conn,
 }
 
 impl RawClient {
     /// One unary round trip, timed.
     pub(crate) fn round_trip(&mut self) -> Result<Duration> {
         let t = Instant::now();
-        self.rt
-            .block_on(self.client.state())
-            .context("raw RPC failed")?;
+        self.rt.block_on(self.client.state())?;
         Ok(t.elapsed())
     }
 
@@ -139,17 +208,42 @@ impl RawClient {
 pub(crate) struct RawServer {
     _child: ReadyChild,
     addr: SocketAddr,
+    /// With TLS: the client's side (another node's keys than the server's), and the files,
+    /// kept while the server runs.
+    tls: Option<(Sides, ProbeTls)>,
 }
+
+/// The loopback address the raw server binds; also its certificate's name.
+const LOOPBACK: &str = "127.0.0.1";
 
 impl RawServer {
     /// Starts `binary bench rpc-server 127.0.0.1:0` and reads the address it bound.
     pub(crate) fn start(binary: &Path) -> Result<Self> {
-        let child = ReadyChild::spawn(
-            binary,
-            ["bench", "rpc-server", "127.0.0.1:0"],
-            Duration::from_secs(10),
-        )
-        .context("cannot start the raw RPC server")?;
+        Self::spawn(binary, None)
+    }
+
+    /// [`RawServer::start`] over mutual TLS: certificates for two nodes at 127.0.0.1 (made
+    /// here, before any timing), the server with the first's, clients with the second's.
+    pub(crate) fn start_tls(binary: &Path) -> Result<Self> {
+        let files = ProbeTls::make(&[LOOPBACK.to_owned(), LOOPBACK.to_owned()])
+            .context("cannot make the raw server's certificates")?;
+        let (Some(server), Some(client)) = (files.config(0), files.config(1)) else {
+            bail!("the raw server's certificates lack a node's config");
+        };
+        let sides = super::tls::load(client)?;
+        let server = server.to_owned();
+        Self::spawn(binary, Some((sides, files, server.as_path())))
+    }
+
+    fn spawn(binary: &Path, tls: Option<(Sides, ProbeTls, &Path)>) -> Result<Self> {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["bench".as_ref(), "rpc-server".as_ref()];
+        if let Some((_, _, config)) = &tls {
+            args.extend(["--config".as_ref(), config.as_os_str()]);
+        }
+        let bind = format!("{LOOPBACK}:0");
+        args.push(bind.as_ref());
+        let child = ReadyChild::spawn(binary, args, Duration::from_secs(10))
+            .context("cannot start the raw RPC server")?;
         let line = child.ready_line();
         let addr = line
             .strip_prefix("ready ")
@@ -158,16 +252,28 @@ impl RawServer {
         Ok(Self {
             _child: child,
             addr,
+            tls: tls.map(|(sides, files, _)| (sides, files)),
         })
     }
 
-    async fn connect(&self) -> Result<openimex_ctl::Client> {
+    async fn connect(&self) -> Result<Conn> {
+        if let Some((sides, _)) = &self.tls {
+            let endpoint = Endpoint::from_shared(format!("http://{}", self.addr))
+                .context("the raw server's address")?
+                .connect_timeout(CALL_TIMEOUT)
+                .tcp_nodelay(true);
+            let channel = super::tls::connect(sides, endpoint, None, self.addr)
+                .await
+                .map_err(|f| f.error.context("cannot connect to the raw RPC server"))?;
+            return Ok(Conn::Tls(CommandClient::new(channel)));
+        }
         let target = openimex_ctl::Target::Tcp {
             host: self.addr.ip().to_string(),
             port: self.addr.port(),
         };
         openimex_ctl::Client::connect(target, CALL_TIMEOUT)
             .await
+            .map(Conn::Plain)
             .context("cannot connect to the raw RPC server")
     }
 
@@ -180,7 +286,7 @@ impl RawServer {
             .context("cannot start the async runtime")?;
         let mut client = rt.block_on(self.connect())?;
         for _ in 0..WARM_UP {
-            rt.block_on(client.state()).context("raw RPC failed")?;
+            rt.block_on(client.state())?;
         }
         Ok(RawClient { rt, client })
     }
@@ -197,7 +303,7 @@ impl RawServer {
             let mut conns = Vec::with_capacity(clients);
             for _ in 0..clients {
                 let mut c = self.connect().await?;
-                c.state().await.context("raw RPC failed")?;
+                c.state().await?;
                 conns.push(c);
             }
             let start = Instant::now();
@@ -207,13 +313,13 @@ impl RawServer {
                     for _ in 0..calls_each {
                         c.state().await?;
                     }
-                    Ok::<_, openimex_ctl::CtlError>(())
+                    Ok::<_, anyhow::Error>(())
                 });
             }
             while let Some(done) = tasks.join_next().await {
                 match done {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => bail!("raw RPC failed: {e}"),
+                    Ok(Err(e)) => bail!("{e:#}"),
                     Err(e) => bail!("a raw RPC client task failed: {e}"),
                 }
             }
