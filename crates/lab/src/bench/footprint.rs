@@ -6,6 +6,9 @@
 //!
 //! - `idle_18`: the 18 trays x 4 GPUs of nvl72, domain UP, every fabric probe complete, nothing
 //!   happening;
+//! - `emfile_18`: the same domain, node 0's daemon out of descriptors (its soft NOFILE limit
+//!   lowered to what it holds plus two, with 16 connections waiting in its listen backlog): the
+//!   accept loop must wait between failed accepts, not spin (only node 0 is measured);
 //! - `storm_18`: the same domain during a storm (every GPU imports every other GPU's export);
 //! - `exports_18`: the same domain holding 10,000 exports: node 0's applications export 10,000
 //!   allocations of 2 MiB (2,500 per GPU; simulated HBM is a sparse file, so this costs no
@@ -80,6 +83,10 @@ pub(crate) fn footprint(binary: &Path, window: Duration) -> Vec<BenchEntry> {
                 Ok(f) => f.entries("idle_18", "the 18 trays x 4 GPUs of nvl72, domain UP, idle"),
                 Err(e) => failed_entries("idle_18", &short_error(&e)),
             });
+            out.extend(match out_of_descriptors(&cluster, binary, window) {
+                Ok(e) => e,
+                Err(e) => failed_entries("emfile_18", &format!("{e:#}")),
+            });
             out.extend(match storm_footprint(&cluster, binary) {
                 Ok(e) => e,
                 Err(e) => failed_entries("storm_18", &format!("{e:#}")),
@@ -90,7 +97,7 @@ pub(crate) fn footprint(binary: &Path, window: Duration) -> Vec<BenchEntry> {
             });
         }
         Err(e) => {
-            for label in ["idle_18", "storm_18", "exports_18"] {
+            for label in ["idle_18", "emfile_18", "storm_18", "exports_18"] {
                 out.extend(failed_entries(label, &format!("{e:#}")));
             }
         }
@@ -105,6 +112,51 @@ pub(crate) fn footprint(binary: &Path, window: Duration) -> Vec<BenchEntry> {
         }
     });
     out
+}
+
+/// Node 0's daemon out of descriptors over `window`, against a bare process; the limit is
+/// put back after.
+fn out_of_descriptors(
+    cluster: &Cluster,
+    binary: &Path,
+    window: Duration,
+) -> Result<Vec<BenchEntry>> {
+    let node = cluster.node(0);
+    let pid = node.pid().context("node 0's daemon is not running")?;
+    let held = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .context("cannot count node 0's descriptors")?
+        .count();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .context("cannot read node 0's limits")?;
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .context("no soft NOFILE limit in /proc/PID/limits")?
+        .to_owned();
+    let set = |n: &str| -> Result<()> {
+        let out = std::process::Command::new("prlimit")
+            .arg(format!("--pid={pid}"))
+            .arg(format!("--nofile={n}:"))
+            .output()
+            .context("cannot run prlimit (util-linux)")?;
+        if !out.status.success() {
+            bail!("prlimit: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(())
+    };
+    set(&(held + 2).to_string())?;
+    let target = std::net::SocketAddr::from((node.ip(), node.server_port()));
+    let waiting: Vec<std::net::TcpStream> = (0..16)
+        .filter_map(|_| std::net::TcpStream::connect(target).ok())
+        .collect();
+    let watched = watch_idle(binary, &[pid], window);
+    drop(waiting);
+    set(&soft)?;
+    Ok(watched.map_err(|e| anyhow::anyhow!(short_error(&e)))?.entries(
+        "emfile_18",
+        "node 0 of the idle 18-tray domain out of descriptors, 16 connections waiting to be accepted",
+    ))
 }
 
 fn storm_footprint(cluster: &Cluster, binary: &Path) -> Result<Vec<BenchEntry>> {
