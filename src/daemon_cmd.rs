@@ -300,12 +300,20 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
         warn!("{why}; logging to stderr");
     }
     // NVIDIA's performance statistics (imex-guide §6); dropped at the stop: the last record.
-    let stats = openimex_imexd::stats::StatsFile::start(openimex_imexd::stats::StatsOptions {
-        path: cfg.stats_file_name.clone(),
-        log_path: cfg.log_file_name.clone(),
-        append: cfg.log_append_to_log || reexecuted,
-        interval_sec: cfg.stats_interval_sec,
-    });
+    // The counts are the configured daemon's; an unconfigured one has no peers to count.
+    let counts = match &mode {
+        Mode::Configured { world, .. } => world.stats.clone(),
+        Mode::Unconfigured { .. } => openimex_imexd::stats::Stats::default(),
+    };
+    let stats = openimex_imexd::stats::StatsFile::start(
+        openimex_imexd::stats::StatsOptions {
+            path: cfg.stats_file_name.clone(),
+            log_path: cfg.log_file_name.clone(),
+            append: cfg.log_append_to_log || reexecuted,
+            interval_sec: cfg.stats_interval_sec,
+        },
+        counts,
+    );
     // The configuration dump of NVIDIA's daemon (imex-guide §9), which `ctl -d` prints too.
     info!(
         "IMEX version {} (openimex) is running with the following configuration options",

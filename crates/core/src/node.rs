@@ -18,6 +18,8 @@
 //! | [`Action::SendUnimport`] | [`Node::handle_unimport_delivered`] |
 //! | [`Action::DescribeExport`] | [`Node::handle_described`] |
 //! | [`Action::AttachRemoteGpu`] | [`Node::handle_remote_gpu_attached`] |
+//! | [`Action::CloseConn`] | [`Node::handle_conn_closed`] (as for any connection) |
+//! | [`Action::Mesh`] `SendGoodbye` | [`Node::handle_goodbye_delivered`] |
 //!
 //! The other actions are performed in the order given; their only result is success, or the
 //! loss of the driver, which ends the daemon.
@@ -37,6 +39,17 @@
 //! answer never corrupts state.
 //!
 //! # Decisions that live here
+//! - How long the owner holds something open while a peer owes it (`node/deadlines.rs`): an
+//!   inbound connection's hello ([`HELLO_DEADLINE`] from [`Node::handle_conn_accepted`]), a
+//!   session stream's first frame (the same, from [`Node::handle_stream_opened`]), a closed
+//!   session's requests in flight ([`RETIRE_WAIT`]), the shutdown's goodbyes
+//!   ([`GOODBYE_WAIT`]). And whose dial result the owner may take
+//!   ([`Mesh::dial_in_flight`]).
+//! - Which peers SIGUSR1 dials again, from the addresses the owner resolved
+//!   ([`Node::handle_nodes_file`], `node/remap.rs`).
+//! - At most [`MAX_IMPORTS_IN_FLIGHT`] imports are asked of one exporter and unanswered; the
+//!   rest wait in order and go as answers come, or fail when their turn comes while no session
+//!   carries the pair (`node/outbox.rs`).
 //! - An import whose exporter is not connected fails at once (INVALID_STATE); one that is not
 //!   answered within [`NodeConfig::import_timeout`] fails then. An import that was asked and then
 //!   failed (timeout, or an error that may be the transport's, after which the exporter may still
@@ -65,19 +78,26 @@
 //!   released at once. So a lost peer's clean-up never releases a reference taken for an
 //!   import it made after coming back (`node/grace.rs`).
 
+mod action;
+mod deadlines;
 mod exporter;
 mod give_backs;
 mod grace;
 mod importer;
 mod multicast;
+mod outbox;
 mod peers;
 mod peers_wait;
 mod recovery;
 mod remap;
 mod sessions;
 
+pub use action::Action;
+pub use deadlines::{GOODBYE_WAIT, HELLO_DEADLINE, RETIRE_WAIT, StreamId};
+pub use outbox::MAX_IMPORTS_IN_FLIGHT;
 pub use peers::{CLEANUPS_KEPT_PER_PEER, CleanUp, Cleaned, PeerState};
 pub use recovery::PERSIST_LINGER;
+pub use remap::{Remapped, ResolvedNodes};
 pub use sessions::PeerRequest;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -151,171 +171,6 @@ pub struct ImportRequest {
     pub channel: u32,
 }
 
-/// What the owner must do. See the module contract.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// A mesh action: connections, heartbeats, goodbyes, link and state changes (log them),
-    /// and opening the driver session (`InitDriver`).
-    Mesh(mesh::Action),
-    /// Importer side: ask `peer` for an import; report with [`Node::handle_import_answer`].
-    SendImport {
-        /// The exporter.
-        peer: NodeId,
-        /// What to ask.
-        request: ImportRequest,
-    },
-    /// Importer side: tell `peer` the import is gone; report with
-    /// [`Node::handle_unimport_delivered`].
-    SendUnimport {
-        /// The exporter.
-        peer: NodeId,
-        /// The import.
-        import_event_id: u64,
-    },
-    /// Importer side: complete a pending import with pages, or fail it.
-    ValidateImport {
-        /// The MEM_IMPORT event.
-        import_event_id: u64,
-        /// Pages or the status to fail with.
-        result: Result<Pages, Status>,
-    },
-    /// Importer side: acknowledge unimports, waking their blocked releasers.
-    FinishUnimports {
-        /// Unimport event IDs.
-        ids: Ids,
-    },
-    /// Importer side: disable every local client that imported from `node`.
-    DisableImporters {
-        /// The node whose memory they map.
-        node: NodeId,
-    },
-    /// Exporter side: take a reference on an export and describe it; report with
-    /// [`Node::handle_described`].
-    DescribeExport {
-        /// The peer request this is for.
-        request: RequestId,
-        /// Export UUID.
-        export_uuid: [u8; 16],
-        /// Handle index.
-        index: u16,
-        /// The importer's channel.
-        channel: u32,
-    },
-    /// Exporter side: drop references taken by describes, then (if `ack` is set) answer that
-    /// peer unimport request with `released: true`.
-    ReleaseExportRefs {
-        /// The references.
-        refs: Ids,
-        /// The unimport request to answer once they are gone.
-        ack: Option<RequestId>,
-    },
-    /// Exporter side: answer a peer's import request.
-    AnswerImport {
-        /// The request.
-        request: RequestId,
-        /// The answer.
-        answer: ImportAnswer,
-    },
-    /// Write the persist record: these nodes hold (or may hold) references to this node's
-    /// memory. Performed before the actions that follow it (an import's answer among them).
-    Persist {
-        /// Importer nodes, in ID order (empty: nothing held).
-        importers: Vec<NodeId>,
-    },
-    /// The recovery gate waits for these nodes (log it); `wait` is its bound at the start.
-    RecoveryWait {
-        /// Nodes still awaited.
-        awaiting: Vec<NodeId>,
-        /// How long it waits in all (zero in the periodic reminders).
-        wait: Duration,
-    },
-    /// The FULL quorum stopped waiting after `IMEX_CONN_WAIT_TIMEOUT`: the node goes on to
-    /// INIT_GPU without these peers (log it as a warning).
-    PeersWaitOver {
-        /// Peers not connected when the wait ended, in ID order.
-        missing: Vec<NodeId>,
-        /// How long it waited.
-        waited: Duration,
-    },
-    /// An awaited node no longer holds anything here (log it).
-    Recovered {
-        /// The node.
-        peer: NodeId,
-        /// How.
-        how: &'static str,
-    },
-    /// A peer's imports and exports were cleaned up here (log it).
-    CleanedUp {
-        /// The peer.
-        peer: NodeId,
-        /// Why.
-        reason: &'static str,
-    },
-    /// A peer message was refused (counted under `reason`, `count` so far): log it, sparingly.
-    Refused {
-        /// The key it is counted under.
-        reason: &'static str,
-        /// Refusals under that key since start.
-        count: u64,
-        /// What was refused (peer-supplied parts are bounded by the owner's decoding).
-        detail: String,
-    },
-    /// Exporter side: answer a peer's unimport request that released nothing.
-    AnswerUnimport {
-        /// The request.
-        request: RequestId,
-        /// Whether a reference was released (always `false` here; see `ReleaseExportRefs`).
-        released: bool,
-    },
-    /// Exporter side: refuse a peer's unimport that no session proves (sent on a connection
-    /// that no longer carries the pair, or without a hello). Unlike `AnswerUnimport`, the
-    /// importer must not take it as delivered: it sends the unimport again on the pair's
-    /// session, or the reference it names would stay held.
-    RefuseUnimport {
-        /// The request.
-        request: RequestId,
-        /// Why, for the importer's log.
-        reason: String,
-    },
-    /// Importer side (multicast): forward a local GPU's REMOTE_GPU_ATTACH to the prime's node
-    /// (`node/multicast.rs`). Its answer is only logged: the team's outcome reaches the
-    /// importer's driver from the Fabric Manager.
-    SendRemoteGpuAttach {
-        /// The prime's node.
-        peer: NodeId,
-        /// The attach.
-        attach: RemoteGpuAttach,
-    },
-    /// Owner side (multicast): ATTACH_REMOTE_GPU of `from`'s GPU on the prime; report with
-    /// [`Node::handle_remote_gpu_attached`].
-    AttachRemoteGpu {
-        /// The peer request this is for.
-        request: RequestId,
-        /// The attaching node.
-        from: NodeId,
-        /// The attach.
-        attach: RemoteGpuAttach,
-    },
-    /// Owner side (multicast): SET_FAILURE on the prime of `export_uuid`.
-    SetMulticastFailure {
-        /// The prime's export UUID.
-        export_uuid: [u8; 16],
-        /// Its index in the export.
-        index: u16,
-        /// The importer's channel (the daemon's dup of the export names it).
-        channel: u32,
-        /// The failure.
-        status: Status,
-    },
-    /// Owner side (multicast): answer a peer's remote GPU attach.
-    AnswerRemoteGpuAttach {
-        /// The request.
-        request: RequestId,
-        /// Done, or why not.
-        result: Result<(), ImportError>,
-    },
-}
-
 /// A lifecycle timer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Timer {
@@ -338,6 +193,14 @@ enum Timer {
     PersistPrune,
     /// The FULL quorum's wait for peers ends (`IMEX_CONN_WAIT_TIMEOUT`).
     PeersWaitOver,
+    /// The inbound connection's hello is due (`node/deadlines.rs`).
+    Hello(crate::ids::ConnId),
+    /// The session stream's first frame is due (`node/deadlines.rs`).
+    StreamHello(StreamId),
+    /// The closed session's retirement is over (`node/deadlines.rs`).
+    Retire(NodeId, Via),
+    /// Shutdown stops waiting for the goodbyes (`node/deadlines.rs`).
+    GoodbyeWait,
 }
 
 /// A describe in flight for a peer's import.
@@ -377,6 +240,12 @@ pub struct Node {
     /// answer, up to a dial timeout later (`node/grace.rs`).
     answered: HashMap<NodeId, Instant>,
     cleanups: peers::CleanupLog,
+    /// Imports in flight to each exporter under the bound, and those waiting for a slot.
+    outbox: outbox::Outbox,
+    /// What each entry of the nodes file resolved to at the last read (`node/remap.rs`).
+    resolved: Vec<Vec<std::net::IpAddr>>,
+    /// Connections waiting for their hello, and the shutdown's goodbyes (`node/deadlines.rs`).
+    owed: deadlines::Deadlines,
     recovery: recovery::Recovery,
     recovery_wait: Duration,
     conn_wait_timeout: Option<Duration>,
@@ -403,6 +272,9 @@ impl Node {
             cleaned: HashMap::new(),
             answered: HashMap::new(),
             cleanups: peers::CleanupLog::default(),
+            outbox: outbox::Outbox::default(),
+            resolved: Vec::new(),
+            owed: deadlines::Deadlines::default(),
             recovery: recovery::Recovery::new(&cfg.recover_from),
             recovery_wait: cfg.recovery_wait,
             conn_wait_timeout: cfg.conn_wait_timeout,
@@ -495,8 +367,12 @@ impl Node {
     /// that could not be told stay held, so the driver sees them dangling at session close and
     /// keeps fabric allocation disabled until a daemon recovers them (driver-interface.md §4).
     pub fn handle_shutdown(&mut self, now: Instant) {
+        let first = self.goodbyes_start();
         self.mesh.handle_shutdown(now);
         self.absorb_mesh(now);
+        if first {
+            self.goodbyes_sent(now);
+        }
         // Stopping, the record is brought to the truth at once (no linger).
         self.sync_persist(now);
         let mut finish = Vec::new();
@@ -529,6 +405,7 @@ impl Node {
     /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not. Acknowledged, the
     /// references held for its importers are released.
     pub fn handle_goodbye_delivered(&mut self, now: Instant, peer: NodeId, delivered: bool) {
+        self.goodbye_reported(peer);
         if !delivered {
             return;
         }
@@ -637,6 +514,10 @@ impl Node {
                 Timer::RecoveryLog => self.recovery_log(now),
                 Timer::PersistPrune => self.prune_persist(),
                 Timer::PeersWaitOver => self.peers_wait_over(now),
+                Timer::Hello(conn) => self.hello_overdue(conn),
+                Timer::StreamHello(stream) => self.stream_overdue(stream),
+                Timer::Retire(peer, via) => self.retire_over(peer, via),
+                Timer::GoodbyeWait => self.goodbye_wait_over(),
             }
         }
     }
@@ -681,6 +562,11 @@ impl Node {
             let Some(action) = self.gate(action) else {
                 continue;
             };
+            match &action {
+                mesh::Action::CloseSession { peer, via } => self.session_closing(now, *peer, *via),
+                mesh::Action::SendGoodbye { peer, .. } => self.goodbye_sent(*peer),
+                _ => {}
+            }
             self.actions.push_back(Action::Mesh(action));
             match follow {
                 Some((peer, _, true)) => {

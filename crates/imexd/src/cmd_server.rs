@@ -172,14 +172,15 @@ pub(crate) fn unavailable_row(node_id: u32, host: String) -> NodeReport {
 /// How a command server ended: which one, and why.
 pub(crate) type Ended = Result<(), (&'static str, tonic::transport::Error)>;
 
-/// Serves the command service `svc` (built once per listener) on the TCP listener and the unix
-/// socket at `unix_path`, whichever are given; the configured and the unconfigured daemon both
-/// serve `ctl` this way.
+/// Serves the command service `svc` (built once per listener) on the TCP listener, the unix
+/// socket at `unix_path` and the in-process listener, whichever are given; the configured and
+/// the unconfigured daemon both serve `ctl` this way.
 pub(crate) fn serve<S: Command>(
     svc: impl Fn() -> S,
     tcp: Option<std::net::TcpListener>,
     unix: Option<std::os::unix::net::UnixListener>,
     unix_path: Option<&std::path::Path>,
+    memory: Option<crate::net::MemListener>,
 ) -> Result<Vec<tokio::task::JoinHandle<Ended>>, DaemonError> {
     use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
     use tonic::transport::Server;
@@ -207,6 +208,14 @@ pub(crate) fn serve<S: Command>(
             .serve_with_incoming(UnixListenerStream::new(l));
         servers.push(tokio::spawn(async move {
             s.await.map_err(|source| ("command (unix)", source))
+        }));
+    }
+    if let Some(l) = memory {
+        let s = Server::builder()
+            .add_service(CommandServer::new(svc()))
+            .serve_with_incoming(l.incoming());
+        servers.push(tokio::spawn(async move {
+            s.await.map_err(|source| ("command (in-process)", source))
         }));
     }
     Ok(servers)

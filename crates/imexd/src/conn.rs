@@ -1,14 +1,15 @@
 //! Inbound peer connections. Each accepted TCP connection gets an ID that every request on it
-//! carries (so a peer's identity belongs to the connection whose hello proved it), a deadline
-//! for that hello, and limits before it: connections in all, and not-yet-greeted connections
-//! per source address. When connections in all are at the limit, a connection from an address
-//! of the node map makes the oldest not-yet-greeted connection from any other address close
-//! ("a stranger made way"): strangers holding sockets open cannot keep the domain's own nodes
-//! out. Its end is reported to the engine. The accept loop backs off on errors
-//! such as running out of descriptors instead of spinning. With TLS on (`tls`), each admitted
-//! connection's handshake runs in a task of its own under the same hello deadline; a failed
-//! handshake is a refusal counted under its named reason, and the connection never reaches
-//! the peer service.
+//! carries (so a peer's identity belongs to the connection whose hello proved it), is reported
+//! to the engine, whose core node closes it if no hello is accepted in time (`HELLO_DEADLINE`,
+//! core's `node/deadlines.rs`), and meets limits before that: connections in all, and
+//! not-yet-greeted connections per source address. When connections in all are at the limit, a
+//! connection from an address of the node map makes the oldest not-yet-greeted connection from
+//! any other address close ("a stranger made way"): strangers holding sockets open cannot keep
+//! the domain's own nodes out. Its end is reported to the engine. The accept loop backs off on
+//! errors such as running out of descriptors instead of spinning. With TLS on (`tls`), each
+//! admitted connection's handshake runs in a task of its own, stopped by the same hello
+//! deadline; a failed handshake is a refusal counted under its named reason, and the
+//! connection never reaches the peer service.
 
 use std::collections::HashMap;
 use std::io;
@@ -23,18 +24,14 @@ use openimex_core::ConnId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio::time::Sleep;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 use tracing::{debug, warn};
 
 use tokio_rustls::TlsAcceptor;
 
-use crate::mailbox::{Hosts, Input};
+use crate::mailbox::{Closer, Hosts, Input};
 use crate::tls::{self, Tls};
-
-/// How long a new connection, or a new session on a greeted one, may take to say its hello.
-pub(crate) const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Limits on inbound peer connections (defaults in [`ConnLimits::for_domain`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +40,6 @@ pub(crate) struct ConnLimits {
     pub(crate) total: usize,
     /// Connections from one source address that have not said an accepted hello yet.
     pub(crate) ungreeted_per_source: usize,
-    /// How long a new connection may take to say an accepted hello.
-    pub(crate) hello_deadline: Duration,
 }
 
 impl ConnLimits {
@@ -53,7 +48,6 @@ impl ConnLimits {
         Self {
             total: nodes.saturating_mul(4).max(64),
             ungreeted_per_source: 8,
-            hello_deadline: HELLO_DEADLINE,
         }
     }
 }
@@ -141,6 +135,8 @@ impl Counts {
 /// The bytes of a connection: plain TCP (auth off, the default) or TLS over it.
 enum PeerIo {
     Plain(TcpStream),
+    /// A connection of the in-process network ([`crate::net`]).
+    Memory(crate::net::MemStream),
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// Between taking the TCP stream for the handshake and putting the TLS stream back.
     Handshaking,
@@ -155,6 +151,7 @@ macro_rules! on_io {
     ($io:expr, $s:ident => $call:expr) => {
         match $io {
             PeerIo::Plain($s) => $call,
+            PeerIo::Memory($s) => $call,
             PeerIo::Tls($s) => $call,
             PeerIo::Handshaking => Poll::Ready(Err(handshaking())),
         }
@@ -165,7 +162,8 @@ macro_rules! on_io {
 pub(crate) struct PeerConn {
     io: PeerIo,
     info: ConnInfo,
-    deadline: Option<Pin<Box<Sleep>>>,
+    /// The engine closes it through this when the node says so (no hello in time).
+    closer: Closer,
     counts: Arc<Mutex<Counts>>,
     /// Still counted as ungreeted for its source.
     counted_ungreeted: bool,
@@ -182,18 +180,16 @@ impl Connected for PeerConn {
 }
 
 impl PeerConn {
-    /// Fails reads once the hello deadline passed without an accepted hello, which closes the
-    /// connection.
+    /// Fails reads once the node closed the connection (its hello deadline passed without an
+    /// accepted hello), which ends it.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         if self.info.greeted.load(Ordering::Acquire) {
-            self.deadline = None;
             self.uncount_ungreeted();
             return Ok(());
         }
         if self.evict.evicted.load(Ordering::Acquire) {
             // The accept loop took it off the counts when it chose it.
             self.counted_ungreeted = false;
-            self.deadline = None;
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "closed to make way for a node of the map",
@@ -205,14 +201,8 @@ impl PeerConn {
                 _ => *w = Some(cx.waker().clone()),
             }
         }
-        if let Some(d) = self.deadline.as_mut()
-            && d.as_mut().poll(cx).is_ready()
-        {
-            self.deadline = None;
-            let _ = self.engine.try_send(Input::Refused {
-                reason: "connection: no hello in time",
-                detail: format!("closed {}: no accepted hello in time", self.info.remote),
-            });
+        if self.closer.poll_closed(cx) {
+            // The node counted the refusal when it decided.
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "no accepted hello within the deadline",
@@ -294,8 +284,32 @@ impl AsyncWrite for PeerConn {
     fn is_write_vectored(&self) -> bool {
         match &self.io {
             PeerIo::Plain(s) => s.is_write_vectored(),
+            PeerIo::Memory(s) => s.is_write_vectored(),
             PeerIo::Tls(s) => s.is_write_vectored(),
             PeerIo::Handshaking => false,
+        }
+    }
+}
+
+/// The peer listener, registered with the runtime.
+pub(crate) enum Listening {
+    Tcp(TcpListener),
+    Memory(crate::net::MemListener),
+}
+
+impl Listening {
+    /// The next connection, and where it comes from.
+    async fn accept(&mut self) -> io::Result<(PeerIo, SocketAddr)> {
+        match self {
+            Listening::Tcp(l) => {
+                let (io, remote) = l.accept().await?;
+                let _ = io.set_nodelay(true);
+                Ok((PeerIo::Plain(io), remote))
+            }
+            Listening::Memory(l) => {
+                let (io, remote) = l.accept().await?;
+                Ok((PeerIo::Memory(io), remote))
+            }
         }
     }
 }
@@ -303,7 +317,7 @@ impl AsyncWrite for PeerConn {
 /// Accepts connections on `listener` within `limits`, as a stream for tonic. Refused
 /// connections are closed at once and counted in the log.
 pub(crate) fn incoming(
-    listener: TcpListener,
+    mut listener: Listening,
     limits: ConnLimits,
     engine: mpsc::Sender<Input>,
     tls: Option<Tls>,
@@ -381,16 +395,26 @@ pub(crate) fn incoming(
                 });
                 continue;
             }
-            let _ = io.set_nodelay(true);
+            // Before anything else about it reaches the engine (its hello comes later, from
+            // the peer service): the node's hello deadline starts now.
+            let closer = Closer::default();
+            let accepted = Input::ConnAccepted {
+                conn: id,
+                remote,
+                closer: closer.clone(),
+            };
+            if engine.send(accepted).await.is_err() {
+                return;
+            }
             let conn = PeerConn {
-                io: PeerIo::Plain(io),
+                io,
                 info: ConnInfo {
                     id,
                     remote,
                     peer_cert: None,
                     greeted,
                 },
-                deadline: Some(Box::pin(tokio::time::sleep(limits.hello_deadline))),
+                closer,
                 counts: counts.clone(),
                 counted_ungreeted: true,
                 evict,
@@ -409,8 +433,9 @@ pub(crate) fn incoming(
     ReceiverStream::new(rx)
 }
 
-/// Runs the TLS handshake of `conn` within its hello deadline, then hands it to the peer
-/// service; a failed handshake is counted under its named reason and the connection closed.
+/// Runs the TLS handshake of `conn` until the node closes it (its hello deadline), then hands
+/// it to the peer service; a failed handshake is counted under its named reason and the
+/// connection closed.
 async fn handshake(
     mut conn: PeerConn,
     acceptor: TlsAcceptor,
@@ -420,15 +445,14 @@ async fn handshake(
         return;
     };
     let remote = conn.info.remote;
-    let result = match conn.deadline.as_mut() {
-        Some(deadline) => tokio::select! {
-            r = acceptor.accept(tcp) => Some(r),
-            _ = deadline.as_mut() => None,
-        },
-        None => Some(acceptor.accept(tcp).await),
+    let closer = conn.closer.clone();
+    let result = tokio::select! {
+        r = acceptor.accept(tcp) => r,
+        // No handshake in time: the node counted the refusal when it closed the connection.
+        () = closer.closed() => return,
     };
     let (reason, detail) = match result {
-        Some(Ok(stream)) => {
+        Ok(stream) => {
             conn.info.peer_cert = stream
                 .get_ref()
                 .1
@@ -439,16 +463,11 @@ async fn handshake(
             let _ = tx.send(Ok(conn)).await;
             return;
         }
-        Some(Err(e)) => (
+        Err(e) => (
             tls::refusal(tls::Side::Accepting, tls::find_rustls(&e)),
             format!("closed a connection from {remote}: TLS handshake failed: {e}"),
         ),
-        None => (
-            "connection: no hello in time",
-            format!("closed {remote}: no TLS handshake in time"),
-        ),
     };
-    conn.deadline = None;
     let _ = conn.engine.try_send(Input::Refused { reason, detail });
 }
 

@@ -145,6 +145,19 @@ impl DriverThreads {
     /// Performs `call` on this thread if that keeps the order (see the module doc) and returns
     /// what it reports, for the engine to handle now; otherwise queues it as [`Self::call`]
     /// does and returns `None`.
+    ///
+    /// Why describes and validates stay on the runtime thread (DESIGN.md §2 says driver calls
+    /// run off it), measured for issue 30 on a 2-core machine, release build, `openimex-lab
+    /// demo` (18 trays, 5,112 imports, the simulated driver answering over its socket): a call
+    /// made here blocks the runtime for a describe 0.4–1.3 ms at the median per daemon (p99
+    /// 3–8 ms) and a validate 1.0–3.5 ms (p99 5–10 ms), nearly all of it waiting for the driver
+    /// process to be scheduled on two cores that the domain's 37 processes and the applications
+    /// share. Sending both to the worker thread instead (every call queued), over 4 interleaved
+    /// runs each, made the demo slower, not faster: 7,610 imports/s against 7,980 (medians),
+    /// import latency p50 7.6 ms against 6.5 ms, p99 20.9 ms against 22.9 ms (within the runs'
+    /// spread). The two thread wake-ups per call cost more than the block saves; the kernel's
+    /// ioctl answers in the caller's thread with no second process to wait for. Move them to
+    /// the worker if a backend's describe or validate can block for long.
     pub(crate) fn call_now(&self, call: Call) -> Option<DriverInput> {
         let now = match call {
             Call::Describe { .. } => true,

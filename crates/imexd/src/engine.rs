@@ -27,8 +27,6 @@ use crate::mailbox::{DriverInput, Input, OutLink, PeersSnapshot, Snapshot};
 use crate::peer_client;
 use crate::settings::Settings;
 
-/// How long shutdown waits for peers to acknowledge the goodbye.
-const GOODBYE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long shutdown waits for the driver to finish the calls already queued.
 const DRIVER_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -62,11 +60,23 @@ pub(crate) struct Engine {
     waiting: Waiting,
     state_tx: watch::Sender<DaemonState>,
     goodbyes: Vec<(NodeId, SessionTx)>,
+    /// Shutting down, the node stopped waiting for the goodbyes (`Action::GoodbyesOver`).
+    goodbyes_over: bool,
+    /// Sessions the node closed, retired until idle or until the node ends them
+    /// (`Action::EndSession`).
+    retired: HashMap<Via, SessionTx>,
+    /// How to close each inbound connection accepted and not closed yet, when the node says
+    /// so (`Action::CloseConn`: no hello in time).
+    closers: HashMap<ConnId, crate::mailbox::Closer>,
+    /// The same for session streams waiting for their hello (`Action::CloseStream`).
+    stream_closers: HashMap<u64, crate::mailbox::Closer>,
     heartbeat_seq: u64,
     dial_log: HashMap<NodeId, (u64, Option<Instant>)>,
     /// Dials leave from this address (the peer listener's), so peers see the node map's
     /// address as the source.
     local_ip: Option<std::net::IpAddr>,
+    /// The in-process network dials go over; `None`: TCP.
+    net: Option<crate::net::MemNet>,
     /// Writes the persist record, if one is kept, and holds the answers waiting for it.
     persist: Option<crate::persist::Writer>,
     /// Our identity for dials, built once (it carries the whole node map) and rebuilt when
@@ -74,14 +84,12 @@ pub(crate) struct Engine {
     me_cache: Option<Arc<Identity>>,
     /// Where the node map's entries are published for the peer and command services.
     hosts_tx: Option<watch::Sender<Arc<Vec<String>>>>,
-    /// What each entry resolved to when the nodes file was last read (start-up or SIGUSR1).
-    resolved: Vec<Vec<std::net::IpAddr>>,
     /// Counters and histograms of imports, unimports and links (`metrics`).
     metrics: crate::metrics::Events,
+    /// The stats file's counts (shared with the sessions and the file's writer).
+    stats: crate::stats::Stats,
     /// The node's GPUs on the fabric (`fabric`), for snapshots and the identity's cliques.
     fabric: crate::fabric::SharedView,
-    /// Imports in flight to each exporter, and those waiting for room.
-    outbox: outbox::Outbox,
 }
 
 fn now() -> std::time::Instant {
@@ -112,16 +120,20 @@ impl Engine {
             waiting: Waiting::default(),
             state_tx,
             goodbyes: Vec::new(),
+            goodbyes_over: false,
+            retired: HashMap::new(),
+            closers: HashMap::new(),
+            stream_closers: HashMap::new(),
             heartbeat_seq: 0,
             dial_log: HashMap::new(),
             local_ip: None,
+            net: None,
             persist: None,
             me_cache: None,
             hosts_tx: None,
-            resolved: Vec::new(),
             metrics: crate::metrics::Events::default(),
+            stats: crate::stats::Stats::default(),
             fabric: crate::fabric::SharedView::default(),
-            outbox: outbox::Outbox::default(),
         })
     }
 
@@ -185,28 +197,30 @@ impl Engine {
         );
         self.node.handle_shutdown(now());
         let _ = self.perform();
-        let goodbyes = std::mem::take(&mut self.goodbyes);
-        let mut awaited = goodbyes.len();
-        for (peer, session) in goodbyes {
+        for (peer, session) in std::mem::take(&mut self.goodbyes) {
             let tx = self.tx.clone();
             tokio::spawn(async move {
-                let delivered = peer_client::goodbye(peer, session, GOODBYE_TIMEOUT).await;
+                let delivered = peer_client::goodbye(peer, session).await;
                 let _ = tx.send(Input::GoodbyeDelivered { peer, delivered }).await;
             });
         }
         // Keep answering peers (their goodbyes, hellos refused) while ours are in flight; each
-        // acknowledged goodbye releases what we held for that peer's importers.
-        let deadline = tokio::time::sleep(GOODBYE_TIMEOUT + Duration::from_millis(500));
-        tokio::pin!(deadline);
-        while awaited > 0 {
+        // acknowledged goodbye releases what we held for that peer's importers. The node says
+        // when to stop waiting (all reported, or its goodbye wait is over), on its timer.
+        while !self.goodbyes_over {
+            let deadline = self.node.poll_timeout().map(Instant::from_std);
+            let timer = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                () = &mut deadline => break,
+                () = timer => {
+                    self.node.handle_timeout(now());
+                    let _ = self.perform();
+                }
                 input = rx.recv() => match input {
-                    Some(Input::GoodbyeDelivered { peer, delivered }) => {
-                        awaited -= 1;
-                        self.node.handle_goodbye_delivered(now(), peer, delivered);
-                        let _ = self.perform();
-                    }
                     Some(input) => {
                         if self.handle(input).and_then(|()| self.perform()).is_err() {
                             break;
@@ -247,8 +261,13 @@ impl Engine {
     }
 
     /// Dials leave from `ip` (the peer listener's address) instead of the routing default.
-    pub(crate) fn dial_from(mut self, ip: Option<std::net::IpAddr>) -> Self {
+    pub(crate) fn dial_from(
+        mut self,
+        ip: Option<std::net::IpAddr>,
+        net: Option<crate::net::MemNet>,
+    ) -> Self {
         self.local_ip = ip.filter(|ip| !ip.is_unspecified());
+        self.net = net;
         self
     }
 
@@ -264,9 +283,15 @@ impl Engine {
         self
     }
 
-    /// Count events into `metrics` (shared with the metrics server).
-    pub(crate) fn count_into(mut self, metrics: crate::metrics::Events) -> Self {
+    /// Count events into `metrics` (shared with the metrics server) and the stats file's
+    /// figures into `stats` (shared with the sessions and the file's writer).
+    pub(crate) fn count_into(
+        mut self,
+        metrics: crate::metrics::Events,
+        stats: crate::stats::Stats,
+    ) -> Self {
         self.metrics = metrics;
+        self.stats = stats;
         self
     }
 
@@ -299,7 +324,7 @@ impl Engine {
     }
 
     fn handle(&mut self, input: Input) -> Result<(), DaemonError> {
-        crate::stats::taken(input.request_kind());
+        self.stats.taken(input.request_kind());
         let now = now();
         match input {
             Input::Hello {
@@ -325,7 +350,24 @@ impl Engine {
                 let ok = self.node.authenticate(via, None, what).is_some();
                 let _ = reply.send(ok);
             }
+            Input::ConnAccepted {
+                conn,
+                remote,
+                closer,
+            } => {
+                self.closers.insert(conn, closer);
+                self.node.handle_conn_accepted(now, conn, remote);
+            }
+            Input::StreamOpened { stream, closer } => {
+                self.stream_closers.insert(stream, closer);
+                self.node.handle_stream_opened(now, stream);
+            }
+            Input::StreamHeard { stream } => {
+                self.stream_closers.remove(&stream);
+                self.node.handle_stream_heard(stream);
+            }
             Input::ConnClosed { conn } => {
+                self.closers.remove(&conn);
                 if let Some((session, _)) = self.accepted.remove(&conn) {
                     session.shutdown();
                 }
@@ -338,8 +380,9 @@ impl Engine {
                 remote,
                 link,
             } => {
-                if self.sessions.get(&peer).is_some_and(|(a, _)| *a > attempt) {
-                    // A late answer to a superseded attempt: never replace a newer session.
+                if !self.node.mesh().dial_in_flight(peer, attempt) {
+                    // A late answer to a superseded attempt, which the node would only close:
+                    // never let it replace the session held.
                     link.reader.abort();
                     return Ok(());
                 }
@@ -477,11 +520,9 @@ impl Engine {
                     );
                 }
                 (self.metrics).import_completed(import_event_id, answer.is_ok(), now);
+                // The node sends the next import waiting for this exporter, if any.
                 self.node
                     .handle_import_answer(now, exporter, import_event_id, answer);
-                if let Some(next) = self.outbox.answered(exporter) {
-                    self.send_import(exporter, next);
-                }
             }
             Input::UnimportDelivered {
                 exporter,
@@ -558,11 +599,28 @@ impl Engine {
                 | Action::AttachRemoteGpu { .. }
                 | Action::SetMulticastFailure { .. }
                 | Action::AnswerRemoteGpuAttach { .. }) => self.perform_multicast(a),
-                Action::SendImport { peer, request } => {
-                    if let Some(request) = self.outbox.admit(peer, request) {
-                        self.send_import(peer, request);
+                Action::SendImport { peer, request } => self.send_import(peer, request),
+                Action::CloseConn { conn } => {
+                    if let Some(closer) = self.closers.remove(&conn) {
+                        closer.close();
                     }
                 }
+                Action::CloseStream { stream } => {
+                    if let Some(closer) = self.stream_closers.remove(&stream) {
+                        closer.close();
+                    }
+                }
+                Action::EndSession { via, .. } => self.end_session(via),
+                Action::GoodbyesOver { unanswered } => {
+                    self.goodbyes_over = true;
+                    if !unanswered.is_empty() {
+                        let ms = openimex_core::node::GOODBYE_WAIT.as_millis();
+                        warn!("nodes {unanswered:?} did not acknowledge the goodbye in {ms} ms");
+                    }
+                }
+                Action::ImportNotSent {
+                    import_event_id, ..
+                } => (self.metrics).import_completed(import_event_id, false, now()),
                 Action::SendUnimport {
                     peer,
                     import_event_id,
@@ -670,12 +728,31 @@ impl Engine {
     }
 
     /// Has the driver perform `call` now if it can (`DriverThreads::call_now`), handling
-    /// its result at once.
+    /// its result at once. It blocks the runtime for the call: why that is kept, with the
+    /// figures measured, is at `DriverThreads::call_now`.
     fn call_now(&mut self, call: Call) -> Result<(), DaemonError> {
         match self.driver.call_now(call) {
             Some(input) => self.handle_driver(now(), input),
             None => Ok(()),
         }
+    }
+
+    /// Sends `request` (the node admitted it under its bound on imports in flight) on the
+    /// session that carries the pair with `peer`. With none here, it fails as a lost session
+    /// fails it (the node's contract), and the node moves on to the next one waiting.
+    fn send_import(&mut self, peer: NodeId, request: openimex_core::ImportRequest) {
+        let import_event_id = request.import_event_id;
+        if let Some(session) = self.session(peer) {
+            self.metrics.import_sent(import_event_id, now());
+            peer_client::import(session, peer, request, self.tx.clone());
+            return;
+        }
+        let answer = Err(ImportError::new(
+            openimex_core::Status::InvalidState,
+            format!("node {peer} has no session here"),
+        ));
+        self.metrics.import_completed(import_event_id, false, now());
+        (self.node).handle_import_answer(now(), peer, import_event_id, answer);
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -702,7 +779,6 @@ impl Engine {
 mod log;
 mod mesh_io;
 mod multicast;
-mod outbox;
 mod reload;
 #[cfg(test)]
 mod tests;

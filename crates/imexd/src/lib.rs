@@ -17,6 +17,7 @@
 //! - [`stats`]: NVIDIA's performance statistics file (`STATS_FILE_NAME`).
 //! - [`settings`] — what the daemon needs, resolved from the config files.
 //! - [`world`] — the listeners.
+//! - [`net`] — an in-process network, for whole daemons run together under a paused clock.
 //! - [`daemonize`], [`logging`] — process set-up as NVIDIA's daemon does it.
 //! - [`notify`] — systemd's readiness protocol (`Type=notify`): states, READY, reload, stop.
 //! - [`unconfigured`] — a daemon whose placeholder nodes file does not name this host yet: it
@@ -35,6 +36,7 @@ pub mod logging;
 mod mailbox;
 mod metrics;
 mod multicast;
+pub mod net;
 mod nodes_file;
 pub mod notify;
 mod peer_client;
@@ -148,7 +150,7 @@ pub async fn run(
     );
     node.set_heartbeat_phase(heartbeat_phase(now, settings.heartbeat_interval));
     let (tx, rx) = mpsc::channel(1024);
-    stats::watch_mailbox(mailbox::depth_of(&tx));
+    world.stats.watch_mailbox(mailbox::depth_of(&tx));
     let (state_tx, state_rx) = watch::channel(DaemonState::Initializing);
     let (hosts_tx, hosts_rx) = watch::channel(std::sync::Arc::new(settings.hosts.clone()));
 
@@ -158,11 +160,22 @@ pub async fn run(
         hosts: hosts_rx.clone(),
         any_source: settings.peer_any_source,
         tls: settings.tls.clone(),
+        stats: world.stats.clone(),
+        streams: std::sync::Arc::default(),
     };
     let local_ip = world.peer.local_addr().ok().map(|a| a.ip());
     let peer_addr = world.peer_addr();
     let incoming = conn::incoming(
-        tokio_tcp(world.peer)?,
+        match world.peer {
+            world::PeerListener::Tcp(l) => conn::Listening::Tcp(tokio_tcp(l)?),
+            world::PeerListener::Memory(_) if settings.tls.is_some() => {
+                return Err(DaemonError::Tls {
+                    cause: "the in-process network carries no TLS".into(),
+                    fix: "run in-process daemons in plaintext",
+                });
+            }
+            world::PeerListener::Memory(l) => conn::Listening::Memory(l),
+        },
         conn::ConnLimits::for_domain(nodes),
         tx.clone(),
         settings.tls.clone(),
@@ -198,6 +211,7 @@ pub async fn run(
         world.cmd_tcp,
         world.cmd_unix,
         settings.cmd_unix_path.as_deref(),
+        world.cmd_memory,
     )?);
     info!(
         "Creating gRPC channels to all peers (nPeers = {}).",
@@ -246,9 +260,9 @@ pub async fn run(
     let peers = (tx.clone(), tokio::runtime::Handle::current());
     let (driver, fabric) = fabric::watch(driver, Some(peers));
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
-        .count_into(events)
+        .count_into(events, world.stats.clone())
         .watch_fabric(fabric)
-        .dial_from(local_ip)
+        .dial_from(local_ip, world.net)
         .persist_to(settings.persist_path.clone(), map_for_record)
         .publish_hosts(hosts_tx);
     let result = engine.run(rx, shutdown).await;

@@ -35,8 +35,20 @@ pub(crate) enum Input {
     },
     /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not.
     GoodbyeDelivered { peer: NodeId, delivered: bool },
+    /// An inbound connection was accepted (sent before anything else about it); `closer`
+    /// closes it when the node says so (no hello in time).
+    ConnAccepted {
+        conn: ConnId,
+        remote: std::net::SocketAddr,
+        closer: Closer,
+    },
     /// An inbound connection closed.
     ConnClosed { conn: ConnId },
+    /// A session stream opened on an inbound connection and waits for its first frame (the
+    /// hello); `closer` ends that wait when the node says so (no hello in time).
+    StreamOpened { stream: u64, closer: Closer },
+    /// The first frame of `stream` arrived (or the wait for it ended).
+    StreamHeard { stream: u64 },
     /// Something was refused before it reached the node (connection limits): count it.
     Refused {
         reason: &'static str,
@@ -251,6 +263,58 @@ impl Input {
                 ..
             } => Some(Kind::StatusRequest),
             _ => None,
+        }
+    }
+}
+
+/// The engine's hold on an inbound connection or session stream it may close (core's hello
+/// deadline, `Action::CloseConn` and `Action::CloseStream`): once closed, the connection's next
+/// read fails, which ends it, and a TLS handshake or a wait for a stream's hello still running
+/// on it stops.
+#[derive(Clone, Default)]
+pub(crate) struct Closer(std::sync::Arc<CloseFlag>);
+
+#[derive(Default)]
+struct CloseFlag {
+    set: std::sync::atomic::AtomicBool,
+    /// The connection's last read, woken to fail.
+    reader: std::sync::Mutex<Option<std::task::Waker>>,
+    /// Tasks waiting ([`Closer::closed`]).
+    tasks: tokio::sync::Notify,
+}
+
+impl Closer {
+    /// Closes the connection.
+    pub(crate) fn close(&self) {
+        self.0.set.store(true, std::sync::atomic::Ordering::Release);
+        self.0.tasks.notify_waiters();
+        if let Some(w) = self.0.reader.lock().ok().and_then(|mut w| w.take()) {
+            w.wake();
+        }
+    }
+
+    /// Whether it is closed; if not, `cx` is woken when it is.
+    pub(crate) fn poll_closed(&self, cx: &std::task::Context<'_>) -> bool {
+        if let Ok(mut w) = self.0.reader.lock() {
+            match w.as_ref() {
+                Some(old) if old.will_wake(cx.waker()) => {}
+                _ => *w = Some(cx.waker().clone()),
+            }
+        }
+        self.0.set.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves once it is closed.
+    pub(crate) async fn closed(&self) {
+        loop {
+            // Registered before the look, so a close between the two is not missed.
+            let told = self.0.tasks.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            if self.0.set.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            told.await;
         }
     }
 }

@@ -34,6 +34,10 @@ pub(crate) struct Target {
     pub(crate) keepalive: Duration,
     /// Mutual TLS (the configurations as they were when the dial began); `None`: plaintext.
     pub(crate) tls: Option<crate::tls::Sides>,
+    /// The stats file's counts the session adds to.
+    pub(crate) stats: crate::stats::Stats,
+    /// The in-process network to dial over ([`crate::net`]); `None`: TCP.
+    pub(crate) net: Option<crate::net::MemNet>,
 }
 
 /// Dials `target` and reports the outcome to the engine.
@@ -61,6 +65,9 @@ pub(crate) async fn dial(
 }
 
 async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), DialError> {
+    if let Some(net) = &target.net {
+        return connect_in_process(target, net).await;
+    }
     // Resolve on every attempt: DNS names in the node file may change or appear later.
     let addr = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
@@ -107,6 +114,29 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
         refused: refused(&e),
     })?;
     Ok((channel, addr))
+}
+
+/// [`connect`] on the in-process network: the entry is an address (nothing resolves names
+/// there), the source is this daemon's own address.
+async fn connect_in_process(
+    target: &Target,
+    net: &crate::net::MemNet,
+) -> Result<(Channel, std::net::SocketAddr), DialError> {
+    let ip: std::net::IpAddr = target.host.parse().map_err(|_| DialError::NoAddress {
+        host: target.host.clone(),
+    })?;
+    let addr = std::net::SocketAddr::new(ip, target.port);
+    let from = target
+        .local
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    match net.channel(from, addr).await {
+        Ok(channel) => Ok((channel, addr)),
+        Err(e) => Err(DialError::Connect {
+            addr: addr.to_string(),
+            cause: openimex_proto::root_cause(&e),
+            refused: refused(&e),
+        }),
+    }
 }
 
 /// [`connect`] over TLS: TCP from the same source address as a plaintext dial, then the
@@ -250,7 +280,7 @@ async fn handshake(
         (Some(_), _) => crate::tls::hello_failed(&s),
         (None, _) => DialError::Handshake(s.message().to_string()),
     };
-    let (session, outbound) = SessionTx::new();
+    let (session, outbound) = SessionTx::new(&target.stats);
     session.open_with(Body::Hello(Box::new(HelloRequest {
         from: Some((*me).clone()),
         to_node_id: u32::from(peer.0),
@@ -372,25 +402,21 @@ pub(crate) fn unimport(
     });
 }
 
-/// Says goodbye to `peer` on the session, waiting at most `timeout` for its acknowledgement;
-/// returns whether it acknowledged.
-pub(crate) async fn goodbye(peer: NodeId, session: SessionTx, timeout: Duration) -> bool {
+/// Says goodbye to `peer` on the session; returns whether it acknowledged. No timer here:
+/// the core node decides how long the shutdown waits for it (`GOODBYE_WAIT`).
+pub(crate) async fn goodbye(peer: NodeId, session: SessionTx) -> bool {
     let req = GoodbyeRequest {
         from: None,
         reason: "daemon shutting down".to_string(),
     };
-    match tokio::time::timeout(timeout, session.call(Body::Goodbye(Box::new(req)))).await {
-        Ok(Ok(Body::GoodbyeReply(_))) => {
+    match session.call(Body::Goodbye(Box::new(req))).await {
+        Ok(Body::GoodbyeReply(_)) => {
             tracing::debug!("node {peer} acknowledged goodbye");
             true
         }
-        Ok(Ok(_)) => false,
-        Ok(Err(e)) => {
+        Ok(_) => false,
+        Err(e) => {
             tracing::warn!("goodbye to node {peer} failed: {e}");
-            false
-        }
-        Err(_) => {
-            tracing::warn!("goodbye to node {peer} timed out");
             false
         }
     }
@@ -444,6 +470,8 @@ mod tests {
             timeout: Duration::from_secs(10),
             keepalive: Duration::from_secs(10),
             tls,
+            stats: crate::stats::Stats::default(),
+            net: None,
         }
     }
 

@@ -5,6 +5,7 @@
 
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use openimex_core::{Hello, NodeId, Verdict, Via};
 use openimex_proto::peer::session_msg::Body;
@@ -17,7 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::conn::ConnInfo;
 use crate::convert;
-use crate::mailbox::{Hosts, Input, ask};
+use crate::mailbox::{Closer, Hosts, Input, Stopping, ask};
 use crate::session;
 use crate::session_tx::SessionTx;
 
@@ -30,6 +31,11 @@ pub(crate) struct PeerService {
     pub(crate) any_source: bool,
     /// With TLS: a hello naming node N must come with a certificate for N's entry.
     pub(crate) tls: Option<crate::tls::Tls>,
+    /// The stats file's counts the sessions add to.
+    pub(crate) stats: crate::stats::Stats,
+    /// The last session stream's number (numbers are per daemon: the engine's deadlines are
+    /// keyed by them).
+    pub(crate) streams: std::sync::Arc<AtomicU64>,
 }
 
 /// The sender of a peer request, which every request must name.
@@ -163,11 +169,24 @@ impl Peer for PeerService {
     ) -> Result<Response<SessionStream>, Status> {
         let info = conn(&request)?;
         let mut inbound = request.into_inner();
-        // Bounded for a session on a connection already greeted too: the connection's own
-        // deadline (conn.rs) no longer applies there.
-        let first = tokio::time::timeout(crate::conn::HELLO_DEADLINE, inbound.message())
+        // Bounded by the node's hello deadline (core's `node/deadlines.rs`), on a connection
+        // already greeted too: the connection's own deadline no longer applies there.
+        let stream = self.streams.fetch_add(1, Ordering::Relaxed) + 1;
+        let closer = Closer::default();
+        let opened = Input::StreamOpened {
+            stream,
+            closer: closer.clone(),
+        };
+        self.engine.send(opened).await.map_err(|_| Stopping)?;
+        let late = || Status::deadline_exceeded("no hello within the hello deadline");
+        let first = tokio::select! {
+            first = inbound.message() => first,
+            () = closer.closed() => Err(late()),
+        };
+        self.engine
+            .send(Input::StreamHeard { stream })
             .await
-            .map_err(|_| Status::deadline_exceeded("no hello within the hello deadline"))?;
+            .map_err(|_| Stopping)?;
         let hello = match first? {
             Some(SessionMsg {
                 body: Some(Body::Hello(hello)),
@@ -186,7 +205,7 @@ impl Peer for PeerService {
                 return Ok(Response::new(Box::pin(tokio_stream::once(Ok(answer)))));
             }
         };
-        let (session, outbound) = SessionTx::new();
+        let (session, outbound) = SessionTx::new(&self.stats);
         session.open_with(Body::HelloReply(Box::new(HelloResponse {
             from: Some(me),
             refusal: Refusal::None.into(),

@@ -251,7 +251,7 @@ fn run_session(
         .build()
         .unwrap_or_else(|e| panic!("runtime: {e}"));
     rt.block_on(async move {
-        let (tx, mut out) = SessionTx::new();
+        let (tx, mut out) = SessionTx::new(&crate::stats::Stats::default());
         let (engine_tx, engine_rx) = mpsc::channel(64);
         let engine = tokio::spawn(fake_engine(engine_rx));
         // The peer sends its frames, then keeps its session open until it hangs up below.

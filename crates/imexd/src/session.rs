@@ -49,7 +49,7 @@ where
             Some(Err(status)) => break status.message().to_string(),
             None => break "peer closed the session".to_string(),
         };
-        crate::stats::arrived(&msg);
+        tx.stats().arrived(&msg);
         match msg.body {
             None => tx.received_heartbeat(
                 msg.heartbeat_seq,
@@ -81,7 +81,9 @@ where
                     () = tx.stopped() => break "closed here".to_string(),
                 }
                 let engine = engine.clone();
-                let ticket = crate::stats::request_arrived(crate::stats::Kind::of_body(&request));
+                let ticket = tx
+                    .stats()
+                    .request_arrived(crate::stats::Kind::of_body(&request));
                 tx.answer_later(msg.id, move || {
                     ticket.served(async move {
                         serve(request, via, &engine)
@@ -198,7 +200,7 @@ mod tests {
     /// outbound frames, the peer's side of the inbound stream, the engine's mailbox and the
     /// reader's task.
     fn reader(via: Via, depth: usize) -> Reader {
-        let (tx, out) = SessionTx::new();
+        let (tx, out) = SessionTx::new(&crate::stats::Stats::default());
         let (in_tx, in_rx) = mpsc::channel::<Result<SessionMsg, tonic::Status>>(depth);
         let (engine, engine_rx) = mpsc::channel(depth);
         let task = tokio::spawn(run(

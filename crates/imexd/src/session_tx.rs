@@ -20,11 +20,9 @@ pub(crate) const QUEUE: usize = 1024;
 /// The peer's requests answered at once on one session, at most: past it the reader waits for
 /// one to finish before reading on ([`SessionTx::room_to_serve`]), so a burst waits in the
 /// transport (the peer's flow control) instead of as a task each here (10,000 at an exporter
-/// held ~15 MiB).
-pub(crate) const MAX_SERVING: usize = 256;
-
-/// How long a retired session waits for what is in flight on it.
-pub(crate) const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// held ~15 MiB). The importer's bound on imports in flight per exporter is the same number
+/// (core's `node/outbox.rs`), so an importer's burst waits in its core, not here.
+pub(crate) const MAX_SERVING: usize = openimex_core::node::MAX_IMPORTS_IN_FLIGHT;
 
 /// A session frame carrying `body` under request `id` (0: the handshake or a notification).
 pub(crate) fn frame(id: u64, body: Body) -> SessionMsg {
@@ -157,6 +155,8 @@ pub(crate) struct SessionTx {
     retired: Arc<AtomicBool>,
     /// The last heartbeat sent here and the round trip of the last one answered.
     rtt: Arc<Mutex<Rtt>>,
+    /// The daemon's stats file counts, which every frame sent here and read on it adds to.
+    stats: crate::stats::Stats,
 }
 
 /// Heartbeat round trips, measured by the end that sends them (the pair's lower node).
@@ -188,8 +188,9 @@ impl std::fmt::Display for CallError {
 }
 
 impl SessionTx {
-    /// A new session, and the stream of frames it sends (for tonic to write).
-    pub(crate) fn new() -> (Self, Outbound) {
+    /// A new session counting into `stats`, and the stream of frames it sends (for tonic to
+    /// write).
+    pub(crate) fn new(stats: &crate::stats::Stats) -> (Self, Outbound) {
         let (out, rx) = mpsc::channel(QUEUE);
         let stop = Arc::new(Stop::default());
         let tx = Self {
@@ -201,6 +202,7 @@ impl SessionTx {
             idle: Arc::default(),
             retired: Arc::default(),
             rtt: Arc::default(),
+            stats: stats.clone(),
         };
         (tx, Outbound { rx, stop })
     }
@@ -214,16 +216,16 @@ impl SessionTx {
     }
 
     /// Ends the session once nothing is in flight on it (our calls answered, the peer's
-    /// requests answered), or after [`RETIRE_WAIT`]: a pair that moves to its other session
-    /// (core's `mesh::pair`) fails no request it had already sent on this one. Its heartbeats
-    /// go unanswered from now: the node no longer counts this session, and an answer would
-    /// tell the peer the pair is alive for up to that wait after the node lost it, longer than
-    /// the clean-up of a lost peer allows for (core's `node/grace.rs`).
+    /// requests answered): a pair that moves to its other session (core's `mesh::pair`) fails
+    /// no request it had already sent on this one. How long it may wait is core's decision
+    /// (`RETIRE_WAIT`, `node/deadlines.rs`): past it the engine ends the session
+    /// ([`SessionTx::shutdown`]), which ends this wait too. Its heartbeats go unanswered from
+    /// now: the node no longer counts this session, and an answer would tell the peer the pair
+    /// is alive for up to that wait after the node lost it, longer than the clean-up of a lost
+    /// peer allows for (core's `node/grace.rs`).
     pub(crate) fn retire(self) {
         self.retired.store(true, Ordering::Release);
         tokio::spawn(async move {
-            let deadline = tokio::time::sleep(RETIRE_WAIT);
-            tokio::pin!(deadline);
             loop {
                 // Registered before the look, so a change between the two is not missed.
                 let idle = self.idle.notified();
@@ -234,7 +236,7 @@ impl SessionTx {
                 }
                 tokio::select! {
                     () = idle => {}
-                    () = &mut deadline => break,
+                    () = self.stop.wait() => return,
                 }
             }
             self.shutdown();
@@ -352,14 +354,14 @@ impl SessionTx {
     }
 
     fn send_heartbeat(&self, msg: SessionMsg) {
-        let trip = crate::stats::Trip::heartbeat(msg.heartbeat_ack);
+        let trip = crate::stats::Trip::heartbeat(&self.stats, msg.heartbeat_ack);
         trip.sent_if(self.out.try_send(msg).is_ok());
     }
 
     /// Sends a request and waits for its answer. No timer here: callers that need one (the
     /// core node fails imports on its own timeout) bound the wait themselves.
     pub(crate) async fn call(&self, body: Body) -> Result<Body, CallError> {
-        let mut trip = crate::stats::Trip::out(&body);
+        let mut trip = crate::stats::Trip::out(&self.stats, &body);
         let (tx, rx) = oneshot::channel();
         let id = {
             let Ok(mut p) = self.pending.lock() else {
@@ -386,6 +388,11 @@ impl SessionTx {
         }
     }
 
+    /// The stats file counts this session adds to.
+    pub(crate) fn stats(&self) -> &crate::stats::Stats {
+        &self.stats
+    }
+
     /// Whether `other` is a handle on this same session.
     pub(crate) fn same(&self, other: &SessionTx) -> bool {
         Arc::ptr_eq(&self.pending, &other.pending)
@@ -398,7 +405,7 @@ impl SessionTx {
 
     /// Sends the answer to the peer's request `id`.
     async fn answer(&self, id: u64, body: Body) {
-        let trip = crate::stats::Trip::out(&body);
+        let trip = crate::stats::Trip::out(&self.stats, &body);
         trip.sent_if(self.send(frame(id, body)).await);
     }
 
@@ -457,7 +464,7 @@ mod tests {
     #[tokio::test]
     async fn a_retired_session_answers_no_heartbeat() {
         use tokio_stream::StreamExt;
-        let (tx, mut out) = SessionTx::new();
+        let (tx, mut out) = SessionTx::new(&crate::stats::Stats::default());
         tx.received_heartbeat(1, false, false);
         let ack = out.next().await.expect("answered while in use");
         assert_eq!((ack.heartbeat_seq, ack.heartbeat_ack), (1, true));
@@ -483,7 +490,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_waiting_for_room_ends_at_the_stop() {
-        let (tx, _out) = SessionTx::new();
+        let (tx, _out) = SessionTx::new(&crate::stats::Stats::default());
         // Nobody reads the outbound stream: fill its queue.
         for seq in 0..QUEUE as u64 {
             tx.heartbeat(seq, false);
@@ -509,7 +516,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_send_that_waited_keeps_no_waker_once_done() {
-        let (tx, mut out) = SessionTx::new();
+        let (tx, mut out) = SessionTx::new(&crate::stats::Stats::default());
         for seq in 0..QUEUE as u64 {
             tx.heartbeat(seq, false);
         }
@@ -536,7 +543,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_outbound_stream_keeps_one_waker_however_often_polled() {
-        let (tx, mut out) = SessionTx::new();
+        let (tx, mut out) = SessionTx::new(&crate::stats::Stats::default());
         let counted: Vec<Arc<Counted>> = (0..3).map(|_| Arc::new(Counted)).collect();
         for c in &counted {
             let waker = Waker::from(Arc::clone(c));

@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -188,7 +188,7 @@ enum Dir {
     Out,
 }
 
-/// An incoming request noted by [`request_arrived`]: its number and when it arrived.
+/// An incoming request noted by [`Stats::request_arrived`]: its number and when it arrived.
 #[derive(Debug, Clone, Copy)]
 struct Noted {
     seq: u64,
@@ -221,6 +221,7 @@ impl Waiting {
 /// Drops a request's traces if its answer never comes (its session closed first, and the
 /// answering future with it).
 struct Forget {
+    stats: Stats,
     kind: Kind,
     seq: u64,
     armed: bool,
@@ -229,35 +230,45 @@ struct Forget {
 impl Drop for Forget {
     fn drop(&mut self) {
         if self.armed {
-            lock(&STATS.waiting)[self.kind.index()].forget(self.seq);
+            lock(&self.stats.0.waiting)[self.kind.index()].forget(self.seq);
         }
     }
 }
 
-/// Everything counted, shared by the whole daemon.
+/// Everything one daemon counts for its stats file: its sessions, its engine and the file's
+/// writer share it ([`crate::World::stats`]). Cheap to clone; one per daemon, so several
+/// daemons in one process count apart.
+#[derive(Clone, Default)]
+pub struct Stats(Arc<Counts>);
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats").finish_non_exhaustive()
+    }
+}
+
+/// What [`Stats`] shares.
 #[derive(Default)]
-struct Stats {
+struct Counts {
     /// Per direction and kind since the last record.
     sums: Mutex<[[Sums; KINDS.len()]; 2]>,
     /// Incoming requests not yet answered, per kind.
     waiting: Mutex<[Waiting; KINDS.len()]>,
     /// The next incoming request's number.
     next_request: AtomicU64,
-    /// The depth of the engine's mailbox (see [`watch_mailbox`]).
+    /// The depth of the engine's mailbox (see [`Stats::watch_mailbox`]).
     mailbox: Mutex<Option<Depth>>,
     /// Unimports sent and not yet confirmed, by a sequence number: the first is the oldest.
     unimports: Mutex<BTreeMap<u64, Instant>>,
     next_unimport: AtomicU64,
 }
 
-static STATS: LazyLock<Stats> = LazyLock::new(Stats::default);
-
 /// A lock whose holder panicked still guards consistent counters: go on with them.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Stats {
+impl Counts {
     fn add(&self, dir: Dir, kind: Kind, queue: Duration, oper: Duration) {
         let d = match dir {
             Dir::In => 0,
@@ -273,39 +284,62 @@ pub(crate) type Depth = Box<dyn Fn() -> usize + Send + Sync>;
 /// `depth` tells `ProcessorQueue`'s depth: the engine's mailbox, read through a weak handle by
 /// the caller so the stats never keep it open (`mailbox::depth_of`). Taken as a function, not
 /// the mailbox, so the stats need not know the engine's inputs.
-pub(crate) fn watch_mailbox(depth: Depth) {
-    *lock(&STATS.mailbox) = Some(depth);
-}
+impl Stats {
+    pub(crate) fn watch_mailbox(&self, depth: Depth) {
+        *lock(&self.0.mailbox) = Some(depth);
+    }
 
-/// Hook of the session reader, for a frame that is not a request (see [`request_arrived`]): a
-/// heartbeat or an answer, handled at once.
-pub(crate) fn arrived(msg: &SessionMsg) {
-    let kind = Kind::of(msg);
-    if !kind.is_request() {
-        STATS.add(Dir::In, kind, Duration::ZERO, Duration::ZERO);
+    /// Hook of the session reader, for a frame that is not a request (see [`Stats::request_arrived`]): a
+    /// heartbeat or an answer, handled at once.
+    pub(crate) fn arrived(&self, msg: &SessionMsg) {
+        let kind = Kind::of(msg);
+        if !kind.is_request() {
+            self.0.add(Dir::In, kind, Duration::ZERO, Duration::ZERO);
+        }
+    }
+
+    /// Hook of the session reader: an incoming request of `kind` arrived now. Its [`Ticket`] times
+    /// and counts it once its answer is ready ([`Ticket::served`]), per the module doc.
+    pub(crate) fn request_arrived(&self, kind: Kind) -> Ticket {
+        let received = Instant::now();
+        let seq = self.0.next_request.fetch_add(1, Ordering::Relaxed);
+        lock(&self.0.waiting)[kind.index()]
+            .queue
+            .push_back(Noted { seq, received });
+        Ticket {
+            // A request whose answer never comes is forgotten when its ticket goes.
+            forget: Forget {
+                stats: self.clone(),
+                kind,
+                seq,
+                armed: true,
+            },
+            received,
+        }
+    }
+
+    /// Hook of the engine, as it takes an input from its mailbox: the processing of a peer
+    /// request of `kind` starts (`None`: not a request [`Stats::request_arrived`] notes).
+    pub(crate) fn taken(&self, kind: Option<Kind>) {
+        let Some(kind) = kind else {
+            return;
+        };
+        let now = Instant::now();
+        let mut w = lock(&self.0.waiting);
+        let w = &mut w[kind.index()];
+        if let Some(noted) = w.queue.pop_front() {
+            w.started.insert(noted.seq, now);
+        }
+    }
+
+    /// The record of the interval that ends now, over `seconds` seconds; the counts start
+    /// again from zero.
+    pub fn take(&self, seconds: u64) -> Record {
+        self.0.take(seconds)
     }
 }
 
-/// Hook of the session reader: an incoming request of `kind` arrived now. Its [`Ticket`] times
-/// and counts it once its answer is ready ([`Ticket::served`]), per the module doc.
-pub(crate) fn request_arrived(kind: Kind) -> Ticket {
-    let received = Instant::now();
-    let seq = STATS.next_request.fetch_add(1, Ordering::Relaxed);
-    lock(&STATS.waiting)[kind.index()]
-        .queue
-        .push_back(Noted { seq, received });
-    Ticket {
-        // A request whose answer never comes is forgotten when its ticket goes.
-        forget: Forget {
-            kind,
-            seq,
-            armed: true,
-        },
-        received,
-    }
-}
-
-/// An incoming request, noted on arrival ([`request_arrived`]).
+/// An incoming request, noted on arrival ([`Stats::request_arrived`]).
 pub(crate) struct Ticket {
     forget: Forget,
     received: Instant,
@@ -344,10 +378,11 @@ impl<F: Future<Output = Body>> Future for Served<F> {
         let done = Instant::now();
         // Answered without reaching the engine (a malformed request, a stopping daemon): all
         // of its time was its own handling.
-        let started = lock(&STATS.waiting)[kind.index()]
+        let stats = &forget.stats.0;
+        let started = lock(&stats.waiting)[kind.index()]
             .forget(seq)
             .unwrap_or(received);
-        STATS.add(
+        stats.add(
             Dir::In,
             kind,
             started.saturating_duration_since(received),
@@ -357,23 +392,10 @@ impl<F: Future<Output = Body>> Future for Served<F> {
     }
 }
 
-/// Hook of the engine, as it takes an input from its mailbox: the processing of a peer
-/// request of `kind` starts (`None`: not a request [`request_arrived`] notes).
-pub(crate) fn taken(kind: Option<Kind>) {
-    let Some(kind) = kind else {
-        return;
-    };
-    let now = Instant::now();
-    let mut w = lock(&STATS.waiting);
-    let w = &mut w[kind.index()];
-    if let Some(noted) = w.queue.pop_front() {
-        w.started.insert(noted.seq, now);
-    }
-}
-
 /// One outgoing message, from when it is built to when it left (and, for a request, was
 /// answered). Counted when dropped, if it was sent.
 pub(crate) struct Trip {
+    stats: Stats,
     kind: Kind,
     built: Instant,
     sent: Option<Instant>,
@@ -383,15 +405,16 @@ pub(crate) struct Trip {
 
 impl Trip {
     /// An outgoing frame with `body`, built now.
-    pub(crate) fn out(body: &Body) -> Trip {
+    pub(crate) fn out(stats: &Stats, body: &Body) -> Trip {
         let kind = Kind::of_body(body);
         let built = Instant::now();
         let unimport = (kind == Kind::UnimportRequest).then(|| {
-            let seq = STATS.next_unimport.fetch_add(1, Ordering::Relaxed);
-            lock(&STATS.unimports).insert(seq, built);
+            let seq = stats.0.next_unimport.fetch_add(1, Ordering::Relaxed);
+            lock(&stats.0.unimports).insert(seq, built);
             seq
         });
         Trip {
+            stats: stats.clone(),
             kind,
             built,
             sent: None,
@@ -400,8 +423,9 @@ impl Trip {
     }
 
     /// An outgoing heartbeat (`ack`: the answer to one), built now.
-    pub(crate) fn heartbeat(ack: bool) -> Trip {
+    pub(crate) fn heartbeat(stats: &Stats, ack: bool) -> Trip {
         Trip {
+            stats: stats.clone(),
             kind: if ack {
                 Kind::HeartbeatAck
             } else {
@@ -430,7 +454,7 @@ impl Trip {
 impl Drop for Trip {
     fn drop(&mut self) {
         if let Some(seq) = self.unimport {
-            lock(&STATS.unimports).remove(&seq);
+            lock(&self.stats.0.unimports).remove(&seq);
         }
         if let Some(sent) = self.sent {
             let queue = sent.saturating_duration_since(self.built);
@@ -439,18 +463,12 @@ impl Drop for Trip {
                 true => sent.elapsed(),
                 false => Duration::ZERO,
             };
-            STATS.add(Dir::Out, self.kind, queue, oper);
+            self.stats.0.add(Dir::Out, self.kind, queue, oper);
         }
     }
 }
 
-/// The record of the interval that ends now, over `seconds` seconds; the counts start again
-/// from zero.
-pub fn take(seconds: u64) -> Record {
-    STATS.take(seconds)
-}
-
-impl Stats {
+impl Counts {
     fn take(&self, seconds: u64) -> Record {
         let now = Instant::now();
         let sums = std::mem::take(&mut *lock(&self.sums));

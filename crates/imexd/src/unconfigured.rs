@@ -84,6 +84,7 @@ pub async fn run(
         listeners.tcp,
         listeners.unix,
         listeners.unix_path.as_deref(),
+        None,
     )?;
     notify.unconfigured();
     tokio::pin!(shutdown);

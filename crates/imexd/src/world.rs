@@ -9,22 +9,31 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 
 use crate::error::DaemonError;
+use crate::net::MemNet;
 
 /// Everything the daemon listens on.
 #[derive(Debug)]
 pub struct World {
     /// Peer gRPC listener (`BIND_INTERFACE_IP:SERVER_PORT`).
-    pub peer: TcpListener,
+    pub peer: PeerListener,
+    /// The in-process network the daemon dials its peers on ([`World::in_memory`]); `None`:
+    /// TCP.
+    pub net: Option<MemNet>,
     /// Command service on TCP (`IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT`).
     pub cmd_tcp: Option<TcpListener>,
     /// Command service on a unix socket (`IMEX_CMD_UNIX_DOMAIN_PATH`).
     pub cmd_unix: Option<UnixListener>,
+    /// Command service on an in-process network ([`crate::net`]): the in-process test layer.
+    pub cmd_memory: Option<crate::net::MemListener>,
     /// `OPENIMEX_METRICS_ADDR`'s listener ([`World::with_metrics`]); `None` serves no metrics.
     pub metrics: Option<TcpListener>,
     /// The process's heap allocations so far, when its binary counts them (the lab binary's
     /// allocator, which the bench reads through `openimex_heap_allocations_total`); `None`,
     /// the production binary's case, reports no such metric.
     pub heap_allocations: Option<fn() -> u64>,
+    /// The stats file's counts (`STATS_FILE_NAME`): the daemon adds to them, the file's writer
+    /// ([`crate::stats::StatsFile`]) takes a record from them every interval.
+    pub stats: crate::stats::Stats,
 }
 
 impl World {
@@ -42,11 +51,31 @@ impl World {
         )?;
         let (cmd_tcp, cmd_unix) = Self::bind_commands(cmd_ip, cmd_port, cmd_unix)?;
         Ok(Self {
-            peer: peer_listener,
+            peer: PeerListener::Tcp(peer_listener),
+            net: None,
             cmd_tcp,
             cmd_unix,
+            cmd_memory: None,
             metrics: None,
             heap_allocations: None,
+            stats: crate::stats::Stats::default(),
+        })
+    }
+
+    /// A daemon on the in-process network `net` ([`crate::net`]): its peer service on `peer`,
+    /// its command service on `cmd`, and its dials to peers over `net` (the nodes file must
+    /// list addresses, not names). For the in-process test layer, which runs whole daemons
+    /// together under tokio's paused clock.
+    pub fn in_memory(net: &MemNet, peer: SocketAddr, cmd: SocketAddr) -> std::io::Result<Self> {
+        Ok(Self {
+            peer: PeerListener::Memory(net.bind(peer)?),
+            net: Some(net.clone()),
+            cmd_tcp: None,
+            cmd_unix: None,
+            cmd_memory: Some(net.bind(cmd)?),
+            metrics: None,
+            heap_allocations: None,
+            stats: crate::stats::Stats::default(),
         })
     }
 
@@ -86,6 +115,25 @@ impl World {
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default()
+    }
+}
+
+/// Where the peer service listens: TCP, or the in-process network of the test layer.
+#[derive(Debug)]
+pub enum PeerListener {
+    /// `BIND_INTERFACE_IP:SERVER_PORT`.
+    Tcp(TcpListener),
+    /// An address of an in-process network ([`World::in_memory`]).
+    Memory(crate::net::MemListener),
+}
+
+impl PeerListener {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            PeerListener::Tcp(l) => l.local_addr(),
+            PeerListener::Memory(l) => Ok(l.local_addr()),
+        }
     }
 }
 

@@ -123,6 +123,13 @@ impl Mesh {
         self.pump_dials(now);
     }
 
+    /// Whether `attempt` is the dial to `peer` the mesh waits for. Any other's result is
+    /// ignored ([`Mesh::handle_dial_ok`] closes its session), so an owner that holds sessions
+    /// MUST NOT let a late answer to a superseded attempt replace the session it holds.
+    pub fn dial_in_flight(&self, peer: NodeId, attempt: u64) -> bool {
+        self.is_current(peer, attempt, Dialer::InFlight)
+    }
+
     pub(super) fn is_current(&self, peer: NodeId, attempt: u64, want: Dialer) -> bool {
         self.link(peer)
             .is_some_and(|l| l.attempt == attempt && l.dialer == want)

@@ -54,7 +54,7 @@ use crate::ids::{ConnId, InstanceId, NodeId};
 use crate::state::{ConnStatus, DaemonState};
 
 /// Which session of a pair: one this node dialled, or one the peer dialled to us.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Via {
     /// Our dial to `peer` of this `attempt` (as in [`Action::Dial`]).
     Dialled {

@@ -28,15 +28,14 @@ impl Node {
                 }
                 self.imports.requested(event_id, export_node);
                 self.arm(now + self.import_timeout, Timer::Import(event_id));
-                self.actions.push_back(Action::SendImport {
-                    peer: export_node,
-                    request: ImportRequest {
-                        import_event_id: event_id,
-                        export_uuid,
-                        index,
-                        channel,
-                    },
-                });
+                // Sent now, or once the exporter answers one of those in flight (`outbox.rs`).
+                let request = ImportRequest {
+                    import_event_id: event_id,
+                    export_uuid,
+                    index,
+                    channel,
+                };
+                self.ask_exporter(now, export_node, request);
             }
             Event::Unimport {
                 unimport_event_id,
@@ -52,8 +51,24 @@ impl Node {
         }
     }
 
-    /// `exporter` answered the import (or the request failed before an answer).
+    /// `exporter` answered the import (or the request failed before an answer). The request's
+    /// slot is free then: the next import waiting for that exporter is sent (`outbox.rs`).
     pub fn handle_import_answer(
+        &mut self,
+        now: Instant,
+        exporter: NodeId,
+        import_event_id: u64,
+        answer: ImportAnswer,
+    ) {
+        let freed = self.import_reported(exporter, import_event_id);
+        self.import_answered(now, exporter, import_event_id, answer);
+        if freed {
+            self.send_waiting(now, exporter);
+        }
+    }
+
+    /// What an answer (or a failure before one) means for the import itself.
+    pub(super) fn import_answered(
         &mut self,
         now: Instant,
         exporter: NodeId,

@@ -2,12 +2,55 @@
 //! ([`Mesh::handle_node_map`](crate::Mesh::handle_node_map)); the node adds what the change
 //! means for its own state. Peers whose entry and address did not change keep everything:
 //! their imports, exports and references are not touched.
+//!
+//! # Contract
+//! The owner MUST report the start-up read ([`Node::handle_nodes_resolved`]) before the first
+//! re-read, and MUST drain [`Node::poll_action`] after [`Node::handle_nodes_file`] as after any
+//! input: the sessions it drops and the dials it starts are actions.
+//!
+//! # Who is dialled again
+//! The owner reads the nodes file and resolves its names (I/O) and reports that with
+//! [`Node::handle_nodes_file`], with the peer's address on each pair's live session (it holds
+//! the sockets). The node decides which peers are readdressed, comparing with what the entries
+//! resolved to at the last read (the start-up read, [`Node::handle_nodes_resolved`], or the
+//! last accepted re-read):
+//! - a peer whose live session goes to an address its entry no longer resolves to: that
+//!   session is dropped and the peer dialled again;
+//! - a peer not connected whose entry resolves elsewhere than at the last read: dialled at once
+//!   rather than after its backoff;
+//! - a peer whose entry does not resolve right now keeps what it has: a name missing for a
+//!   moment must not cut a live session. So does a placeholder entry filled in (a node added,
+//!   not a move), and everyone else is left exactly as it was.
 
+use std::net::IpAddr;
 use std::time::Instant;
 
 use super::Node;
 use crate::ids::NodeId;
 use crate::nodemap::{MapRefusal, NodeMap};
+use crate::state::ConnStatus;
+
+/// The nodes file as the owner read and resolved it.
+#[derive(Debug, Clone)]
+pub struct ResolvedNodes {
+    /// Its entries, in node-ID order.
+    pub map: NodeMap,
+    /// What each entry resolves to now, by node ID (empty: it does not resolve right now).
+    pub addrs: Vec<Vec<IpAddr>>,
+    /// The peer's address on each pair's live session, as the owner's socket has it.
+    pub sessions: Vec<(NodeId, IpAddr)>,
+}
+
+/// What a re-read accepted changed (for the owner's log line).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Remapped {
+    /// Nodes appended, or placeholder entries filled in (dialled now).
+    pub added: Vec<NodeId>,
+    /// Peers whose entry resolves elsewhere than at the last read, with the new addresses.
+    pub moved: Vec<(NodeId, Vec<IpAddr>)>,
+    /// Peers dialled again at once (their live session, if any, dropped).
+    pub redial: Vec<NodeId>,
+}
 
 impl Node {
     /// See [`crate::Mesh::handle_node_map`]. On success the persist record is written again
@@ -23,5 +66,62 @@ impl Node {
         self.absorb_mesh(now);
         self.rewrite_persist();
         Ok(added)
+    }
+
+    /// What each entry of the nodes file resolved to at start-up (by node ID): what the first
+    /// re-read compares with.
+    pub fn handle_nodes_resolved(&mut self, addrs: Vec<Vec<IpAddr>>) {
+        self.resolved = addrs;
+    }
+
+    /// The nodes file re-read (SIGUSR1) as `file`: decides who is readdressed (module doc),
+    /// then applies the map as [`Node::handle_node_map`] does. Refused, nothing changes, the
+    /// addresses to compare with included.
+    pub fn handle_nodes_file(
+        &mut self,
+        now: Instant,
+        file: ResolvedNodes,
+    ) -> Result<Remapped, MapRefusal> {
+        let (moved, redial) = self.readdressed(&file);
+        let added = self.handle_node_map(now, file.map, &redial)?;
+        self.resolved = file.addrs;
+        Ok(Remapped {
+            added,
+            moved,
+            redial,
+        })
+    }
+
+    /// The peers of the running map whose entry resolves elsewhere than at the last read
+    /// (`moved`, with the new addresses), and those to dial again (the module doc).
+    fn readdressed(&self, file: &ResolvedNodes) -> (Vec<(NodeId, Vec<IpAddr>)>, Vec<NodeId>) {
+        let map = &self.mesh.config().map;
+        let local = self.mesh.config().local;
+        let mut moved = Vec::new();
+        let mut redial = Vec::new();
+        let common = map.len().min(file.map.len());
+        for (i, new) in file.addrs.iter().enumerate().take(common) {
+            let Ok(id) = u16::try_from(i).map(NodeId) else {
+                break;
+            };
+            // A placeholder filled in is no move: the mesh counts it as a node added.
+            if id == local || new.is_empty() || map.is_placeholder(id) {
+                continue;
+            }
+            let changed = self.resolved.get(i).is_some_and(|old| old != new);
+            let connected = self
+                .mesh
+                .peer(id)
+                .is_some_and(|(status, _)| status == ConnStatus::Connected);
+            let session = file.sessions.iter().find(|(p, _)| *p == id).map(|s| s.1);
+            let stale = connected && session.is_some_and(|ip| !new.contains(&ip));
+            if changed {
+                moved.push((id, new.clone()));
+            }
+            if stale || (changed && !connected) {
+                redial.push(id);
+            }
+        }
+        (moved, redial)
     }
 }

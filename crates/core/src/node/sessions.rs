@@ -143,6 +143,7 @@ impl Node {
         let verdict = self.handle_hello(now, remote);
         match &verdict {
             Verdict::Accept => {
+                self.conn_heard(conn);
                 self.sessions.by_conn.insert(
                     conn,
                     PeerId {
@@ -206,6 +207,7 @@ impl Node {
     /// Inbound connection `conn` closed: the identity it proved is forgotten, and the session
     /// on it, if it carried the pair, is lost (as [`Node::handle_session_closed`]).
     pub fn handle_conn_closed(&mut self, now: Instant, conn: ConnId) {
+        self.conn_gone(conn);
         self.sessions.by_conn.remove(&conn);
         self.mesh
             .handle_session_lost(now, Via::Accepted { conn }, "connection closed".into());

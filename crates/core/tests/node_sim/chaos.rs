@@ -1,17 +1,19 @@
 //! One seeded run: applications export and import while faults strike (kill -9 and restart,
 //! clean shutdown with goodbyes, partitions and heals, uneven heals after which the two sides
-//! disagree on the link, message loss, long delays and slow driver calls); then the faults
-//! stop, the domain heals, the applications release everything, and the final invariants are
-//! checked.
+//! disagree on the link, message loss, long delays and slow driver calls, names that move and
+//! SIGUSR1 re-reads, strangers that connect and never say hello); then the faults stop, the
+//! domain heals, the applications release everything, and the final invariants are checked.
 
 use std::time::Duration;
 
 use openimex_core::QuorumPolicy;
+use openimex_core::node::RETIRE_WAIT;
 
 use crate::driver::ImportCall;
 use crate::rng::Rng;
 use crate::world::{
-    Conditions, FAULT_KINDS, FAULT_KINDS_BEFORE_28, Handle, Op, Params, Stats, World,
+    Conditions, FAULT_KINDS, FAULT_KINDS_BEFORE_28, FAULT_KINDS_BEFORE_30, Handle, Op, Params,
+    Stats, World,
 };
 
 /// What one seed did.
@@ -52,7 +54,16 @@ pub fn params(seed: u64) -> Params {
     } else {
         Some(rng.ms(0, 4000))
     };
-    for w in fault_weights.iter_mut().skip(FAULT_KINDS_BEFORE_28) {
+    for w in (fault_weights.iter_mut())
+        .take(FAULT_KINDS_BEFORE_30)
+        .skip(FAULT_KINDS_BEFORE_28)
+    {
+        *w = rng.below(4) as u32;
+    }
+    // Drawn last too (issue 30): the bound on imports in flight per exporter, mostly small so
+    // imports wait for their turn, sometimes the daemon's.
+    let max_imports_in_flight = [1, 2, 4, openimex_core::node::MAX_IMPORTS_IN_FLIGHT][rng.below(4)];
+    for w in fault_weights.iter_mut().skip(FAULT_KINDS_BEFORE_30) {
         *w = rng.below(4) as u32;
     }
     Params {
@@ -63,6 +74,7 @@ pub fn params(seed: u64) -> Params {
         fault_gap,
         app_gap,
         grace,
+        max_imports_in_flight,
     }
 }
 
@@ -112,8 +124,11 @@ pub fn quiesce(w: &mut World) {
     release_all(w);
     let settle = w.p.import_timeout * 3 + Duration::from_secs(4);
     w.run_for(settle);
-    // One session per pair: both sides name the same one, and no other is left open.
-    if !w.settled() {
+    // One session per pair: both sides name the same one, and no other is left open. A late
+    // SIGUSR1 may have just dropped a session the peer still counts on: the peer learns when
+    // its heartbeats go unanswered or the retired session ends (its retire wait), then redials.
+    let converge = RETIRE_WAIT + Duration::from_secs(3);
+    if !w.run_while_not(converge, World::settled) {
         let seen = w.sessions_seen();
         w.violate(format!(
             "the domain did not settle on one session per pair: {seen}"
@@ -187,6 +202,7 @@ impl World {
                 self.note(|| "network calm".into());
                 self.cond = Conditions::calm();
             }
+            Op::Reread(i) => self.reread(i),
         }
     }
 
@@ -362,31 +378,58 @@ impl World {
                     self.schedule_op(now + heal, Op::Heal);
                 }
             }
+            10 => self.uneven_cut(i),
+            11 => self.moved_and_reread(i),
             _ => {
-                // A cut that heals unevenly (issue 28): i's dials to j are slow and the session
-                // j opens reaches i late, behind j's requests, so after the heal one side
-                // counts the pair connected while the other is still lost (and maybe cleaning
-                // it up), for a while or until the next cut.
-                let j = self.rng.below(n);
-                if i != j {
-                    let slow = self.rng.ms(200, 5_000);
-                    let late = self.rng.ms(50, 3_500);
-                    self.note(|| {
-                        format!(
-                            "FAULT uneven cut {i} <-> {j}: {i}'s dials +{slow:?}, {j}'s \
-                             sessions open at {i} +{late:?}"
-                        )
-                    });
-                    self.cut.insert((i.min(j), i.max(j)));
-                    self.cond.dial_extra.insert((i, j), slow);
-                    self.cond.open_extra.insert((j, i), late);
-                    let heal = self.rng.ms(300, 7_000);
-                    self.schedule_op(now + heal, Op::Heal);
-                    let calm = heal + self.rng.ms(500, 6_000);
-                    self.schedule_op(now + calm, Op::Calm);
-                }
+                // Strangers open connections and never say hello (issue 30).
+                self.note(|| format!("FAULT strangers connect to node {i}"));
+                self.strangers(i);
             }
         }
+    }
+
+    /// Node `i`'s name moves to another address (a DNS change), or nothing changes; every node
+    /// re-reads its nodes file (SIGUSR1) at a moment of its own (issue 30).
+    fn moved_and_reread(&mut self, i: usize) {
+        let (n, now) = (self.p.n, self.now);
+        if self.rng.chance(700) {
+            self.addr_gen[i] = self.addr_gen[i].wrapping_add(1).max(1);
+            let to = self.addr(i);
+            self.note(|| format!("FAULT node {i}'s entry now resolves to {to}"));
+        } else {
+            self.note(|| "FAULT SIGUSR1 everywhere, nothing moved".into());
+        }
+        for k in 0..n {
+            let at = self.rng.ms(0, 3_000);
+            self.schedule_op(now + at, Op::Reread(k));
+        }
+    }
+
+    /// A cut that heals unevenly (issue 28): i's dials to j are slow and the session j opens
+    /// reaches i late, behind j's requests, so after the heal one side counts the pair
+    /// connected while the other is still lost (and maybe cleaning it up), for a while or until
+    /// the next cut.
+    fn uneven_cut(&mut self, i: usize) {
+        let (n, now) = (self.p.n, self.now);
+        let j = self.rng.below(n);
+        if i == j {
+            return;
+        }
+        let slow = self.rng.ms(200, 5_000);
+        let late = self.rng.ms(50, 3_500);
+        self.note(|| {
+            format!(
+                "FAULT uneven cut {i} <-> {j}: {i}'s dials +{slow:?}, {j}'s sessions open at \
+                 {i} +{late:?}"
+            )
+        });
+        self.cut.insert((i.min(j), i.max(j)));
+        self.cond.dial_extra.insert((i, j), slow);
+        self.cond.open_extra.insert((j, i), late);
+        let heal = self.rng.ms(300, 7_000);
+        self.schedule_op(now + heal, Op::Heal);
+        let calm = heal + self.rng.ms(500, 6_000);
+        self.schedule_op(now + calm, Op::Calm);
     }
 }
 

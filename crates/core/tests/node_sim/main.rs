@@ -2,7 +2,8 @@
 //! each with an in-memory model of its GPU driver (`reference/driver-interface.md` §4, §6), on a
 //! simulated network in virtual time, under export/import traffic and seeded faults: kill -9 and
 //! restart, clean shutdown with goodbyes, partitions and heals, connection resets, message loss,
-//! long delays and slow driver calls.
+//! long delays and slow driver calls, names that move and SIGUSR1 re-reads, strangers that
+//! connect and never say hello.
 //!
 //! Checked during every run: each import is validated or failed within its timeout; no
 //! validation names released memory, or memory its exporter holds no reference for, or comes
@@ -10,7 +11,10 @@
 //! memory freed) while its import is still mapped, except by the exporter daemon's own death;
 //! importers of a peer that restarted or left are disabled as soon as that is learned; a blocked
 //! releaser is woken within twice the import timeout; no double release, double finish, double
-//! validation, or refusal of an honest peer. After the faults stop, the domain heals and every
+//! validation, or refusal of an honest peer; no more imports in flight to an exporter than the
+//! bound; after SIGUSR1 no session to an address its entry no longer resolves to; every
+//! deadline the nodes decide (a hello, a retired session, the shutdown's goodbyes) kept exactly
+//! (`world/owed.rs`). After the faults stop, the domain heals and every
 //! application releases: every export's reference count is zero, nobody is blocked, and every
 //! node's tables are empty.
 //!
@@ -50,8 +54,27 @@ fn env_u64(name: &str) -> Option<u64> {
 fn summary(seeds: u64, failures: usize, s: &Stats) -> String {
     format!(
         "{seeds} seeds, {failures} failures, {} imports ({} validated, {} failed), {} unimports, \
-         {} faults, {} messages lost, {} steps",
-        s.imports, s.validated_ok, s.validated_err, s.unimports, s.faults, s.lost, s.steps
+         {} faults, {} messages lost, {} steps, {} imports behind others in flight, {} failed \
+         in their turn with no session, {} SIGUSR1 re-reads ({} peers redialled), {} \
+         connections and {} silent streams closed at the hello deadline, {} retired sessions \
+         ended at the wait, {} \
+         goodbyes not waited for, {} requests refused on a retired session",
+        s.imports,
+        s.validated_ok,
+        s.validated_err,
+        s.unimports,
+        s.faults,
+        s.lost,
+        s.steps,
+        s.waited,
+        s.not_sent,
+        s.rereads,
+        s.redialled,
+        s.hello_deadlines,
+        s.silent_streams_ended,
+        s.retired_ended,
+        s.goodbyes_unanswered,
+        s.refused_on_retired
     )
 }
 

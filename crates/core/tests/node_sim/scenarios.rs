@@ -32,6 +32,7 @@ fn world_with_grace(n: usize, grace: Option<Duration>) -> World {
         fault_gap: (1000, 1000),
         app_gap: (1000, 1000),
         grace,
+        max_imports_in_flight: openimex_core::node::MAX_IMPORTS_IN_FLIGHT,
     };
     let trace = std::env::var_os("OPENIMEX_SIM_TRACE").is_some();
     let mut w = World::new(p, 1, trace);

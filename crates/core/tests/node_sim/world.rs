@@ -13,12 +13,16 @@
 //! parts: `events.rs` (the queue of timed inputs), `run.rs` (the loop that advances time and
 //! drains every node), `lifecycle.rs` (daemons start, die and shut down), `sessions.rs` (dials,
 //! session streams, heartbeats, resets), `rpc.rs` (requests and answers on a session),
-//! `perform.rs` (what each action of a node does here) and `invariants.rs` (the checks).
+//! `perform.rs` (what each action of a node does here), `reread.rs` (SIGUSR1 and names that
+//! move), `owed.rs` (the deadlines the nodes decide: hellos, retired sessions, goodbyes) and
+//! `invariants.rs` (the checks).
 
 mod events;
 mod invariants;
 mod lifecycle;
+mod owed;
 mod perform;
+mod reread;
 mod rpc;
 mod run;
 mod sessions;
@@ -34,6 +38,7 @@ use openimex_core::*;
 use crate::driver::Driver;
 use crate::rng::Rng;
 use events::Queued;
+use owed::{ConnKey, Retired};
 use rpc::{ChannelKey, InFlight, Rpc};
 use sessions::{Sess, SessKey};
 
@@ -51,13 +56,18 @@ pub struct Params {
     pub app_gap: (u64, u64),
     /// `IMEX_NODE_DISCONNECTED_GRACE_TIME` of every node (`None`: forever).
     pub grace: Option<Duration>,
+    /// Every node's bound on imports in flight per exporter (`Node::set_max_imports_in_flight`):
+    /// small, so a seed's traffic reaches it and imports wait for their turn.
+    pub max_imports_in_flight: usize,
 }
 
 /// How many kinds of fault the chaos script knows.
-pub const FAULT_KINDS: usize = 11;
+pub const FAULT_KINDS: usize = 13;
 /// The kinds a seed's weights were drawn for before the uneven heal (issue 28): drawn first,
 /// so a seed's other parameters stay what they were.
 pub const FAULT_KINDS_BEFORE_28: usize = 10;
+/// The kinds before the SIGUSR1 re-read (issue 30), drawn before it for the same reason.
+pub const FAULT_KINDS_BEFORE_30: usize = 11;
 
 /// The network and driver conditions, changed by faults.
 #[derive(Debug, Clone)]
@@ -114,6 +124,21 @@ pub struct Stats {
     pub faults: u64,
     pub lost: u64,
     pub steps: u64,
+    /// Imports posted while others to the same exporter waited for a slot.
+    pub waited: u64,
+    /// Imports whose turn came with no session to their exporter (`Action::ImportNotSent`).
+    pub not_sent: u64,
+    /// SIGUSR1 re-reads, and the peers they dialled again.
+    pub rereads: u64,
+    pub redialled: u64,
+    /// Connections closed at their hello deadline, retired sessions ended at their wait, and
+    /// goodbyes a shutdown stopped waiting for (`owed.rs`).
+    pub hello_deadlines: u64,
+    pub silent_streams_ended: u64,
+    pub retired_ended: u64,
+    pub goodbyes_unanswered: u64,
+    /// Requests refused because they came on a session the receiver had retired.
+    pub refused_on_retired: u64,
 }
 
 impl Stats {
@@ -125,6 +150,15 @@ impl Stats {
         self.faults += o.faults;
         self.lost += o.lost;
         self.steps += o.steps;
+        self.waited += o.waited;
+        self.not_sent += o.not_sent;
+        self.rereads += o.rereads;
+        self.redialled += o.redialled;
+        self.hello_deadlines += o.hello_deadlines;
+        self.silent_streams_ended += o.silent_streams_ended;
+        self.retired_ended += o.retired_ended;
+        self.goodbyes_unanswered += o.goodbyes_unanswered;
+        self.refused_on_retired += o.refused_on_retired;
     }
 }
 
@@ -133,6 +167,12 @@ pub struct Daemon {
     pub instance: InstanceId,
     /// Shut down cleanly; the process exits soon.
     pub exiting: bool,
+    /// When it shut down.
+    pub stopped_at: Option<Instant>,
+    /// Its node stopped waiting for the goodbyes (`Action::GoodbyesOver`).
+    pub goodbyes_over: bool,
+    /// The process would have exited already, but its node still waits for the goodbyes.
+    pub exit_due: bool,
 }
 
 pub struct Slot {
@@ -150,6 +190,8 @@ pub enum Op {
     Restart(usize),
     Heal,
     Calm,
+    /// SIGUSR1 on this node: it re-reads the nodes file and re-resolves every entry.
+    Reread(usize),
 }
 
 /// A fabric handle an application published (out of band, as MPI would).
@@ -210,6 +252,21 @@ pub struct World {
     pub stats: Stats,
     /// Every action performed, when recording (scenarios).
     pub log: Option<Vec<(usize, Action)>>,
+    /// Accepted connections without an accepted hello yet, with when and whether a stranger's.
+    unheard: BTreeMap<ConnKey, (Instant, bool)>,
+    /// Connections a node closed (its hello deadline), until their end is reported.
+    closed_conns: BTreeSet<ConnKey>,
+    /// Session streams opened without their first frame yet: (node, instance, stream) →
+    /// when.
+    silent: BTreeMap<(usize, u64, u64), Instant>,
+    next_stream: u64,
+    /// Sessions retired by one end or both, until they end.
+    retired: BTreeMap<SessKey, Retired>,
+    /// The node handling a request that arrived on a session it had retired, meanwhile.
+    on_retired: Option<usize>,
+    /// Each node's address generation: its entry resolves to 10.9.<node>.<generation>, which a
+    /// DNS change moves (`reread.rs`).
+    pub addr_gen: Vec<u8>,
 }
 
 impl World {
@@ -253,6 +310,13 @@ impl World {
             trace,
             stats: Stats::default(),
             log: None,
+            addr_gen: vec![1; p.n],
+            unheard: BTreeMap::new(),
+            closed_conns: BTreeSet::new(),
+            silent: BTreeMap::new(),
+            next_stream: 1,
+            retired: BTreeMap::new(),
+            on_retired: None,
             p,
         }
     }

@@ -25,23 +25,26 @@ impl Engine {
                     }
                 }
             }
-            MeshAction::CloseSession { peer, via } => match via {
-                Via::Dialled { attempt, .. } => {
-                    // Retired, not cut: what is in flight on it still gets its answer (the
-                    // pair may just have moved to its other session). Its reader reports the
-                    // end, which the node ignores for a session that no longer carries the pair.
-                    if self.sessions.get(&peer).is_some_and(|(a, _)| *a == attempt)
-                        && let Some((_, link)) = self.sessions.remove(&peer)
-                    {
-                        link.session.retire();
+            MeshAction::CloseSession { peer, via } => {
+                // Retired, not cut: what is in flight on it still gets its answer (the pair
+                // may just have moved to its other session), until the node says it has waited
+                // long enough (`EndSession`). Its reader reports the end, which the node
+                // ignores for a session that no longer carries the pair.
+                let session = match via {
+                    Via::Dialled { attempt, .. } => {
+                        if self.sessions.get(&peer).is_some_and(|(a, _)| *a == attempt) {
+                            self.sessions.remove(&peer).map(|(_, link)| link.session)
+                        } else {
+                            None
+                        }
                     }
+                    Via::Accepted { conn } => self.accepted.remove(&conn).map(|(s, _)| s),
+                };
+                if let Some(session) = session {
+                    self.retired.insert(via, session.clone());
+                    session.retire();
                 }
-                Via::Accepted { conn } => {
-                    if let Some((session, _)) = self.accepted.remove(&conn) {
-                        session.retire();
-                    }
-                }
-            },
+            }
             MeshAction::SendGoodbye { peer, via } => {
                 if let Some(session) = self.session_by(via) {
                     self.goodbyes.push((peer, session));
@@ -71,6 +74,13 @@ impl Engine {
             MeshAction::InitDriver => self.driver.call(Call::OpenSession {
                 node: self.settings.local,
             }),
+        }
+    }
+
+    /// The node's wait for a retired session is over: end it if it is still open.
+    pub(super) fn end_session(&mut self, via: Via) {
+        if let Some(session) = self.retired.remove(&via) {
+            session.shutdown();
         }
     }
 
@@ -140,6 +150,8 @@ impl Engine {
             timeout: self.settings.dial_timeout(),
             keepalive: crate::transport_keepalive(self.settings.peer_timeout),
             tls: self.settings.tls.as_ref().map(|t| t.sides()),
+            stats: self.stats.clone(),
+            net: self.net.clone(),
         };
         let me = self.cached_identity();
         tokio::spawn(peer_client::dial(target, me, self.tx.clone()));

@@ -1,20 +1,16 @@
-//! The engine's side of SIGUSR1: compare the nodes file, read again and resolved (by
-//! `nodes_file`), with the map and the addresses the daemon runs on; hand the new map and the
-//! peers whose address changed to the core node, which refuses anything but appended lines (or
-//! placeholder lines, `0.0.0.0`, filled in: counted as nodes added, not as moves) and
-//! decides what is dialled; then switch the engine's own copies of the map (dial targets, the
-//! services' view, the persist record's key, our identity) and log one line saying what changed.
-//!
-//! Which peers count as readdressed: one whose live session goes to an address its entry no
-//! longer resolves to (that connection is dropped and dialled again), and one not connected
-//! whose entry resolves elsewhere than at the last read (dialled at once rather than after its
-//! backoff). A peer whose entry does not resolve right now keeps what it has: a name missing
-//! for a moment must not cut a live session. Everyone else is left exactly as it was.
+//! The engine's side of SIGUSR1: hand the nodes file, read again and resolved (by
+//! `nodes_file`), to the core node with the peer's address on each pair's live session; the
+//! node refuses anything but appended lines (or placeholder lines, `0.0.0.0`, filled in:
+//! counted as nodes added, not as moves) and decides which peers are readdressed and dialled
+//! again (core's `node/remap.rs`); then switch the engine's own copies of the map (dial
+//! targets, the services' view, the persist record's key, our identity) and log one line
+//! saying what changed.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use openimex_core::{ConnStatus, MapRefusal, NodeId, NodeMap};
+use openimex_core::node::{Remapped, ResolvedNodes};
+use openimex_core::{MapRefusal, NodeId, NodeMap};
 use tracing::{error, info};
 
 use super::Engine;
@@ -43,13 +39,18 @@ impl Engine {
             }
         };
         if reread.initial {
-            self.resolved = file.addrs;
+            self.node.handle_nodes_resolved(file.addrs);
             return;
         }
-        let (moved, readdressed) = self.readdressed(&file);
-        let map = NodeMap::new(file.hosts.clone());
-        let added = match self.node.handle_node_map(now, map, &readdressed) {
-            Ok(added) => added,
+        // Read before the node decides: a readdressed peer's session is closed as it does.
+        let sessions = self.sessions_remote();
+        let resolved = ResolvedNodes {
+            map: NodeMap::new(file.hosts.clone()),
+            addrs: file.addrs.clone(),
+            sessions: sessions.clone(),
+        };
+        let remapped = match self.node.handle_nodes_file(now, resolved) {
+            Ok(remapped) => remapped,
             Err(refusal) => {
                 let line = match &refusal {
                     MapRefusal::Changed { node, .. } => file.lines.get(node.index()).copied(),
@@ -63,7 +64,7 @@ impl Engine {
                 return;
             }
         };
-        let summary = summary(&file, &added, &moved, &readdressed, &self.sessions_remote());
+        let summary = summary(&file, &remapped, &sessions);
         let hosts = Arc::new(file.hosts);
         self.settings.hosts = hosts.to_vec();
         if let Some(writer) = &mut self.persist {
@@ -73,47 +74,10 @@ impl Engine {
         if let Some(tx) = &self.hosts_tx {
             tx.send_replace(Arc::clone(&hosts));
         }
-        self.resolved = file.addrs;
         info!(
             "nodes file {} re-read (SIGUSR1): {summary}",
             file.path.display()
         );
-    }
-
-    /// The peers of the running map whose entry now resolves elsewhere than at the last read
-    /// (`moved`, with the new addresses), and those to re-dial (see the module docs).
-    fn readdressed(&self, file: &NodesFile) -> (Vec<(NodeId, Vec<IpAddr>)>, Vec<NodeId>) {
-        let mut moved = Vec::new();
-        let mut redial = Vec::new();
-        let common = self.settings.hosts.len().min(file.hosts.len());
-        for (i, new) in file.addrs.iter().enumerate().take(common) {
-            let Ok(id) = u16::try_from(i).map(NodeId) else {
-                break;
-            };
-            // A placeholder filled in is no move: the core counts it as a node added.
-            let was_placeholder = self
-                .settings
-                .hosts
-                .get(i)
-                .is_some_and(|h| openimex_core::nodemap::is_placeholder(h));
-            if id == self.settings.local || new.is_empty() || was_placeholder {
-                continue;
-            }
-            let changed = self.resolved.get(i).is_some_and(|old| old != new);
-            let connected = self
-                .node
-                .mesh()
-                .peer(id)
-                .is_some_and(|(status, _)| status == ConnStatus::Connected);
-            let stale = connected && self.carrier_remote(id).is_some_and(|ip| !new.contains(&ip));
-            if changed {
-                moved.push((id, new.clone()));
-            }
-            if stale || (changed && !connected) {
-                redial.push(id);
-            }
-        }
-        (moved, redial)
     }
 
     /// The peer's address on each pair's live session.
@@ -132,13 +96,12 @@ impl Engine {
 
 /// One line: "1 node added (node 3 oimx-n3); node 1 (oimx-n1) now resolves to 127.0.0.9", or
 /// "nothing changed".
-fn summary(
-    file: &NodesFile,
-    added: &[NodeId],
-    moved: &[(NodeId, Vec<IpAddr>)],
-    redial: &[NodeId],
-    sessions: &[(NodeId, IpAddr)],
-) -> String {
+fn summary(file: &NodesFile, remapped: &Remapped, sessions: &[(NodeId, IpAddr)]) -> String {
+    let Remapped {
+        added,
+        moved,
+        redial,
+    } = remapped;
     let host = |id: &NodeId| file.hosts.get(id.index()).map_or("?", String::as_str);
     let ips = |a: &[IpAddr]| {
         a.iter()

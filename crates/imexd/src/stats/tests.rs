@@ -131,7 +131,7 @@ fn an_idle_interval_has_empty_message_groups() {
 
 #[test]
 fn take_averages_the_interval_and_resets_it() {
-    let stats = Stats::default();
+    let stats = Counts::default();
     stats.add(
         Dir::In,
         Kind::ImportRequest,
@@ -165,7 +165,7 @@ fn take_averages_the_interval_and_resets_it() {
 
 #[test]
 fn queues_report_depth_and_oldest_age() {
-    let stats = Stats::default();
+    let stats = Counts::default();
     let old = Instant::now() - Duration::from_millis(250);
     stats.unimports.lock().expect("lock").insert(1, old);
     stats
@@ -193,7 +193,7 @@ fn queues_report_depth_and_oldest_age() {
 async fn mailbox_depth_is_read_without_keeping_it_open() {
     let stats = Stats::default();
     let (tx, mut rx) = mpsc::channel::<Input>(8);
-    *stats.mailbox.lock().expect("lock") = Some(crate::mailbox::depth_of(&tx));
+    stats.watch_mailbox(crate::mailbox::depth_of(&tx));
     for _ in 0..3 {
         tx.send(Input::ConnClosed { conn: 1 }).await.expect("send");
     }
@@ -229,7 +229,7 @@ fn the_stop_writes_a_last_record_appended_or_over_the_old_file() {
     let dir = scratch("stop");
     let path = dir.join("imex-stats.log");
     std::fs::write(&path, "old\n").expect("write");
-    drop(StatsFile::start(options(&path, true)).expect("a writer"));
+    drop(StatsFile::start(options(&path, true), Stats::default()).expect("a writer"));
     let text = std::fs::read_to_string(&path).expect("read");
     assert!(
         text.starts_with("old\nPerformance statistics for last 0 seconds  : {"),
@@ -237,7 +237,7 @@ fn the_stop_writes_a_last_record_appended_or_over_the_old_file() {
     );
     assert_eq!(text.matches("Performance statistics").count(), 1, "{text}");
 
-    drop(StatsFile::start(options(&path, false)).expect("a writer"));
+    drop(StatsFile::start(options(&path, false), Stats::default()).expect("a writer"));
     let text = std::fs::read_to_string(&path).expect("read");
     assert!(
         text.starts_with("Performance statistics for last 0 seconds  : {"),
@@ -254,50 +254,52 @@ fn interval_zero_writes_nothing_and_unopenable_is_not_fatal() {
         interval_sec: 0,
         ..options(&path, true)
     };
-    assert!(StatsFile::start(off).is_none());
+    assert!(StatsFile::start(off, Stats::default()).is_none());
     assert!(!path.exists(), "no file for interval 0");
     // A directory that does not exist: the records go to stderr instead; the daemon goes on.
     let missing = dir.join("missing").join("imex-stats.log");
-    drop(StatsFile::start(options(&missing, true)).expect("a writer on stderr"));
+    drop(StatsFile::start(options(&missing, true), Stats::default()).expect("a writer on stderr"));
     assert!(!missing.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What the shared stats hold for `kind` now: noted and not taken, taken and not answered.
-/// The tests below use the two answer kinds, which the daemon never notes (only requests are
-/// noted), so tests running in parallel do not disturb them.
-fn held(kind: Kind) -> (usize, usize) {
-    let w = lock(&STATS.waiting);
+/// What `stats` hold for `kind` now: noted and not taken, taken and not answered.
+fn held(stats: &Stats, kind: Kind) -> (usize, usize) {
+    let w = lock(&stats.0.waiting);
     (w[kind.index()].queue.len(), w[kind.index()].started.len())
 }
 
 #[tokio::test]
 async fn a_request_taken_then_answered_leaves_nothing_behind() {
-    let kind = Kind::ImportResponse;
-    let answer = request_arrived(kind).served(async { Body::Refused("no".into()) });
-    assert_eq!(held(kind), (1, 0), "noted on arrival");
-    taken(Some(kind));
-    assert_eq!(held(kind), (0, 1), "the engine took it");
+    let stats = Stats::default();
+    let kind = Kind::ImportRequest;
+    let answer = stats
+        .request_arrived(kind)
+        .served(async { Body::Refused("no".into()) });
+    assert_eq!(held(&stats, kind), (1, 0), "noted on arrival");
+    stats.taken(Some(kind));
+    assert_eq!(held(&stats, kind), (0, 1), "the engine took it");
     assert!(matches!(answer.await, Body::Refused(_)));
-    assert_eq!(held(kind), (0, 0), "answered: forgotten");
+    assert_eq!(held(&stats, kind), (0, 0), "answered: forgotten");
 }
 
 #[tokio::test]
 async fn a_request_whose_answer_never_comes_leaves_nothing_behind() {
-    let kind = Kind::UnimportResponse;
+    let stats = Stats::default();
+    let kind = Kind::UnimportRequest;
     // Dropped before the engine took it, its answer not yet made.
-    drop(request_arrived(kind));
-    assert_eq!(held(kind), (0, 0));
+    drop(stats.request_arrived(kind));
+    assert_eq!(held(&stats, kind), (0, 0));
     // Dropped before the engine took it, and before its first poll.
-    drop(request_arrived(kind).served(std::future::pending()));
-    assert_eq!(held(kind), (0, 0));
+    drop(stats.request_arrived(kind).served(std::future::pending()));
+    assert_eq!(held(&stats, kind), (0, 0));
     // Dropped after the engine took it, while its answer was awaited.
-    let mut answer = Box::pin(request_arrived(kind).served(std::future::pending()));
-    taken(Some(kind));
+    let mut answer = Box::pin(stats.request_arrived(kind).served(std::future::pending()));
+    stats.taken(Some(kind));
     assert!(poll_once(answer.as_mut()).await.is_none(), "no answer yet");
-    assert_eq!(held(kind), (0, 1));
+    assert_eq!(held(&stats, kind), (0, 1));
     drop(answer);
-    assert_eq!(held(kind), (0, 0), "its session closed: forgotten");
+    assert_eq!(held(&stats, kind), (0, 0), "its session closed: forgotten");
 }
 
 /// Polls `f` once: its output if ready.

@@ -108,7 +108,7 @@ pub struct StatsFile {
 impl StatsFile {
     /// Starts the writer, or returns `None` when the interval is 0 (no stats file) or the
     /// thread cannot be started (said in the log).
-    pub fn start(options: StatsOptions) -> Option<StatsFile> {
+    pub fn start(options: StatsOptions, stats: super::Stats) -> Option<StatsFile> {
         if options.interval_sec == 0 {
             return None;
         }
@@ -125,14 +125,14 @@ impl StatsFile {
                     let wait = next.saturating_duration_since(Instant::now());
                     match stopped.recv_timeout(wait) {
                         Err(RecvTimeoutError::Timeout) => {
-                            sink.write(&super::take(options.interval_sec).render());
+                            sink.write(&stats.take(options.interval_sec).render());
                             since = next;
                             next += interval;
                         }
                         // Stopped (or the handle is gone): the last, partial interval.
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => {
                             let secs = since.elapsed().as_secs_f64().round() as u64;
-                            sink.write(&super::take(secs).render());
+                            sink.write(&stats.take(secs).render());
                             return;
                         }
                     }

@@ -85,6 +85,12 @@ pub(super) enum Ev {
         node: usize,
         inst: InstanceId,
     },
+    /// The first frame of a session stream a stranger opened at `node` arrives, late.
+    StreamHeard {
+        node: usize,
+        inst: InstanceId,
+        stream: u64,
+    },
     Op(Op),
 }
 
@@ -185,15 +191,22 @@ impl World {
                 self.node_mut(node).handle_driver_ready(now);
             }
             Ev::ConnClosed { node, inst, conn } => {
-                if self.inst(node) == Some(inst) {
+                if self.inst(node) == Some(inst) && self.conn_end_reported(node, inst, conn) {
                     self.node_mut(node).handle_conn_closed(now, conn);
                 }
             }
             Ev::Exit { node, inst } => {
                 if self.inst(node) == Some(inst) {
-                    self.take_down(node, "exited after shutdown");
+                    // The daemon stops only once its node stopped waiting for the goodbyes.
+                    let d = self.slots[node].daemon.as_mut().unwrap();
+                    if d.goodbyes_over {
+                        self.take_down(node, "exited after shutdown");
+                    } else {
+                        d.exit_due = true;
+                    }
                 }
             }
+            Ev::StreamHeard { node, inst, stream } => self.stream_heard(node, inst, stream),
             Ev::Op(op) => self.run_op(op),
         }
     }

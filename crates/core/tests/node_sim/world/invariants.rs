@@ -142,6 +142,7 @@ impl World {
     }
 
     pub(super) fn check_deadlines(&mut self) {
+        self.check_owed();
         let now = self.now;
         let import_by = self.p.import_timeout + SLACK;
         let unimport_by = self.p.import_timeout * 2 + SLACK;

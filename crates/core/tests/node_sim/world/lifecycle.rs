@@ -32,11 +32,17 @@ impl World {
             conn_wait_timeout: None,
         };
         let mut node = Node::new(cfg, self.now);
+        node.set_max_imports_in_flight(self.p.max_imports_in_flight);
+        // The nodes file as this daemon reads it at start-up.
+        node.handle_nodes_resolved((0..self.p.n).map(|k| vec![self.addr(k)]).collect());
         node.handle_start(self.now);
         self.slots[i].daemon = Some(Daemon {
             node,
             instance,
             exiting: false,
+            stopped_at: None,
+            goodbyes_over: false,
+            exit_due: false,
         });
         self.note(|| format!("node {i}: daemon started, instance {instance}"));
         self.pump();
@@ -50,6 +56,9 @@ impl World {
         };
         let t = self.slots[i].driver.teardown();
         self.ref_for.retain(|(n, _), _| *n != i);
+        self.unheard.retain(|(n, _, _), _| *n != i);
+        self.closed_conns.retain(|(n, _, _)| *n != i);
+        self.silent.retain(|(n, _, _), _| *n != i);
         self.note(|| {
             format!(
                 "node {i}: daemon {} gone ({why}); session teardown: {} failed imports, {} woken, \
@@ -81,6 +90,7 @@ impl World {
             return;
         }
         d.exiting = true;
+        d.stopped_at = Some(now);
         let inst = d.instance;
         d.node.handle_shutdown(now);
         self.note(|| format!("node {i}: shutdown"));

@@ -42,6 +42,14 @@ impl World {
             | Action::Recovered { .. }
             | Action::PeersWaitOver { .. } => {}
             // Every peer here is honest and says hello first: a refusal is a bookkeeping bug.
+            // Refusals that are no bookkeeping bug: a connection without a hello in time
+            // (judged in `owed.rs`), and a request the peer sent on a session this node had
+            // retired (it no longer proves the pair; the sender fails or resends it).
+            Action::Refused { reason, .. }
+                if reason == "connection: no hello in time" || self.on_retired == Some(i) =>
+            {
+                self.stats.refused_on_retired += u64::from(self.on_retired == Some(i));
+            }
             Action::Refused { reason, detail, .. } => {
                 self.violate(format!(
                     "node {i}: refused an honest peer ({reason}): {detail}"
@@ -49,6 +57,7 @@ impl World {
             }
             Action::SendImport { peer, request } => {
                 let e = request.import_event_id;
+                self.check_import_bound(i, inst, peer.index());
                 let via = self.node(i).and_then(|n| n.session_of(peer));
                 self.call(
                     i,
@@ -72,6 +81,19 @@ impl World {
                     RpcKind::Unimport(import_event_id),
                     Msg::UnimportReq(import_event_id),
                 );
+            }
+            Action::CloseConn { conn } => self.close_conn(i, conn),
+            Action::CloseStream { stream } => self.close_stream(i, stream),
+            Action::EndSession { peer, via } => self.end_session(i, peer, via),
+            Action::GoodbyesOver { unanswered } => self.goodbyes_over(i, &unanswered),
+            Action::ImportNotSent { peer, .. } => {
+                self.stats.not_sent += 1;
+                if self.node(i).and_then(|n| n.session_of(peer)).is_some() {
+                    self.violate(format!(
+                        "node {i}: an import failed for want of a session to node {peer}, which \
+                         has one"
+                    ));
+                }
             }
             Action::ValidateImport {
                 import_event_id,
@@ -206,8 +228,9 @@ impl World {
                 }
             }
             mesh::Action::CloseSession { peer, via } => {
-                if let Some((key, _)) = self.find(a, peer.index(), via) {
-                    self.remove_session(key.0, key.1, Some(a));
+                // Retired, not cut (`owed.rs`).
+                if let Some((key, sess)) = self.find(a, peer.index(), via) {
+                    self.retire(key, sess, a);
                 }
             }
             mesh::Action::SendGoodbye { peer, via } => {

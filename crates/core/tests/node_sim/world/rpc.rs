@@ -38,6 +38,8 @@ pub enum Msg {
     Goodbye,
     /// The goodbye was recorded (and the server's actions for it performed).
     GoodbyeResp,
+    /// The goodbye was not believed (no session proves the sender there): not delivered.
+    GoodbyeRefused,
 }
 
 /// One direction of a session: (dialler, acceptor, attempt, towards the acceptor).
@@ -88,6 +90,23 @@ impl World {
         }
         if let Some((key, _)) = sess {
             self.send(key, client, Some(rpc), msg);
+        }
+    }
+
+    /// Before `client` (instance `inst`) sends another import to `server`: the imports it has
+    /// on the wire to `server` (sent, neither answered nor failed at the client yet) must be
+    /// under its bound, counted here independently of the node's own count.
+    pub(super) fn check_import_bound(&mut self, client: usize, inst: InstanceId, server: usize) {
+        let on_wire = (self.rpcs.values())
+            .filter(|r| r.client == client && r.client_inst == inst && r.server == server)
+            .filter(|r| matches!(r.kind, RpcKind::Import(_)))
+            .count();
+        let max = self.p.max_imports_in_flight;
+        if on_wire >= max {
+            self.violate(format!(
+                "node {client}: sends an import to node {server} with {on_wire} in flight there \
+                 already (bound {max})"
+            ));
         }
     }
 
@@ -198,7 +217,8 @@ impl World {
                 Msg::ImportResp(_)
                 | Msg::UnimportResp
                 | Msg::UnimportRefused
-                | Msg::GoodbyeResp => {
+                | Msg::GoodbyeResp
+                | Msg::GoodbyeRefused => {
                     self.deliver_response(from, m.rpc, m.msg);
                 }
             }
@@ -211,6 +231,9 @@ impl World {
         let Some(r) = self.rpcs.remove(&rpc) else {
             return;
         };
+        if let Some((key, _)) = r.sess {
+            self.end_if_idle(key);
+        }
         if self.inst(r.client) != Some(r.client_inst) {
             return;
         }
@@ -257,22 +280,38 @@ impl World {
             self.server_reqs.insert((server, request), rpc);
         }
         self.note(|| format!("node {server}: from {client} request {request}: {msg:?}"));
+        // A session the server retired still carries what the client sends on it (the client
+        // may not know yet), but no longer proves the pair there: refusals may follow.
+        if self.retired_by(key, sess, server) {
+            self.on_retired = Some(server);
+        }
         let n = self.node_mut(server);
         let (via, claimed) = (sess.via_at(key, server), Some(from));
         match msg {
             Msg::ImportReq(req) => n.handle_session_import(now, request, via, claimed, req),
             Msg::UnimportReq(e) => n.handle_session_unimport(now, request, via, claimed, e),
             Msg::Goodbye => {
-                n.handle_session_goodbye(now, via, claimed, "shutting down");
+                let believed = n.handle_session_goodbye(now, via, claimed, "shutting down");
                 // Answered once the server performed what the departure means (its importers
-                // of the client's memory disabled), as the daemon's ack waits for its driver.
+                // of the client's memory disabled), as the daemon's ack waits for its driver;
+                // one not believed is refused, which the client takes as not delivered.
                 self.pump();
-                self.respond(server, request, Msg::GoodbyeResp);
+                let answer = match believed {
+                    true => Msg::GoodbyeResp,
+                    false => Msg::GoodbyeRefused,
+                };
+                self.respond(server, request, answer);
             }
-            Msg::ImportResp(_) | Msg::UnimportResp | Msg::UnimportRefused | Msg::GoodbyeResp => {
+            Msg::ImportResp(_)
+            | Msg::UnimportResp
+            | Msg::UnimportRefused
+            | Msg::GoodbyeResp
+            | Msg::GoodbyeRefused => {
                 unreachable!("response sent to a server")
             }
         }
+        self.pump();
+        self.on_retired = None;
     }
 
     fn deliver_response(&mut self, server: usize, rpc: Option<u64>, msg: Msg) {
@@ -280,6 +319,9 @@ impl World {
         let Some(r) = rpc.and_then(|rpc| self.rpcs.remove(&rpc)) else {
             return;
         };
+        if let Some((key, _)) = r.sess {
+            self.end_if_idle(key);
+        }
         self.note(|| {
             format!(
                 "node {}: answer from {server} for {:?}: {msg:?}",
@@ -305,6 +347,9 @@ impl World {
                 n.handle_unimport_delivered(now, exporter, e, false);
             }
             (RpcKind::Goodbye, Msg::GoodbyeResp) => n.handle_goodbye_delivered(now, exporter, true),
+            (RpcKind::Goodbye, Msg::GoodbyeRefused) => {
+                n.handle_goodbye_delivered(now, exporter, false);
+            }
             (kind, msg) => panic!("mismatched response {msg:?} for {kind:?}"),
         }
     }

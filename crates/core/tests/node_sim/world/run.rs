@@ -92,7 +92,9 @@ impl World {
         })
     }
 
-    /// [`World::all_up`], and every pair down to one session, the one both sides name.
+    /// [`World::all_up`], and every pair down to one session, the one both sides name. A
+    /// session retired by one end is ending (by its retire wait at the latest, which
+    /// `owed.rs` checks) and is not counted.
     pub fn settled(&self) -> bool {
         if !self.all_up() {
             return false;
@@ -105,8 +107,12 @@ impl World {
                         .and_then(|m| m.session_of(Self::id(y)))
                         .and_then(|via| self.find(x, y, via))
                 };
-                let count = usize::from(self.sessions.contains_key(&(a, b)))
-                    + usize::from(self.sessions.contains_key(&(b, a)));
+                let live = |key: (usize, usize)| {
+                    self.sessions
+                        .get(&key)
+                        .is_some_and(|s| !self.retiring(key, *s))
+                };
+                let count = usize::from(live((a, b))) + usize::from(live((b, a)));
                 count == 1 && named(a, b).is_some() && named(a, b) == named(b, a)
             })
         })
@@ -141,6 +147,11 @@ impl World {
                         break;
                     };
                     d.node.handle_driver_event(now, ev.clone());
+                    if let Event::Import { export_node, .. } = &ev
+                        && d.node.imports_to(*export_node).1 > 0
+                    {
+                        self.stats.waited += 1;
+                    }
                     self.note(|| format!("node {i}: driver event {ev:?}"));
                     self.drain(i);
                     did = true;

@@ -3,6 +3,7 @@
 //! the acceptor, heartbeats on a pair's session, and sessions ending (closed by one end, reset,
 //! or lost behind a partition, which the client notices only after the peer timeout).
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use openimex_core::*;
@@ -22,6 +23,10 @@ pub struct Sess {
     pub server: InstanceId,
     /// The inbound connection the acceptor knows it by.
     pub conn: ConnId,
+    /// The dialler's address (where the acceptor's socket says the session comes from).
+    pub client_addr: IpAddr,
+    /// The address the dialler resolved the acceptor's entry to and connected to.
+    pub server_addr: IpAddr,
 }
 
 /// (dialler, acceptor) of a session.
@@ -34,6 +39,15 @@ impl Sess {
             self.client
         } else {
             self.server
+        }
+    }
+
+    /// The address of the end other than `at` of session `key`, as `at`'s socket has it.
+    pub(super) fn peer_addr(&self, key: SessKey, at: usize) -> IpAddr {
+        if at == key.0 {
+            self.server_addr
+        } else {
+            self.client_addr
         }
     }
 
@@ -171,9 +185,14 @@ impl World {
         let hello_a = self.node(a).unwrap().mesh().hello();
         let conn = self.next_conn;
         self.next_conn += 1;
+        let from = self.addr(a);
+        self.conn_accepted(b, conn, from, false);
         let verdict = self
             .node_mut(b)
             .handle_session_hello(now, conn, true, &hello_a);
+        if verdict == Verdict::Accept {
+            self.conn_heard(b, conn);
+        }
         let hello_b = self.node(b).unwrap().mesh().hello();
         let result = match verdict {
             Verdict::Accept => DialResult::Accept(Box::new(hello_b), conn),
@@ -212,15 +231,15 @@ impl World {
         let late = self
             .node(a)
             .is_some_and(|n| now - sent > n.mesh().config().dial_timeout);
+        // The daemon asks its node whether this is the dial it waits for (engine: DialOk).
         let superseded = self
-            .sessions
-            .get(&(a, b))
-            .is_some_and(|s| s.client == a_inst && s.attempt > attempt);
+            .node(a)
+            .is_some_and(|n| !n.mesh().dial_in_flight(peer, attempt));
         match result {
             DialResult::Accept(hello, conn) if superseded => {
-                // A late answer to an attempt whose successor's session is up: the
-                // daemon drops it without telling its node (engine: DialOk) and closes
-                // the connection; it never replaces the newer session.
+                // A late answer to an attempt the node no longer waits for: the daemon
+                // drops it without telling its node (engine: DialOk) and closes the
+                // connection; it never replaces the session held.
                 self.push(
                     now,
                     Ev::ConnClosed {
@@ -239,6 +258,8 @@ impl World {
                     client: a_inst,
                     server: hello.instance,
                     conn,
+                    client_addr: self.addr(a),
+                    server_addr: self.addr(b),
                 };
                 self.sessions.insert((a, b), sess);
                 self.node_mut(a).handle_dial_ok(now, peer, attempt, &hello);
@@ -305,6 +326,12 @@ impl World {
             self.push(now + RETRANSMIT, Ev::SessionOpen { key, sess });
             return;
         }
+        // The acceptor's daemon waits for the stream's first frame, the hello, which it
+        // carries (`owed.rs` drives the stream that stays silent).
+        let stream = self.next_stream;
+        self.next_stream += 1;
+        self.node_mut(b).handle_stream_opened(now, stream);
+        self.node_mut(b).handle_stream_heard(stream);
         if self.node_mut(b).handle_session_opened(now, sess.conn) {
             self.opened.insert((key, sess.attempt));
         } else {
@@ -337,7 +364,10 @@ impl World {
                 }
                 via => self.node_mut(b).handle_heartbeat(now, via),
             }
-            if let Some(back) = answer_in {
+            // A retired session's end answers no heartbeat (the daemon's `SessionTx::retire`).
+            if let Some(back) = answer_in
+                && !self.retired_by(key, sess, b)
+            {
                 self.push(now + back, Ev::HeartbeatAck { a, b, key, sess });
             }
         }

@@ -1,0 +1,365 @@
+//! An in-process network, so that whole daemons run together in one process under tokio's
+//! paused clock (the in-process test layer, `crates/imexd/tests/inproc`).
+//!
+//! Why not loopback TCP: with the clock paused, tokio moves time forward to the next timer as
+//! soon as no task can run, and a task waiting for the kernel to deliver bytes cannot run — so
+//! a connect or a reply still in flight would see every deadline pass at once. Here a
+//! connection is a pair of in-memory pipes ([`tokio::io::duplex`]): bytes written are readable
+//! at once and wake the reading task inside the runtime, so time only moves when every daemon
+//! really waits for a timer, and a test's 10 s deadline takes microseconds and fires exactly at
+//! 10 s of virtual time.
+//!
+//! Addresses are ordinary socket addresses (the nodes file's entries, any port); a listener
+//! is registered under its address until dropped, a connect to an address with no listener is
+//! refused at once, as TCP's would be, and a link between two hosts can be cut and healed:
+//! while cut, connects between them are refused and the bytes of connections already open
+//! between them are held back (a partition, not a reset: neither side sees an error).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Bytes one direction of a connection buffers before the writer waits (as a socket buffer).
+const PIPE_BYTES: usize = 256 << 10;
+
+/// An in-process network: listeners by address, and the links that are cut. Cheap to clone
+/// (shared).
+#[derive(Clone, Default)]
+pub struct MemNet {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    listeners: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<(MemStream, SocketAddr)>>>,
+    links: Mutex<Links>,
+    next_port: AtomicU16,
+}
+
+/// The cut links, and who waits for one to heal.
+#[derive(Default)]
+struct Links {
+    cut: HashSet<(IpAddr, IpAddr)>,
+    waiting: Vec<Waker>,
+}
+
+/// The pair of hosts of a link, in a fixed order.
+fn link(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
+    if a <= b { (a, b) } else { (b, a) }
+}
+
+/// A lock whose holder panicked still guards a consistent map: go on with it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl std::fmt::Debug for MemNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let listeners = lock(&self.inner.listeners).len();
+        f.debug_struct("MemNet")
+            .field("listeners", &listeners)
+            .finish()
+    }
+}
+
+impl MemNet {
+    /// An empty network.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Listens on `addr`; fails with `AddrInUse` while another listener holds it.
+    pub fn bind(&self, addr: SocketAddr) -> io::Result<MemListener> {
+        let mut listeners = lock(&self.inner.listeners);
+        if listeners.get(&addr).is_some_and(|tx| !tx.is_closed()) {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{addr} is in use on this in-process network"),
+            ));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        listeners.insert(addr, tx);
+        Ok(MemListener {
+            addr,
+            rx,
+            net: self.clone(),
+        })
+    }
+
+    /// Connects from host `from` to `to`: refused when nothing listens there or the link is
+    /// cut, else the dialling end of a new connection (the listener gets the other).
+    pub fn connect(&self, from: IpAddr, to: SocketAddr) -> io::Result<MemStream> {
+        let refused = |why: &str| {
+            io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("connection from {from} to {to} refused: {why}"),
+            )
+        };
+        if lock(&self.inner.links).cut.contains(&link(from, to.ip())) {
+            return Err(refused("the link is cut"));
+        }
+        let port = 40_000 + self.inner.next_port.fetch_add(1, Ordering::Relaxed) % 20_000;
+        let source = SocketAddr::new(from, port);
+        let (near, far) = tokio::io::duplex(PIPE_BYTES);
+        let listeners = lock(&self.inner.listeners);
+        let Some(tx) = listeners.get(&to) else {
+            return Err(refused("nothing listens there"));
+        };
+        let accepted = MemStream::new(far, self.clone(), to.ip(), from);
+        tx.send((accepted, source))
+            .map_err(|_| refused("the listener is closed"))?;
+        Ok(MemStream::new(near, self.clone(), from, to.ip()))
+    }
+
+    /// A gRPC channel from host `from` to the server at `to`, connected at once (refused
+    /// connects fail it as TCP's would).
+    pub async fn channel(
+        &self,
+        from: IpAddr,
+        to: SocketAddr,
+    ) -> Result<Channel, tonic::transport::Error> {
+        let net = self.clone();
+        // The URI only names the peer for HTTP/2; the connector decides where bytes go.
+        let endpoint = Endpoint::from_shared(format!("http://{to}"))
+            .unwrap_or_else(|_| Endpoint::from_static("http://in-process"));
+        endpoint
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let connected = net.connect(from, to);
+                async move { connected.map(hyper_util::rt::TokioIo::new) }
+            }))
+            .await
+    }
+
+    /// Cuts the link between hosts `a` and `b` (both directions) until [`MemNet::heal`].
+    pub fn cut(&self, a: IpAddr, b: IpAddr) {
+        lock(&self.inner.links).cut.insert(link(a, b));
+    }
+
+    /// Heals the link between `a` and `b`: held bytes flow again.
+    pub fn heal(&self, a: IpAddr, b: IpAddr) {
+        let waiting = {
+            let mut links = lock(&self.inner.links);
+            links.cut.remove(&link(a, b));
+            std::mem::take(&mut links.waiting)
+        };
+        for w in waiting {
+            w.wake();
+        }
+    }
+
+    /// Whether the link between `a` and `b` is cut; if so, `cx` is woken when a link heals.
+    fn held(&self, a: IpAddr, b: IpAddr, cx: &mut Context<'_>) -> bool {
+        let mut links = lock(&self.inner.links);
+        if links.cut.contains(&link(a, b)) {
+            links.waiting.push(cx.waker().clone());
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// A listener of a [`MemNet`]: its address stays taken until it is dropped.
+pub struct MemListener {
+    addr: SocketAddr,
+    rx: mpsc::UnboundedReceiver<(MemStream, SocketAddr)>,
+    net: MemNet,
+}
+
+impl std::fmt::Debug for MemListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemListener")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl MemListener {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The next connection, and its source address.
+    pub async fn accept(&mut self) -> io::Result<(MemStream, SocketAddr)> {
+        self.rx.recv().await.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the in-process network is gone",
+            )
+        })
+    }
+
+    /// Its connections as a stream, for a gRPC server; the address stays taken while the
+    /// stream lives.
+    pub fn incoming(mut self) -> impl Stream<Item = io::Result<MemStream>> + Send + 'static {
+        let (_, closed) = mpsc::unbounded_channel();
+        let rx = std::mem::replace(&mut self.rx, closed);
+        tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+            |(stream, _)| Ok(stream),
+        )
+    }
+}
+
+impl Drop for MemListener {
+    fn drop(&mut self) {
+        // Closed, its sender is the registered one that is closed: a later bind replaces only
+        // a closed sender, so no other listener's registration is removed here.
+        self.rx.close();
+        let mut listeners = lock(&self.net.inner.listeners);
+        if listeners.get(&self.addr).is_some_and(|tx| tx.is_closed()) {
+            listeners.remove(&self.addr);
+        }
+    }
+}
+
+/// One end of a connection of a [`MemNet`]: reads and writes wait while its link is cut.
+pub struct MemStream {
+    pipe: DuplexStream,
+    net: MemNet,
+    local: IpAddr,
+    remote: IpAddr,
+}
+
+impl MemStream {
+    fn new(pipe: DuplexStream, net: MemNet, local: IpAddr, remote: IpAddr) -> Self {
+        Self {
+            pipe,
+            net,
+            local,
+            remote,
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for MemStream {
+    type ConnectInfo = IpAddr;
+
+    /// The host at the other end.
+    fn connect_info(&self) -> IpAddr {
+        self.remote
+    }
+}
+
+impl std::fmt::Debug for MemStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemStream")
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .finish()
+    }
+}
+
+impl AsyncRead for MemStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.net.held(this.local, this.remote, cx) {
+            return Poll::Pending;
+        }
+        Pin::new(&mut this.pipe).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for MemStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.net.held(this.local, this.remote, cx) {
+            return Poll::Pending;
+        }
+        Pin::new(&mut this.pipe).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().pipe).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().pipe).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("an address")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_carries_bytes_both_ways_and_a_cut_holds_them() {
+        let net = MemNet::new();
+        let mut listener = net.bind(addr("10.0.0.1:50000")).expect("bind");
+        assert_eq!(
+            net.bind(addr("10.0.0.1:50000")).expect_err("taken").kind(),
+            io::ErrorKind::AddrInUse
+        );
+        let b = "10.0.0.2".parse().expect("ip");
+        let mut dialled = net.connect(b, addr("10.0.0.1:50000")).expect("connect");
+        let (mut accepted, from) = listener.accept().await.expect("accept");
+        assert_eq!(from.ip(), b);
+        dialled.write_all(b"hello").await.expect("write");
+        let mut got = [0u8; 5];
+        accepted.read_exact(&mut got).await.expect("read");
+        assert_eq!(&got, b"hello");
+
+        net.cut(b, listener.local_addr().ip());
+        let refused = net.connect(b, addr("10.0.0.1:50000")).expect_err("cut");
+        assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+        let t0 = tokio::time::Instant::now();
+        let held = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            accepted.write_all(b"x").await.expect("write");
+            dialled.read_exact(&mut got[..1]).await.expect("read")
+        })
+        .await;
+        assert!(held.is_err(), "bytes crossed a cut link");
+        assert_eq!(
+            t0.elapsed(),
+            std::time::Duration::from_secs(5),
+            "virtual time"
+        );
+        net.heal(b, listener.local_addr().ip());
+        accepted
+            .write_all(b"y")
+            .await
+            .expect("write after the heal");
+        dialled
+            .read_exact(&mut got[..1])
+            .await
+            .expect("read after the heal");
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_refused_and_a_dropped_listener_frees_its_address() {
+        let net = MemNet::new();
+        let a = addr("10.0.0.1:50000");
+        let from = "10.0.0.2".parse().expect("ip");
+        assert_eq!(
+            net.connect(from, a).expect_err("nobody").kind(),
+            io::ErrorKind::ConnectionRefused
+        );
+        let listener = net.bind(a).expect("bind");
+        drop(listener);
+        assert!(net.connect(from, a).is_err(), "refused once it is gone");
+        net.bind(a).expect("the address is free again");
+    }
+}
