@@ -43,6 +43,8 @@ pub(crate) struct CommandService {
     pub(crate) hosts: Hosts,
     pub(crate) host_name: String,
     pub(crate) about: std::sync::Arc<About>,
+    /// How the node map's names resolve (`ctl -m` shows their addresses).
+    pub(crate) resolver: crate::net::Resolver,
 }
 
 /// What `ctl -d` and `ctl -m` are told that does not change while the daemon runs.
@@ -115,7 +117,7 @@ impl Command for CommandService {
         _request: Request<ConfigRequest>,
     ) -> Result<Response<ConfigReply>, Status> {
         let hosts = std::sync::Arc::clone(&self.hosts.borrow());
-        let addrs = crate::nodes_file::resolve_all(&hosts).await;
+        let addrs = crate::nodes_file::resolve_all(&hosts, &self.resolver).await;
         let nodes = hosts
             .iter()
             .zip(addrs)

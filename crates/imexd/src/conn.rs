@@ -31,6 +31,7 @@ use tracing::{debug, warn};
 use tokio_rustls::TlsAcceptor;
 
 use crate::mailbox::{Closer, Hosts, Input};
+use crate::net::Resolver;
 use crate::tls::{self, Tls};
 
 /// Limits on inbound peer connections (defaults in [`ConnLimits::for_domain`]).
@@ -322,6 +323,7 @@ pub(crate) fn incoming(
     engine: mpsc::Sender<Input>,
     tls: Option<Tls>,
     hosts: Hosts,
+    resolver: Resolver,
 ) -> ReceiverStream<io::Result<PeerConn>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
@@ -346,7 +348,7 @@ pub(crate) fn incoming(
             // change), to tell the domain's nodes from strangers.
             let full = counts.lock().is_ok_and(|c| c.open >= limits.total);
             let known = if full {
-                node_map_addresses(&hosts).await
+                node_map_addresses(&hosts, &resolver).await
             } else {
                 Vec::new()
             };
@@ -473,18 +475,11 @@ async fn handshake(
 
 /// The node map's addresses, canonical: entries that are addresses as they are, names
 /// resolved now (a name that does not resolve claims nothing).
-async fn node_map_addresses(hosts: &Hosts) -> Vec<IpAddr> {
+async fn node_map_addresses(hosts: &Hosts, resolver: &Resolver) -> Vec<IpAddr> {
     let entries: Vec<String> = hosts.borrow().iter().cloned().collect();
     let mut out = Vec::with_capacity(entries.len());
     for host in entries {
-        match host.parse::<IpAddr>() {
-            Ok(ip) => out.push(ip.to_canonical()),
-            Err(_) => {
-                if let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await {
-                    out.extend(addrs.map(|a| a.ip().to_canonical()));
-                }
-            }
-        }
+        out.extend(resolver.lookup(&host).await);
     }
     out
 }

@@ -383,6 +383,9 @@ impl Engine {
                 if !self.node.mesh().dial_in_flight(peer, attempt) {
                     // A late answer to a superseded attempt, which the node would only close:
                     // never let it replace the session held.
+                    tracing::debug!(
+                        "dial {attempt} to node {peer} answered after it was superseded: closed"
+                    );
                     link.reader.abort();
                     return Ok(());
                 }

@@ -155,6 +155,7 @@ pub async fn run(
     let (hosts_tx, hosts_rx) = watch::channel(std::sync::Arc::new(settings.hosts.clone()));
 
     let keepalive = transport_keepalive(settings.peer_timeout);
+    let resolver = world.resolver();
     let peer_svc = peer_server::PeerService {
         engine: tx.clone(),
         hosts: hosts_rx.clone(),
@@ -162,6 +163,7 @@ pub async fn run(
         tls: settings.tls.clone(),
         stats: world.stats.clone(),
         streams: std::sync::Arc::default(),
+        resolver: resolver.clone(),
     };
     let local_ip = world.peer.local_addr().ok().map(|a| a.ip());
     let peer_addr = world.peer_addr();
@@ -180,6 +182,7 @@ pub async fn run(
         tx.clone(),
         settings.tls.clone(),
         hosts_rx.clone(),
+        resolver.clone(),
     );
     let peer_server = Server::builder()
         .tcp_nodelay(true)
@@ -205,6 +208,7 @@ pub async fn run(
         hosts: hosts_rx.clone(),
         host_name: settings.host_name.clone(),
         about: about.clone(),
+        resolver: resolver.clone(),
     };
     servers.extend(cmd_server::serve(
         cmd,
@@ -225,10 +229,11 @@ pub async fn run(
         }));
     }
     servers.push(tokio::spawn({
-        let (path, hosts, tx) = (
+        let (path, hosts, tx, resolver) = (
             settings.nodes_file.clone(),
             settings.hosts.clone(),
             tx.clone(),
+            resolver.clone(),
         );
         // With TLS on, SIGUSR1 reloads the key material first (`tls::reload`).
         let reloads = match &settings.tls {
@@ -241,7 +246,7 @@ pub async fn run(
             false => (reloads, tx),
         };
         async move {
-            nodes_file::serve(path, hosts, reloads, tx).await;
+            nodes_file::serve(path, hosts, reloads, tx, resolver).await;
             Ok(())
         }
     }));

@@ -40,6 +40,8 @@ pub struct MemNet {
 
 #[derive(Default)]
 struct Inner {
+    /// Names and their addresses, as a host's `/etc/hosts` would list them.
+    names: Mutex<HashMap<String, Vec<IpAddr>>>,
     listeners: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<(MemStream, SocketAddr)>>>,
     links: Mutex<Links>,
     next_port: AtomicU16,
@@ -139,6 +141,11 @@ impl MemNet {
             .await
     }
 
+    /// Makes `name` resolve to `addrs` on this network (none: it does not resolve).
+    pub fn set_name(&self, name: &str, addrs: &[IpAddr]) {
+        lock(&self.inner.names).insert(name.to_owned(), addrs.to_vec());
+    }
+
     /// Cuts the link between hosts `a` and `b` (both directions) until [`MemNet::heal`].
     pub fn cut(&self, a: IpAddr, b: IpAddr) {
         lock(&self.inner.links).cut.insert(link(a, b));
@@ -165,6 +172,41 @@ impl MemNet {
         } else {
             false
         }
+    }
+}
+
+/// How a daemon turns the nodes file's names into addresses: the system's resolver, or the
+/// names of its in-process network ([`MemNet::set_name`]). An entry that is an address is its
+/// own address either way.
+#[derive(Clone, Debug, Default)]
+pub enum Resolver {
+    /// getaddrinfo(3), as every host resolves.
+    #[default]
+    System,
+    /// The in-process network's names.
+    Memory(MemNet),
+}
+
+impl Resolver {
+    /// `host`'s addresses, canonical, sorted and without duplicates (empty if it does not
+    /// resolve).
+    pub(crate) async fn lookup(&self, host: &str) -> Vec<IpAddr> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return vec![ip.to_canonical()];
+        }
+        let found: std::collections::BTreeSet<IpAddr> = match self {
+            Resolver::System => match tokio::net::lookup_host((host, 0)).await {
+                Ok(found) => found.map(|a| a.ip().to_canonical()).collect(),
+                Err(_) => return Vec::new(),
+            },
+            Resolver::Memory(net) => lock(&net.inner.names)
+                .get(host)
+                .into_iter()
+                .flatten()
+                .map(|ip| ip.to_canonical())
+                .collect(),
+        };
+        found.into_iter().collect()
     }
 }
 

@@ -7,7 +7,6 @@
 //! into the next one (the channel holds one pending request), so a burst of SIGUSR1 costs at
 //! most two re-reads and two can never race each other into the engine.
 
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -16,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::mailbox::{Input, NodesFile, Reread};
+use crate::net::Resolver;
 
 /// Resolves the start-up `hosts`, then re-reads `path` on every request from `requests`,
 /// reporting each outcome to `engine`. Ends when either channel closes.
@@ -24,8 +24,9 @@ pub(crate) async fn serve(
     hosts: Vec<String>,
     mut requests: mpsc::Receiver<()>,
     engine: mpsc::Sender<Input>,
+    resolver: Resolver,
 ) {
-    let addrs = resolve_all(&hosts).await;
+    let addrs = resolve_all(&hosts, &resolver).await;
     let initial = NodesFile {
         path: path.clone().unwrap_or_default(),
         hosts,
@@ -41,7 +42,7 @@ pub(crate) async fn serve(
     }
     while requests.recv().await.is_some() {
         let result = match &path {
-            Some(path) => read(path.clone()).await,
+            Some(path) => read(path.clone(), &resolver).await,
             None => Err("the daemon was started without a nodes file path".to_string()),
         };
         let input = Input::NodesFile(Reread {
@@ -55,7 +56,7 @@ pub(crate) async fn serve(
 }
 
 /// Reads and parses the file off the runtime, then resolves its names.
-async fn read(path: PathBuf) -> Result<NodesFile, String> {
+async fn read(path: PathBuf, resolver: &Resolver) -> Result<NodesFile, String> {
     // The error as text: it goes into a log line, with the file and line it names.
     let parsed = tokio::task::spawn_blocking({
         let path = path.clone();
@@ -64,7 +65,7 @@ async fn read(path: PathBuf) -> Result<NodesFile, String> {
     .await
     .map_err(|e| format!("the reading task failed: {e}"))??;
     let hosts = parsed.hosts();
-    let addrs = resolve_all(&hosts).await;
+    let addrs = resolve_all(&hosts, resolver).await;
     Ok(NodesFile {
         path,
         lines: parsed.entries.iter().map(|e| e.line).collect(),
@@ -75,15 +76,15 @@ async fn read(path: PathBuf) -> Result<NodesFile, String> {
 
 /// The addresses of every entry, in entry order: an IP entry is its own address, a name is
 /// looked up (all names at once); a name that does not resolve has none.
-pub(crate) async fn resolve_all(hosts: &[String]) -> Vec<Vec<IpAddr>> {
+pub(crate) async fn resolve_all(hosts: &[String], resolver: &Resolver) -> Vec<Vec<IpAddr>> {
     let mut addrs: Vec<Vec<IpAddr>> = vec![Vec::new(); hosts.len()];
     let mut lookups = JoinSet::new();
     for (i, host) in hosts.iter().enumerate() {
         match host.parse::<IpAddr>() {
             Ok(ip) => addrs[i] = vec![ip.to_canonical()],
             Err(_) => {
-                let host = host.clone();
-                lookups.spawn(async move { (i, lookup(&host).await) });
+                let (host, resolver) = (host.clone(), resolver.clone());
+                lookups.spawn(async move { (i, resolver.lookup(&host).await) });
             }
         }
     }
@@ -95,16 +96,4 @@ pub(crate) async fn resolve_all(hosts: &[String]) -> Vec<Vec<IpAddr>> {
         }
     }
     addrs
-}
-
-/// A name's addresses, sorted and without duplicates (empty if it does not resolve).
-async fn lookup(host: &str) -> Vec<IpAddr> {
-    match tokio::net::lookup_host((host, 0)).await {
-        Ok(found) => found
-            .map(|a| a.ip().to_canonical())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect(),
-        Err(_) => Vec::new(),
-    }
 }

@@ -116,15 +116,20 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
     Ok((channel, addr))
 }
 
-/// [`connect`] on the in-process network: the entry is an address (nothing resolves names
-/// there), the source is this daemon's own address.
+/// [`connect`] on the in-process network: its names resolve there, the source is this
+/// daemon's own address.
 async fn connect_in_process(
     target: &Target,
     net: &crate::net::MemNet,
 ) -> Result<(Channel, std::net::SocketAddr), DialError> {
-    let ip: std::net::IpAddr = target.host.parse().map_err(|_| DialError::NoAddress {
-        host: target.host.clone(),
-    })?;
+    let resolver = crate::net::Resolver::Memory(net.clone());
+    let ip = *resolver
+        .lookup(&target.host)
+        .await
+        .first()
+        .ok_or_else(|| DialError::NoAddress {
+            host: target.host.clone(),
+        })?;
     let addr = std::net::SocketAddr::new(ip, target.port);
     let from = target
         .local

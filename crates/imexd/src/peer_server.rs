@@ -36,6 +36,8 @@ pub(crate) struct PeerService {
     /// The last session stream's number (numbers are per daemon: the engine's deadlines are
     /// keyed by them).
     pub(crate) streams: std::sync::Arc<AtomicU64>,
+    /// How the nodes file's names resolve (the system's way, or on the in-process network).
+    pub(crate) resolver: crate::net::Resolver,
 }
 
 /// The sender of a peer request, which every request must name.
@@ -65,13 +67,7 @@ impl PeerService {
             return false;
         };
         let source = source.to_canonical();
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            return ip.to_canonical() == source;
-        }
-        match tokio::net::lookup_host((host.as_str(), 0)).await {
-            Ok(mut addrs) => addrs.any(|a| a.ip().to_canonical() == source),
-            Err(_) => false,
-        }
+        self.resolver.lookup(&host).await.contains(&source)
     }
 }
 

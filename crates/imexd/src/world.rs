@@ -109,6 +109,15 @@ impl World {
         Ok((cmd_tcp, cmd_unix))
     }
 
+    /// How this daemon resolves the nodes file's names: on its in-process network, or the
+    /// system's way.
+    pub fn resolver(&self) -> crate::net::Resolver {
+        match &self.net {
+            Some(net) => crate::net::Resolver::Memory(net.clone()),
+            None => crate::net::Resolver::System,
+        }
+    }
+
     /// The peer listener's address.
     pub fn peer_addr(&self) -> String {
         self.peer

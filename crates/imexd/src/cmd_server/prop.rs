@@ -83,6 +83,7 @@ fn service(n: usize, state: DaemonState) -> CommandService {
             bind: String::new(),
             network_interface: String::new(),
         }),
+        resolver: crate::net::Resolver::System,
     }
 }
 

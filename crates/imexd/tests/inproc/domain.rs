@@ -1,0 +1,228 @@
+//! A domain of in-process daemons: each on its own address of one [`MemNet`], started with
+//! [`openimex_imexd::run`] and the `nogpu` driver, stopped by its shutdown future, re-read by
+//! its reload channel (SIGUSR1), and asked through its command service as `ctl` asks.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use openimex_core::{Backoff, InstanceId, NodeId, QuorumPolicy};
+use openimex_imexd::net::MemNet;
+use openimex_imexd::settings::DEFAULT_IMPORT_TIMEOUT;
+use openimex_imexd::{DaemonError, Entropy, Notifier, Settings, World};
+use openimex_proto::cmd::command_client::CommandClient;
+use openimex_proto::cmd::{DomainReply, DomainRequest};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Every daemon's peer port.
+pub(crate) const PEER_PORT: u16 = 50000;
+/// Every daemon's command port.
+pub(crate) const CMD_PORT: u16 = 50005;
+/// Heartbeats and the peer timeout of the in-process daemons (the harness's defaults).
+const HEARTBEAT: Duration = Duration::from_millis(500);
+const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Node `i`'s address: 10.0.0.(i+1).
+pub(crate) fn ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(
+        10,
+        0,
+        0,
+        u8::try_from(i + 1).expect("few nodes"),
+    ))
+}
+
+/// The address tests and `ctl` connect from.
+pub(crate) fn client_ip() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1))
+}
+
+/// One running daemon.
+pub(crate) struct Daemon {
+    /// Its node ID.
+    pub(crate) id: usize,
+    /// Its address.
+    pub(crate) ip: IpAddr,
+    stop: Option<oneshot::Sender<()>>,
+    reload: mpsc::Sender<()>,
+    task: Option<JoinHandle<Result<(), DaemonError>>>,
+}
+
+/// What a daemon needs besides its world: the domain's entries and the nodes file.
+pub(crate) struct Options {
+    /// The nodes file's entries, in node-ID order.
+    pub(crate) hosts: Vec<String>,
+    /// The nodes file SIGUSR1 re-reads (`None`: nothing to re-read).
+    pub(crate) nodes_file: Option<PathBuf>,
+    /// The reconnect backoff.
+    pub(crate) backoff: Backoff,
+}
+
+impl Options {
+    /// `nodes` nodes at [`ip`]`(0..nodes)`, the harness's backoff, no nodes file.
+    pub(crate) fn nodes(nodes: usize) -> Self {
+        Self {
+            hosts: (0..nodes).map(|i| ip(i).to_string()).collect(),
+            nodes_file: None,
+            backoff: Backoff {
+                min: Duration::from_millis(250),
+                max: Duration::from_secs(5),
+            },
+        }
+    }
+}
+
+impl Options {
+    /// `nodes` nodes listed by name (`node-I`), each name resolving on `net` to [`ip`]`(I)`.
+    pub(crate) fn named(nodes: usize, net: &MemNet) -> Self {
+        let mut options = Self::nodes(nodes);
+        for (i, host) in options.hosts.iter_mut().enumerate() {
+            *host = format!("node-{i}");
+            net.set_name(host, &[ip(i)]);
+        }
+        options
+    }
+}
+
+fn settings(local: usize, options: &Options) -> Settings {
+    Settings {
+        local: NodeId(u16::try_from(local).expect("few nodes")),
+        hosts: options.hosts.clone(),
+        server_port: PEER_PORT,
+        domain_id: None,
+        quorum: QuorumPolicy::None,
+        heartbeat_interval: HEARTBEAT,
+        peer_timeout: PEER_TIMEOUT,
+        backoff: options.backoff,
+        host_name: format!("inproc-{local}"),
+        cmd_unix_path: None,
+        import_timeout: DEFAULT_IMPORT_TIMEOUT,
+        peer_any_source: false,
+        grace: None,
+        persist_path: None,
+        nodes_file: options.nodes_file.clone(),
+        network_interface: None,
+        link_scope: 0,
+        conn_wait_timeout: None,
+        tls: None,
+        config_dump: Default::default(),
+    }
+}
+
+/// Starts node `id` at `at` on `net`.
+pub(crate) fn start(net: &MemNet, id: usize, at: IpAddr, options: &Options) -> Daemon {
+    // The daemons' log lines go with the test's output (shown when it fails).
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let world = World::in_memory(
+        net,
+        SocketAddr::new(at, PEER_PORT),
+        SocketAddr::new(at, CMD_PORT),
+    )
+    .expect("free addresses on the in-process network");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (reload, reloads) = mpsc::channel(1);
+    // Every start is a new instance, as a restarted daemon's is (its peers tell a restart
+    // by it): numbered, so a run is the same every time.
+    static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let entropy = Entropy {
+        instance: InstanceId(1000 + start),
+        seed: start,
+    };
+    let task = tokio::spawn(openimex_imexd::run(
+        settings(id, options),
+        world,
+        Box::new(openimex_driver::NoGpu::default()),
+        entropy,
+        async move {
+            let _ = stopped.await;
+        },
+        reloads,
+        Notifier::disabled(),
+    ));
+    Daemon {
+        id,
+        ip: at,
+        stop: Some(stop),
+        reload,
+        task: Some(task),
+    }
+}
+
+impl Daemon {
+    /// Asks it to stop (SIGTERM) and waits for its `run` to return; how long that took.
+    pub(crate) async fn stop(&mut self) -> Duration {
+        let t0 = Instant::now();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let ended = task.await.expect("the daemon's task");
+            ended.unwrap_or_else(|e| panic!("node {} stopped with an error: {e}", self.id));
+        }
+        t0.elapsed()
+    }
+
+    /// SIGUSR1: re-read the nodes file.
+    pub(crate) fn reload(&self) {
+        let _ = self.reload.try_send(());
+    }
+
+    /// `ctl -N -j`'s answer of this daemon.
+    pub(crate) async fn domain(&self, net: &MemNet) -> DomainReply {
+        let channel = net
+            .channel(client_ip(), SocketAddr::new(self.ip, CMD_PORT))
+            .await
+            .expect("the command service answers");
+        CommandClient::new(channel)
+            .domain(DomainRequest {
+                reasons: true,
+                fabric: false,
+            })
+            .await
+            .expect("a domain reply")
+            .into_inner()
+    }
+
+    /// Waits (in virtual time, polling every 10 ms) until `ok` holds for its domain reply,
+    /// at most `limit`; the reply.
+    pub(crate) async fn wait_domain(
+        &self,
+        net: &MemNet,
+        limit: Duration,
+        what: &str,
+        ok: impl Fn(&DomainReply) -> bool,
+    ) -> DomainReply {
+        let deadline = Instant::now() + limit;
+        loop {
+            let reply = self.domain(net).await;
+            if ok(&reply) {
+                return reply;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {}: {what} not within {limit:?}: {reply:?}",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Whether every node of the reply is READY and the domain UP.
+pub(crate) fn up(reply: &DomainReply) -> bool {
+    reply.status == "UP" && reply.nodes.iter().all(|n| n.state == "READY")
+}
+
+/// The link state node `from` reports towards node `to` in `reply` (`CONNECTED`, …).
+pub(crate) fn link(reply: &DomainReply, from: usize, to: usize) -> String {
+    reply
+        .nodes
+        .iter()
+        .find(|n| n.node_id as usize == from)
+        .and_then(|n| n.connections.iter().find(|c| c.node_id as usize == to))
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
+}

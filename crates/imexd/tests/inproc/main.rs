@@ -1,0 +1,14 @@
+//! The in-process test layer: whole daemons (`openimex_imexd::run`, the same code as the
+//! binary's) run together in one process, on an in-process network ([`MemNet`]), under tokio's
+//! paused clock. Time moves only when every daemon waits for a timer, so a 10 s deadline
+//! takes microseconds of the test's time and fires at exactly 10 s of virtual time: the
+//! lifecycle decisions core takes on timers (DESIGN.md §2) are checked here at their instant,
+//! not after a sleep long enough on a quiet machine.
+//!
+//! The daemons run the `nogpu` driver (control plane only): what this layer drives is the
+//! peers' lifecycle — formation, the hello deadline, the goodbye wait, SIGUSR1 readdressing.
+//! Imports and their bound are core's (`crates/core/tests/import_bound.rs`, node_sim) and the
+//! real processes' (`tests/e2e`).
+
+mod domain;
+mod lifecycle;
