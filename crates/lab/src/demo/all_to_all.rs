@@ -135,26 +135,7 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         eprintln!();
     }
     // The picture while the imports are held (a failure to draw fails no import).
-    let svg = match (&args.svg, args.json) {
-        (Some(path), _) => Some(path.to_string_lossy().into_owned()),
-        (None, false) => Some("openimex-domain.svg".to_string()),
-        (None, true) => None,
-    };
-    let drawn = match svg.map(|svg| (cluster.ctl(0, &["-N", "--svg", &svg]), svg)) {
-        None => None,
-        Some((Ok(out), svg)) if out.status.success() => Some(svg),
-        Some((Ok(out), _)) => {
-            eprintln!(
-                "warning: no domain picture: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            None
-        }
-        Some((Err(e), _)) => {
-            eprintln!("warning: no domain picture: {e}");
-            None
-        }
-    };
+    let drawn = draw(&cluster, args);
     let mut reports = Vec::new();
     for t in threads {
         // A panicking GPU thread is a failed demo, not a crash of the tool.
@@ -227,36 +208,7 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
     if args.json {
         println!("{summary}");
     } else {
-        println!("Summary ({}):", domain.describe(gpus_per_node));
-        println!("  domain formation     : {} ms", formation.as_millis());
-        println!("  imports              : {imports} of {total_imports} ({imports_per_s:.0}/s)");
-        println!(
-            "  import latency       : p50 {} us, p99 {} us",
-            pct(0.5),
-            pct(0.99)
-        );
-        println!(
-            "  fabric copy          : {copy_gbps:.2} GB/s (local memcpy in this run: {local_gbps:.2} GB/s)"
-        );
-        println!(
-            "  raw gRPC round trip  : p50 {grpc_rtt_us} us (unary call on loopback, this run)"
-        );
-        println!("  bytes verified       : {bytes_verified}");
-        if domain.layout.partitions.len() > 1 {
-            println!(
-                "  across cliques       : {cross_refused} of {cross_expected} refused at map, \
-                 {cross_mapped} mapped"
-            );
-            if let Some(r) = &refusal {
-                println!("  first refusal        : {r}");
-            }
-        }
-        println!("  errors               : {}", errors.len());
-        println!("  leaked references    : {leaked}");
-        println!("  teardown             : {} ms", stopped.as_millis());
-        if let Some(path) = &drawn {
-            println!("  domain picture       : {path}");
-        }
+        print_summary(&domain.describe(gpus_per_node), &summary, stopped);
     }
     for e in errors.iter().take(10) {
         eprintln!("error: {e}");
@@ -284,6 +236,76 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Draws the domain (`ctl -N --svg`) where `--svg` says (by default `openimex-domain.svg`,
+/// none with `--json`): the picture's path, or `None` (a failure to draw is a warning).
+fn draw(cluster: &Cluster, args: &DemoArgs) -> Option<String> {
+    let svg = match (&args.svg, args.json) {
+        (Some(path), _) => path.to_string_lossy().into_owned(),
+        (None, false) => "openimex-domain.svg".to_string(),
+        (None, true) => return None,
+    };
+    match cluster.ctl(0, &["-N", "--svg", &svg]) {
+        Ok(out) if out.status.success() => Some(svg),
+        Ok(out) => {
+            eprintln!(
+                "warning: no domain picture: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("warning: no domain picture: {e}");
+            None
+        }
+    }
+}
+
+/// The summary for a person, from the JSON one (`--json` prints that instead).
+fn print_summary(domain: &str, s: &serde_json::Value, teardown: Duration) {
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
+    println!("Summary ({domain}):");
+    println!("  domain formation     : {} ms", n("formation_ms"));
+    println!(
+        "  imports              : {} of {} ({:.0}/s)",
+        n("imports"),
+        n("gpus") * n("gpus").saturating_sub(1),
+        f("imports_per_s")
+    );
+    println!(
+        "  import latency       : p50 {} us, p99 {} us",
+        n("import_p50_us"),
+        n("import_p99_us")
+    );
+    println!(
+        "  fabric copy          : {:.2} GB/s (local memcpy in this run: {:.2} GB/s)",
+        f("copy_gbps"),
+        f("local_memcpy_gbps")
+    );
+    println!(
+        "  raw gRPC round trip  : p50 {} us (unary call on loopback, this run)",
+        n("grpc_rtt_p50_us")
+    );
+    println!("  bytes verified       : {}", n("bytes_verified"));
+    if n("partitions") > 1 {
+        println!(
+            "  across cliques       : {} of {} refused at map, {} mapped",
+            n("cross_clique_refused"),
+            n("cross_clique_expected"),
+            n("cross_clique_mapped")
+        );
+        if let Some(r) = s["refusal"].as_str() {
+            println!("  first refusal        : {r}");
+        }
+    }
+    println!("  errors               : {}", n("errors"));
+    println!("  leaked references    : {}", n("leaked_refs"));
+    println!("  teardown             : {} ms", teardown.as_millis());
+    if let Some(path) = s["svg"].as_str() {
+        println!("  domain picture       : {path}");
+    }
 }
 
 /// Maps `imported` for local GPU `gpu`: the one place where the driver's map check across
