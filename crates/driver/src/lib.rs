@@ -157,6 +157,12 @@ pub trait Driver: Send + Sync + 'static {
     fn event_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+    /// Whether every call returns at once, waiting for nothing outside this process (no GPU,
+    /// no driver to ask): the daemon then makes them on its runtime thread rather than
+    /// handing them to a worker thread and waiting to be told.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
     /// Asks for the events queued within `wait`; the answer makes [`Driver::event_fd`]
     /// readable. Never blocks for the answer. Only for a backend with an event descriptor.
     fn request_events(&self, wait: Duration) -> Result<(), DriverError> {
@@ -209,6 +215,10 @@ impl Driver for NoGpu {
     fn next_events(&self, wait: Duration) -> Result<Vec<Event>, DriverError> {
         std::thread::sleep(wait);
         Ok(Vec::new())
+    }
+
+    fn answers_at_once(&self) -> bool {
+        true
     }
 
     fn describe_export(&self, _: [u8; 16], _: u16, _: u32) -> Result<(u64, Pages), DriverError> {

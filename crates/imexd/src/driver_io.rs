@@ -101,6 +101,12 @@ impl std::fmt::Debug for Call {
 /// The running driver threads.
 pub(crate) struct DriverThreads {
     driver: Arc<dyn Driver>,
+    /// The driver answers at once ([`Driver::answers_at_once`]): every call is made on the
+    /// runtime thread, in order, and its result posted to the engine from there. Besides
+    /// sparing two thread hand-offs per call, this keeps a daemon whose clock is paused (the
+    /// in-process test layer) from looking idle while a call is in flight, which would let
+    /// the clock jump to its next timer.
+    inline: Option<Worker>,
     calls: Option<std_mpsc::Sender<Call>>,
     /// Calls queued for the worker and not finished: while any is, a validate queues behind.
     queued: Arc<AtomicUsize>,
@@ -129,11 +135,23 @@ impl DriverThreads {
             runtime: tokio::runtime::Handle::try_current().ok(),
             events: Arc::clone(&events),
         };
+        if driver.answers_at_once() {
+            return Ok(Self {
+                driver,
+                inline: Some(worker),
+                calls: None,
+                queued,
+                threads: Vec::new(),
+                stop,
+                events,
+            });
+        }
         let thread = std::thread::Builder::new()
             .name("driver-calls".into())
             .spawn(move || worker.work(&rx))?;
         Ok(Self {
             driver,
+            inline: None,
             calls: Some(tx),
             queued,
             threads: vec![thread],
@@ -179,6 +197,22 @@ impl DriverThreads {
             Call::Then(then) if self.queued.load(Ordering::Acquire) == 0 => return then(),
             call => call,
         };
+        if let Some(worker) = &self.inline {
+            let input = match call {
+                Call::OpenSession { node } => outcome(worker.open_session(node)),
+                call => outcome(perform_now(&self.driver, call)),
+            };
+            if let Some(input) = input {
+                // Posted by a task of its own: the engine is the caller and reads its mailbox
+                // only after this returns. Tasks run in the order spawned, so results arrive
+                // in the order of their calls.
+                let engine = worker.engine.clone();
+                tokio::spawn(async move {
+                    let _ = engine.send(Input::Driver(input)).await;
+                });
+            }
+            return;
+        }
         if let Some(tx) = &self.calls {
             self.queued.fetch_add(1, Ordering::AcqRel);
             // The worker only exits after `stop`, so a send cannot fail before then.

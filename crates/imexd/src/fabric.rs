@@ -266,6 +266,10 @@ impl Driver for Watched {
         self.inner.event_fd()
     }
 
+    fn answers_at_once(&self) -> bool {
+        self.inner.answers_at_once()
+    }
+
     fn request_events(&self, wait: Duration) -> Result<(), DriverError> {
         self.inner.request_events(wait)
     }
