@@ -14,7 +14,7 @@ use openimex_client::{Context, CuError, Multicast};
 use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec};
 
 use crate::apps::{gpu_cluster_from, wait_session};
-use crate::common::{NOTICE, binary, lab_binary, text};
+use crate::common::{NOTICE, binary, lab_binary, text, wait_for};
 
 const TRAYS: usize = 4;
 
@@ -76,7 +76,14 @@ fn a_team_over_four_trays_is_set_up_by_the_fm_after_the_last_attach_and_fails_ev
     for m in &members[..TRAYS - 1] {
         m.add_device(0).expect("attach");
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the prime's driver counts the three (the two remote attaches come through the
+    // daemons), nothing more is on its way: no team may exist.
+    let three = wait_for(NOTICE, || {
+        ctxs[0]
+            .stats()
+            .is_ok_and(|s| s.multicast_attached == TRAYS - 1)
+    });
+    assert!(three, "the prime's driver never counted 3 attaches");
     for (i, m) in members.iter().enumerate() {
         let e = m.info(Duration::ZERO).unwrap_err();
         assert_eq!(

@@ -191,6 +191,10 @@ pub struct DriverStats {
     /// Memory ranges bound to multicast objects (each holds a reference on its allocation).
     #[serde(default)]
     pub multicast_bindings: usize,
+    /// GPUs attached to the multicast objects created here (the primes'), this node's and
+    /// other nodes' (their remote attaches, once delivered by the daemons).
+    #[serde(default)]
+    pub multicast_attached: usize,
 }
 
 /// A request from a client (application or daemon) to its node's driver.

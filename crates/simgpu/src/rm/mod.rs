@@ -570,6 +570,7 @@ impl Rm {
             clients: self.clients.len(),
             multicast_objects: self.mc.counts().0,
             multicast_bindings: self.mc.counts().1,
+            multicast_attached: self.mc.attached(),
         }
     }
 

@@ -138,6 +138,15 @@ impl McState {
         let bound = self.descs.values().map(|d| d.bound.len()).sum();
         (self.descs.len(), bound)
     }
+
+    /// GPUs attached to the primes here, local and remote.
+    pub(super) fn attached(&self) -> usize {
+        self.descs
+            .values()
+            .filter(|d| d.prime)
+            .map(|d| d.num_attached as usize)
+            .sum()
+    }
 }
 
 impl Rm {
