@@ -477,9 +477,9 @@ async fn handshake(
 /// resolved now (a name that does not resolve claims nothing).
 async fn node_map_addresses(hosts: &Hosts, resolver: &Resolver) -> Vec<IpAddr> {
     let entries: Vec<String> = hosts.borrow().iter().cloned().collect();
-    let mut out = Vec::with_capacity(entries.len());
-    for host in entries {
-        out.extend(resolver.lookup(&host).await);
-    }
-    out
+    crate::nodes_file::resolve_all(&entries, resolver)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
