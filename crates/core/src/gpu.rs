@@ -99,7 +99,7 @@ pub enum Event {
     },
     /// CLIQUE_ID_CHANGE (channel 0): a Fabric Manager probe update moved local GPU `gpu` to
     /// clique `clique_id` (`reference/driver-interface.md` §1.6 "Other events", §5). Nothing
-    /// of the import state machine depends on it; the daemon refreshes its fabric view.
+    /// of the import state machine depends on it; the node's fabric view follows it.
     CliqueIdChange {
         /// The GPU's ID on this node.
         gpu: u32,

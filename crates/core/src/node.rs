@@ -20,6 +20,12 @@
 //! | [`Action::AttachRemoteGpu`] | [`Node::handle_remote_gpu_attached`] |
 //! | [`Action::CloseConn`] | [`Node::handle_conn_closed`] (as for any connection) |
 //! | [`Action::Mesh`] `SendGoodbye` | [`Node::handle_goodbye_delivered`] |
+//! | [`Action::ReadGpuFabric`] | [`Node::handle_gpu_fabric`] (not called if the read failed) |
+//! | [`Action::SendCliques`] | [`Node::handle_cliques_sent`] |
+//!
+//! The owner also reports the cliques each accepted hello and each dial's answer carried
+//! ([`Node::handle_peer_cliques`]) and a peer's notification of new cliques
+//! ([`Node::handle_session_cliques`]); its own hellos carry [`Node::cliques`].
 //!
 //! The other actions are performed in the order given; their only result is success, or the
 //! loss of the driver, which ends the daemon.
@@ -45,6 +51,8 @@
 //!   session's requests in flight ([`RETIRE_WAIT`]), the shutdown's goodbyes
 //!   ([`GOODBYE_WAIT`]). And whose dial result the owner may take
 //!   ([`Mesh::dial_in_flight`]).
+//! - When the GPUs' fabric probes are read ([`FABRIC_REFRESH`], and at once on
+//!   CLIQUE_ID_CHANGE) and which peers are told the node's new cliques (`node/cliques.rs`).
 //! - Which peers SIGUSR1 dials again, from the addresses the owner resolved
 //!   ([`Node::handle_nodes_file`], `node/remap.rs`).
 //! - At most [`MAX_IMPORTS_IN_FLIGHT`] imports are asked of one exporter and unanswered; the
@@ -79,6 +87,7 @@
 //!   import it made after coming back (`node/grace.rs`).
 
 mod action;
+mod cliques;
 mod deadlines;
 mod exporter;
 mod give_backs;
@@ -93,6 +102,7 @@ mod remap;
 mod sessions;
 
 pub use action::Action;
+pub use cliques::{FABRIC_REFRESH, MAX_PEER_CLIQUES, cliques_of};
 pub use deadlines::{GOODBYE_WAIT, HELLO_DEADLINE, RETIRE_WAIT, StreamId};
 pub use outbox::MAX_IMPORTS_IN_FLIGHT;
 pub use peers::{CLEANUPS_KEPT_PER_PEER, CleanUp, Cleaned, PeerState};
@@ -201,6 +211,8 @@ enum Timer {
     Retire(NodeId, Via),
     /// Shutdown stops waiting for the goodbyes (`node/deadlines.rs`).
     GoodbyeWait,
+    /// Read the GPUs' fabric probes again (`node/cliques.rs`).
+    FabricRefresh,
 }
 
 /// A describe in flight for a peer's import.
@@ -246,6 +258,8 @@ pub struct Node {
     resolved: Vec<Vec<std::net::IpAddr>>,
     /// Connections waiting for their hello, and the shutdown's goodbyes (`node/deadlines.rs`).
     owed: deadlines::Deadlines,
+    /// The node's GPUs on the fabric, its cliques and its peers' (`node/cliques.rs`).
+    cliques: cliques::Cliques,
     recovery: recovery::Recovery,
     recovery_wait: Duration,
     conn_wait_timeout: Option<Duration>,
@@ -275,6 +289,7 @@ impl Node {
             outbox: outbox::Outbox::default(),
             resolved: Vec::new(),
             owed: deadlines::Deadlines::default(),
+            cliques: cliques::Cliques::default(),
             recovery: recovery::Recovery::new(&cfg.recover_from),
             recovery_wait: cfg.recovery_wait,
             conn_wait_timeout: cfg.conn_wait_timeout,
@@ -349,6 +364,7 @@ impl Node {
         self.start_recovery(now);
         self.mesh.handle_start(now);
         self.start_peers_wait(now);
+        self.cliques_start(now);
         self.absorb_mesh(now);
     }
 
@@ -518,6 +534,7 @@ impl Node {
                 Timer::StreamHello(stream) => self.stream_overdue(stream),
                 Timer::Retire(peer, via) => self.retire_over(peer, via),
                 Timer::GoodbyeWait => self.goodbye_wait_over(),
+                Timer::FabricRefresh => self.fabric_refresh(now),
             }
         }
     }
@@ -578,6 +595,7 @@ impl Node {
                     self.disarm(Timer::GraceRelease(peer));
                     self.cleaned.remove(&peer);
                     self.flush_undelivered(now, peer);
+                    self.cliques_link_up(peer);
                 }
                 Some((peer, current, false)) => {
                     let reason = if current.is_some() {
@@ -603,6 +621,7 @@ impl Node {
                 }
             }
         }
+        self.cliques_carriers();
     }
 
     /// Shutting down: goodbyes are sent, so exporters release what they hold for us.

@@ -14,12 +14,13 @@ use openimex_proto::peer::{
 
 use crate::mailbox::{PeersSnapshot, Snapshot};
 
-/// Our identity as sent on the wire, with the node's `cliques`; without the node map's
-/// entries unless `with_map` (core's `Mesh::shares_map` says when a peer needs none).
+/// Our identity as sent on the wire, with the node's `cliques` and their epoch; without the
+/// node map's entries unless `with_map` (core's `Mesh::shares_map` says when a peer needs
+/// none).
 pub(crate) fn identity(
     hello: &Hello,
     driver_version: &str,
-    cliques: Vec<u32>,
+    (cliques, cliques_epoch): (Vec<u32>, u64),
     with_map: bool,
 ) -> Identity {
     Identity {
@@ -37,6 +38,7 @@ pub(crate) fn identity(
         driver_version: driver_version.to_string(),
         node_map_base_len: u32::try_from(hello.map_base_len).unwrap_or(u32::MAX),
         cliques,
+        cliques_epoch,
     }
 }
 
@@ -197,7 +199,7 @@ pub(crate) fn node_status(
 ) -> NodeStatus {
     NodeStatus {
         gpus: match fabric {
-            true => snap.fabric.iter().map(crate::fabric::to_wire).collect(),
+            true => snap.fabric.iter().map(gpu_to_wire).collect(),
             false => Vec::new(),
         },
         refusals: snap
@@ -311,6 +313,21 @@ pub(crate) fn bounded(s: &str) -> String {
         out.push_str(&format!("… ({} bytes)", s.len()));
     }
     out
+}
+
+/// One GPU on the wire (`NodeStatus.gpus`, `NodeReport.gpus`).
+pub(crate) fn gpu_to_wire(g: &openimex_core::GpuFabric) -> openimex_proto::peer::GpuFabric {
+    openimex_proto::peer::GpuFabric {
+        gpu: g.gpu,
+        state: g.state.clone(),
+        cluster_uuid: g.cluster_uuid.clone(),
+        partition_id: u32::from(g.partition_id),
+        clique_id: g.clique_id,
+        bw_mode: u32::from(g.bw_mode),
+        bw_mode_epoch: g.bw_mode_epoch,
+        health_mask: g.health_mask,
+        health_summary: g.health_summary.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -71,6 +71,8 @@ pub(crate) enum Call {
         channel: u32,
         status: Status,
     },
+    /// Read the GPUs' fabric probes.
+    ReadFabric,
     /// Run this once every call queued before it is done (an answer that must follow them),
     /// describes excepted: they run at once.
     Then(Box<dyn FnOnce() + Send>),
@@ -93,6 +95,7 @@ impl std::fmt::Debug for Call {
             Self::SetMulticastFailure { status, .. } => {
                 write!(f, "SetMulticastFailure({})", status.as_str())
             }
+            Self::ReadFabric => f.write_str("ReadFabric"),
             Self::Then(_) => f.write_str("Then"),
         }
     }
@@ -394,6 +397,15 @@ fn perform_now(driver: &Arc<dyn Driver>, call: Call) -> Outcome {
                 Ok(None)
             }
             Ok(()) => Ok(None),
+        },
+        Call::ReadFabric => match driver.gpu_fabric() {
+            Ok(gpus) => Ok(Some(DriverInput::GpuFabric(gpus))),
+            Err(e @ DriverError::Lost(_)) => Err(("read the GPUs' fabric probes", e)),
+            // The next read comes at the next refresh (the node asks for it).
+            Err(e) => {
+                tracing::debug!("reading the GPUs' fabric probes: {e}");
+                Ok(None)
+            }
         },
     }
 }

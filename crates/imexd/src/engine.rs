@@ -88,8 +88,6 @@ pub(crate) struct Engine {
     metrics: crate::metrics::Events,
     /// The stats file's counts (shared with the sessions and the file's writer).
     stats: crate::stats::Stats,
-    /// The node's GPUs on the fabric (`fabric`), for snapshots and the identity's cliques.
-    fabric: crate::fabric::SharedView,
 }
 
 fn now() -> std::time::Instant {
@@ -133,7 +131,6 @@ impl Engine {
             hosts_tx: None,
             metrics: crate::metrics::Events::default(),
             stats: crate::stats::Stats::default(),
-            fabric: crate::fabric::SharedView::default(),
         })
     }
 
@@ -295,16 +292,10 @@ impl Engine {
         self
     }
 
-    /// Report the GPUs' fabric view `fabric` in snapshots.
-    pub(crate) fn watch_fabric(mut self, fabric: crate::fabric::SharedView) -> Self {
-        self.fabric = fabric;
-        self
-    }
-
     fn cached_identity(&mut self) -> Arc<Identity> {
         // The identity carries the node's cliques: a clique change rebuilds it.
         if let Some(me) = &self.me_cache
-            && me.cliques == crate::fabric::cliques(&self.fabric)
+            && me.cliques_epoch == self.node.cliques_epoch()
         {
             return Arc::clone(me);
         }
@@ -314,7 +305,7 @@ impl Engine {
     }
 
     fn identity(&self, with_map: bool) -> Identity {
-        let cliques = crate::fabric::cliques(&self.fabric);
+        let cliques = (self.node.cliques(), self.node.cliques_epoch());
         convert::identity(
             &self.node.mesh().hello(),
             &self.driver_version,
@@ -329,6 +320,7 @@ impl Engine {
         match input {
             Input::Hello {
                 hello,
+                cliques,
                 conn,
                 from_node_address,
                 reply,
@@ -336,6 +328,14 @@ impl Engine {
                 let verdict = self
                     .node
                     .handle_session_hello(now, conn, from_node_address, &hello);
+                if verdict == openimex_core::Verdict::Accept {
+                    let from = openimex_core::PeerId {
+                        node: hello.node,
+                        instance: hello.instance,
+                    };
+                    self.node
+                        .handle_peer_cliques(now, from, &cliques.0, cliques.1);
+                }
                 // Answer once the driver did what the hello meant (a restarted peer's memory:
                 // its importers disabled here), so a recovering peer that gets our answer knows
                 // we map nothing of its old instance any more.
@@ -346,6 +346,10 @@ impl Engine {
                     let _ = reply.send(answer);
                 })));
             }
+            Input::PeerCliques { via, cliques } => {
+                (self.node).handle_session_cliques(now, via, &cliques.cliques, cliques.epoch);
+            }
+            Input::CliquesSent { peer, sent } => self.node.handle_cliques_sent(now, peer, sent),
             Input::Authenticate { via, what, reply } => {
                 let ok = self.node.authenticate(via, None, what).is_some();
                 let _ = reply.send(ok);
@@ -378,6 +382,7 @@ impl Engine {
                 peer,
                 attempt,
                 remote,
+                cliques,
                 link,
             } => {
                 if !self.node.mesh().dial_in_flight(peer, attempt) {
@@ -394,6 +399,11 @@ impl Engine {
                     old.reader.abort();
                 }
                 self.node.handle_dial_ok(now, peer, attempt, &remote);
+                let from = openimex_core::PeerId {
+                    node: remote.node,
+                    instance: remote.instance,
+                };
+                (self.node).handle_peer_cliques(now, from, &cliques.0, cliques.1);
             }
             Input::DialFailed {
                 peer,
@@ -565,6 +575,7 @@ impl Engine {
                 debug!("driver event {event:?}");
                 self.node.handle_driver_event(now, event);
             }
+            DriverInput::GpuFabric(gpus) => self.node.handle_gpu_fabric(now, gpus),
             DriverInput::Described { request, result } => {
                 self.node.handle_described(now, request, result);
             }
@@ -603,6 +614,11 @@ impl Engine {
                 | Action::SetMulticastFailure { .. }
                 | Action::AnswerRemoteGpuAttach { .. }) => self.perform_multicast(a),
                 Action::SendImport { peer, request } => self.send_import(peer, request),
+                a @ (Action::ReadGpuFabric
+                | Action::SendCliques { .. }
+                | Action::CliqueChanged { .. }
+                | Action::GpuHealthChanged { .. }
+                | Action::PeerCliques { .. }) => self.perform_cliques(a),
                 Action::CloseConn { conn } => {
                     if let Some(closer) = self.closers.remove(&conn) {
                         closer.close();
@@ -774,11 +790,12 @@ impl Engine {
             host_name: self.settings.host_name.clone(),
             refusals: self.node.refusals().collect(),
             peers,
-            fabric: crate::fabric::read(&self.fabric.0),
+            fabric: self.node.gpus().to_vec(),
         }
     }
 }
 
+mod cliques;
 mod log;
 mod mesh_io;
 mod multicast;

@@ -30,7 +30,6 @@ pub mod daemonize;
 mod driver_io;
 mod engine;
 mod error;
-mod fabric;
 pub mod limits;
 pub mod logging;
 mod mailbox;
@@ -262,11 +261,14 @@ pub async fn run(
             Ok(())
         }));
     }
-    let peers = (tx.clone(), tokio::runtime::Handle::current());
-    let (driver, fabric) = fabric::watch(driver, Some(peers));
+    // The first hello carries the node's cliques: the probes are read before the start (the
+    // node asks for every later read, `openimex_core::node` cliques).
+    match driver.gpu_fabric() {
+        Ok(gpus) => node.handle_gpu_fabric(now, gpus),
+        Err(e) => tracing::debug!("reading the GPUs' fabric probes at start: {e}"),
+    }
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
         .count_into(events, world.stats.clone())
-        .watch_fabric(fabric)
         .dial_from(local_ip, world.net)
         .persist_to(settings.persist_path.clone(), map_for_record)
         .publish_hosts(hosts_tx);

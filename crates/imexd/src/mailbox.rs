@@ -23,6 +23,8 @@ pub(crate) enum Input {
     /// address for the node the hello names.
     Hello {
         hello: Hello,
+        /// The cliques the hello names, and their epoch.
+        cliques: (Vec<u32>, u64),
         conn: ConnId,
         from_node_address: bool,
         reply: oneshot::Sender<(Verdict, Identity)>,
@@ -33,6 +35,13 @@ pub(crate) enum Input {
         what: PeerRequest,
         reply: oneshot::Sender<bool>,
     },
+    /// A peer's notification on session `via` that its cliques changed.
+    PeerCliques {
+        via: Via,
+        cliques: openimex_proto::peer::CliquesChanged,
+    },
+    /// Whether the session to `peer` took our cliques notification (`Action::SendCliques`).
+    CliquesSent { peer: NodeId, sent: bool },
     /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not.
     GoodbyeDelivered { peer: NodeId, delivered: bool },
     /// An inbound connection was accepted (sent before anything else about it); `closer`
@@ -59,6 +68,8 @@ pub(crate) enum Input {
         peer: NodeId,
         attempt: u64,
         remote: Hello,
+        /// The cliques the answer names, and their epoch.
+        cliques: (Vec<u32>, u64),
         link: OutLink,
     },
     /// A dial failed before a session.
@@ -172,6 +183,8 @@ pub(crate) enum DriverInput {
         request: u64,
         result: Result<(u64, Pages), ImportError>,
     },
+    /// The GPUs' fabric probes as read.
+    GpuFabric(Vec<openimex_core::GpuFabric>),
     /// References were released for a peer's unimport: answer it.
     Released { request: u64 },
     /// ATTACH_REMOTE_GPU for a peer's multicast attach finished.

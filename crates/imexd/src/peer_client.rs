@@ -321,7 +321,6 @@ async fn handshake(
         .ok_or_else(|| DialError::Identity("carries no identity".into()))?;
     restore_node_map(&mut identity, &me);
     let remote = convert::hello(&identity).map_err(DialError::Identity)?;
-    crate::fabric::note_peer(&me.cliques, remote.node, &identity.cliques);
 
     let via = Via::Dialled { peer, attempt };
     let reader = tokio::spawn({
@@ -341,6 +340,7 @@ async fn handshake(
         peer,
         attempt,
         remote,
+        cliques: (identity.cliques, identity.cliques_epoch),
         link,
     })
 }

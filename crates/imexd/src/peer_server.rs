@@ -118,17 +118,17 @@ impl PeerService {
     /// address, its certificate (with TLS), then the engine's verdict. An accepted hello marks
     /// the connection greeted.
     async fn greet(&self, info: &ConnInfo, request: HelloRequest) -> Result<Greeting, Status> {
-        let peer_cliques = request
+        let cliques = request
             .from
             .as_ref()
-            .map(|f| f.cliques.clone())
+            .map(|f| (f.cliques.clone(), f.cliques_epoch))
             .unwrap_or_default();
         let hello = sender(request.from, "hello")?;
-        let peer = hello.node;
         self.check_certificate(info, hello.node).await?;
         let from_node_address = self.is_node_address(hello.node, info.remote.ip()).await;
         let (verdict, me) = ask(&self.engine, |reply| Input::Hello {
             hello,
+            cliques,
             conn: info.id,
             from_node_address,
             reply,
@@ -138,7 +138,6 @@ impl PeerService {
             Verdict::ShuttingDown => return Err(Status::unavailable("daemon is shutting down")),
             Verdict::Accept => {
                 info.greeted();
-                crate::fabric::note_peer(&me.cliques, peer, &peer_cliques);
                 Greeting::Accepted(me)
             }
             Verdict::Refuse { mismatch, .. } => Greeting::Refused(HelloResponse {

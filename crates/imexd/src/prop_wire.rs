@@ -63,6 +63,7 @@ fn identity() -> impl Strategy<Value = Identity> {
             driver_version: drv,
             node_map_base_len: base,
             cliques: Vec::new(),
+            cliques_epoch: 0,
         })
 }
 

@@ -68,11 +68,10 @@ where
             ) => tx.resolve(msg.id, body),
             // A notification: nothing answers it.
             Some(Body::CliquesChanged(c)) => {
-                tokio::spawn(crate::fabric::peer_cliques_changed(
-                    engine.clone(),
-                    tx.clone(),
-                    c.cliques,
-                ));
+                let input = Input::PeerCliques { via, cliques: c };
+                if engine.send(input).await.is_err() {
+                    break "the daemon is stopping".to_string();
+                }
             }
             Some(request) => {
                 // Bounded: past MAX_SERVING, what the peer sends next waits in the transport.

@@ -393,11 +393,6 @@ impl SessionTx {
         &self.stats
     }
 
-    /// Whether `other` is a handle on this same session.
-    pub(crate) fn same(&self, other: &SessionTx) -> bool {
-        Arc::ptr_eq(&self.pending, &other.pending)
-    }
-
     /// Sends a notification: a frame with id 0 that is never answered (nothing waits for it).
     pub(crate) async fn notify(&self, body: Body) -> bool {
         self.send(frame(0, body)).await

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 #[allow(unused_imports)] // named by the docs only
-use super::{GOODBYE_WAIT, HELLO_DEADLINE, MAX_IMPORTS_IN_FLIGHT, Node, RETIRE_WAIT};
+use super::{
+    FABRIC_REFRESH, GOODBYE_WAIT, HELLO_DEADLINE, MAX_IMPORTS_IN_FLIGHT, Node, RETIRE_WAIT,
+};
 use super::{Ids, ImportRequest, RequestId, StreamId};
 use crate::gpu::{ImportAnswer, ImportError, Pages, RemoteGpuAttach, Status};
 use crate::ids::{ConnId, NodeId};
@@ -216,5 +218,51 @@ pub enum Action {
         request: RequestId,
         /// Done, or why not.
         result: Result<(), ImportError>,
+    },
+    /// Read the GPUs' fabric probes (off the runtime: a driver call); report with
+    /// [`Node::handle_gpu_fabric`]. Asked every [`FABRIC_REFRESH`] and after a
+    /// CLIQUE_ID_CHANGE; a failed read is not reported (log it).
+    ReadGpuFabric,
+    /// Tell `peer` the node's cliques (a notification on the pair's session: nothing answers
+    /// it); report whether the session took it with [`Node::handle_cliques_sent`].
+    SendCliques {
+        /// The peer.
+        peer: NodeId,
+        /// The node's cliques now.
+        cliques: Vec<u32>,
+        /// Their epoch ([`Node::cliques_epoch`]).
+        epoch: u64,
+    },
+    /// The driver posted CLIQUE_ID_CHANGE: `gpu` moved from clique `from` (`None`: a GPU the
+    /// last read did not list) to `to` (log it, in NVIDIA's event name).
+    CliqueChanged {
+        /// The GPU index.
+        gpu: u32,
+        /// Its clique before.
+        from: Option<u32>,
+        /// Its clique now.
+        to: u32,
+    },
+    /// A GPU's fabric health changed between two reads (log it): (summary, mask) before and
+    /// after.
+    GpuHealthChanged {
+        /// The GPU index.
+        gpu: u32,
+        /// Health summary and mask before.
+        from: (String, u32),
+        /// Health summary and mask now.
+        to: (String, u32),
+    },
+    /// A peer said its cliques (log it): outside every clique of this node (`shared` false),
+    /// its memory imports here but does not map on this node's GPUs.
+    PeerCliques {
+        /// The peer.
+        peer: NodeId,
+        /// Its cliques.
+        cliques: Vec<u32>,
+        /// It shares a clique with this node (or either side's cliques are unknown).
+        shared: bool,
+        /// Said by a notification (a change), not a hello.
+        notified: bool,
     },
 }

@@ -45,8 +45,9 @@ impl Node {
                 let step = self.imports.unimport(import_event_id, unimport_event_id);
                 self.unimport_step(now, step, import_event_id);
             }
-            // The daemon's fabric view follows cliques; no import or unimport depends on one.
-            Event::CliqueIdChange { .. } => {}
+            // The fabric view follows cliques (`cliques.rs`); no import or unimport depends on
+            // one.
+            Event::CliqueIdChange { gpu, clique_id } => self.clique_id_changed(now, gpu, clique_id),
             Event::RemoteGpuAttach(attach) => self.handle_remote_gpu_attach_event(attach),
         }
     }

@@ -44,6 +44,8 @@ pub enum PeerRequest {
     Session,
     /// A multicast remote GPU attach.
     McAttach,
+    /// A notification that the peer's cliques changed.
+    Cliques,
 }
 
 impl PeerRequest {
@@ -59,6 +61,7 @@ impl PeerRequest {
                 "multicast attach: no session",
                 "multicast attach: identity mismatch",
             ),
+            Self::Cliques => ("cliques: no session", "cliques: identity mismatch"),
         }
     }
 }
@@ -72,6 +75,7 @@ impl std::fmt::Display for PeerRequest {
             Self::Status => "status",
             Self::Session => "session",
             Self::McAttach => "multicast attach",
+            Self::Cliques => "cliques",
         })
     }
 }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use openimex_core::QuorumPolicy;
-use openimex_core::node::RETIRE_WAIT;
+use openimex_core::node::{FABRIC_REFRESH, RETIRE_WAIT};
 
 use crate::driver::ImportCall;
 use crate::rng::Rng;
@@ -133,6 +133,12 @@ pub fn quiesce(w: &mut World) {
         w.violate(format!(
             "the domain did not settle on one session per pair: {seen}"
         ));
+    }
+    // Every node reads its probes again within a refresh, and tells its peers what changed.
+    let told = FABRIC_REFRESH + Duration::from_secs(1);
+    if !w.run_while_not(told, |w| w.cliques_disagree().is_none()) {
+        let why = w.cliques_disagree().unwrap_or_default();
+        w.violate(format!("the cliques did not settle: {why}"));
     }
     w.final_check();
 }
@@ -380,12 +386,26 @@ impl World {
             }
             10 => self.uneven_cut(i),
             11 => self.moved_and_reread(i),
-            _ => {
+            12 => {
                 // Strangers open connections and never say hello (issue 30).
                 self.note(|| format!("FAULT strangers connect to node {i}"));
                 self.strangers(i);
             }
+            _ => self.gpu_moves(i),
         }
+    }
+
+    /// A Fabric Manager probe update moves one of node `i`'s GPUs to another clique (issue 30):
+    /// mostly with CLIQUE_ID_CHANGE, sometimes seen only by the node's next read of the probes.
+    fn gpu_moves(&mut self, i: usize) {
+        let gpu = self.rng.below(2) as u32;
+        let clique_id = 1 + self.rng.below(3) as u32;
+        let event = self.rng.chance(700);
+        self.note(|| {
+            format!("FAULT node {i}'s GPU {gpu} moves to clique {clique_id} (event: {event})")
+        });
+        self.slots[i].driver.move_gpu(gpu, clique_id, event);
+        self.stats.gpu_moves += 1;
     }
 
     /// Node `i`'s name moves to another address (a DNS change), or nothing changes; every node

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
-use openimex_core::{Event, ImportError, InstanceId, NodeId, Pages, Status};
+use openimex_core::{Event, GpuFabric, ImportError, InstanceId, NodeId, Pages, Status};
 
 /// The export UUID of `exp_id` on `node`: (expId u64, nodeId u16, 6 zero bytes).
 pub fn uuid(node: usize, exp_id: u64) -> [u8; 16] {
@@ -171,6 +171,8 @@ pub struct Driver {
     pub waiters: BTreeMap<u64, Waiter>,
     /// Posted events the daemon has not read yet.
     pub events: VecDeque<Event>,
+    /// The node's GPUs on the fabric, as their probes read now (§5).
+    pub gpus: Vec<GpuFabric>,
 }
 
 impl Driver {
@@ -195,6 +197,29 @@ impl Driver {
             import_events: BTreeMap::new(),
             waiters: BTreeMap::new(),
             events: VecDeque::new(),
+            // Two GPUs; neighbours sit in different cliques, so some peers share none.
+            gpus: (0..2)
+                .map(|gpu| GpuFabric {
+                    gpu,
+                    state: "COMPLETED".into(),
+                    clique_id: 1 + (node as u32 % 2),
+                    health_summary: "HEALTHY".into(),
+                    ..GpuFabric::default()
+                })
+                .collect(),
+        }
+    }
+
+    /// A Fabric Manager probe update moved `gpu` to clique `clique_id`: the probe reads the
+    /// new clique from now on, and the daemon's session, if one is open, gets CLIQUE_ID_CHANGE
+    /// when `event` (§1.6 "Other events": the event is posted on channel 0 to the daemon).
+    pub fn move_gpu(&mut self, gpu: u32, clique_id: u32, event: bool) {
+        if let Some(g) = self.gpus.iter_mut().find(|g| g.gpu == gpu) {
+            g.clique_id = clique_id;
+        }
+        if event && self.session.is_some() {
+            self.events
+                .push_back(Event::CliqueIdChange { gpu, clique_id });
         }
     }
 

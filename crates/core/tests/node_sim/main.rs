@@ -58,7 +58,8 @@ fn summary(seeds: u64, failures: usize, s: &Stats) -> String {
          in their turn with no session, {} SIGUSR1 re-reads ({} peers redialled), {} \
          connections and {} silent streams closed at the hello deadline, {} retired sessions \
          ended at the wait, {} \
-         goodbyes not waited for, {} requests refused on a retired session",
+         goodbyes not waited for, {} requests refused on a retired session, {} GPUs moved to \
+         another clique ({} clique notifications delivered)",
         s.imports,
         s.validated_ok,
         s.validated_err,
@@ -74,7 +75,9 @@ fn summary(seeds: u64, failures: usize, s: &Stats) -> String {
         s.silent_streams_ended,
         s.retired_ended,
         s.goodbyes_unanswered,
-        s.refused_on_retired
+        s.refused_on_retired,
+        s.gpu_moves,
+        s.cliques_told
     )
 }
 

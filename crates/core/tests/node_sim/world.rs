@@ -62,7 +62,7 @@ pub struct Params {
 }
 
 /// How many kinds of fault the chaos script knows.
-pub const FAULT_KINDS: usize = 13;
+pub const FAULT_KINDS: usize = 14;
 /// The kinds a seed's weights were drawn for before the uneven heal (issue 28): drawn first,
 /// so a seed's other parameters stay what they were.
 pub const FAULT_KINDS_BEFORE_28: usize = 10;
@@ -139,6 +139,9 @@ pub struct Stats {
     pub goodbyes_unanswered: u64,
     /// Requests refused because they came on a session the receiver had retired.
     pub refused_on_retired: u64,
+    /// GPUs moved to another clique (issue 30), and clique notifications delivered.
+    pub gpu_moves: u64,
+    pub cliques_told: u64,
 }
 
 impl Stats {
@@ -159,6 +162,8 @@ impl Stats {
         self.retired_ended += o.retired_ended;
         self.goodbyes_unanswered += o.goodbyes_unanswered;
         self.refused_on_retired += o.refused_on_retired;
+        self.gpu_moves += o.gpu_moves;
+        self.cliques_told += o.cliques_told;
     }
 }
 

@@ -424,6 +424,7 @@ async fn hello_from_1(
     };
     crate::mailbox::ask(tx, |reply| Input::Hello {
         hello,
+        cliques: (Vec::new(), 0),
         conn: 1000 + instance,
         from_node_address: true,
         reply,

@@ -1,6 +1,6 @@
 //! The node's GPUs on the NVLink fabric as gauges: each GPU's health summary, health mask,
-//! cliqueId and bandwidth mode, from the daemon's fabric view (`crate::fabric`), labelled by
-//! the GPU's index on the node.
+//! cliqueId and bandwidth mode, from the core node's fabric view (`openimex_core::Node::gpus`),
+//! labelled by the GPU's index on the node.
 
 use openimex_core::GpuFabric;
 use prometheus_client::metrics::family::Family;

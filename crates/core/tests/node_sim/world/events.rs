@@ -91,6 +91,18 @@ pub(super) enum Ev {
         inst: InstanceId,
         stream: u64,
     },
+    /// The daemon reports whether the session took its cliques notification.
+    CliquesSent {
+        node: usize,
+        inst: InstanceId,
+        peer: NodeId,
+        sent: bool,
+    },
+    /// The node's read of its GPUs' probes (asked by `Action::ReadGpuFabric`) answers.
+    FabricRead {
+        node: usize,
+        inst: InstanceId,
+    },
     Op(Op),
 }
 
@@ -207,6 +219,22 @@ impl World {
                 }
             }
             Ev::StreamHeard { node, inst, stream } => self.stream_heard(node, inst, stream),
+            Ev::CliquesSent {
+                node,
+                inst,
+                peer,
+                sent,
+            } => {
+                if self.inst(node) == Some(inst) {
+                    self.node_mut(node).handle_cliques_sent(now, peer, sent);
+                }
+            }
+            Ev::FabricRead { node, inst } => {
+                if self.inst(node) == Some(inst) {
+                    let gpus = self.slots[node].driver.gpus.clone();
+                    self.node_mut(node).handle_gpu_fabric(now, gpus);
+                }
+            }
             Ev::Op(op) => self.run_op(op),
         }
     }

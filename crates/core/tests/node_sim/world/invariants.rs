@@ -176,6 +176,33 @@ impl World {
         }
     }
 
+    /// Where the cliques disagree, if anywhere: a node's view against its GPUs' probes, or what
+    /// a node knows of a connected peer's cliques against that peer's own (`node/cliques.rs`).
+    pub fn cliques_disagree(&self) -> Option<String> {
+        let n = self.p.n;
+        for a in 0..n {
+            let Some(node) = self.node(a) else { continue };
+            let probes = openimex_core::node::cliques_of(&self.slots[a].driver.gpus);
+            if node.cliques() != probes {
+                return Some(format!(
+                    "node {a} counts cliques {:?}, its GPUs' probes say {probes:?}",
+                    node.cliques()
+                ));
+            }
+            for b in (0..n).filter(|b| *b != a) {
+                let Some(peer) = self.node(b) else { continue };
+                let knows = node.peer_cliques(Self::id(b));
+                if knows != Some(&peer.cliques()[..]) {
+                    return Some(format!(
+                        "node {a} knows node {b}'s cliques as {knows:?}, node {b} has {:?}",
+                        peer.cliques()
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// The checks once everything is released and the domain is quiet.
     pub fn final_check(&mut self) {
         let mut problems = Vec::new();

@@ -37,6 +37,20 @@ impl World {
             // Grace-time clean-ups are off here (wait forever, NVIDIA's default); restarts and
             // departures are checked through the mesh actions above.
             Action::CleanedUp { .. } => {}
+            // Log lines.
+            Action::CliqueChanged { .. }
+            | Action::GpuHealthChanged { .. }
+            | Action::PeerCliques { .. } => {}
+            // The read runs on the daemon's driver worker: it answers after what is queued.
+            Action::ReadGpuFabric => self.push(now, Ev::FabricRead { node: i, inst }),
+            Action::SendCliques {
+                peer,
+                cliques,
+                epoch,
+            } => {
+                let via = self.node(i).and_then(|n| n.session_of(peer));
+                self.notify(i, peer.index(), via, Msg::Cliques(cliques, epoch));
+            }
             Action::Persist { importers } => self.slots[i].persist = importers,
             Action::RecoveryWait { .. }
             | Action::Recovered { .. }

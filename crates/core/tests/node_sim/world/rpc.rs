@@ -10,6 +10,9 @@ use super::events::Ev;
 use super::sessions::{Sess, SessKey};
 use super::{RETRANSMIT, World};
 
+/// How long the daemon waits for a session to take a notification (`engine/cliques.rs`).
+const NOTIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RpcKind {
     Import(u64),
@@ -40,6 +43,8 @@ pub enum Msg {
     GoodbyeResp,
     /// The goodbye was not believed (no session proves the sender there): not delivered.
     GoodbyeRefused,
+    /// A notification of the sender's new cliques and their epoch (nothing answers it).
+    Cliques(Vec<u32>, u64),
 }
 
 /// One direction of a session: (dialler, acceptor, attempt, towards the acceptor).
@@ -93,6 +98,33 @@ impl World {
         }
     }
 
+    /// Send `from`'s cliques to `to` on the pair's session `via` (as `from`'s node names it),
+    /// and report to `from` whether the session took it. A lost notification is the daemon's
+    /// send that timed out (a session that stays up delivers what it took): reported as not
+    /// sent after the daemon's notify timeout; with no session, at once.
+    pub(super) fn notify(&mut self, from: usize, to: usize, via: Option<Via>, msg: Msg) {
+        let inst = self.inst(from).unwrap();
+        let sent = match via.and_then(|via| self.find(from, to, via)) {
+            Some((key, _)) => self.send(key, from, None, msg),
+            None => false,
+        };
+        let at = match sent {
+            true => self.now,
+            false if via.is_none() => self.now,
+            false => self.now + NOTIFY_TIMEOUT,
+        };
+        let peer = Self::id(to);
+        self.push(
+            at,
+            Ev::CliquesSent {
+                node: from,
+                inst,
+                peer,
+                sent,
+            },
+        );
+    }
+
     /// Before `client` (instance `inst`) sends another import to `server`: the imports it has
     /// on the wire to `server` (sent, neither answered nor failed at the client yet) must be
     /// under its bound, counted here independently of the node's own count.
@@ -126,16 +158,17 @@ impl World {
     }
 
     /// Put a message from `from` (one end) on session `key`, in order behind earlier ones.
-    fn send(&mut self, key: SessKey, from: usize, rpc: Option<u64>, msg: Msg) {
+    /// Whether it went (not lost or dropped).
+    fn send(&mut self, key: SessKey, from: usize, rpc: Option<u64>, msg: Msg) -> bool {
         let Some(&sess) = self.sessions.get(&key) else {
-            return;
+            return false;
         };
         let to = if from == key.0 { key.1 } else { key.0 };
         let (client, server, to_server) = (key.0, key.1, to == key.1);
         if self.cond.drop.contains(&(from, to)) {
             self.stats.lost += 1;
             self.note(|| format!("dropped {from}->{to} {msg:?}"));
-            return;
+            return false;
         }
         let loss = self.cond.loss;
         if loss > 0 && self.rng.chance(loss) {
@@ -157,7 +190,7 @@ impl World {
                     },
                 );
             }
-            return;
+            return false;
         }
         let d = self.delay()
             + self.extra(&self.cond.extra, (from, to))
@@ -173,6 +206,7 @@ impl World {
             msg,
         });
         self.push(at, Ev::Channel { key });
+        true
     }
 
     /// Deliver what is due on one direction of a session, in order.
@@ -213,6 +247,9 @@ impl World {
             match m.msg {
                 Msg::ImportReq(_) | Msg::UnimportReq(_) | Msg::Goodbye => {
                     self.deliver_request(from, to, (client, server), sess, m.rpc, m.msg);
+                }
+                Msg::Cliques(cliques, epoch) => {
+                    self.deliver_cliques(from, to, (client, server), sess, (&cliques, epoch));
                 }
                 Msg::ImportResp(_)
                 | Msg::UnimportResp
@@ -306,10 +343,33 @@ impl World {
             | Msg::UnimportResp
             | Msg::UnimportRefused
             | Msg::GoodbyeResp
-            | Msg::GoodbyeRefused => {
-                unreachable!("response sent to a server")
+            | Msg::GoodbyeRefused
+            | Msg::Cliques(..) => {
+                unreachable!("response or notification sent as a request")
             }
         }
+        self.pump();
+        self.on_retired = None;
+    }
+
+    /// `from`'s notification of its cliques reaches `to` on session `key`.
+    fn deliver_cliques(
+        &mut self,
+        from: usize,
+        to: usize,
+        key: SessKey,
+        sess: Sess,
+        (c, epoch): (&[u32], u64),
+    ) {
+        let now = self.now;
+        self.note(|| format!("node {to}: from {from} cliques {c:?} (epoch {epoch})"));
+        // As for requests: a session `to` retired no longer proves the pair there.
+        if self.retired_by(key, sess, to) {
+            self.on_retired = Some(to);
+        }
+        let via = sess.via_at(key, to);
+        self.stats.cliques_told += 1;
+        self.node_mut(to).handle_session_cliques(now, via, c, epoch);
         self.pump();
         self.on_retired = None;
     }

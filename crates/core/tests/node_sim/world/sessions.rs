@@ -66,8 +66,9 @@ impl Sess {
 
 #[derive(Debug, Clone)]
 pub(super) enum DialResult {
-    /// The server's hello, and the inbound connection it accepted it on.
-    Accept(Box<Hello>, ConnId),
+    /// The server's hello (with the cliques its identity named), and the inbound connection
+    /// it accepted it on.
+    Accept(Box<(Hello, Vec<u32>, u64)>, ConnId),
     Refused(Mismatch, String),
     ShuttingDown,
     /// Nothing listens there: the peer's daemon is not running.
@@ -183,6 +184,8 @@ impl World {
             return;
         }
         let hello_a = self.node(a).unwrap().mesh().hello();
+        let cliques_a = self.node(a).unwrap().cliques();
+        let epoch_a = self.node(a).unwrap().cliques_epoch();
         let conn = self.next_conn;
         self.next_conn += 1;
         let from = self.addr(a);
@@ -192,10 +195,18 @@ impl World {
             .handle_session_hello(now, conn, true, &hello_a);
         if verdict == Verdict::Accept {
             self.conn_heard(b, conn);
+            // The daemon hands the node the cliques the accepted hello named.
+            let from = PeerId {
+                node: hello_a.node,
+                instance: hello_a.instance,
+            };
+            (self.node_mut(b)).handle_peer_cliques(now, from, &cliques_a, epoch_a);
         }
         let hello_b = self.node(b).unwrap().mesh().hello();
+        let cliques_b = self.node(b).unwrap().cliques();
+        let epoch_b = self.node(b).unwrap().cliques_epoch();
         let result = match verdict {
-            Verdict::Accept => DialResult::Accept(Box::new(hello_b), conn),
+            Verdict::Accept => DialResult::Accept(Box::new((hello_b, cliques_b, epoch_b)), conn),
             Verdict::Refuse { mismatch, detail } => DialResult::Refused(mismatch, detail),
             Verdict::ShuttingDown => DialResult::ShuttingDown,
         };
@@ -236,7 +247,8 @@ impl World {
             .node(a)
             .is_some_and(|n| !n.mesh().dial_in_flight(peer, attempt));
         match result {
-            DialResult::Accept(hello, conn) if superseded => {
+            DialResult::Accept(answer, conn) if superseded => {
+                let hello = answer.0;
                 // A late answer to an attempt the node no longer waits for: the daemon
                 // drops it without telling its node (engine: DialOk) and closes the
                 // connection; it never replaces the session held.
@@ -249,9 +261,10 @@ impl World {
                     },
                 );
             }
-            DialResult::Accept(hello, conn)
-                if !late && self.reachable(a, b) && self.inst(b) == Some(hello.instance) =>
+            DialResult::Accept(answer, conn)
+                if !late && self.reachable(a, b) && self.inst(b) == Some(answer.0.instance) =>
             {
+                let (hello, cliques, epoch) = *answer;
                 self.remove_session(a, b, Some(a));
                 let sess = Sess {
                     attempt,
@@ -263,6 +276,12 @@ impl World {
                 };
                 self.sessions.insert((a, b), sess);
                 self.node_mut(a).handle_dial_ok(now, peer, attempt, &hello);
+                // The daemon hands the node the cliques the answer named.
+                let from = PeerId {
+                    node: hello.node,
+                    instance: hello.instance,
+                };
+                (self.node_mut(a)).handle_peer_cliques(now, from, &cliques, epoch);
                 // The dialler opens its session stream on the connection.
                 let d = self.delay() + self.extra(&self.cond.open_extra, (a, b));
                 self.push(now + d, Ev::SessionOpen { key: (a, b), sess });
@@ -271,7 +290,8 @@ impl World {
                 self.node_mut(a)
                     .handle_dial_refused(now, peer, attempt, m, detail);
             }
-            DialResult::Accept(hello, conn) => {
+            DialResult::Accept(answer, conn) => {
+                let hello = answer.0;
                 // Accepted there, but the answer never made it back (or too late).
                 let when = if self.is_cut(a, b) {
                     now + PEER_TIMEOUT
