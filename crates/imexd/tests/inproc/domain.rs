@@ -111,10 +111,55 @@ fn settings(local: usize, options: &Options) -> Settings {
     }
 }
 
-/// Starts node `id` at `at` on `net`.
+thread_local! {
+    /// The log lines of the daemons that run on this thread (a test's runtime is its thread).
+    static LOG: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Where the daemons' log lines go: the test's output (shown when it fails) and [`LOG`].
+struct Capture;
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let line = String::from_utf8_lossy(buf);
+        print!("{line}");
+        LOG.with(|log| log.borrow_mut().push_str(&line));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether a daemon of this test logged a line containing `text`.
+pub(crate) fn logged(text: &str) -> bool {
+    LOG.with(|log| log.borrow().contains(text))
+}
+
+/// Starts node `id` at `at` on `net`, with the `nogpu` driver.
 pub(crate) fn start(net: &MemNet, id: usize, at: IpAddr, options: &Options) -> Daemon {
-    // The daemons' log lines go with the test's output (shown when it fails).
-    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    start_with(
+        net,
+        id,
+        at,
+        options,
+        Box::new(openimex_driver::NoGpu::default()),
+    )
+}
+
+/// Starts node `id` at `at` on `net`, with `driver`.
+pub(crate) fn start_with(
+    net: &MemNet,
+    id: usize,
+    at: IpAddr,
+    options: &Options,
+    driver: Box<dyn openimex_driver::Driver>,
+) -> Daemon {
+    let _ = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(|| Capture)
+        .try_init();
     let world = World::in_memory(
         net,
         SocketAddr::new(at, PEER_PORT),
@@ -134,7 +179,7 @@ pub(crate) fn start(net: &MemNet, id: usize, at: IpAddr, options: &Options) -> D
     let task = tokio::spawn(openimex_imexd::run(
         settings(id, options),
         world,
-        Box::new(openimex_driver::NoGpu::default()),
+        driver,
         entropy,
         async move {
             let _ = stopped.await;
@@ -172,6 +217,15 @@ impl Daemon {
 
     /// `ctl -N -j`'s answer of this daemon.
     pub(crate) async fn domain(&self, net: &MemNet) -> DomainReply {
+        self.ask(net, false).await
+    }
+
+    /// `ctl -N -j --fabric`'s answer: the domain with each node's GPUs.
+    pub(crate) async fn fabric(&self, net: &MemNet) -> DomainReply {
+        self.ask(net, true).await
+    }
+
+    async fn ask(&self, net: &MemNet, fabric: bool) -> DomainReply {
         let channel = net
             .channel(client_ip(), SocketAddr::new(self.ip, CMD_PORT))
             .await
@@ -179,7 +233,7 @@ impl Daemon {
         CommandClient::new(channel)
             .domain(DomainRequest {
                 reasons: true,
-                fabric: false,
+                fabric,
             })
             .await
             .expect("a domain reply")

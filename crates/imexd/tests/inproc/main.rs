@@ -5,10 +5,14 @@
 //! lifecycle decisions core takes on timers (DESIGN.md §2) are checked here at their instant,
 //! not after a sleep long enough on a quiet machine.
 //!
-//! The daemons run the `nogpu` driver (control plane only): what this layer drives is the
-//! peers' lifecycle — formation, the hello deadline, the goodbye wait, SIGUSR1 readdressing.
+//! The daemons run the `nogpu` driver (control plane only), or a driver whose GPUs' probes
+//! and CLIQUE_ID_CHANGE events the test sets (`gpus.rs`): what this layer drives is the
+//! peers' lifecycle — formation, the hello deadline, the goodbye wait, SIGUSR1 readdressing —
+//! and the fabric view (probe reads on core's timer, cliques told to peers).
 //! Imports and their bound are core's (`crates/core/tests/import_bound.rs`, node_sim) and the
 //! real processes' (`tests/e2e`).
 
+mod cliques;
 mod domain;
+mod gpus;
 mod lifecycle;

@@ -1,0 +1,166 @@
+//! A GPU driver for the in-process layer: the daemon's side of the driver interface with GPUs
+//! whose fabric probes the test sets and CLIQUE_ID_CHANGE events it posts
+//! (`reference/driver-interface.md` §1.6 "Other events", §5), answered at once on the
+//! daemon's runtime thread so virtual time stays exact. Events arrive as the real driver's do:
+//! its event descriptor turns readable and the daemon takes the queue. It exports no memory
+//! (describes fail as on a node without that export): the import path in virtual time is
+//! core's (`crates/core/tests`), and against the simulated driver the real processes'.
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openimex_core::{Event, GpuFabric, NodeId, Pages, Status};
+use openimex_driver::{Driver, DriverError, SessionInfo};
+
+struct Shared {
+    gpus: Mutex<Vec<GpuFabric>>,
+    events: Mutex<Vec<Event>>,
+    /// The event descriptor (polled by the daemon) and the end the driver posts on.
+    polled: UnixStream,
+    posted: UnixStream,
+    session: Mutex<bool>,
+    /// Probe reads so far.
+    reads: Mutex<u64>,
+}
+
+/// The test's handle on a node's GPUs.
+#[derive(Clone)]
+pub(crate) struct Gpus(Arc<Shared>);
+
+/// A healthy GPU whose probe completed, in `clique_id`.
+pub(crate) fn gpu(gpu: u32, clique_id: u32) -> GpuFabric {
+    GpuFabric {
+        gpu,
+        state: "COMPLETED".into(),
+        cluster_uuid: "00000000000000000000000000000001".into(),
+        clique_id,
+        health_summary: "HEALTHY".into(),
+        ..GpuFabric::default()
+    }
+}
+
+impl Gpus {
+    /// A node with these GPUs.
+    pub(crate) fn new(gpus: Vec<GpuFabric>) -> Self {
+        let (polled, posted) = UnixStream::pair().expect("a socket pair");
+        polled.set_nonblocking(true).expect("non-blocking");
+        Self(Arc::new(Shared {
+            gpus: Mutex::new(gpus),
+            events: Mutex::new(Vec::new()),
+            polled,
+            posted,
+            session: Mutex::new(false),
+            reads: Mutex::new(0),
+        }))
+    }
+
+    /// The driver to hand a daemon.
+    pub(crate) fn driver(&self) -> Box<dyn Driver> {
+        Box::new(GpuDriver(Arc::clone(&self.0)))
+    }
+
+    /// A probe update moves `gpu` to `clique_id`; with `event`, the driver posts
+    /// CLIQUE_ID_CHANGE to the daemon's session (otherwise only a read of the probe sees it).
+    pub(crate) fn move_gpu(&self, gpu: u32, clique_id: u32, event: bool) {
+        let mut gpus = self.0.gpus.lock().expect("gpus");
+        if let Some(g) = gpus.iter_mut().find(|g| g.gpu == gpu) {
+            g.clique_id = clique_id;
+        }
+        if event {
+            (self.0.events.lock().expect("events")).push(Event::CliqueIdChange { gpu, clique_id });
+            (&self.0.posted).write_all(&[1]).expect("post the OS event");
+        }
+    }
+
+    /// The fabric health of `gpu` changes (no event: the daemon sees it on its next read).
+    pub(crate) fn set_health(&self, gpu: u32, summary: &str, mask: u32) {
+        let mut gpus = self.0.gpus.lock().expect("gpus");
+        if let Some(g) = gpus.iter_mut().find(|g| g.gpu == gpu) {
+            g.health_summary = summary.into();
+            g.health_mask = mask;
+        }
+    }
+
+    /// How many times the daemon read the probes.
+    pub(crate) fn reads(&self) -> u64 {
+        *self.0.reads.lock().expect("reads")
+    }
+}
+
+struct GpuDriver(Arc<Shared>);
+
+fn no_export() -> DriverError {
+    DriverError::Refused {
+        call: "describe",
+        status: Status::ObjectNotFound,
+        detail: "no such export on this test driver".into(),
+    }
+}
+
+impl Driver for GpuDriver {
+    fn name(&self) -> &'static str {
+        "inproc-gpus"
+    }
+
+    fn open_session(&self, _node: NodeId) -> Result<SessionInfo, DriverError> {
+        let mut open = (self.0.session.lock()).map_err(|_| DriverError::Lost("poisoned".into()))?;
+        if *open {
+            return Err(DriverError::SessionBusy);
+        }
+        *open = true;
+        Ok(SessionInfo {
+            version: "INPROC".into(),
+        })
+    }
+
+    fn next_events(&self, _wait: Duration) -> Result<Vec<Event>, DriverError> {
+        Ok(std::mem::take(&mut *self.0.events.lock().expect("events")))
+    }
+
+    fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.0.polled.as_raw_fd())
+    }
+
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
+    fn request_events(&self, _wait: Duration) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn take_events(&self) -> Result<Option<Vec<Event>>, DriverError> {
+        let mut buf = [0u8; 64];
+        while matches!((&self.0.polled).read(&mut buf), Ok(n) if n > 0) {}
+        let events = std::mem::take(&mut *self.0.events.lock().expect("events"));
+        Ok((!events.is_empty()).then_some(events))
+    }
+
+    fn describe_export(&self, _: [u8; 16], _: u16, _: u32) -> Result<(u64, Pages), DriverError> {
+        Err(no_export())
+    }
+
+    fn release_export_ref(&self, _: u64) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn validate_import(&self, _: u64, _: Result<Pages, Status>) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn finish_unimport(&self, _: &[u64]) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn disable_importers(&self, _: NodeId) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn gpu_fabric(&self) -> Result<Vec<GpuFabric>, DriverError> {
+        *self.0.reads.lock().expect("reads") += 1;
+        Ok(self.0.gpus.lock().expect("gpus").clone())
+    }
+}
