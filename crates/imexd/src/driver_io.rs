@@ -10,7 +10,13 @@
 //!   a thread and its result back cost two thread wake-ups per import on each side;
 //! - on one *worker* thread, in order, everything else (calls that may take long: the open, the
 //!   releases and acknowledgements of unimports, disabling importers) and any validate queued
-//!   behind them; it posts each result back to the engine;
+//!   behind them; it posts each result back to the engine. An answer that must follow the
+//!   driver ([`Call::Then`]: a hello's or a goodbye's, once the peer's importers here are
+//!   disabled) waits only while an importer disable is queued: a hello that arrives while the
+//!   session opens is answered at once, so a domain forms while its daemons open their drivers;
+//! - the GPUs' fabric probes on a *reader* thread of their own: a read never delays a call of
+//!   the worker, nor an answer waiting behind it (a probe read is several driver round trips,
+//!   and core asks for one every few seconds on every node);
 //! - events: read on the runtime from the driver's event descriptor when the backend has one
 //!   (a long-poll answered on the socket wakes the runtime itself), else by an *event pump*
 //!   thread long-polling the driver. Either starts once the session is open.
@@ -73,8 +79,8 @@ pub(crate) enum Call {
     },
     /// Read the GPUs' fabric probes.
     ReadFabric,
-    /// Run this once every call queued before it is done (an answer that must follow them),
-    /// describes excepted: they run at once.
+    /// Run this once every importer disable queued before it is done (an answer that must
+    /// follow them); at once when none is queued.
     Then(Box<dyn FnOnce() + Send>),
 }
 
@@ -113,6 +119,11 @@ pub(crate) struct DriverThreads {
     calls: Option<std_mpsc::Sender<Call>>,
     /// Calls queued for the worker and not finished: while any is, a validate queues behind.
     queued: Arc<AtomicUsize>,
+    /// Importer disables queued for the worker and not finished: while any is, a
+    /// [`Call::Then`] queues behind.
+    disables: Arc<AtomicUsize>,
+    /// Asks the reader thread for a read of the fabric probes.
+    reads: Option<std_mpsc::Sender<()>>,
     /// The worker (the event pump thread, if any, is not waited for: it ends within a poll).
     threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -129,12 +140,14 @@ impl DriverThreads {
         let (tx, rx) = std_mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let queued = Arc::new(AtomicUsize::new(0));
+        let disables = Arc::new(AtomicUsize::new(0));
         let events = Arc::default();
         let worker = Worker {
             driver: driver.clone(),
             engine: engine.clone(),
             stop: stop.clone(),
             queued: queued.clone(),
+            disables: disables.clone(),
             runtime: tokio::runtime::Handle::try_current().ok(),
             events: Arc::clone(&events),
         };
@@ -144,6 +157,8 @@ impl DriverThreads {
                 inline: Some(worker),
                 calls: None,
                 queued,
+                disables,
+                reads: None,
                 threads: Vec::new(),
                 stop,
                 events,
@@ -152,12 +167,21 @@ impl DriverThreads {
         let thread = std::thread::Builder::new()
             .name("driver-calls".into())
             .spawn(move || worker.work(&rx))?;
+        let (reads, asked) = std_mpsc::channel();
+        let reader = {
+            let (driver, engine) = (driver.clone(), engine.clone());
+            std::thread::Builder::new()
+                .name("driver-probes".into())
+                .spawn(move || read_probes(&driver, &engine, &asked))?
+        };
         Ok(Self {
             driver,
             inline: None,
             calls: Some(tx),
             queued,
-            threads: vec![thread],
+            disables,
+            reads: Some(reads),
+            threads: vec![thread, reader],
             stop,
             events,
         })
@@ -192,12 +216,20 @@ impl DriverThreads {
         outcome(perform_now(&self.driver, call))
     }
 
-    /// Queues a call for the worker. Never blocks. A [`Call::Then`] with nothing queued before
-    /// it runs at once: most hellos change nothing in the driver, and their answers need not
-    /// wait for the worker thread to wake (two thread hand-offs per hello).
+    /// Queues a call for the worker. Never blocks. A [`Call::Then`] with no importer disable
+    /// queued before it runs at once: most hellos change nothing in the driver, and their
+    /// answers need not wait for the worker thread to wake (two thread hand-offs per hello),
+    /// nor for the session to open. A [`Call::ReadFabric`] goes to the reader thread.
     pub(crate) fn call(&self, call: Call) {
         let call = match call {
-            Call::Then(then) if self.queued.load(Ordering::Acquire) == 0 => return then(),
+            Call::Then(then) if self.disables.load(Ordering::Acquire) == 0 => return then(),
+            Call::ReadFabric if self.inline.is_none() => {
+                if let Some(reads) = &self.reads {
+                    // The reader ends only after `stop`.
+                    let _ = reads.send(());
+                }
+                return;
+            }
             call => call,
         };
         if let Some(worker) = &self.inline {
@@ -217,10 +249,17 @@ impl DriverThreads {
             return;
         }
         if let Some(tx) = &self.calls {
+            let disable = matches!(call, Call::DisableImporters { .. });
             self.queued.fetch_add(1, Ordering::AcqRel);
+            if disable {
+                self.disables.fetch_add(1, Ordering::AcqRel);
+            }
             // The worker only exits after `stop`, so a send cannot fail before then.
             if tx.send(call).is_err() {
                 self.queued.fetch_sub(1, Ordering::AcqRel);
+                if disable {
+                    self.disables.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         }
     }
@@ -231,6 +270,7 @@ impl DriverThreads {
         self.stop.store(true, Ordering::Relaxed);
         self.stop_events();
         self.calls = None;
+        self.reads = None;
         let threads = std::mem::take(&mut self.threads);
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {
@@ -264,6 +304,7 @@ struct Worker {
     engine: mpsc::Sender<Input>,
     stop: Arc<AtomicBool>,
     queued: Arc<AtomicUsize>,
+    disables: Arc<AtomicUsize>,
     /// Where the event task runs, if the backend has an event descriptor.
     runtime: Option<tokio::runtime::Handle>,
     events: Arc<Mutex<Option<tokio::task::AbortHandle>>>,
@@ -272,13 +313,17 @@ struct Worker {
 impl Worker {
     fn work(self, calls: &std_mpsc::Receiver<Call>) {
         while let Ok(call) = calls.recv() {
+            let disable = matches!(call, Call::DisableImporters { .. });
             let input = match call {
                 Call::OpenSession { node } => outcome(self.open_session(node)),
                 call => outcome(perform_now(&self.driver, call)),
             };
             let posted = input.is_none_or(|input| post(&self.engine, input));
             // Done (and its result posted) before it stops counting: a validate the engine
-            // then performs at once follows it.
+            // then performs at once follows it, and so does an answer after a disable.
+            if disable {
+                self.disables.fetch_sub(1, Ordering::AcqRel);
+            }
             self.queued.fetch_sub(1, Ordering::AcqRel);
             if !posted {
                 return;
@@ -407,6 +452,22 @@ fn perform_now(driver: &Arc<dyn Driver>, call: Call) -> Outcome {
                 Ok(None)
             }
         },
+    }
+}
+
+/// The reader thread: one read of the probes per batch of asks (asks that came while a read
+/// ran are answered by the next one), until the engine drops its end.
+fn read_probes(
+    driver: &Arc<dyn Driver>,
+    engine: &mpsc::Sender<Input>,
+    asked: &std_mpsc::Receiver<()>,
+) {
+    while asked.recv().is_ok() {
+        while asked.try_recv().is_ok() {}
+        let input = outcome(perform_now(driver, Call::ReadFabric));
+        if input.is_some_and(|input| !post(engine, input)) {
+            return;
+        }
     }
 }
 
