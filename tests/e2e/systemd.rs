@@ -143,6 +143,8 @@ fn notify_socket_sees_states_ready_only_when_ready_reload_and_stop() {
         "{:?}",
         manager.got
     );
+    // With every peer connected, the status says so (what the formation bench waits for).
+    manager.wait_line("STATUS=READY, all 1 peers connected", FORM, &cluster);
 
     // SIGUSR1: RELOADING=1 with the monotonic clock, then READY=1 once the map is applied.
     cluster.signal(0, Signal::SIGUSR1).expect("SIGUSR1");

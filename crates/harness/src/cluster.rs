@@ -4,8 +4,11 @@
 
 mod fabric;
 mod membership;
+mod ready;
 mod tls;
 mod watch;
+
+pub use ready::ReadyWatch;
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;

@@ -88,6 +88,9 @@ pub(crate) struct Engine {
     metrics: crate::metrics::Events,
     /// The stats file's counts (shared with the sessions and the file's writer).
     stats: crate::stats::Stats,
+    /// How many peers are connected, for the service manager (`notify`).
+    peers_tx: Option<watch::Sender<crate::notify::Peers>>,
+    connected: usize,
 }
 
 fn now() -> std::time::Instant {
@@ -131,6 +134,8 @@ impl Engine {
             hosts_tx: None,
             metrics: crate::metrics::Events::default(),
             stats: crate::stats::Stats::default(),
+            peers_tx: None,
+            connected: 0,
         })
     }
 
@@ -289,6 +294,12 @@ impl Engine {
     ) -> Self {
         self.metrics = metrics;
         self.stats = stats;
+        self
+    }
+
+    /// Report how many peers are connected on `peers` (for the service manager).
+    pub(crate) fn report_peers(mut self, peers: watch::Sender<crate::notify::Peers>) -> Self {
+        self.peers_tx = Some(peers);
         self
     }
 

@@ -220,8 +220,12 @@ pub async fn run(
         "Creating gRPC channels to all peers (nPeers = {}).",
         nodes.saturating_sub(1)
     );
+    let (peers_tx, peers_rx) = watch::channel(notify::Peers {
+        connected: 0,
+        total: nodes.saturating_sub(1),
+    });
     if notify.is_enabled() {
-        let follow = notify::follow_state(notify.clone(), state_rx.clone());
+        let follow = notify::follow_state(notify.clone(), state_rx.clone(), peers_rx);
         servers.push(tokio::spawn(async move {
             follow.await;
             Ok(())
@@ -269,6 +273,7 @@ pub async fn run(
     }
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
         .count_into(events, world.stats.clone())
+        .report_peers(peers_tx)
         .dial_from(local_ip, world.net)
         .persist_to(settings.persist_path.clone(), map_for_record)
         .publish_hosts(hosts_tx);

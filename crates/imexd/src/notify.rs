@@ -7,6 +7,11 @@
 //!   daemon is not ready yet;
 //! - `READY=1` (with `STATUS=READY`) the first time the state is READY: from that moment on
 //!   `ctl -q` answers READY, so a unit ordered `After=` this one starts against a ready daemon;
+//! - `STATUS=READY, all N peers connected` when, READY, the daemon holds a session with every
+//!   peer (its row of `ctl -N` all connected), and `STATUS=READY, K of N peers connected` when
+//!   that stops being so: `systemctl status` shows a daemon that is ready but not yet (or no
+//!   longer) in touch with the whole domain, and a launcher can take the first one as the
+//!   domain formed from this node's side ([`Peers`]);
 //! - `RELOADING=1` with `MONOTONIC_USEC=<CLOCK_MONOTONIC in µs>` when SIGUSR1 starts a re-read
 //!   of the nodes file, and `READY=1` once the engine has applied it (or refused it, keeping
 //!   its map): see `around_rereads`. Before the first READY, a re-read sends neither, since
@@ -108,6 +113,17 @@ impl Notifier {
         self.inner.is_some()
     }
 
+    /// READY, the daemon's links to its `peers` changed whether all are connected.
+    pub fn peers(&self, peers: Peers) {
+        let Peers { connected, total } = peers;
+        match connected == total {
+            true => self.send(&format!("STATUS=READY, all {total} peers connected")),
+            false => self.send(&format!(
+                "STATUS=READY, {connected} of {total} peers connected"
+            )),
+        }
+    }
+
     /// The daemon is in `state`: `STATUS=<state>`, and `READY=1` with it the first time the
     /// state is READY.
     pub fn state(&self, state: DaemonState) {
@@ -206,14 +222,45 @@ fn monotonic_usec() -> u64 {
     secs.saturating_mul(1_000_000).saturating_add(nanos / 1_000)
 }
 
-/// Sends `STATUS=` for every state the daemon goes through, and `READY=1` at the first READY.
-/// Runs until the state's sender is gone.
-pub(crate) async fn follow_state(notifier: Arc<Notifier>, mut state: watch::Receiver<DaemonState>) {
+/// How many of its peers a daemon holds a session with (the CONNECTED entries of its row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peers {
+    /// Connected peers.
+    pub connected: usize,
+    /// Peers in the node map.
+    pub total: usize,
+}
+
+/// Sends `STATUS=` for every state the daemon goes through, `READY=1` at the first READY,
+/// and, READY, whether every peer is connected each time that changes. Runs until the state's
+/// sender is gone.
+pub(crate) async fn follow_state(
+    notifier: Arc<Notifier>,
+    mut state: watch::Receiver<DaemonState>,
+    mut peers: watch::Receiver<Peers>,
+) {
+    let mut shown = None;
+    let mut last = None;
     loop {
         let now = *state.borrow_and_update();
-        notifier.state(now);
-        if state.changed().await.is_err() {
-            return;
+        if last != Some(now) {
+            notifier.state(now);
+            last = Some(now);
+            shown = None;
+        }
+        let p = *peers.borrow_and_update();
+        let all = p.connected == p.total;
+        if now == DaemonState::Ready && shown != Some(all) {
+            // Said once READY is: the first time only when all are connected (a daemon that
+            // goes READY before its peers are all there says nothing more until they are).
+            if all || shown.is_some() {
+                notifier.peers(p);
+            }
+            shown = Some(all);
+        }
+        tokio::select! {
+            changed = state.changed() => if changed.is_err() { return },
+            changed = peers.changed() => if changed.is_err() { return },
         }
     }
 }

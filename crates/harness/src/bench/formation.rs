@@ -1,11 +1,15 @@
-//! `formation`: how long N daemons take from spawn to a domain that `ctl -N -j` reports UP
-//! (one `ctl -N -j --watch --interval 10` started after the daemons, inside the clock),
-//! on the first N compute trays of a topology ([`formation_topology`]: nvl72 up to 18 trays,
+//! `formation`: how long N daemons take from spawn to every daemon READY with all its peers
+//! connected, as each says itself the moment it is (its service-manager socket,
+//! `Cluster::ready_watch`: no polling inside the clock, and a `ctl -N -j` after it checks that
+//! the domain is UP), on the first N compute trays of a topology ([`formation_topology`]: nvl72 up to 18 trays,
 //! nvl576 up to 144), its Fabric Manager and the trays' GPU drivers started before the clock,
 //! against how long N trivial processes (`openimex listen-probe`) take from spawn to accepting
 //! a TCP connection on the same kind of addresses. The ratio is the cost of forming the
-//! domain (handshakes, heartbeats, state propagation, the ctl round trip) over the cost of
-//! starting processes and binding sockets.
+//! domain (handshakes, the driver's session, state propagation) over the cost of starting
+//! processes and binding sockets. Until 2026-12-06 the clock stopped when one
+//! `ctl -N -j --watch --interval 10` saw UP: each of its looks made node 0 ask every peer for
+//! its row while the domain formed (17 calls every 10 ms at 18 nodes, 143 at 144), a load and
+//! a 0–10 ms lag the mesh floor, whose probes say themselves when they are done, never had.
 //!
 //! The same rounds time the transport's floor (`formation_N_grpc_mesh`): N processes
 //! (`openimex-lab bench mesh-probe`) from spawn to every pair holding one gRPC connection that
@@ -227,15 +231,20 @@ fn daemon_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, Harn
     for i in 0..nodes {
         cluster.start_driver(i)?;
     }
+    let ready = cluster.ready_watch(ROUND_TIMEOUT)?;
     let start = Instant::now();
     for i in 0..nodes {
         cluster.start_node(i)?;
     }
-    // One watching ctl rather than a ctl per look (`Cluster::wait_domain_watching` says why).
+    // Each daemon says when it is READY with every peer connected, as each mesh probe says
+    // when it has called every peer: the same kind of observer on both sides, and nobody asks
+    // the daemons anything while they form (`cluster/ready.rs`).
+    ready.wait(&cluster, ROUND_TIMEOUT)?;
+    let elapsed = start.elapsed();
+    // What every node said of itself is the domain UP as `ctl -N` shows it (checked, not timed).
     cluster.wait_domain_watching(0, ROUND_TIMEOUT, WATCH_INTERVAL, "domain UP", |d| {
         is_up(d, nodes)
     })?;
-    let elapsed = start.elapsed();
     cluster.shutdown()?;
     Ok(elapsed)
 }

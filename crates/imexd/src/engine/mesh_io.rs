@@ -2,7 +2,7 @@
 //! state changes), which open session carries the pair with a peer, and the heartbeats the
 //! sessions heard, handed back to core.
 
-use openimex_core::{Action as MeshAction, NodeId, Via};
+use openimex_core::{Action as MeshAction, ConnStatus, NodeId, Via};
 
 use tracing::{info, warn};
 
@@ -60,6 +60,7 @@ impl Engine {
                 let hosts = &self.settings.hosts;
                 (self.metrics).link_changed(peer, to, times_connected, hosts);
                 self.log_link(peer, from, to, &reason, times_connected);
+                self.count_connected(from, to);
             }
             MeshAction::PeerRestarted { peer, old, new } => warn!(
                 "Node {peer} restarted (instance {old} -> {new}): its previous imports and exports are gone"
@@ -162,5 +163,23 @@ impl Engine {
             .hosts
             .get(peer.index())
             .map_or("?", String::as_str)
+    }
+
+    /// Keeps the count of connected peers for the service manager.
+    fn count_connected(&mut self, from: ConnStatus, to: ConnStatus) {
+        let up = |s| s == ConnStatus::Connected;
+        match (up(from), up(to)) {
+            (false, true) => self.connected += 1,
+            (true, false) => self.connected = self.connected.saturating_sub(1),
+            _ => return,
+        }
+        if let Some(tx) = &self.peers_tx {
+            let total = self.node.mesh().config().map.len().saturating_sub(1);
+            let peers = crate::notify::Peers {
+                connected: self.connected.min(total),
+                total,
+            };
+            let _ = tx.send(peers);
+        }
     }
 }

@@ -167,3 +167,48 @@ fn a_send_that_fails_is_not_fatal() {
         "the failure was logged"
     );
 }
+
+/// Lets the follower task run what was just sent to it.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn ready_says_when_every_peer_is_connected_and_when_that_stops() {
+    let dir = TempDir::new();
+    let path = dir.0.join("notify.sock");
+    let sock = manager(&path);
+    let n = Arc::new(Notifier::from_var(Some(path.as_os_str())).expect("usable"));
+    let (state, state_rx) = watch::channel(DaemonState::Initializing);
+    let peers = |connected| Peers {
+        connected,
+        total: 2,
+    };
+    let (links, links_rx) = watch::channel(peers(0));
+    let follower = tokio::spawn(follow_state(n, state_rx, links_rx));
+    settle().await;
+    assert_eq!(recv(&sock), "STATUS=INITIALIZING");
+    // Connections before READY say nothing: the state does.
+    links.send(peers(1)).expect("follower");
+    settle().await;
+    nothing_more(&sock);
+    // READY with one peer of two: ready, not yet in touch with the whole domain.
+    state.send(DaemonState::Ready).expect("follower");
+    settle().await;
+    assert_eq!(recv(&sock), "READY=1\nSTATUS=READY");
+    nothing_more(&sock);
+    links.send(peers(2)).expect("follower");
+    settle().await;
+    assert_eq!(recv(&sock), "STATUS=READY, all 2 peers connected");
+    // The same again (a peer lost and back between two looks) is not repeated.
+    links.send(peers(2)).expect("follower");
+    settle().await;
+    nothing_more(&sock);
+    links.send(peers(1)).expect("follower");
+    settle().await;
+    assert_eq!(recv(&sock), "STATUS=READY, 1 of 2 peers connected");
+    drop((state, links));
+    follower.await.expect("the follower ends with the engine");
+}
