@@ -169,9 +169,11 @@ fn entries(binary: &Path, nodes: usize, rounds: usize, tls: bool) -> Vec<BenchEn
                 Unit::Ms,
                 Some(ms(r.bare_listen)),
                 format!(
-                    "spawn of {nodes} {daemons} to domain UP seen by node 0 (the first {nodes} \
-                     trays of {}, Fabric Manager and GPU drivers already up), against {nodes} \
-                     bare processes to ports open; median of {} rounds",
+                    "spawn of {nodes} {daemons} to every one READY with all its peers \
+                     connected, as each says on its NOTIFY_SOCKET (the domain UP; checked with \
+                     ctl -N after the clock) (the first {nodes} trays of {}, Fabric Manager and \
+                     GPU drivers already up), against {nodes} bare processes to ports open; \
+                     median of {} rounds",
                     formation_topology(nodes).map_or_else(|_| "?".into(), |t| t.topology),
                     r.rounds
                 ),
