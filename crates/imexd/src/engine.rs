@@ -707,41 +707,11 @@ impl Engine {
                         writer.write(importers);
                     }
                 }
-                Action::RecoveryWait { awaiting, wait } => {
-                    if wait.is_zero() {
-                        warn!("Waiting for recovery: still awaiting nodes {awaiting:?}");
-                    } else {
-                        warn!(
-                            "Waiting for recovery: nodes {awaiting:?} held references to this node's memory before the previous daemon's unclean exit; fabric allocation stays disabled until each reconnects or {} s pass",
-                            wait.as_secs()
-                        );
-                    }
-                }
-                Action::PeersWaitOver { missing, waited } => {
-                    let names: Vec<String> = missing
-                        .iter()
-                        .map(|p| format!("{p} ({})", self.host(*p)))
-                        .collect();
-                    warn!(
-                        "IMEX_CONN_WAIT_TIMEOUT ({} s) passed with nodes {} still not connected: continuing initialization without them (they join when they come up)",
-                        waited.as_secs(),
-                        names.join(", ")
-                    );
-                }
-                Action::Recovered { peer, how } => info!("Recovery: node {peer} {how}"),
-                Action::CleanedUp { peer, reason } => warn!(
-                    "Node {peer} {reason}: its imports and exports here are cleaned up (importers of its memory disabled, references held for it released)"
-                ),
-                Action::Refused {
-                    reason,
-                    count,
-                    detail,
-                } => {
-                    // Sparingly: the first few, then at every power of two.
-                    if count <= 3 || count.is_power_of_two() {
-                        warn!("refused ({reason}, {count} so far): {detail}");
-                    }
-                }
+                a @ (Action::RecoveryWait { .. }
+                | Action::PeersWaitOver { .. }
+                | Action::Recovered { .. }
+                | Action::CleanedUp { .. }
+                | Action::Refused { .. }) => self.log_action(a),
                 Action::AnswerUnimport { request, released } => {
                     if let Some(reply) = self.waiting.unimports.remove(&request) {
                         let _ = reply.send(Ok(released));

@@ -1,10 +1,13 @@
-//! The engine's log lines about links and dials, in NVIDIA's wording where it has one.
+//! The engine's log lines about links and dials, in NVIDIA's wording where it has one, and
+//! the node's actions that are only log lines.
 
 use std::time::Duration;
 
 use openimex_core::{ConnStatus, NodeId};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
+
+use openimex_core::node::Action;
 
 use super::Engine;
 
@@ -55,6 +58,50 @@ impl Engine {
                 "connection attempt #{} to node {peer} failed: {error}",
                 entry.0
             );
+        }
+    }
+
+    /// The node's actions that are only log lines: the recovery gate, the FULL quorum's wait,
+    /// clean-ups and refusals.
+    pub(super) fn log_action(&self, action: Action) {
+        match action {
+            Action::RecoveryWait { awaiting, wait } => {
+                if wait.is_zero() {
+                    warn!("Waiting for recovery: still awaiting nodes {awaiting:?}");
+                } else {
+                    warn!(
+                        "Waiting for recovery: nodes {awaiting:?} held references to this node's memory before the previous daemon's unclean exit; fabric allocation stays disabled until each reconnects or {} s pass",
+                        wait.as_secs()
+                    );
+                }
+            }
+            Action::PeersWaitOver { missing, waited } => {
+                let names: Vec<String> = missing
+                    .iter()
+                    .map(|p| format!("{p} ({})", self.host(*p)))
+                    .collect();
+                warn!(
+                    "IMEX_CONN_WAIT_TIMEOUT ({} s) passed with nodes {} still not connected: continuing initialization without them (they join when they come up)",
+                    waited.as_secs(),
+                    names.join(", ")
+                );
+            }
+            Action::Recovered { peer, how } => info!("Recovery: node {peer} {how}"),
+            Action::CleanedUp { peer, reason } => warn!(
+                "Node {peer} {reason}: its imports and exports here are cleaned up (importers of its memory disabled, references held for it released)"
+            ),
+            Action::Refused {
+                reason,
+                count,
+                detail,
+            } => {
+                // Sparingly: the first few, then at every power of two.
+                if count <= 3 || count.is_power_of_two() {
+                    warn!("refused ({reason}, {count} so far): {detail}");
+                }
+            }
+            // Only the log actions are passed here.
+            _ => {}
         }
     }
 }
