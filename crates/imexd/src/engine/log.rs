@@ -90,15 +90,13 @@ impl Engine {
             Action::CleanedUp { peer, reason } => warn!(
                 "Node {peer} {reason}: its imports and exports here are cleaned up (importers of its memory disabled, references held for it released)"
             ),
+            // Sparingly: the first few, then at every power of two.
             Action::Refused {
                 reason,
                 count,
                 detail,
-            } => {
-                // Sparingly: the first few, then at every power of two.
-                if count <= 3 || count.is_power_of_two() {
-                    warn!("refused ({reason}, {count} so far): {detail}");
-                }
+            } if count <= 3 || count.is_power_of_two() => {
+                warn!("refused ({reason}, {count} so far): {detail}");
             }
             // Only the log actions are passed here.
             _ => {}
