@@ -342,19 +342,25 @@ fn a_notification_the_session_did_not_take_goes_again_at_the_next_refresh() {
     assert!(told(&after).is_empty(), "{after:?}");
 }
 
-#[test]
-fn a_pair_that_moves_to_its_other_session_after_a_change_is_told_again_on_it() {
+/// Node 0 with its GPUs in clique 7, started: its dial to node 1 (the attempt returned) is in
+/// flight when node 1's own session arrives first and carries the pair.
+fn crossed() -> (Node, Instant, Vec<Hello>, u64) {
     let (mut n, now, hellos) = sim::node::node(Setup::default());
     n.handle_gpu_fabric(now, vec![gpu(0, 7), gpu(1, 7)]);
     let started = sim::node::start(&mut n, now);
     let to_1 = sim::node::dial_attempt(&started, 1).expect("node 1 dialled at start");
-    // Node 1's session arrives first and carries the pair.
     assert_eq!(
         n.handle_session_hello(now, 1, true, &hellos[1]),
         Verdict::Accept
     );
     assert!(n.handle_session_opened(now, 1));
     drain(&mut n);
+    (n, now, hellos, to_1)
+}
+
+#[test]
+fn a_pair_that_moves_to_its_other_session_after_a_change_is_told_again_on_it() {
+    let (mut n, now, hellos, to_1) = crossed();
     // The cliques change: the notification goes on node 1's session...
     n.handle_gpu_fabric(now, vec![gpu(0, 7), gpu(1, 9)]);
     assert_eq!(told(&drain(&mut n)), vec![(NodeId(1), vec![7, 9])]);
@@ -375,16 +381,7 @@ fn a_pair_that_moves_to_its_other_session_after_a_change_is_told_again_on_it() {
 
 #[test]
 fn before_any_change_a_pair_that_moves_sessions_sends_nothing() {
-    let (mut n, now, hellos) = sim::node::node(Setup::default());
-    n.handle_gpu_fabric(now, vec![gpu(0, 7), gpu(1, 7)]);
-    let started = sim::node::start(&mut n, now);
-    let to_1 = sim::node::dial_attempt(&started, 1).expect("node 1 dialled at start");
-    assert_eq!(
-        n.handle_session_hello(now, 1, true, &hellos[1]),
-        Verdict::Accept
-    );
-    assert!(n.handle_session_opened(now, 1));
-    drain(&mut n);
+    let (mut n, now, hellos, to_1) = crossed();
     n.handle_dial_ok(now, NodeId(1), to_1, &hellos[1]);
     assert!(told(&drain(&mut n)).is_empty());
 }

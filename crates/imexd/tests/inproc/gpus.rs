@@ -2,9 +2,9 @@
 //! whose fabric probes the test sets and CLIQUE_ID_CHANGE events it posts
 //! (`reference/driver-interface.md` §1.6 "Other events", §5), answered at once on the
 //! daemon's runtime thread so virtual time stays exact. Events arrive as the real driver's do:
-//! its event descriptor turns readable and the daemon takes the queue. It exports no memory
-//! (describes fail as on a node without that export): the import path in virtual time is
-//! core's (`crates/core/tests`), and against the simulated driver the real processes'.
+//! its event descriptor turns readable and the daemon takes the queue. Everything else is the
+//! `nogpu` driver's (no memory to export): the import path in virtual time is core's
+//! (`crates/core/tests`), and against the simulated driver the real processes'.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -21,7 +21,8 @@ struct Shared {
     /// The event descriptor (polled by the daemon) and the end the driver posts on.
     polled: UnixStream,
     posted: UnixStream,
-    session: Mutex<bool>,
+    /// The calls that are not about the GPUs' probes or events.
+    nogpu: openimex_driver::NoGpu,
     /// Probe reads so far.
     reads: Mutex<u64>,
 }
@@ -52,7 +53,7 @@ impl Gpus {
             events: Mutex::new(Vec::new()),
             polled,
             posted,
-            session: Mutex::new(false),
+            nogpu: openimex_driver::NoGpu::default(),
             reads: Mutex::new(0),
         }))
     }
@@ -92,28 +93,13 @@ impl Gpus {
 
 struct GpuDriver(Arc<Shared>);
 
-fn no_export() -> DriverError {
-    DriverError::Refused {
-        call: "describe",
-        status: Status::ObjectNotFound,
-        detail: "no such export on this test driver".into(),
-    }
-}
-
 impl Driver for GpuDriver {
     fn name(&self) -> &'static str {
         "inproc-gpus"
     }
 
-    fn open_session(&self, _node: NodeId) -> Result<SessionInfo, DriverError> {
-        let mut open = (self.0.session.lock()).map_err(|_| DriverError::Lost("poisoned".into()))?;
-        if *open {
-            return Err(DriverError::SessionBusy);
-        }
-        *open = true;
-        Ok(SessionInfo {
-            version: "INPROC".into(),
-        })
+    fn open_session(&self, node: NodeId) -> Result<SessionInfo, DriverError> {
+        self.0.nogpu.open_session(node)
     }
 
     fn next_events(&self, _wait: Duration) -> Result<Vec<Event>, DriverError> {
@@ -139,24 +125,24 @@ impl Driver for GpuDriver {
         Ok((!events.is_empty()).then_some(events))
     }
 
-    fn describe_export(&self, _: [u8; 16], _: u16, _: u32) -> Result<(u64, Pages), DriverError> {
-        Err(no_export())
+    fn describe_export(&self, u: [u8; 16], i: u16, c: u32) -> Result<(u64, Pages), DriverError> {
+        self.0.nogpu.describe_export(u, i, c)
     }
 
-    fn release_export_ref(&self, _: u64) -> Result<(), DriverError> {
-        Ok(())
+    fn release_export_ref(&self, export_ref: u64) -> Result<(), DriverError> {
+        self.0.nogpu.release_export_ref(export_ref)
     }
 
-    fn validate_import(&self, _: u64, _: Result<Pages, Status>) -> Result<(), DriverError> {
-        Ok(())
+    fn validate_import(&self, id: u64, result: Result<Pages, Status>) -> Result<(), DriverError> {
+        self.0.nogpu.validate_import(id, result)
     }
 
-    fn finish_unimport(&self, _: &[u64]) -> Result<(), DriverError> {
-        Ok(())
+    fn finish_unimport(&self, ids: &[u64]) -> Result<(), DriverError> {
+        self.0.nogpu.finish_unimport(ids)
     }
 
-    fn disable_importers(&self, _: NodeId) -> Result<(), DriverError> {
-        Ok(())
+    fn disable_importers(&self, node: NodeId) -> Result<(), DriverError> {
+        self.0.nogpu.disable_importers(node)
     }
 
     fn gpu_fabric(&self) -> Result<Vec<GpuFabric>, DriverError> {
