@@ -13,7 +13,10 @@
 //! is registered under its address until dropped, a connect to an address with no listener is
 //! refused at once, as TCP's would be, and a link between two hosts can be cut and healed:
 //! while cut, connects between them are refused and the bytes of connections already open
-//! between them are held back (a partition, not a reset: neither side sees an error).
+//! between them are held back (a partition, not a reset: neither side sees an error). One
+//! direction of a link can be cut alone ([`MemNet::cut_from`]): the bytes one host sends the
+//! other are held while the other way flows (a peer that receives but whose answers do not
+//! arrive).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -51,6 +54,8 @@ struct Inner {
 #[derive(Default)]
 struct Links {
     cut: HashSet<(IpAddr, IpAddr)>,
+    /// Directions cut alone: (from, to).
+    one_way: HashSet<(IpAddr, IpAddr)>,
     waiting: Vec<Waker>,
 }
 
@@ -151,11 +156,20 @@ impl MemNet {
         lock(&self.inner.links).cut.insert(link(a, b));
     }
 
-    /// Heals the link between `a` and `b`: held bytes flow again.
+    /// Cuts one direction of the link: what `from` sends `to` on connections already open is
+    /// held back (new connections between them are still made) until [`MemNet::heal`].
+    pub fn cut_from(&self, from: IpAddr, to: IpAddr) {
+        lock(&self.inner.links).one_way.insert((from, to));
+    }
+
+    /// Heals the link between `a` and `b` (both directions, however cut): held bytes flow
+    /// again.
     pub fn heal(&self, a: IpAddr, b: IpAddr) {
         let waiting = {
             let mut links = lock(&self.inner.links);
             links.cut.remove(&link(a, b));
+            links.one_way.remove(&(a, b));
+            links.one_way.remove(&(b, a));
             std::mem::take(&mut links.waiting)
         };
         for w in waiting {
@@ -163,10 +177,10 @@ impl MemNet {
         }
     }
 
-    /// Whether the link between `a` and `b` is cut; if so, `cx` is woken when a link heals.
-    fn held(&self, a: IpAddr, b: IpAddr, cx: &mut Context<'_>) -> bool {
+    /// Whether bytes from `from` to `to` are held; if so, `cx` is woken when a link heals.
+    fn held(&self, from: IpAddr, to: IpAddr, cx: &mut Context<'_>) -> bool {
         let mut links = lock(&self.inner.links);
-        if links.cut.contains(&link(a, b)) {
+        if links.cut.contains(&link(from, to)) || links.one_way.contains(&(from, to)) {
             links.waiting.push(cx.waker().clone());
             true
         } else {
@@ -309,7 +323,7 @@ impl AsyncRead for MemStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.net.held(this.local, this.remote, cx) {
+        if this.net.held(this.remote, this.local, cx) {
             return Poll::Pending;
         }
         Pin::new(&mut this.pipe).poll_read(cx, buf)
@@ -388,6 +402,44 @@ mod tests {
             .read_exact(&mut got[..1])
             .await
             .expect("read after the heal");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_one_way_cut_holds_one_direction_and_lets_the_other_flow() {
+        let net = MemNet::new();
+        let mut listener = net.bind(addr("10.0.0.1:50000")).expect("bind");
+        let (a, b) = (
+            "10.0.0.1".parse().expect("ip"),
+            "10.0.0.2".parse().expect("ip"),
+        );
+        let mut dialled = net.connect(b, addr("10.0.0.1:50000")).expect("connect");
+        let (mut accepted, _) = listener.accept().await.expect("accept");
+        net.cut_from(a, b);
+        let mut got = [0u8; 1];
+        // b to a flows.
+        dialled.write_all(b"q").await.expect("write");
+        accepted.read_exact(&mut got).await.expect("read");
+        // a to b is held, in virtual time, until the heal.
+        let held = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            accepted.write_all(b"r").await.expect("write");
+            dialled.read_exact(&mut got).await.expect("read")
+        })
+        .await;
+        assert!(held.is_err(), "bytes crossed the cut direction");
+        net.heal(a, b);
+        let healed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            accepted
+                .write_all(b"s")
+                .await
+                .expect("write after the heal");
+            dialled
+                .read_exact(&mut got)
+                .await
+                .expect("read after the heal")
+        })
+        .await;
+        assert!(healed.is_ok(), "the heal let a's bytes through");
+        assert_eq!(&got, b"s");
     }
 
     #[tokio::test]

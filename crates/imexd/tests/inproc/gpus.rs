@@ -2,9 +2,11 @@
 //! whose fabric probes the test sets and CLIQUE_ID_CHANGE events it posts
 //! (`reference/driver-interface.md` §1.6 "Other events", §5), answered at once on the
 //! daemon's runtime thread so virtual time stays exact. Events arrive as the real driver's do:
-//! its event descriptor turns readable and the daemon takes the queue. Everything else is the
-//! `nogpu` driver's (no memory to export): the import path in virtual time is core's
-//! (`crates/core/tests`), and against the simulated driver the real processes'.
+//! its event descriptor turns readable and the daemon takes the queue. Its import path is the
+//! least the daemon's lifecycle needs: exports the test names are described with one page, and
+//! the test posts MEM_IMPORT events and reads back what each was validated with; the driver's
+//! own import semantics are the simulated driver's (`crates/simgpu`, and the real processes'
+//! tests in `tests/e2e`). Everything else is the `nogpu` driver's.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -25,6 +27,11 @@ struct Shared {
     nogpu: openimex_driver::NoGpu,
     /// Probe reads so far.
     reads: Mutex<u64>,
+    /// Exports the test made (UUID, index), and describes taken of them so far.
+    exports: Mutex<Vec<([u8; 16], u16)>>,
+    describes: Mutex<u64>,
+    /// Import event → whether it was validated with pages (`false`: failed).
+    validated: Mutex<std::collections::BTreeMap<u64, bool>>,
 }
 
 /// The test's handle on a node's GPUs.
@@ -48,6 +55,9 @@ impl Gpus {
     pub(crate) fn new(gpus: Vec<GpuFabric>) -> Self {
         let (polled, posted) = UnixStream::pair().expect("a socket pair");
         polled.set_nonblocking(true).expect("non-blocking");
+        // A post that finds the socket full finds it readable already: the daemon takes every
+        // queued event at its next read (and the test, on the daemons' thread, must not block).
+        posted.set_nonblocking(true).expect("non-blocking");
         Self(Arc::new(Shared {
             gpus: Mutex::new(gpus),
             events: Mutex::new(Vec::new()),
@@ -55,6 +65,9 @@ impl Gpus {
             posted,
             nogpu: openimex_driver::NoGpu::default(),
             reads: Mutex::new(0),
+            exports: Mutex::new(Vec::new()),
+            describes: Mutex::new(0),
+            validated: Mutex::new(std::collections::BTreeMap::new()),
         }))
     }
 
@@ -72,7 +85,16 @@ impl Gpus {
         }
         if event {
             (self.0.events.lock().expect("events")).push(Event::CliqueIdChange { gpu, clique_id });
-            (&self.0.posted).write_all(&[1]).expect("post the OS event");
+            self.post();
+        }
+    }
+
+    /// Makes the event descriptor readable (the driver's OS event).
+    fn post(&self) {
+        match (&self.0.posted).write(&[1]) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("post the OS event: {e}"),
         }
     }
 
@@ -83,6 +105,35 @@ impl Gpus {
             g.health_summary = summary.into();
             g.health_mask = mask;
         }
+    }
+
+    /// An application on this node exports memory under `uuid` (index 0).
+    pub(crate) fn export(&self, uuid: [u8; 16]) {
+        self.0.exports.lock().expect("exports").push((uuid, 0));
+    }
+
+    /// An application on this node imports `uuid` (index 0) of node `from`: MEM_IMPORT
+    /// `event_id` is posted to the daemon.
+    pub(crate) fn import(&self, event_id: u64, uuid: [u8; 16], from: NodeId) {
+        (self.0.events.lock().expect("events")).push(Event::Import {
+            event_id,
+            channel: 0,
+            export_uuid: uuid,
+            index: 0,
+            export_node: from,
+        });
+        self.post();
+    }
+
+    /// Describes the daemon took of this node's exports for its peers.
+    pub(crate) fn describes(&self) -> u64 {
+        *self.0.describes.lock().expect("describes")
+    }
+
+    /// Import events validated so far, and how many of them with pages.
+    pub(crate) fn validated(&self) -> (usize, usize) {
+        let v = self.0.validated.lock().expect("validated");
+        (v.len(), v.values().filter(|ok| **ok).count())
     }
 
     /// How many times the daemon read the probes.
@@ -126,7 +177,24 @@ impl Driver for GpuDriver {
     }
 
     fn describe_export(&self, u: [u8; 16], i: u16, c: u32) -> Result<(u64, Pages), DriverError> {
-        self.0.nogpu.describe_export(u, i, c)
+        if !self.0.exports.lock().expect("exports").contains(&(u, i)) {
+            return self.0.nogpu.describe_export(u, i, c);
+        }
+        let mut n = self.0.describes.lock().expect("describes");
+        *n += 1;
+        let pages = Pages {
+            size: 2 << 20,
+            page_size: 2 << 20,
+            pfns: vec![*n],
+            clique_id: 1,
+            bw_mode: 0,
+            bw_mode_epoch: 0,
+            kind: 0,
+            phys_addr_space: 0,
+            compression_coverage: 0,
+            mem_flags: 0,
+        };
+        Ok((*n, pages))
     }
 
     fn release_export_ref(&self, export_ref: u64) -> Result<(), DriverError> {
@@ -134,7 +202,8 @@ impl Driver for GpuDriver {
     }
 
     fn validate_import(&self, id: u64, result: Result<Pages, Status>) -> Result<(), DriverError> {
-        self.0.nogpu.validate_import(id, result)
+        (self.0.validated.lock().expect("validated")).insert(id, result.is_ok());
+        Ok(())
     }
 
     fn finish_unimport(&self, ids: &[u64]) -> Result<(), DriverError> {

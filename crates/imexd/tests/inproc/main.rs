@@ -9,10 +9,11 @@
 //! and CLIQUE_ID_CHANGE events the test sets (`gpus.rs`): what this layer drives is the
 //! peers' lifecycle — formation, the hello deadline, the goodbye wait, SIGUSR1 readdressing —
 //! and the fabric view (probe reads on core's timer, cliques told to peers).
-//! Imports and their bound are core's (`crates/core/tests/import_bound.rs`, node_sim) and the
-//! real processes' (`tests/e2e`).
+//! The import bound is checked here too (`imports.rs`); the retire wait is core's alone
+//! (`crates/core/tests`, node_sim) and the real processes' (`tests/e2e`).
 
 mod cliques;
 mod domain;
 mod gpus;
+mod imports;
 mod lifecycle;
