@@ -23,7 +23,7 @@
 //!   clique of this node is worth a line: its memory imports here but does
 //!   not map on this node's GPUs ([`Action::PeerCliques`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use super::{Action, Node, PeerId, PeerRequest, Timer};
@@ -55,8 +55,9 @@ pub(super) struct Cliques {
     peers: HashMap<NodeId, (InstanceId, u64, Vec<u32>)>,
     /// Peers a notification could not be handed to: told again at the next refresh.
     untold: BTreeSet<NodeId>,
-    /// The session each peer was last told on (`None`: none carried the pair then).
-    told_on: HashMap<NodeId, Option<Via>>,
+    /// The session each peer was last told on (`None`: none carried the pair then). Ordered,
+    /// so the peers told again after a handover are told in the same order every run.
+    told_on: BTreeMap<NodeId, Option<Via>>,
 }
 
 /// The cliques of `gpus`: those whose probe completed, sorted, once each.
