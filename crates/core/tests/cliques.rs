@@ -56,25 +56,25 @@ fn told(actions: &[Action]) -> Vec<(NodeId, Vec<u32>)> {
         .collect()
 }
 
-/// Runs the node's timers up to `until`; returns the actions they asked for.
-fn run_until(n: &mut Node, until: Instant) -> Vec<Action> {
+/// Runs the node's timers up to `until`, `before` each; returns the actions they asked for.
+fn run_each(n: &mut Node, until: Instant, before: impl Fn(&mut Node, Instant)) -> Vec<Action> {
     let mut actions = Vec::new();
     while let Some(at) = n.poll_timeout().filter(|at| *at <= until) {
+        before(n, at);
         n.handle_timeout(at);
         actions.extend(drain(n));
     }
     actions
 }
 
+/// Runs the node's timers up to `until`; returns the actions they asked for.
+fn run_until(n: &mut Node, until: Instant) -> Vec<Action> {
+    run_each(n, until, |_, _| {})
+}
+
 /// [`run_until`] with node 1 alive: its heartbeats arrive on its session at every step.
 fn run_alive_until(n: &mut Node, until: Instant) -> Vec<Action> {
-    let mut actions = Vec::new();
-    while let Some(at) = n.poll_timeout().filter(|at| *at <= until) {
-        n.handle_session_heartbeat(at, 1);
-        n.handle_timeout(at);
-        actions.extend(drain(n));
-    }
-    actions
+    run_each(n, until, |n, at| n.handle_session_heartbeat(at, 1))
 }
 
 #[test]

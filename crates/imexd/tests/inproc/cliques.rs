@@ -3,33 +3,22 @@
 //! CLIQUE_ID_CHANGE, shows what it read in `ctl --fabric`, and tells its peers its new
 //! cliques — at once after the event, at the next read when only the probe changed.
 
-use std::time::Duration;
-
 use openimex_core::node::FABRIC_REFRESH;
 use openimex_imexd::net::MemNet;
 use openimex_proto::cmd::DomainReply;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::{Instant, sleep_until};
 
-use crate::domain::{Daemon, Options, ip, logged, start_with, up};
+use crate::domain::{AT_ONCE, Daemon, formed_with, logged, within};
 use crate::gpus::{Gpus, gpu};
-
-/// Slack on an instant: the work the daemons do at it (no time passes while they do).
-const AT_ONCE: Duration = Duration::from_millis(50);
 
 /// Two daemons, each node's GPUs in clique 1, started together and UP; when they started.
 async fn formed(net: &MemNet) -> (Vec<Daemon>, Vec<Gpus>, Instant) {
-    let options = Options::nodes(2);
     let gpus = vec![
         Gpus::new(vec![gpu(0, 1), gpu(1, 1)]),
         Gpus::new(vec![gpu(0, 1)]),
     ];
     let started = Instant::now();
-    let daemons: Vec<Daemon> = (0..2)
-        .map(|i| start_with(net, i, ip(i), &options, gpus[i].driver()))
-        .collect();
-    daemons[0]
-        .wait_domain(net, Duration::from_secs(10), "domain UP", up)
-        .await;
+    let daemons = formed_with(net, gpus.iter().map(Gpus::driver).collect()).await;
     (daemons, gpus, started)
 }
 
@@ -38,16 +27,6 @@ fn shown(reply: &DomainReply, node: u32, g: u32) -> Option<(u32, String)> {
     let row = reply.nodes.iter().find(|n| n.node_id == node)?;
     let g = row.gpus.iter().find(|x| x.gpu == g)?;
     Some((g.clique_id, g.health_summary.clone()))
-}
-
-/// Waits (1 ms steps of virtual time) until `ok`, at most `limit`; how long it took.
-async fn within(limit: Duration, what: &str, ok: impl Fn() -> bool) -> Duration {
-    let t0 = Instant::now();
-    while !ok() {
-        assert!(t0.elapsed() <= limit, "{what}: not within {limit:?}");
-        sleep(Duration::from_millis(1)).await;
-    }
-    t0.elapsed()
 }
 
 /// Health comes with no event: the change shows at the refresh after it, read on core's

@@ -16,6 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// Slack on an instant: the work the daemons do at it (no time passes while they do).
+pub(crate) const AT_ONCE: Duration = Duration::from_millis(50);
+
 /// Every daemon's peer port.
 pub(crate) const PEER_PORT: u16 = 50000;
 /// Every daemon's command port.
@@ -279,4 +282,29 @@ pub(crate) fn link(reply: &DomainReply, from: usize, to: usize) -> String {
         .and_then(|n| n.connections.iter().find(|c| c.node_id as usize == to))
         .map(|c| c.status.clone())
         .unwrap_or_default()
+}
+
+/// One daemon per driver (node `i` runs `drivers[i]`), started together on `net`, and UP.
+pub(crate) async fn formed_with(
+    net: &MemNet,
+    drivers: Vec<Box<dyn openimex_driver::Driver>>,
+) -> Vec<Daemon> {
+    let options = Options::nodes(drivers.len());
+    let daemons: Vec<Daemon> = (drivers.into_iter().enumerate())
+        .map(|(i, driver)| start_with(net, i, ip(i), &options, driver))
+        .collect();
+    daemons[0]
+        .wait_domain(net, Duration::from_secs(10), "domain UP", up)
+        .await;
+    daemons
+}
+
+/// Waits (1 ms steps of virtual time) until `ok`, at most `limit`; how long it took.
+pub(crate) async fn within(limit: Duration, what: &str, ok: impl Fn() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() <= limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    t0.elapsed()
 }

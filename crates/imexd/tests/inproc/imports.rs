@@ -8,25 +8,16 @@ use std::time::Duration;
 use openimex_core::NodeId;
 use openimex_core::node::MAX_IMPORTS_IN_FLIGHT;
 use openimex_imexd::net::MemNet;
-use tokio::time::{Instant, sleep};
+use tokio::time::sleep;
 
-use crate::domain::{Daemon, Options, ip, start_with, up};
+use crate::domain::{AT_ONCE, formed_with, ip, within};
 use crate::gpus::{Gpus, gpu};
-
-/// Slack on an instant: the work the daemons do at it (no time passes while they do).
-const AT_ONCE: Duration = Duration::from_millis(50);
 
 #[tokio::test(start_paused = true)]
 async fn at_most_the_bound_of_imports_is_asked_of_one_exporter_and_the_rest_follow() {
     let net = MemNet::new();
-    let options = Options::nodes(2);
     let gpus = [Gpus::new(vec![gpu(0, 1)]), Gpus::new(vec![gpu(0, 1)])];
-    let daemons: Vec<Daemon> = (0..2)
-        .map(|i| start_with(&net, i, ip(i), &options, gpus[i].driver()))
-        .collect();
-    daemons[0]
-        .wait_domain(&net, Duration::from_secs(10), "domain UP", up)
-        .await;
+    let _daemons = formed_with(&net, gpus.iter().map(Gpus::driver).collect()).await;
     let uuid = [7u8; 16];
     gpus[0].export(uuid);
     // Node 0's answers (and heartbeats) do not reach node 1; node 1's requests reach node 0.
@@ -47,15 +38,10 @@ async fn at_most_the_bound_of_imports_is_asked_of_one_exporter_and_the_rest_foll
     assert_eq!(gpus[1].validated(), (0, 0), "no answer crossed the cut");
     // The answers come: the rest go, and every import completes with its pages.
     net.heal(ip(0), ip(1));
-    let t0 = Instant::now();
-    while gpus[1].validated().0 < n {
-        assert!(
-            t0.elapsed() <= AT_ONCE,
-            "imports not all validated at once after the heal: {:?}",
-            gpus[1].validated()
-        );
-        sleep(Duration::from_millis(1)).await;
-    }
+    within(AT_ONCE, "every import validated after the heal", || {
+        gpus[1].validated().0 == n
+    })
+    .await;
     assert_eq!(gpus[1].validated(), (n, n));
     assert_eq!(gpus[0].describes(), n as u64);
 }

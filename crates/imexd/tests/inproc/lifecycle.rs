@@ -11,19 +11,14 @@ use openimex_proto::cmd::DomainReply;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
-use crate::domain::{Daemon, Options, PEER_PORT, ip, link, start, up};
+use crate::domain::{AT_ONCE, Daemon, Options, PEER_PORT, formed_with, ip, link, start, up};
 
-/// Slack on an instant: the work the daemons do at it (no time passes while they do).
-const AT_ONCE: Duration = Duration::from_millis(50);
-
-/// `n` daemons of one domain, started together and UP.
+/// `n` daemons of one domain (the `nogpu` driver), started together and UP.
 async fn formed(net: &MemNet, n: usize) -> Vec<Daemon> {
-    let options = Options::nodes(n);
-    let daemons: Vec<Daemon> = (0..n).map(|i| start(net, i, ip(i), &options)).collect();
-    daemons[0]
-        .wait_domain(net, Duration::from_secs(10), "domain UP", up)
-        .await;
-    daemons
+    let drivers = (0..n)
+        .map(|_| Box::new(openimex_driver::NoGpu::default()) as Box<dyn openimex_driver::Driver>)
+        .collect();
+    formed_with(net, drivers).await
 }
 
 #[tokio::test(start_paused = true)]
