@@ -17,8 +17,16 @@
 //! direction of a link can be cut alone ([`MemNet::cut_from`]): the bytes one host sends the
 //! other are held while the other way flows (a peer that receives but whose answers do not
 //! arrive).
+//!
+//! One connection can be stalled too, while the others between the same hosts flow
+//! ([`MemNet::connections`], [`MemNet::stall`], [`MemNet::release`]): what one end sends on it
+//! is written, as into a socket's buffer, but not delivered until it is released (packets of
+//! one connection held up in the network). So a pair of daemons can move to another
+//! connection while the old one still owes them something, or get the answer to a dial late.
+//! [`MemNet::stall_new`] stalls the connections opened from then on as they open, before
+//! their first byte arrives.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -47,7 +55,59 @@ struct Inner {
     names: Mutex<HashMap<String, Vec<IpAddr>>>,
     listeners: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<(MemStream, SocketAddr)>>>,
     links: Mutex<Links>,
+    conns: Mutex<Conns>,
     next_port: AtomicU16,
+}
+
+/// The connections with an end still alive, and which new ones open stalled.
+#[derive(Default)]
+struct Conns {
+    next: u64,
+    live: BTreeMap<u64, Arc<Conn>>,
+    /// Directions (from, to) whose new connections open stalled ([`MemNet::stall_new`]).
+    stall_new: HashSet<(IpAddr, IpAddr)>,
+}
+
+/// One connection of a [`MemNet`], as [`MemNet::connections`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemConn {
+    /// Its number on the network (connections are numbered in the order they were made).
+    pub id: u64,
+    /// The dialling end: its host and source port.
+    pub dialler: SocketAddr,
+    /// The address it was dialled to (the listener's).
+    pub listener: SocketAddr,
+}
+
+/// A connection's state shared by its two ends.
+struct Conn {
+    info: MemConn,
+    state: Mutex<ConnState>,
+}
+
+#[derive(Default)]
+struct ConnState {
+    /// What the dialling end (`[0]`) or the listening end (`[1]`) sends is held undelivered.
+    stalled: [bool; 2],
+    /// Readers waiting for a release.
+    waiting: Vec<Waker>,
+    /// Ends not dropped yet.
+    ends: u8,
+}
+
+impl Conn {
+    /// Whether what end `from` (0: the dialler) sends is held; if so, `cx` is woken at the
+    /// release.
+    fn held(&self, from: usize, cx: &mut Context<'_>) -> bool {
+        let mut state = lock(&self.state);
+        if !state.stalled[from] {
+            return false;
+        }
+        if !state.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+            state.waiting.push(cx.waker().clone());
+        }
+        true
+    }
 }
 
 /// The cut links, and who waits for one to heal.
@@ -121,10 +181,45 @@ impl MemNet {
         let Some(tx) = listeners.get(&to) else {
             return Err(refused("nothing listens there"));
         };
-        let accepted = MemStream::new(far, self.clone(), to.ip(), from);
+        let conn = {
+            let mut conns = lock(&self.inner.conns);
+            conns.next += 1;
+            let id = conns.next;
+            let stalled = [
+                conns.stall_new.contains(&(from, to.ip())),
+                conns.stall_new.contains(&(to.ip(), from)),
+            ];
+            let conn = Arc::new(Conn {
+                info: MemConn {
+                    id,
+                    dialler: source,
+                    listener: to,
+                },
+                state: Mutex::new(ConnState {
+                    stalled,
+                    waiting: Vec::new(),
+                    ends: 2,
+                }),
+            });
+            conns.live.insert(id, Arc::clone(&conn));
+            conn
+        };
+        let end = |pipe, local, remote, dialling| MemStream {
+            pipe,
+            net: self.clone(),
+            local,
+            remote,
+            conn: Arc::clone(&conn),
+            dialling,
+        };
+        // Both ends made before the send: if it fails, dropping them forgets the connection.
+        let (dialled, accepted) = (
+            end(near, from, to.ip(), true),
+            end(far, to.ip(), from, false),
+        );
         tx.send((accepted, source))
             .map_err(|_| refused("the listener is closed"))?;
-        Ok(MemStream::new(near, self.clone(), from, to.ip()))
+        Ok(dialled)
     }
 
     /// A gRPC channel from host `from` to the server at `to`, connected at once (refused
@@ -163,14 +258,65 @@ impl MemNet {
     }
 
     /// Heals the link between `a` and `b` (both directions, however cut): held bytes flow
-    /// again.
+    /// again, and new connections between them no longer open stalled ([`MemNet::stall_new`]).
+    /// A connection stalled on its own stays stalled until [`MemNet::release`] names it.
     pub fn heal(&self, a: IpAddr, b: IpAddr) {
+        {
+            let mut conns = lock(&self.inner.conns);
+            conns.stall_new.remove(&(a, b));
+            conns.stall_new.remove(&(b, a));
+        }
         let waiting = {
             let mut links = lock(&self.inner.links);
             links.cut.remove(&link(a, b));
             links.one_way.remove(&(a, b));
             links.one_way.remove(&(b, a));
             std::mem::take(&mut links.waiting)
+        };
+        for w in waiting {
+            w.wake();
+        }
+    }
+
+    /// The connections open between hosts `a` and `b` (either one dialling), oldest first. A
+    /// connection is open until one of its ends is dropped.
+    pub fn connections(&self, a: IpAddr, b: IpAddr) -> Vec<MemConn> {
+        let conns = lock(&self.inner.conns);
+        (conns.live.values())
+            .filter(|c| lock(&c.state).ends == 2)
+            .map(|c| c.info)
+            .filter(|c| link(c.dialler.ip(), c.listener.ip()) == link(a, b))
+            .collect()
+    }
+
+    /// Stalls connection `conn` one way: what host `from` (one of its ends) sends on it is
+    /// written, as into a socket's buffer, but not delivered (not even its end) until
+    /// [`MemNet::release`]. The other connections between the same hosts are not touched.
+    pub fn stall(&self, conn: MemConn, from: IpAddr) {
+        if let Some(c) = lock(&self.inner.conns).live.get(&conn.id) {
+            let mut state = lock(&c.state);
+            state.stalled[0] |= conn.dialler.ip() == from;
+            state.stalled[1] |= conn.listener.ip() == from;
+        }
+    }
+
+    /// Every connection opened between `from` and `to` from now on (either one dialling)
+    /// opens stalled, as [`MemNet::stall`] with `from` would leave it, so not one byte of what
+    /// `from` sends on it arrives until it is released. Ended by [`MemNet::heal`].
+    pub fn stall_new(&self, from: IpAddr, to: IpAddr) {
+        lock(&self.inner.conns).stall_new.insert((from, to));
+    }
+
+    /// Releases connection `conn`, both ways: what was held on it is delivered, and what is
+    /// sent after flows.
+    pub fn release(&self, conn: MemConn) {
+        let waiting = match lock(&self.inner.conns).live.get(&conn.id) {
+            Some(c) => {
+                let mut state = lock(&c.state);
+                state.stalled = [false; 2];
+                std::mem::take(&mut state.waiting)
+            }
+            None => Vec::new(),
         };
         for w in waiting {
             w.wake();
@@ -279,21 +425,25 @@ impl Drop for MemListener {
     }
 }
 
-/// One end of a connection of a [`MemNet`]: reads and writes wait while its link is cut.
+/// One end of a connection of a [`MemNet`]: reads and writes wait while its link is cut, and
+/// reads wait while the other end's sends are stalled ([`MemNet::stall`]).
 pub struct MemStream {
     pipe: DuplexStream,
     net: MemNet,
     local: IpAddr,
     remote: IpAddr,
+    conn: Arc<Conn>,
+    /// The dialling end (else the listener's).
+    dialling: bool,
 }
 
-impl MemStream {
-    fn new(pipe: DuplexStream, net: MemNet, local: IpAddr, remote: IpAddr) -> Self {
-        Self {
-            pipe,
-            net,
-            local,
-            remote,
+impl Drop for MemStream {
+    fn drop(&mut self) {
+        let mut conns = lock(&self.net.inner.conns);
+        let mut state = lock(&self.conn.state);
+        state.ends = state.ends.saturating_sub(1);
+        if state.ends == 0 {
+            conns.live.remove(&self.conn.info.id);
         }
     }
 }
@@ -324,6 +474,10 @@ impl AsyncRead for MemStream {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.net.held(this.remote, this.local, cx) {
+            return Poll::Pending;
+        }
+        // What the other end sent: the dialler's if this is the listener's end.
+        if this.conn.held(usize::from(this.dialling), cx) {
             return Poll::Pending;
         }
         Pin::new(&mut this.pipe).poll_read(cx, buf)
@@ -440,6 +594,87 @@ mod tests {
         .await;
         assert!(healed.is_ok(), "the heal let a's bytes through");
         assert_eq!(&got, b"s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_connection_holds_what_one_end_sends_while_the_others_flow() {
+        let net = MemNet::new();
+        let mut listener = net.bind(addr("10.0.0.1:50000")).expect("bind");
+        let (a, b) = (
+            "10.0.0.1".parse().expect("ip"),
+            "10.0.0.2".parse().expect("ip"),
+        );
+        let mut stalled = net.connect(b, addr("10.0.0.1:50000")).expect("connect");
+        let (mut far, _) = listener.accept().await.expect("accept");
+        let mut other = net.connect(b, addr("10.0.0.1:50000")).expect("connect");
+        let (mut other_far, _) = listener.accept().await.expect("accept");
+        let conns = net.connections(a, b);
+        assert_eq!(conns.len(), 2, "{conns:?}");
+        assert_eq!(
+            (conns[0].dialler.ip(), conns[0].listener),
+            (b, listener.local_addr())
+        );
+        net.stall(conns[0], b);
+        let mut got = [0u8; 1];
+        // Written, as into a socket's buffer, but not delivered.
+        stalled.write_all(b"x").await.expect("write");
+        let held = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            far.read_exact(&mut got).await.expect("read")
+        })
+        .await;
+        assert!(held.is_err(), "bytes crossed the stalled connection");
+        // The other way on it, and the other connection, flow.
+        far.write_all(b"y").await.expect("write");
+        stalled.read_exact(&mut got).await.expect("read");
+        other.write_all(b"z").await.expect("write");
+        other_far.read_exact(&mut got).await.expect("read");
+        net.release(conns[0]);
+        far.read_exact(&mut got)
+            .await
+            .expect("read after the release");
+        assert_eq!(&got, b"x");
+        // Closed when an end is dropped.
+        drop(other);
+        assert_eq!(net.connections(a, b), vec![conns[0]]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_connections_open_stalled_until_released_and_a_heal_ends_that() {
+        let net = MemNet::new();
+        let mut listener = net.bind(addr("10.0.0.1:50000")).expect("bind");
+        let (a, b) = (
+            "10.0.0.1".parse().expect("ip"),
+            "10.0.0.2".parse().expect("ip"),
+        );
+        net.stall_new(a, b);
+        let mut dialled = net.connect(b, addr("10.0.0.1:50000")).expect("connect");
+        let (mut accepted, _) = listener.accept().await.expect("accept");
+        let mut got = [0u8; 1];
+        // From its first byte, what a sends is held; b's flows.
+        dialled.write_all(b"q").await.expect("write");
+        accepted.read_exact(&mut got).await.expect("read");
+        accepted.write_all(b"r").await.expect("write");
+        net.heal(a, b);
+        let held = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            dialled.read_exact(&mut got).await.expect("read")
+        })
+        .await;
+        assert!(
+            held.is_err(),
+            "a heal released a connection stalled on its own"
+        );
+        let conn = net.connections(a, b)[0];
+        net.release(conn);
+        dialled
+            .read_exact(&mut got)
+            .await
+            .expect("read after the release");
+        assert_eq!(&got, b"r");
+        // After the heal, new connections open flowing.
+        let mut later = net.connect(b, addr("10.0.0.1:50000")).expect("connect");
+        let (mut later_far, _) = listener.accept().await.expect("accept");
+        later_far.write_all(b"s").await.expect("write");
+        later.read_exact(&mut got).await.expect("read");
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use openimex_core::{Backoff, InstanceId, NodeId, QuorumPolicy};
-use openimex_imexd::net::MemNet;
+use openimex_imexd::net::{MemConn, MemNet};
 use openimex_imexd::settings::DEFAULT_IMPORT_TIMEOUT;
 use openimex_imexd::{DaemonError, Entropy, Notifier, Settings, World};
 use openimex_proto::cmd::command_client::CommandClient;
@@ -23,9 +23,10 @@ pub(crate) const AT_ONCE: Duration = Duration::from_millis(50);
 pub(crate) const PEER_PORT: u16 = 50000;
 /// Every daemon's command port.
 pub(crate) const CMD_PORT: u16 = 50005;
-/// Heartbeats and the peer timeout of the in-process daemons (the harness's defaults).
+/// Heartbeats and the peer timeout of the in-process daemons (the harness's defaults). The
+/// peer timeout is each dial's timeout too (`Settings::dial_timeout`).
 const HEARTBEAT: Duration = Duration::from_millis(500);
-const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const PEER_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Node `i`'s address: 10.0.0.(i+1).
 pub(crate) fn ip(i: usize) -> IpAddr {
@@ -78,6 +79,19 @@ impl Options {
 }
 
 impl Options {
+    /// Writes the entries to a nodes file of this test's own (in a scratch directory named
+    /// after `test`: tests run at once in one process) for SIGUSR1 to re-read; the directory,
+    /// to remove at the end.
+    pub(crate) fn write_nodes_file(&mut self, test: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("openimex-inproc-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let file = dir.join("nodes_config.cfg");
+        std::fs::write(&file, self.hosts.join("\n") + "\n").expect("write the nodes file");
+        self.nodes_file = Some(file);
+        dir
+    }
+
     /// `nodes` nodes listed by name (`node-I`), each name resolving on `net` to [`ip`]`(I)`.
     pub(crate) fn named(nodes: usize, net: &MemNet) -> Self {
         let mut options = Self::nodes(nodes);
@@ -297,6 +311,25 @@ pub(crate) async fn formed_with(
         .wait_domain(net, Duration::from_secs(10), "domain UP", up)
         .await;
     daemons
+}
+
+/// The connections node `from` dialled to node `to`'s peer port that are open, oldest first.
+pub(crate) fn dialled(net: &MemNet, from: usize, to: usize) -> Vec<MemConn> {
+    let listener = SocketAddr::new(ip(to), PEER_PORT);
+    (net.connections(ip(from), ip(to)).into_iter())
+        .filter(|c| c.dialler.ip() == ip(from) && c.listener == listener)
+        .collect()
+}
+
+/// The one connection of `conns`.
+pub(crate) fn only(conns: Vec<MemConn>) -> MemConn {
+    assert_eq!(conns.len(), 1, "one connection: {conns:?}");
+    conns[0]
+}
+
+/// Whether `conn` is still open (neither end closed it).
+pub(crate) fn open(net: &MemNet, conn: MemConn) -> bool {
+    (net.connections(conn.dialler.ip(), conn.listener.ip())).contains(&conn)
 }
 
 /// Waits (1 ms steps of virtual time) until `ok`, at most `limit`; how long it took.

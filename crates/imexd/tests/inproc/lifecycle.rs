@@ -99,12 +99,8 @@ async fn the_stop_waits_for_goodbyes_at_most_the_goodbye_wait() {
 #[tokio::test(start_paused = true)]
 async fn sigusr1_dials_a_moved_node_at_its_new_address_at_once() {
     let net = MemNet::new();
-    let dir = std::env::temp_dir().join(format!("openimex-inproc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    let file = dir.join("nodes_config.cfg");
     let mut options = Options::named(3, &net);
-    std::fs::write(&file, options.hosts.join("\n") + "\n").expect("write the nodes file");
-    options.nodes_file = Some(file.clone());
+    let dir = options.write_nodes_file("sigusr1");
     options.backoff = Backoff {
         min: Duration::from_secs(30),
         max: Duration::from_secs(30),

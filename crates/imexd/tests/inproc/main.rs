@@ -9,11 +9,15 @@
 //! and CLIQUE_ID_CHANGE events the test sets (`gpus.rs`): what this layer drives is the
 //! peers' lifecycle — formation, the hello deadline, the goodbye wait, SIGUSR1 readdressing —
 //! and the fabric view (probe reads on core's timer, cliques told to peers).
-//! The import bound is checked here too (`imports.rs`); the retire wait is core's alone
-//! (`crates/core/tests`, node_sim) and the real processes' (`tests/e2e`).
+//! The import bound is checked here too (`imports.rs`), and so are the two decisions about a
+//! pair's old connections, with one connection stalled while the others flow
+//! ([`MemNet::stall`]): the retire wait of a session the pair moved off (`retire.rs`), and the
+//! late answer to a superseded dial (`late_dial.rs`).
 
 mod cliques;
 mod domain;
 mod gpus;
 mod imports;
+mod late_dial;
 mod lifecycle;
+mod retire;
