@@ -28,7 +28,7 @@
 //!
 //! # Cost of a large node file
 //! Every peer is dialled once at start (the first round), at most [`DialBudget::max_in_flight`]
-//! at a time. After that, retries share one [`DialBudget`]: a burst, then a fixed rate across
+//! at a time, in ring order from this node (`dial.rs`). After that, retries share one [`DialBudget`]: a burst, then a fixed rate across
 //! all peers, so a node file of 10,000 mostly dead entries costs about what a small domain
 //! costs, and each dead entry is retried less often the more there are. Retries of peers heard
 //! from since start come before entries that never answered, so a peer lost a moment ago is not
@@ -414,7 +414,7 @@ impl Mesh {
             return;
         }
         for id in self.peer_ids() {
-            self.set_dialer(id, Dialer::Queued((DueClass::FirstRound, now, id)));
+            self.set_dialer(id, Dialer::Queued(self.due(DueClass::FirstRound, now, id)));
         }
         self.pump_dials(now);
         match self.cfg.quorum {
@@ -526,7 +526,7 @@ impl Mesh {
                     } else {
                         DueClass::Unknown
                     };
-                    self.set_dialer(id, Dialer::Queued((class, at, id)));
+                    self.set_dialer(id, Dialer::Queued(self.due(class, at, id)));
                 }
                 // A first-round dial stays one: it needs no token of the retry budget.
                 Dialer::PutOff(_, key) => self.set_dialer(id, Dialer::Queued(key)),

@@ -443,6 +443,34 @@ fn dials_in_flight_are_bounded_and_a_peer_session_needs_no_dial() {
     }
 }
 
+/// The first round goes round the ring from the node after this one: node 3 of 6 dials 4, 5,
+/// 0, 1, 2. When a domain starts together each node is then first in one queue rather than
+/// every node dialling node 0 first; when nodes start in ID order, the ones not up yet refuse
+/// first, before they can start and dial us while our dial to them waits (two sessions for one
+/// pair).
+#[test]
+fn the_first_round_dials_round_the_ring_from_the_next_node() {
+    let map = NodeMap::new(sim::hosts(6));
+    #[allow(clippy::disallowed_methods)]
+    let t0 = std::time::Instant::now();
+    let mut m = Mesh::new(sim::config(3, map, 1, QuorumPolicy::None), t0);
+    // One slot: each dial goes out when the one before it is answered.
+    m.set_dial_budget(DialBudget {
+        max_in_flight: 1,
+        ..m.dial_budget()
+    });
+    m.handle_start(t0);
+    let mut order = Vec::new();
+    let mut out = dials(&mut m);
+    while let Some((peer, attempt)) = out.pop() {
+        order.push(peer.0);
+        sim::refused(&mut m, t0, peer, attempt);
+        out.extend(dials(&mut m));
+        assert!(out.len() <= 1, "one dial at a time: {out:?}");
+    }
+    assert_eq!(order, vec![4, 5, 0, 1, 2]);
+}
+
 #[test]
 fn a_peer_session_while_our_dial_is_out_ends_the_dialling() {
     let (mut m, hello_1, t0) = node_0_and_hello_of(2, 1);

@@ -12,8 +12,9 @@ use crate::state::{ConnStatus, DaemonState, Mismatch};
 
 /// A dial waiting for a slot, in the order slots are given: first-round dials (which need no
 /// token), then retries of peers heard from since start, then the rest; in each class the
-/// longest waiting first.
-pub(super) type DueKey = (DueClass, Instant, NodeId);
+/// longest waiting first, and among those queued at the same time, in ring order from this node
+/// ([`Mesh::due`]).
+pub(super) type DueKey = (DueClass, Instant, u32, NodeId);
 
 /// See [`DueKey`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -123,6 +124,20 @@ impl Mesh {
         self.pump_dials(now);
     }
 
+    /// The queue key of a dial to `peer` of `class`, due at `at`. Dials due together (the first
+    /// round) go in ring order: the peer after this node first, wrapping round to the one before
+    /// it. When a domain starts together, each node is then first in one node's queue, not in
+    /// every node's (in ID order all would dial node 0 first, then node 1, piling their
+    /// handshakes on the lowest IDs); and when nodes start one after another in ID order (a
+    /// loop over a node list), a starting node dials the nodes not yet up first, whose refusals
+    /// cost a connect each and free their slots at once, so its dials to them are not still
+    /// queued when they come up and dial it (two sessions for one pair).
+    pub(super) fn due(&self, class: DueClass, at: Instant, peer: NodeId) -> DueKey {
+        let n = u32::try_from(self.cfg.map.len()).unwrap_or(u32::MAX).max(1);
+        let ring = (u32::from(peer.0) + n - u32::from(self.cfg.local.0) % n) % n;
+        (class, at, ring, peer)
+    }
+
     /// Whether `attempt` is the dial to `peer` the mesh waits for. Any other's result is
     /// ignored ([`Mesh::handle_dial_ok`] closes its session), so an owner that holds sessions
     /// MUST NOT let a late answer to a superseded attempt replace the session it holds.
@@ -155,7 +170,7 @@ impl Mesh {
             return;
         }
         while self.in_flight < self.budget.max_in_flight {
-            let Some(&(class, _, peer)) = self.due.first() else {
+            let Some(&(class, _, _, peer)) = self.due.first() else {
                 return;
             };
             if class != DueClass::FirstRound && !self.tokens.take(now, &self.budget) {

@@ -66,7 +66,10 @@ impl Mesh {
             {
                 link.attempt += 1;
             }
-            self.set_dialer(peer, Dialer::Queued((DueClass::FirstRound, now, peer)));
+            self.set_dialer(
+                peer,
+                Dialer::Queued(self.due(DueClass::FirstRound, now, peer)),
+            );
         }
         // A derived domain ID follows a filled-in placeholder at entry 0, so that this daemon
         // agrees with those started on the filled-in file (see `NodeMap::derived_domain_id`).
@@ -90,7 +93,7 @@ impl Mesh {
                 self.links.push(Some(link));
             }
             if started && !placeholder {
-                self.set_dialer(id, Dialer::Queued((DueClass::FirstRound, now, id)));
+                self.set_dialer(id, Dialer::Queued(self.due(DueClass::FirstRound, now, id)));
             }
         }
         self.check_quorum();
