@@ -93,26 +93,34 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
     if let Some(tls) = &target.tls {
         return connect_tls(target, tls, endpoint, addr).await;
     }
-    let connected = match target.local {
-        // The stock connector binds the source address without a scope, which the kernel
-        // refuses for a link-local one.
-        Some(std::net::IpAddr::V6(local))
-            if openimex_config::iface::is_link_local(local.into()) =>
-        {
-            let from = std::net::SocketAddrV6::new(local, 0, 0, target.scope);
-            endpoint
-                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                    connect_from(from, addr)
-                }))
-                .await
-        }
-        local => endpoint.local_address(local).connect().await,
-    };
-    let channel = connected.map_err(|e| DialError::Connect {
-        addr: addr.to_string(),
-        cause: openimex_proto::root_cause(&e),
-        refused: refused(&e),
-    })?;
+    // TCP first, HTTP/2 over it after: a refused connection (the peer's daemon not up yet,
+    // about half of every first round at formation) then costs a socket and a connect, not a
+    // tonic channel, its connector and their tasks built and dropped.
+    let tcp = tcp_from(source(target), addr)
+        .await
+        .map_err(|e| DialError::Connect {
+            addr: addr.to_string(),
+            refused: e.kind() == std::io::ErrorKind::ConnectionRefused,
+            cause: e.to_string(),
+        })?;
+    let mut tcp = Some(tcp);
+    let channel = endpoint
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            // One connection per channel: a session that loses it is over (a dial starts anew).
+            let io = tcp.take().map(hyper_util::rt::TokioIo::new).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the session's connection ended",
+                )
+            });
+            std::future::ready(io)
+        }))
+        .await
+        .map_err(|e| DialError::Connect {
+            addr: addr.to_string(),
+            cause: openimex_proto::root_cause(&e),
+            refused: refused(&e),
+        })?;
     Ok((channel, addr))
 }
 
@@ -159,14 +167,7 @@ async fn connect_tls(
             reason: "tls: node entry is no certificate name",
             detail,
         })?;
-    let from = match target.local {
-        Some(std::net::IpAddr::V6(local))
-            if openimex_config::iface::is_link_local(local.into()) =>
-        {
-            Some(std::net::SocketAddrV6::new(local, 0, 0, target.scope).into())
-        }
-        local => local.map(|ip| std::net::SocketAddr::new(ip, 0)),
-    };
+    let from = source(target);
     // The connector's own error, kept: tonic reports only its text.
     let failed = std::sync::Arc::new(std::sync::Mutex::new(None));
     let connector = {
@@ -250,14 +251,17 @@ fn scoped(addr: std::net::SocketAddr, scope: u32) -> std::net::SocketAddr {
     }
 }
 
-/// A TCP connection from the link-local `from` (with its scope) to `to`.
-async fn connect_from(
-    from: std::net::SocketAddrV6,
-    to: std::net::SocketAddr,
-) -> std::io::Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>> {
-    Ok(hyper_util::rt::TokioIo::new(
-        tcp_from(Some(from.into()), to).await?,
-    ))
+/// The address a dial leaves from: `target.local` when set (a link-local one with the
+/// interface's scope, which the kernel needs to bind it), any otherwise.
+fn source(target: &Target) -> Option<std::net::SocketAddr> {
+    match target.local {
+        Some(std::net::IpAddr::V6(local))
+            if openimex_config::iface::is_link_local(local.into()) =>
+        {
+            Some(std::net::SocketAddrV6::new(local, 0, 0, target.scope).into())
+        }
+        local => local.map(|ip| std::net::SocketAddr::new(ip, 0)),
+    }
 }
 
 /// The peer leaves its node map's entries out of its hello answer when its digest is the one
