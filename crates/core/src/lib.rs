@@ -13,6 +13,8 @@
 //! - [`domain`]: the domain status rule over the connectivity matrix.
 //! - [`fabric`]: exporter references and importer imports, which decide clean-up.
 //! - [`gpu`]: the driver's events, page lists and statuses.
+//! - [`jobs`]: jobs, isolated domains inside the nodes file's: definitions, agreement between
+//!   members, readiness per job, which imports a job admits, channel quarantine.
 //! - [`node`]: one node as a whole — the mesh, both tables and every lifecycle timer.
 //! - [`timefmt`]: NVIDIA's timestamp formats.
 
@@ -23,6 +25,7 @@ pub mod domain;
 pub mod fabric;
 pub mod gpu;
 pub mod ids;
+pub mod jobs;
 pub mod mesh;
 pub mod node;
 pub mod nodemap;
