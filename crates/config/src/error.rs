@@ -65,6 +65,14 @@ fn write_clipped(f: &mut fmt::Formatter<'_>, s: &str) -> Result<Option<usize>, f
     Ok(Some(ECHO_MAX + rest))
 }
 
+/// `path:line`, or `path` alone for line 0 (the whole file).
+fn at(path: &Path, line: usize) -> String {
+    match line {
+        0 => shown(path),
+        n => format!("{}:{n}", shown(path)),
+    }
+}
+
 /// A path for a message, cut like [`Clip`] (a path can come from a config value).
 fn shown(p: &Path) -> String {
     Clip(&p.to_string_lossy()).to_string()
@@ -320,6 +328,29 @@ pub enum ConfigError {
         key: String,
         /// What is wrong and how to fix it.
         problem: String,
+    },
+
+    /// A job file (`OPENIMEX_JOBS_DIR`) is not a job: its name, a line, or what it lacks.
+    #[error("{}: {problem}; {fix}", at(.path, *.line))]
+    JobFile {
+        /// The job file.
+        path: PathBuf,
+        /// 1-based line number; 0 when the problem is the whole file (its name, a missing key).
+        line: usize,
+        /// What is wrong, the value quoted.
+        problem: String,
+        /// How to fix it.
+        fix: String,
+    },
+
+    /// A job file could not be read (it vanished between the listing and the read: the job
+    /// ended; no permission; not UTF-8).
+    #[error("cannot read job file {}: {source}", shown(.path))]
+    JobFileIo {
+        /// The job file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
     },
 
     /// `BIND_INTERFACE_IP` is empty and several entries are addresses of this host.

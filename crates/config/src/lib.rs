@@ -4,7 +4,7 @@
 //! This crate owns the file formats: parsing, defaults, validation, and error messages that
 //! name the file, the line, the key and the bad value and say how to fix it. It does not open
 //! log files, bind sockets for the daemon, compute the node-map digest (core does) or watch
-//! files for changes. Its only system calls are reading the two files, and, in
+//! files for changes. Its only system calls are reading the two files (and job files), and, in
 //! [`system_resolve`] / [`system_is_local`], DNS look-ups and a test bind, and in
 //! [`iface::system_interfaces`], the list of network interfaces.
 //!
@@ -15,10 +15,13 @@
 //! - `nodes`: `nodes_config.cfg` ([`NodeConfig`]): node ID = index among entry lines.
 //! - `local`: [`identify_local`] picks this node's entry and bind address.
 //! - [`iface`]: `NETWORK_INTERFACE`: the interface and IPv6 link-local scope of the listener.
+//! - [`jobfile`]: job files (`OPENIMEX_JOBS_DIR`): one job per file, members as the nodes file
+//!   names them.
 
 mod cfg;
 mod error;
 pub mod iface;
+pub mod jobfile;
 mod local;
 mod nodes;
 
