@@ -15,10 +15,11 @@
 //! - **Ready per job.** [`Jobs::state`] is READY when this node holds a session with every other
 //!   member and each said the same definition; a member lost after READY makes the job
 //!   DEGRADED, other jobs untouched.
-//! - **Isolation.** With at least one job defined, an import is served only if a job here owns
+//! - **Isolation.** Once a job was defined here, an import is served only if a job here owns
 //!   the import's channel, has both nodes as members, and the other node said the same
-//!   definition ([`Jobs::admit`]); otherwise it is refused with the reason. With no job defined
-//!   this module admits everything: the daemon is exactly the domain-wide daemon it was.
+//!   definition ([`Jobs::admit`]); otherwise it is refused with the reason, also after the last
+//!   job ended (its channel's strays must stay out). Until the first job this module admits
+//!   everything: the daemon is exactly the domain-wide daemon it was.
 //! - **Channel reuse.** An ended job's channel goes into quarantine on this node
 //!   ([`Jobs::end`]) and is handed to no job until the owner reports it clear
 //!   ([`Jobs::channel_clear`]). A process of the ended job may still hold an RM client
@@ -252,6 +253,8 @@ pub struct Jobs {
     held: BTreeMap<u32, String>,
     /// Channel → the job that ended holding it, until the owner reports it clear.
     quarantine: BTreeMap<u32, String>,
+    /// A job was defined here once: job rules hold from then on.
+    used: bool,
 }
 
 impl Jobs {
@@ -262,6 +265,7 @@ impl Jobs {
             jobs: BTreeMap::new(),
             held: BTreeMap::new(),
             quarantine: BTreeMap::new(),
+            used: false,
         }
     }
 
@@ -270,9 +274,14 @@ impl Jobs {
         self.local
     }
 
-    /// Whether any job is defined (without one, every import is admitted as before jobs).
+    /// Whether any job is defined now.
     pub fn any(&self) -> bool {
         !self.jobs.is_empty()
+    }
+
+    /// Whether a job was ever defined here: until then every import is admitted, as before jobs.
+    pub fn in_use(&self) -> bool {
+        self.used
     }
 
     /// The job named `name`.
@@ -329,6 +338,7 @@ impl Jobs {
             });
         }
         self.held.insert(spec.channel, job.clone());
+        self.used = true;
         let digest = spec.digest();
         self.jobs.insert(
             job,
@@ -419,11 +429,11 @@ impl Jobs {
         Some(state)
     }
 
-    /// Whether an import between this node and `other` on `channel` is admitted: always with no
-    /// job defined; otherwise only under a job here that owns the channel, has `other` as a
+    /// Whether an import between this node and `other` on `channel` is admitted: always until
+    /// the first job is defined here; from then on only under a job here that owns the channel, has `other` as a
     /// member, and that `other` said it holds as this node does. Returns the job's name.
     pub fn admit(&self, channel: u32, other: NodeId) -> Result<Option<&str>, ImportRefusal> {
-        if self.jobs.is_empty() {
+        if !self.used {
             return Ok(None);
         }
         let Some(name) = self.held.get(&channel) else {

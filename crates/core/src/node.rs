@@ -22,6 +22,7 @@
 //! | [`Action::Mesh`] `SendGoodbye` | [`Node::handle_goodbye_delivered`] |
 //! | [`Action::ReadGpuFabric`] | [`Node::handle_gpu_fabric`] (not called if the read failed) |
 //! | [`Action::SendCliques`] | [`Node::handle_cliques_sent`] |
+//! | [`Action::SendJobs`] | [`Node::handle_jobs_sent`] |
 //!
 //! The owner also reports the cliques each accepted hello and each dial's answer carried
 //! ([`Node::handle_peer_cliques`]) and a peer's notification of new cliques
@@ -53,6 +54,8 @@
 //!   ([`Mesh::dial_in_flight`]).
 //! - When the GPUs' fabric probes are read ([`FABRIC_REFRESH`], and at once on
 //!   CLIQUE_ID_CHANGE) and which peers are told the node's new cliques (`node/cliques.rs`).
+//! - Which jobs are defined here, what members are told of them, and which imports they admit
+//!   (`node/jobs.rs`, over [`crate::jobs`]).
 //! - Which peers SIGUSR1 dials again, from the addresses the owner resolved
 //!   ([`Node::handle_nodes_file`], `node/remap.rs`).
 //! - At most [`MAX_IMPORTS_IN_FLIGHT`] imports are asked of one exporter and unanswered; the
@@ -93,6 +96,7 @@ mod exporter;
 mod give_backs;
 mod grace;
 mod importer;
+mod jobs;
 mod multicast;
 mod outbox;
 mod peers;
@@ -260,6 +264,9 @@ pub struct Node {
     owed: deadlines::Deadlines,
     /// The node's GPUs on the fabric, its cliques and its peers' (`node/cliques.rs`).
     cliques: cliques::Cliques,
+    /// The jobs defined here, and whom they were told to (`node/jobs.rs`).
+    jobs: crate::jobs::Jobs,
+    jobs_told: jobs::JobsTold,
     recovery: recovery::Recovery,
     recovery_wait: Duration,
     conn_wait_timeout: Option<Duration>,
@@ -269,6 +276,8 @@ impl Node {
     /// A node in INITIALIZING. Nothing happens before [`Node::handle_start`].
     pub fn new(cfg: NodeConfig, now: Instant) -> Self {
         Self {
+            jobs: crate::jobs::Jobs::new(cfg.mesh.local),
+            jobs_told: jobs::JobsTold::new(),
             mesh: Mesh::new(cfg.mesh, now),
             import_timeout: cfg.import_timeout,
             exports: ExportRefs::default(),
@@ -534,7 +543,10 @@ impl Node {
                 Timer::StreamHello(stream) => self.stream_overdue(stream),
                 Timer::Retire(peer, via) => self.retire_over(peer, via),
                 Timer::GoodbyeWait => self.goodbye_wait_over(),
-                Timer::FabricRefresh => self.fabric_refresh(now),
+                Timer::FabricRefresh => {
+                    self.fabric_refresh(now);
+                    self.jobs_refresh();
+                }
             }
         }
     }
@@ -596,6 +608,7 @@ impl Node {
                     self.cleaned.remove(&peer);
                     self.flush_undelivered(now, peer);
                     self.cliques_link_up(peer);
+                    self.jobs_link_up(peer);
                 }
                 Some((peer, current, false)) => {
                     let reason = if current.is_some() {
@@ -607,6 +620,7 @@ impl Node {
                     self.disarm(Timer::GraceRelease(peer));
                     // That instance's answers no longer matter: it is gone.
                     self.answered.remove(&peer);
+                    self.jobs_peer_gone(peer);
                     // Its references went with it (a restart) or it released them (a goodbye).
                     let (_, cleaned) = self.peer_gone(now, peer, current);
                     self.record_cleanup(now, peer, reason, cleaned);
@@ -622,6 +636,7 @@ impl Node {
             }
         }
         self.cliques_carriers();
+        self.jobs_carriers();
     }
 
     /// Shutting down: goodbyes are sent, so exporters release what they hold for us.

@@ -209,8 +209,10 @@ fn with_jobs_an_import_is_admitted_only_inside_a_job_both_nodes_hold() {
     jobs.peer_gone(n(1));
     assert!(jobs.admit(3, n(1)).is_err());
     jobs.peer_said(n(1), &[("j".into(), job("j", 3, &[0, 1]).digest())]);
-    // Ended: nothing more under it, at once.
+    // Ended: nothing more under it, at once, and also once no job is left.
     jobs.end("j");
+    jobs.end("k");
+    assert!(!jobs.any() && jobs.in_use());
     assert_eq!(
         jobs.admit(3, n(1)),
         Err(ImportRefusal::NoJob { channel: 3 })

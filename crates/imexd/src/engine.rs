@@ -361,6 +361,8 @@ impl Engine {
                 (self.node).handle_session_cliques(now, via, &cliques.cliques, cliques.epoch);
             }
             Input::CliquesSent { peer, sent } => self.node.handle_cliques_sent(now, peer, sent),
+            Input::PeerJobs { via, jobs } => self.peer_jobs(via, jobs),
+            Input::JobsSent { peer, sent } => self.node.handle_jobs_sent(now, peer, sent),
             Input::Authenticate { via, what, reply } => {
                 let ok = self.node.authenticate(via, None, what).is_some();
                 let _ = reply.send(ok);
@@ -625,6 +627,7 @@ impl Engine {
                 | Action::SetMulticastFailure { .. }
                 | Action::AnswerRemoteGpuAttach { .. }) => self.perform_multicast(a),
                 Action::SendImport { peer, request } => self.send_import(peer, request),
+                Action::SendJobs { peer, jobs } => self.send_jobs(peer, jobs),
                 a @ (Action::ReadGpuFabric
                 | Action::SendCliques { .. }
                 | Action::CliqueChanged { .. }
@@ -777,6 +780,7 @@ impl Engine {
 }
 
 mod cliques;
+mod jobs;
 mod log;
 mod mesh_io;
 mod multicast;

@@ -42,6 +42,13 @@ pub(crate) enum Input {
     },
     /// Whether the session to `peer` took our cliques notification (`Action::SendCliques`).
     CliquesSent { peer: NodeId, sent: bool },
+    /// A peer's list of the jobs it shares with this node, on session `via`.
+    PeerJobs {
+        via: Via,
+        jobs: openimex_proto::peer::JobsHeld,
+    },
+    /// Whether the session to `peer` took our jobs list (`Action::SendJobs`).
+    JobsSent { peer: NodeId, sent: bool },
     /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not.
     GoodbyeDelivered { peer: NodeId, delivered: bool },
     /// An inbound connection was accepted (sent before anything else about it); `closer`

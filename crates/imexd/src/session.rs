@@ -73,6 +73,11 @@ where
                     break "the daemon is stopping".to_string();
                 }
             }
+            Some(Body::JobsHeld(jobs)) => {
+                if engine.send(Input::PeerJobs { via, jobs }).await.is_err() {
+                    break "the daemon is stopping".to_string();
+                }
+            }
             Some(request) => {
                 // Bounded: past MAX_SERVING, what the peer sends next waits in the transport.
                 tokio::select! {

@@ -131,7 +131,7 @@ impl Kind {
             Body::Refused(_) => Kind::Refused,
             // A pushed part of the sender's status row: counted with the rows, so the stats
             // file keeps NVIDIA's message kinds.
-            Body::CliquesChanged(_) => Kind::StatusResponse,
+            Body::CliquesChanged(_) | Body::JobsHeld(_) => Kind::StatusResponse,
             Body::RemoteGpuAttach(_) => Kind::RemoteGpuAttachRequest,
             Body::RemoteGpuAttachReply(_) => Kind::RemoteGpuAttachResponse,
             // A handshake frame: each session's first is read before its frames are counted,

@@ -233,6 +233,15 @@ pub enum Action {
         /// Their epoch ([`Node::cliques_epoch`]).
         epoch: u64,
     },
+    /// Tell `peer` the jobs it shares with this node, as (name, definition digest) (a
+    /// notification on the pair's session: nothing answers it); report whether the session
+    /// took it with [`Node::handle_jobs_sent`].
+    SendJobs {
+        /// The peer.
+        peer: NodeId,
+        /// Every job here with `peer` as a member.
+        jobs: Vec<(String, String)>,
+    },
     /// The driver posted CLIQUE_ID_CHANGE: `gpu` moved from clique `from` (`None`: a GPU the
     /// last read did not list) to `to` (log it, in NVIDIA's event name).
     CliqueChanged {

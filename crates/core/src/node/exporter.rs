@@ -52,6 +52,13 @@ impl Node {
             });
             return;
         }
+        if let Some(detail) = self.job_admits(import.channel, from.node, "exporter") {
+            self.actions.push_back(Action::AnswerImport {
+                request,
+                answer: Err(ImportError::new(Self::JOB_REFUSAL, detail)),
+            });
+            return;
+        }
         let pending = self
             .describing
             .values()

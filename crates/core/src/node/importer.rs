@@ -26,6 +26,13 @@ impl Node {
                     });
                     return;
                 }
+                if self.job_admits(channel, export_node, "importer").is_some() {
+                    self.actions.push_back(Action::ValidateImport {
+                        import_event_id: event_id,
+                        result: Err(Self::JOB_REFUSAL),
+                    });
+                    return;
+                }
                 self.imports.requested(event_id, export_node);
                 self.arm(now + self.import_timeout, Timer::Import(event_id));
                 // Sent now, or once the exporter answers one of those in flight (`outbox.rs`).

@@ -46,6 +46,8 @@ pub enum PeerRequest {
     McAttach,
     /// A notification that the peer's cliques changed.
     Cliques,
+    /// The list of the jobs the peer shares with this node.
+    Jobs,
 }
 
 impl PeerRequest {
@@ -62,6 +64,7 @@ impl PeerRequest {
                 "multicast attach: identity mismatch",
             ),
             Self::Cliques => ("cliques: no session", "cliques: identity mismatch"),
+            Self::Jobs => ("jobs: no session", "jobs: identity mismatch"),
         }
     }
 }
@@ -76,6 +79,7 @@ impl std::fmt::Display for PeerRequest {
             Self::Session => "session",
             Self::McAttach => "multicast attach",
             Self::Cliques => "cliques",
+            Self::Jobs => "jobs",
         })
     }
 }

@@ -14,7 +14,7 @@ use crate::driver_io::Call;
 use crate::mailbox::Input;
 
 /// How long one peer may take to take the notification.
-const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Engine {
     pub(super) fn perform_cliques(&mut self, action: Action) {

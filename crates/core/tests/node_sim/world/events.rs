@@ -98,6 +98,13 @@ pub(super) enum Ev {
         peer: NodeId,
         sent: bool,
     },
+    /// The daemon reports whether the session took its jobs list.
+    JobsSent {
+        node: usize,
+        inst: InstanceId,
+        peer: NodeId,
+        sent: bool,
+    },
     /// The node's read of its GPUs' probes (asked by `Action::ReadGpuFabric`) answers.
     FabricRead {
         node: usize,
@@ -227,6 +234,16 @@ impl World {
             } => {
                 if self.inst(node) == Some(inst) {
                     self.node_mut(node).handle_cliques_sent(now, peer, sent);
+                }
+            }
+            Ev::JobsSent {
+                node,
+                inst,
+                peer,
+                sent,
+            } => {
+                if self.inst(node) == Some(inst) {
+                    self.node_mut(node).handle_jobs_sent(now, peer, sent);
                 }
             }
             Ev::FabricRead { node, inst } => {

@@ -51,6 +51,10 @@ impl World {
                 let via = self.node(i).and_then(|n| n.session_of(peer));
                 self.notify(i, peer.index(), via, Msg::Cliques(cliques, epoch));
             }
+            Action::SendJobs { peer, jobs } => {
+                let via = self.node(i).and_then(|n| n.session_of(peer));
+                self.notify(i, peer.index(), via, Msg::Jobs(jobs));
+            }
             Action::Persist { importers } => self.slots[i].persist = importers,
             Action::RecoveryWait { .. }
             | Action::Recovered { .. }

@@ -45,6 +45,8 @@ pub enum Msg {
     GoodbyeRefused,
     /// A notification of the sender's new cliques and their epoch (nothing answers it).
     Cliques(Vec<u32>, u64),
+    /// The jobs the sender shares with the receiver (nothing answers it).
+    Jobs(Vec<(String, String)>),
 }
 
 /// One direction of a session: (dialler, acceptor, attempt, towards the acceptor).
@@ -104,6 +106,7 @@ impl World {
     /// sent after the daemon's notify timeout; with no session, at once.
     pub(super) fn notify(&mut self, from: usize, to: usize, via: Option<Via>, msg: Msg) {
         let inst = self.inst(from).unwrap();
+        let jobs = matches!(msg, Msg::Jobs(_));
         let sent = match via.and_then(|via| self.find(from, to, via)) {
             Some((key, _)) => self.send(key, from, None, msg),
             None => false,
@@ -114,15 +117,21 @@ impl World {
             false => self.now + NOTIFY_TIMEOUT,
         };
         let peer = Self::id(to);
-        self.push(
-            at,
-            Ev::CliquesSent {
+        let reported = match jobs {
+            false => Ev::CliquesSent {
                 node: from,
                 inst,
                 peer,
                 sent,
             },
-        );
+            true => Ev::JobsSent {
+                node: from,
+                inst,
+                peer,
+                sent,
+            },
+        };
+        self.push(at, reported);
     }
 
     /// Before `client` (instance `inst`) sends another import to `server`: the imports it has
@@ -251,6 +260,7 @@ impl World {
                 Msg::Cliques(cliques, epoch) => {
                     self.deliver_cliques(from, to, (client, server), sess, (&cliques, epoch));
                 }
+                Msg::Jobs(jobs) => self.deliver_jobs(from, to, (client, server), sess, &jobs),
                 Msg::ImportResp(_)
                 | Msg::UnimportResp
                 | Msg::UnimportRefused
@@ -344,7 +354,8 @@ impl World {
             | Msg::UnimportRefused
             | Msg::GoodbyeResp
             | Msg::GoodbyeRefused
-            | Msg::Cliques(..) => {
+            | Msg::Cliques(..)
+            | Msg::Jobs(_) => {
                 unreachable!("response or notification sent as a request")
             }
         }
@@ -370,6 +381,26 @@ impl World {
         let via = sess.via_at(key, to);
         self.stats.cliques_told += 1;
         self.node_mut(to).handle_session_cliques(now, via, c, epoch);
+        self.pump();
+        self.on_retired = None;
+    }
+
+    /// `from`'s list of the jobs it shares with `to` reaches `to` on session `key`.
+    fn deliver_jobs(
+        &mut self,
+        from: usize,
+        to: usize,
+        key: SessKey,
+        sess: Sess,
+        jobs: &[(String, String)],
+    ) {
+        let now = self.now;
+        self.note(|| format!("node {to}: from {from} jobs {jobs:?}"));
+        if self.retired_by(key, sess, to) {
+            self.on_retired = Some(to);
+        }
+        let via = sess.via_at(key, to);
+        self.node_mut(to).handle_session_jobs(now, via, jobs);
         self.pump();
         self.on_retired = None;
     }
