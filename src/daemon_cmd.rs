@@ -182,6 +182,7 @@ fn prepare(args: &Args, heap_allocations: Option<fn() -> u64>) -> Result<Prepare
         },
         persist_path: Some(cfg.persist_file.clone()),
         nodes_file: Some(cfg.imex_node_config_file.clone()),
+        jobs_dir: cfg.jobs_dir.clone(),
         network_interface: placement.interface.clone(),
         link_scope: placement.scope_id,
         conn_wait_timeout: cfg.imex_conn_wait_timeout.map(Duration::from_secs),

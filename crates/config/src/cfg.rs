@@ -315,6 +315,10 @@ pub struct Config {
     /// `OPENIMEX_METRICS_ADDR`: `address:port` where the daemon serves Prometheus metrics on
     /// `GET /metrics` over plain HTTP; `None` (empty, default) serves none.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `OPENIMEX_JOBS_DIR`: the directory of job files (one `<job>.job` per job, see
+    /// [`crate::jobfile`]), watched while the daemon runs; `None` (empty, default): no jobs
+    /// from files.
+    pub jobs_dir: Option<PathBuf>,
 
     /// `OPENIMEX_VERBOSE_LOG_BUFFER_KB`: size of the in-memory buffer of the messages
     /// `LOG_LEVEL` keeps out of the log, written to the log on SIGHUP and at shutdown; 0 turns
@@ -400,6 +404,7 @@ impl Default for Config {
             peer_any_source: false,
             persist_file: PathBuf::from("/var/run/nvidia-imex/persist.dat"),
             metrics_addr: None,
+            jobs_dir: None,
             verbose_log_buffer_kb: DEFAULT_VERBOSE_LOG_BUFFER_KB,
             syslog_socket: PathBuf::from(DEFAULT_SYSLOG_SOCKET),
             stats_interval_sec: DEFAULT_STATS_INTERVAL_SEC,

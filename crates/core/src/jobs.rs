@@ -238,9 +238,6 @@ impl JobState {
 struct Job {
     spec: JobSpec,
     digest: String,
-    /// What each member said: the digest of its definition, `None` when it holds no job of
-    /// the name.
-    said: BTreeMap<NodeId, Option<String>>,
     was_ready: bool,
 }
 
@@ -255,6 +252,10 @@ pub struct Jobs {
     quarantine: BTreeMap<u32, String>,
     /// A job was defined here once: job rules hold from then on.
     used: bool,
+    /// What each peer last said it holds with this node as a member: job name → digest. Kept
+    /// whole, also for jobs not (yet) defined here: a member that defines a job after its
+    /// peers told it theirs must find what they said.
+    heard: BTreeMap<NodeId, BTreeMap<String, String>>,
 }
 
 impl Jobs {
@@ -266,6 +267,7 @@ impl Jobs {
             held: BTreeMap::new(),
             quarantine: BTreeMap::new(),
             used: false,
+            heard: BTreeMap::new(),
         }
     }
 
@@ -330,13 +332,15 @@ impl Jobs {
                 by: by.clone(),
             });
         }
-        if let Some(ended) = self.quarantine.get(&spec.channel) {
+        // The same job back (its file rewritten): its own processes are no strays to it.
+        if let Some(ended) = self.quarantine.get(&spec.channel).filter(|e| **e != job) {
             return Err(DefineError::ChannelQuarantined {
                 job,
                 channel: spec.channel,
                 ended: ended.clone(),
             });
         }
+        self.quarantine.remove(&spec.channel);
         self.held.insert(spec.channel, job.clone());
         self.used = true;
         let digest = spec.digest();
@@ -345,7 +349,6 @@ impl Jobs {
             Job {
                 spec,
                 digest,
-                said: BTreeMap::new(),
                 was_ready: false,
             },
         );
@@ -386,46 +389,46 @@ impl Jobs {
     /// `peer` said which jobs it holds with this node as a member (all of them: a job it does
     /// not name, it does not hold).
     pub fn peer_said(&mut self, peer: NodeId, jobs: &[(String, String)]) {
-        for job in self.jobs.values_mut() {
-            if !job.spec.members.contains(&peer) {
-                continue;
-            }
-            let digest = (jobs.iter())
-                .find(|(name, _)| *name == job.spec.name)
-                .map(|(_, d)| d.clone());
-            job.said.insert(peer, digest);
-        }
+        self.heard.insert(peer, jobs.iter().cloned().collect());
     }
 
     /// `peer` is gone (its instance left or was replaced): what it said no longer holds.
     pub fn peer_gone(&mut self, peer: NodeId) {
-        for job in self.jobs.values_mut() {
-            job.said.remove(&peer);
-        }
+        self.heard.remove(&peer);
+    }
+
+    /// What `peer` said of job `name`: `None` if it said nothing yet, `Some(None)` if it holds
+    /// no job of that name, else the digest of its definition.
+    fn said(&self, peer: NodeId, name: &str) -> Option<Option<&String>> {
+        self.heard.get(&peer).map(|jobs| jobs.get(name))
     }
 
     /// The state of job `name`, given which peers this node holds a session with.
     pub fn state(&mut self, name: &str, connected: impl Fn(NodeId) -> bool) -> Option<JobState> {
         let local = self.local;
-        let job = self.jobs.get_mut(name)?;
-        let others = || job.spec.members.iter().copied().filter(|m| *m != local);
-        let disagreed: Vec<NodeId> = others()
-            .filter(|m| matches!(job.said.get(m), Some(Some(d)) if *d != job.digest))
+        let job = self.jobs.get(name)?;
+        let others: Vec<NodeId> = (job.spec.members.iter().copied())
+            .filter(|m| *m != local)
+            .collect();
+        let disagreed: Vec<NodeId> = (others.iter().copied())
+            .filter(|m| matches!(self.said(*m, name), Some(Some(d)) if *d != job.digest))
             .collect();
         if !disagreed.is_empty() {
             return Some(JobState::Disagreed(disagreed));
         }
-        let lost: Vec<NodeId> = others().filter(|m| !connected(*m)).collect();
-        let unsaid: Vec<NodeId> = others()
+        let lost: Vec<NodeId> = others.iter().copied().filter(|m| !connected(*m)).collect();
+        let unsaid: Vec<NodeId> = (others.iter().copied())
             .filter(|m| connected(*m))
-            .filter(|m| job.said.get(m) != Some(&Some(job.digest.clone())))
+            .filter(|m| self.said(*m, name) != Some(Some(&job.digest)))
             .collect();
         let state = match (lost.is_empty(), unsaid.is_empty()) {
             (true, true) => JobState::Ready,
             (false, _) if job.was_ready => JobState::Degraded(lost),
             _ => JobState::Forming(lost.into_iter().chain(unsaid).collect()),
         };
-        job.was_ready |= state == JobState::Ready;
+        if let Some(job) = self.jobs.get_mut(name) {
+            job.was_ready |= state == JobState::Ready;
+        }
         Some(state)
     }
 
@@ -451,7 +454,7 @@ impl Jobs {
                 node: other,
             });
         }
-        match job.said.get(&other) {
+        match self.said(other, name) {
             Some(Some(d)) if *d == job.digest => Ok(Some(name)),
             _ => Err(ImportRefusal::NotAgreed {
                 job: name.clone(),

@@ -106,6 +106,9 @@ fn an_ended_jobs_channel_goes_to_no_job_until_it_is_clear() {
         })
     );
     assert_eq!(jobs.define(job("other", 6, &[0, 1]), &m), Ok(true));
+    // The same job back with other members (its file rewritten) may have its channel again.
+    assert_eq!(jobs.define(job("old", 5, &[0, 2]), &m), Ok(true));
+    assert_eq!(jobs.end("old").map(|s| s.channel), Some(5));
     jobs.channel_clear(5);
     assert_eq!(jobs.define(job("new", 5, &[0, 1]), &m), Ok(true));
 }
@@ -245,4 +248,19 @@ fn the_digest_covers_every_part_of_the_definition() {
         job("j", 3, &[1, 0]).digest(),
         "members are a set"
     );
+}
+
+#[test]
+fn a_member_that_defines_a_job_after_its_peer_told_it_finds_what_the_peer_said() {
+    let m = map();
+    let (mut a, mut b) = (Jobs::new(n(0)), Jobs::new(n(1)));
+    let spec = job("j", 3, &[0, 1]);
+    a.define(spec.clone(), &m).unwrap();
+    // Node 0 tells node 1 before node 1 has the job (its prolog runs later).
+    b.peer_said(n(0), &a.told(n(1)));
+    b.define(spec, &m).unwrap();
+    a.peer_said(n(1), &b.told(n(0)));
+    assert_eq!(b.admit(3, n(0)), Ok(Some("j")));
+    assert_eq!(b.state("j", |_| true), Some(JobState::Ready));
+    assert_eq!(a.state("j", |_| true), Some(JobState::Ready));
 }

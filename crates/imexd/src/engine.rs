@@ -91,6 +91,8 @@ pub(crate) struct Engine {
     /// How many peers are connected, for the service manager (`notify`).
     peers_tx: Option<watch::Sender<crate::notify::Peers>>,
     connected: usize,
+    /// The jobs defined from job files, and the problems already logged (`engine/jobs.rs`).
+    job_files: jobs::FromFiles,
 }
 
 fn now() -> std::time::Instant {
@@ -136,6 +138,7 @@ impl Engine {
             stats: crate::stats::Stats::default(),
             peers_tx: None,
             connected: 0,
+            job_files: jobs::FromFiles::default(),
         })
     }
 
@@ -363,6 +366,7 @@ impl Engine {
             Input::CliquesSent { peer, sent } => self.node.handle_cliques_sent(now, peer, sent),
             Input::PeerJobs { via, jobs } => self.peer_jobs(via, jobs),
             Input::JobsSent { peer, sent } => self.node.handle_jobs_sent(now, peer, sent),
+            Input::JobFiles(files) => self.job_files(files),
             Input::Authenticate { via, what, reply } => {
                 let ok = self.node.authenticate(via, None, what).is_some();
                 let _ = reply.send(ok);

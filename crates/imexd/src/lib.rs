@@ -30,6 +30,7 @@ pub mod daemonize;
 mod driver_io;
 mod engine;
 mod error;
+mod jobs_dir;
 pub mod limits;
 pub mod logging;
 mod mailbox;
@@ -270,6 +271,13 @@ pub async fn run(
     match driver.gpu_fabric() {
         Ok(gpus) => node.handle_gpu_fabric(now, gpus),
         Err(e) => tracing::debug!("reading the GPUs' fabric probes at start: {e}"),
+    }
+    if let Some(dir) = settings.jobs_dir.clone() {
+        let (nodes_file, hosts, tx) = (settings.nodes_file.clone(), hosts_rx.clone(), tx.clone());
+        servers.push(tokio::spawn(async move {
+            jobs_dir::run(dir, nodes_file, hosts, tx).await;
+            Ok(())
+        }));
     }
     let engine = engine::Engine::new(node, settings.clone(), driver, tx, state_tx)?
         .count_into(events, world.stats.clone())

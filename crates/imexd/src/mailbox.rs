@@ -49,6 +49,8 @@ pub(crate) enum Input {
     },
     /// Whether the session to `peer` took our jobs list (`Action::SendJobs`).
     JobsSent { peer: NodeId, sent: bool },
+    /// A read of the jobs directory: the jobs of its valid files and the others' problems.
+    JobFiles(crate::jobs_dir::JobFiles),
     /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not.
     GoodbyeDelivered { peer: NodeId, delivered: bool },
     /// An inbound connection was accepted (sent before anything else about it); `closer`

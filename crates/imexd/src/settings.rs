@@ -40,6 +40,9 @@ pub struct Settings {
     pub persist_path: Option<PathBuf>,
     /// `IMEX_NODE_CONFIG_FILE`: read again on SIGUSR1 (`None`: nothing to re-read).
     pub nodes_file: Option<PathBuf>,
+    /// `OPENIMEX_JOBS_DIR`: the job files, watched while the daemon runs (`None`: no jobs from
+    /// files).
+    pub jobs_dir: Option<PathBuf>,
     /// The peer listener's interface (`NETWORK_INTERFACE`, else the one holding the bind IP),
     /// for the log; `None` when not known.
     pub network_interface: Option<String>,

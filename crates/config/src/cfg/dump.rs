@@ -92,6 +92,10 @@ pub fn dump(cfg: &Config) -> Vec<(String, String)> {
             opt(cfg.metrics_addr.map(|a| a.to_string())),
         ),
         (
+            "OPENIMEX_JOBS_DIR",
+            opt(cfg.jobs_dir.as_ref().map(|d| d.display().to_string())),
+        ),
+        (
             "OPENIMEX_VERBOSE_LOG_BUFFER_KB",
             cfg.verbose_log_buffer_kb.to_string(),
         ),

@@ -250,6 +250,7 @@ const KEYS: &[Key] = &[
         Ok(())
     } },
     Key { name: "OPENIMEX_METRICS_ADDR", set: |c, v| { c.metrics_addr = v.opt_socket_addr()?; Ok(()) } },
+    Key { name: "OPENIMEX_JOBS_DIR", set: |c, v| { c.jobs_dir = v.opt_path(); Ok(()) } },
     Key { name: "OPENIMEX_SYSLOG_SOCKET", set: |c, v| {
         c.syslog_socket = v.opt_path().ok_or_else(|| {
             v.invalid("path", "expected the path of the system logger's datagram socket (default /dev/log)")

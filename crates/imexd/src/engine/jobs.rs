@@ -1,18 +1,22 @@
-//! The engine's part in jobs (`openimex_core::node` jobs): telling a member the jobs it shares
-//! with this node, and taking a member's list off the wire (bounded: a peer's words cannot
-//! grow the table past what any real domain of jobs needs).
+//! The engine's part in jobs (`openimex_core::node` jobs): the jobs of the job files
+//! (`jobs_dir`) defined and ended in the node as files appear and go, telling a member the jobs
+//! it shares with this node, and taking a member's list off the wire (bounded: a peer's words
+//! cannot grow the table past what any real domain of jobs needs).
 
-use openimex_core::jobs::MAX_JOB_NAME;
+use std::collections::{BTreeMap, BTreeSet};
+
+use openimex_core::NodeId;
+use openimex_core::jobs::{JobSpec, MAX_JOB_NAME};
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{JobDigest, JobsHeld};
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 use super::{Engine, now};
 use crate::mailbox::Input;
 
-/// Most jobs a peer's list may name to be believed (more than one node could hold: a job has
-/// one channel, and a node has at most 2^20 channels).
-const MAX_PEER_JOBS: usize = 1 << 20;
+/// Most jobs a peer's list may name to be believed: as many as a node reads job files
+/// (`jobs_dir`), far more than one node can run.
+const MAX_PEER_JOBS: usize = 1 << 16;
 /// A definition digest: SHA-256 in hex.
 const DIGEST_LEN: usize = 64;
 
@@ -52,5 +56,75 @@ impl Engine {
             .map(|j| (j.name, j.digest))
             .collect();
         self.node.handle_session_jobs(now(), via, &jobs);
+    }
+}
+
+/// The jobs the job files defined, and the problems logged (each once while it lasts).
+#[derive(Debug, Default)]
+pub(super) struct FromFiles {
+    jobs: BTreeMap<String, JobSpec>,
+    problems: BTreeSet<String>,
+}
+
+impl Engine {
+    /// A read of the jobs directory: jobs whose file is gone (or now says something else) end,
+    /// new ones are defined; a file that is no job, or a job the node refuses, is logged once
+    /// and changes nothing else.
+    pub(super) fn job_files(&mut self, files: crate::jobs_dir::JobFiles) {
+        let now = now();
+        let mut problems = BTreeSet::new();
+        problems.extend(files.problems);
+        let wanted: BTreeMap<String, (std::path::PathBuf, JobSpec)> = (files.jobs.into_iter())
+            .map(|f| {
+                let spec = JobSpec {
+                    name: f.name.clone(),
+                    channel: f.channel,
+                    members: f.members.iter().map(|m| NodeId(*m)).collect(),
+                    owner: f.owner,
+                };
+                (f.name, (f.path, spec))
+            })
+            .collect();
+        let gone: Vec<String> = (self.job_files.jobs.iter())
+            .filter(|(name, spec)| wanted.get(*name).map(|(_, s)| s) != Some(*spec))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            self.job_files.jobs.remove(&name);
+            if let Some(spec) = self.node.handle_job_end(now, &name) {
+                info!(
+                    "job {name} ended (its file is gone or changed): channel {} is kept from \
+                     other jobs on this node while its processes may remain",
+                    spec.channel
+                );
+            }
+        }
+        for (name, (path, spec)) in wanted {
+            if self.job_files.jobs.contains_key(&name) {
+                continue;
+            }
+            match self.node.handle_job_define(now, spec.clone()) {
+                Ok(new) => {
+                    if new {
+                        let members: Vec<String> =
+                            spec.members.iter().map(ToString::to_string).collect();
+                        info!(
+                            "job {name} defined from {}: channel {}, members {}",
+                            path.display(),
+                            spec.channel,
+                            members.join(",")
+                        );
+                    }
+                    self.job_files.jobs.insert(name, spec);
+                }
+                Err(e) => {
+                    problems.insert(format!("{}: {e}", path.display()));
+                }
+            }
+        }
+        for p in problems.difference(&self.job_files.problems) {
+            warn!("job file ignored: {p}");
+        }
+        self.job_files.problems = problems;
     }
 }

@@ -169,6 +169,7 @@ fn settings() -> Settings {
         peer_any_source: false,
         grace: None,
         persist_path: None,
+        jobs_dir: None,
         nodes_file: None,
         network_interface: None,
         link_scope: 0,

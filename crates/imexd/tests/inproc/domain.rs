@@ -62,6 +62,8 @@ pub(crate) struct Options {
     pub(crate) nodes_file: Option<PathBuf>,
     /// The reconnect backoff.
     pub(crate) backoff: Backoff,
+    /// Each daemon's `OPENIMEX_JOBS_DIR` is `node-<id>` under this (`None`: no jobs dir).
+    pub(crate) jobs_dir: Option<PathBuf>,
 }
 
 impl Options {
@@ -70,6 +72,7 @@ impl Options {
         Self {
             hosts: (0..nodes).map(|i| ip(i).to_string()).collect(),
             nodes_file: None,
+            jobs_dir: None,
             backoff: Backoff {
                 min: Duration::from_millis(250),
                 max: Duration::from_secs(5),
@@ -120,6 +123,10 @@ fn settings(local: usize, options: &Options) -> Settings {
         grace: None,
         persist_path: None,
         nodes_file: options.nodes_file.clone(),
+        jobs_dir: options
+            .jobs_dir
+            .as_ref()
+            .map(|d| d.join(format!("node-{local}"))),
         network_interface: None,
         link_scope: 0,
         conn_wait_timeout: None,

@@ -115,9 +115,14 @@ impl Gpus {
     /// An application on this node imports `uuid` (index 0) of node `from`: MEM_IMPORT
     /// `event_id` is posted to the daemon.
     pub(crate) fn import(&self, event_id: u64, uuid: [u8; 16], from: NodeId) {
+        self.import_on(0, event_id, uuid, from);
+    }
+
+    /// [`Gpus::import`] by an application subscribed to IMEX channel `channel`.
+    pub(crate) fn import_on(&self, channel: u32, event_id: u64, uuid: [u8; 16], from: NodeId) {
         (self.0.events.lock().expect("events")).push(Event::Import {
             event_id,
-            channel: 0,
+            channel,
             export_uuid: uuid,
             index: 0,
             export_node: from,
@@ -128,6 +133,16 @@ impl Gpus {
     /// Describes the daemon took of this node's exports for its peers.
     pub(crate) fn describes(&self) -> u64 {
         *self.0.describes.lock().expect("describes")
+    }
+
+    /// Whether import `event_id` was validated, with pages (`Some(true)`) or refused.
+    pub(crate) fn validated_one(&self, event_id: u64) -> Option<bool> {
+        self.0
+            .validated
+            .lock()
+            .expect("validated")
+            .get(&event_id)
+            .copied()
     }
 
     /// Import events validated so far, and how many of them with pages.

@@ -12,12 +12,14 @@
 //! The import bound is checked here too (`imports.rs`), and so are the two decisions about a
 //! pair's old connections, with one connection stalled while the others flow
 //! ([`MemNet::stall`]): the retire wait of a session the pair moved off (`retire.rs`), and the
-//! late answer to a superseded dial (`late_dial.rs`).
+//! late answer to a superseded dial (`late_dial.rs`). Jobs defined by job files (`jobs.rs`):
+//! read as they are written and deleted, told to the members, and the imports they admit.
 
 mod cliques;
 mod domain;
 mod gpus;
 mod imports;
+mod jobs;
 mod late_dial;
 mod lifecycle;
 mod retire;

@@ -1,0 +1,183 @@
+//! `OPENIMEX_JOBS_DIR`: the job files ([`openimex_config::jobfile`]) as the daemon's record of
+//! the jobs a prolog or a node agent defined on this node. The directory is read at start and
+//! again at once whenever a file in it is written, moved or deleted (inotify), with a slow
+//! rescan as a safety net (a directory replaced under us, a missed event). Each read hands the
+//! engine the whole set ([`Input::JobFiles`]): the jobs of the valid files, and the problems of
+//! the others (file:line, the fix); the engine defines what is new and ends what is gone, so a
+//! deleted file ends its job and a restart finds the same jobs again.
+//!
+//! A prolog should write a job file whole (write elsewhere, then rename into the directory):
+//! a file read while half written is a malformed job until its last write lands and is read
+//! again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use openimex_config::jobfile::{JOB_FILE_SUFFIX, JobFile};
+use openimex_config::{NodeConfig, NodeEntry};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::mailbox::{Hosts, Input};
+
+/// The safety net's period: the directory is read again this often even without an event.
+const RESCAN: Duration = Duration::from_secs(30);
+/// Most job files read: a node holds at most one job per channel, and a directory with more
+/// files than any node could use is read this far (in name order), the rest reported.
+const MAX_JOB_FILES: usize = 1 << 16;
+
+/// What one read of the directory found.
+#[derive(Debug, Default)]
+pub(crate) struct JobFiles {
+    /// The jobs of the valid files.
+    pub(crate) jobs: Vec<JobFile>,
+    /// Why each other `.job` file is no job.
+    pub(crate) problems: Vec<String>,
+}
+
+/// Watches `dir` until the engine stops, sending it every read. The directory is created if
+/// missing (root-only, 0700: job files decide who may reach whose memory).
+pub(crate) async fn run(
+    dir: PathBuf,
+    nodes_file: Option<PathBuf>,
+    hosts: Hosts,
+    engine: mpsc::Sender<Input>,
+) {
+    {
+        let watch = match watch(&dir) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                warn!(
+                    "cannot watch the jobs directory {} ({e}): job files are read every {} s \
+                     only",
+                    dir.display(),
+                    RESCAN.as_secs()
+                );
+                None
+            }
+        };
+        let nodes_file = Arc::new(nodes_file.unwrap_or_default());
+        loop {
+            let map = Arc::clone(&hosts.borrow());
+            let (dir2, nodes2) = (dir.clone(), Arc::clone(&nodes_file));
+            let read = tokio::task::spawn_blocking(move || read(&dir2, &nodes2, &map)).await;
+            let Ok(files) = read else { return };
+            if engine.send(Input::JobFiles(files)).await.is_err() {
+                return;
+            }
+            match &watch {
+                Some(w) => {
+                    tokio::select! {
+                        ready = w.readable() => match ready {
+                            Ok(mut guard) => {
+                                // Drain the events: one read covers them all.
+                                while guard.get_inner().0.read_events().is_ok_and(|e| !e.is_empty()) {}
+                                guard.clear_ready();
+                            }
+                            Err(_) => tokio::time::sleep(RESCAN).await,
+                        },
+                        () = tokio::time::sleep(RESCAN) => {}
+                        () = engine.closed() => return,
+                    }
+                }
+                None => tokio::select! {
+                    () = tokio::time::sleep(RESCAN) => {}
+                    () = engine.closed() => return,
+                },
+            }
+        }
+    }
+}
+
+/// An inotify watch on `dir` for files written, moved in or out, and deleted.
+fn watch(dir: &Path) -> std::io::Result<AsyncFd<Watch>> {
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+    inotify.add_watch(
+        dir,
+        AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_DELETE_SELF
+            | AddWatchFlags::IN_MOVE_SELF,
+    )?;
+    // SAFETY: the `Inotify` owns its descriptor, which stays open and the same until the
+    // `AsyncFd`, which owns the `Inotify`, is dropped.
+    unsafe { AsyncFd::register_with_interest(Watch(inotify), tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
+
+/// The inotify instance, as the runtime polls it.
+struct Watch(Inotify);
+
+impl std::os::fd::AsRawFd for Watch {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd as _;
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt as _;
+
+/// Reads every `.job` file of `dir` against the nodes file's entries `hosts` (read from
+/// `nodes_file`, named in messages).
+pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles {
+    let nodes = NodeConfig {
+        path: nodes_file.to_owned(),
+        entries: (hosts.iter().enumerate())
+            .map(|(i, host)| NodeEntry {
+                line: i + 1,
+                host: host.clone(),
+            })
+            .collect(),
+    };
+    let mut found = JobFiles::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            found.problems.push(format!(
+                "cannot read the jobs directory {}: {e}; create it (OPENIMEX_JOBS_DIR in \
+                 config.cfg names it)",
+                dir.display()
+            ));
+            return found;
+        }
+    };
+    let mut paths: Vec<PathBuf> = (entries.filter_map(Result::ok))
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(JOB_FILE_SUFFIX) && !n.starts_with('.'))
+        })
+        .collect();
+    paths.sort();
+    if paths.len() > MAX_JOB_FILES {
+        found.problems.push(format!(
+            "{}: {} job files, more than any node holds; the first {MAX_JOB_FILES} (by name) \
+             are read",
+            dir.display(),
+            paths.len()
+        ));
+        paths.truncate(MAX_JOB_FILES);
+    }
+    for path in paths {
+        match JobFile::load(&path, &nodes) {
+            Ok(job) => found.jobs.push(job),
+            // Deleted between the listing and the read: the job ended, not a problem.
+            Err(openimex_config::ConfigError::JobFileIo { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => found.problems.push(e.to_string()),
+        }
+    }
+    found
+}
