@@ -209,6 +209,7 @@ impl World {
                 self.cond = Conditions::calm();
             }
             Op::Reread(i) => self.reread(i),
+            Op::Job(k) => self.job_op(k),
         }
     }
 
@@ -391,7 +392,8 @@ impl World {
                 self.note(|| format!("FAULT strangers connect to node {i}"));
                 self.strangers(i);
             }
-            _ => self.gpu_moves(i),
+            13 => self.gpu_moves(i),
+            _ => self.job_starts(i),
         }
     }
 

@@ -59,7 +59,8 @@ fn summary(seeds: u64, failures: usize, s: &Stats) -> String {
          connections and {} silent streams closed at the hello deadline, {} retired sessions \
          ended at the wait, {} \
          goodbyes not waited for, {} requests refused on a retired session, {} GPUs moved to \
-         another clique ({} clique notifications delivered)",
+         another clique ({} clique notifications delivered), {} jobs started ({} definitions \
+         taken, {} refused)",
         s.imports,
         s.validated_ok,
         s.validated_err,
@@ -77,7 +78,10 @@ fn summary(seeds: u64, failures: usize, s: &Stats) -> String {
         s.goodbyes_unanswered,
         s.refused_on_retired,
         s.gpu_moves,
-        s.cliques_told
+        s.cliques_told,
+        s.jobs_started,
+        s.jobs_defined,
+        s.jobs_refused
     )
 }
 

@@ -19,6 +19,7 @@
 
 mod events;
 mod invariants;
+mod jobs;
 mod lifecycle;
 mod owed;
 mod perform;
@@ -62,7 +63,7 @@ pub struct Params {
 }
 
 /// How many kinds of fault the chaos script knows.
-pub const FAULT_KINDS: usize = 14;
+pub const FAULT_KINDS: usize = 15;
 /// The kinds a seed's weights were drawn for before the uneven heal (issue 28): drawn first,
 /// so a seed's other parameters stay what they were.
 pub const FAULT_KINDS_BEFORE_28: usize = 10;
@@ -142,6 +143,10 @@ pub struct Stats {
     /// GPUs moved to another clique (issue 30), and clique notifications delivered.
     pub gpu_moves: u64,
     pub cliques_told: u64,
+    /// Jobs started (issue 31), definitions the nodes accepted and refused.
+    pub jobs_started: u64,
+    pub jobs_defined: u64,
+    pub jobs_refused: u64,
 }
 
 impl Stats {
@@ -164,6 +169,9 @@ impl Stats {
         self.refused_on_retired += o.refused_on_retired;
         self.gpu_moves += o.gpu_moves;
         self.cliques_told += o.cliques_told;
+        self.jobs_started += o.jobs_started;
+        self.jobs_defined += o.jobs_defined;
+        self.jobs_refused += o.jobs_refused;
     }
 }
 
@@ -178,6 +186,8 @@ pub struct Daemon {
     pub goodbyes_over: bool,
     /// The process would have exited already, but its node still waits for the goodbyes.
     pub exit_due: bool,
+    /// What the world did with its jobs (`world/jobs.rs`).
+    pub jobs: jobs::DaemonJobs,
 }
 
 pub struct Slot {
@@ -185,6 +195,8 @@ pub struct Slot {
     pub driver: Driver,
     /// The daemon's persist record (a file: it outlives the daemon).
     pub persist: Vec<NodeId>,
+    /// The node's job files (they outlive the daemon), by job name.
+    pub job_files: BTreeMap<String, openimex_core::jobs::JobSpec>,
 }
 
 /// A scripted operation (applications and faults); see `chaos.rs`.
@@ -197,6 +209,8 @@ pub enum Op {
     Calm,
     /// SIGUSR1 on this node: it re-reads the nodes file and re-resolves every entry.
     Reread(usize),
+    /// A prolog or epilog: `World::job_ops[k]`.
+    Job(usize),
 }
 
 /// A fabric handle an application published (out of band, as MPI would).
@@ -272,6 +286,8 @@ pub struct World {
     /// Each node's address generation: its entry resolves to 10.9.<node>.<generation>, which a
     /// DNS change moves (`reread.rs`).
     pub addr_gen: Vec<u8>,
+    /// The prologs and epilogs scheduled (`Op::Job`).
+    pub job_ops: Vec<jobs::JobOp>,
 }
 
 impl World {
@@ -284,6 +300,7 @@ impl World {
                 daemon: None,
                 driver: Driver::new(i),
                 persist: Vec::new(),
+                job_files: BTreeMap::new(),
             })
             .collect();
         Self {
@@ -316,6 +333,7 @@ impl World {
             stats: Stats::default(),
             log: None,
             addr_gen: vec![1; p.n],
+            job_ops: Vec::new(),
             unheard: BTreeMap::new(),
             closed_conns: BTreeSet::new(),
             silent: BTreeMap::new(),

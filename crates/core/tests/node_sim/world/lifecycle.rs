@@ -48,9 +48,11 @@ impl World {
             stopped_at: None,
             goodbyes_over: false,
             exit_due: false,
+            jobs: Default::default(),
         });
         self.note(|| format!("node {i}: daemon started, instance {instance}"));
         self.pump();
+        self.define_from_files(i);
     }
 
     /// kill -9 (or the exit after a clean shutdown): the process is gone, the driver tears its

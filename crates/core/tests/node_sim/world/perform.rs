@@ -63,6 +63,14 @@ impl World {
             // Refusals that are no bookkeeping bug: a connection without a hello in time
             // (judged in `owed.rs`), and a request the peer sent on a session this node had
             // retired (it no longer proves the pair; the sender fails or resends it).
+            // A refusal under the jobs is the decision under test (`world/jobs.rs`).
+            Action::Refused { reason, .. }
+                if matches!(
+                    reason,
+                    "import: no job owns the channel"
+                        | "import: node outside the job"
+                        | "import: job not held by the other node"
+                ) => {}
             Action::Refused { reason, .. }
                 if reason == "connection: no hello in time" || self.on_retired == Some(i) =>
             {
@@ -135,6 +143,12 @@ impl World {
                 index,
                 channel,
             } => {
+                let asker = (self.server_reqs.get(&(i, request)))
+                    .and_then(|rpc| self.rpcs.get(rpc))
+                    .map(|rpc| (rpc.client, rpc.client_inst));
+                if let Some((client, client_inst)) = asker {
+                    self.check_job_serve(i, client, client_inst, channel);
+                }
                 let result = self.slots[i].driver.describe(&export_uuid, index, channel);
                 if let Ok((r, _)) = &result
                     && let Some(rpc) = self
