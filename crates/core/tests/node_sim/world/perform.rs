@@ -64,13 +64,13 @@ impl World {
             // (judged in `owed.rs`), and a request the peer sent on a session this node had
             // retired (it no longer proves the pair; the sender fails or resends it).
             // A refusal under the jobs is the decision under test (`world/jobs.rs`).
-            Action::Refused { reason, .. }
-                if matches!(
-                    reason,
+            Action::Refused {
+                reason:
                     "import: no job owns the channel"
-                        | "import: node outside the job"
-                        | "import: job not held by the other node"
-                ) => {}
+                    | "import: node outside the job"
+                    | "import: job not held by the other node",
+                ..
+            } => {}
             Action::Refused { reason, .. }
                 if reason == "connection: no hello in time" || self.on_retired == Some(i) =>
             {
