@@ -26,16 +26,7 @@ fn gpu(gpu: u32, clique_id: u32) -> GpuFabric {
 fn node() -> (Node, Instant, Vec<Hello>) {
     let (mut n, now, hellos) = sim::node::node(Setup::default());
     n.handle_gpu_fabric(now, vec![gpu(0, 7), gpu(1, 7)]);
-    let started = sim::node::start(&mut n, now);
-    // Node 0's dial to node 2 finds nothing listening.
-    let to_2 = sim::node::dial_attempt(&started, 2).expect("node 2 dialled at start");
-    sim::node::refused(&mut n, now, NodeId(2), to_2);
-    assert_eq!(
-        n.handle_session_hello(now, 1, true, &hellos[1]),
-        Verdict::Accept
-    );
-    assert!(n.handle_session_opened(now, 1));
-    drain(&mut n);
+    let (n, _) = sim::node::with_node_1(n, now, &hellos);
     (n, now, hellos)
 }
 

@@ -2,11 +2,12 @@
 //! definitions, readiness per job, the imports a job admits, and the quarantine of an ended
 //! job's channel.
 
-use std::collections::BTreeSet;
+mod sim;
 
 use openimex_core::NodeId;
 use openimex_core::NodeMap;
-use openimex_core::jobs::{DefineError, ImportRefusal, JobSpec, JobState, Jobs};
+use openimex_core::jobs::{DefineError, ImportRefusal, JobState, Jobs};
+use sim::node::job;
 
 /// Nodes 0–4; line 3 is a placeholder (no node runs at that ID).
 fn map() -> NodeMap {
@@ -15,15 +16,6 @@ fn map() -> NodeMap {
             .map(String::from)
             .to_vec(),
     )
-}
-
-fn job(name: &str, channel: u32, members: &[u16]) -> JobSpec {
-    JobSpec {
-        name: name.into(),
-        channel,
-        members: members.iter().map(|m| NodeId(*m)).collect::<BTreeSet<_>>(),
-        owner: None,
-    }
 }
 
 fn n(i: u16) -> NodeId {

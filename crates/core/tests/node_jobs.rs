@@ -4,41 +4,23 @@
 
 mod sim;
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
-use openimex_core::jobs::{JobSpec, JobState};
+use openimex_core::jobs::JobState;
 use openimex_core::node::Action;
 use openimex_core::*;
-use sim::node::{Setup, drain, peer};
+use sim::node::{Setup, drain, job, peer};
 
 /// Node 0 of 3, started, node 1's session up (accepted on connection 1), node 2 not connected.
 fn node() -> (Node, Instant, Vec<Hello>) {
-    let (mut n, now, hellos) = sim::node::node(Setup::default());
-    let started = sim::node::start(&mut n, now);
-    let to_2 = sim::node::dial_attempt(&started, 2).expect("node 2 dialled at start");
-    sim::node::refused(&mut n, now, NodeId(2), to_2);
-    assert_eq!(
-        n.handle_session_hello(now, 1, true, &hellos[1]),
-        Verdict::Accept
-    );
-    assert!(n.handle_session_opened(now, 1));
-    let actions = drain(&mut n);
+    let (n, now, hellos) = sim::node::node(Setup::default());
+    let (n, actions) = sim::node::with_node_1(n, now, &hellos);
     assert_eq!(
         told(&actions),
         vec![],
         "no job: nothing told, as before jobs"
     );
     (n, now, hellos)
-}
-
-fn job(name: &str, channel: u32, members: &[u16]) -> JobSpec {
-    JobSpec {
-        name: name.into(),
-        channel,
-        members: members.iter().map(|m| NodeId(*m)).collect::<BTreeSet<_>>(),
-        owner: None,
-    }
 }
 
 fn told(actions: &[Action]) -> Vec<(NodeId, Vec<String>)> {

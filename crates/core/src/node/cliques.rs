@@ -234,16 +234,22 @@ impl Node {
         if self.cliques.epoch == 0 || self.cliques.told_on.is_empty() {
             return;
         }
-        let moved: Vec<NodeId> = (self.cliques.told_on.iter())
+        for peer in self.moved_off(&self.cliques.told_on) {
+            self.send_cliques(peer);
+        }
+    }
+
+    /// The peers of `told_on` (each with the session it was last told on) whose pair another
+    /// session carries now while their link stays up: what they were told may have gone with
+    /// the old session.
+    pub(super) fn moved_off(&self, told_on: &BTreeMap<NodeId, Option<Via>>) -> Vec<NodeId> {
+        (told_on.iter())
             .filter(|(peer, via)| {
                 let now = self.mesh.session_of(**peer);
                 now.is_some() && now != **via && self.connected(**peer).is_some()
             })
             .map(|(peer, _)| *peer)
-            .collect();
-        for peer in moved {
-            self.send_cliques(peer);
-        }
+            .collect()
     }
 
     fn send_cliques(&mut self, peer: NodeId) {

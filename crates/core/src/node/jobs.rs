@@ -116,14 +116,7 @@ impl Node {
         if !self.jobs.in_use() {
             return;
         }
-        let moved: Vec<NodeId> = (self.jobs_told.told_on.iter())
-            .filter(|(peer, via)| {
-                let now = self.mesh.session_of(**peer);
-                now.is_some() && now != **via && self.connected(**peer).is_some()
-            })
-            .map(|(peer, _)| *peer)
-            .collect();
-        for peer in moved {
+        for peer in self.moved_off(&self.jobs_told.told_on) {
             self.send_jobs(peer);
         }
     }

@@ -56,6 +56,31 @@ pub fn node(setup: Setup) -> (Node, Instant, Vec<Hello>) {
     (Node::new(cfg, now), now, hellos)
 }
 
+/// Node 0 of [`Setup::default`], started, its dial to node 2 refused and node 1's session up
+/// (accepted on connection 1); what it did meanwhile.
+pub fn with_node_1(mut n: Node, now: Instant, hellos: &[Hello]) -> (Node, Vec<Action>) {
+    let started = start(&mut n, now);
+    let to_2 = dial_attempt(&started, 2).expect("node 2 dialled at start");
+    refused(&mut n, now, NodeId(2), to_2);
+    assert_eq!(
+        n.handle_session_hello(now, 1, true, &hellos[1]),
+        Verdict::Accept
+    );
+    assert!(n.handle_session_opened(now, 1));
+    let actions = drain(&mut n);
+    (n, actions)
+}
+
+/// A job named `name` on `channel` with these member node IDs, owned by root.
+pub fn job(name: &str, channel: u32, members: &[u16]) -> openimex_core::jobs::JobSpec {
+    openimex_core::jobs::JobSpec {
+        name: name.into(),
+        channel,
+        members: members.iter().map(|m| NodeId(*m)).collect(),
+        owner: None,
+    }
+}
+
 /// Starts `n` with its driver open; returns what it asked for (its dials among them).
 pub fn start(n: &mut Node, now: Instant) -> Vec<Action> {
     n.handle_start(now);

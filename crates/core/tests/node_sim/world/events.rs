@@ -91,19 +91,14 @@ pub(super) enum Ev {
         inst: InstanceId,
         stream: u64,
     },
-    /// The daemon reports whether the session took its cliques notification.
-    CliquesSent {
+    /// The daemon reports whether the session took its notification of cliques (`jobs`
+    /// false) or its jobs list.
+    NotifySent {
         node: usize,
         inst: InstanceId,
         peer: NodeId,
         sent: bool,
-    },
-    /// The daemon reports whether the session took its jobs list.
-    JobsSent {
-        node: usize,
-        inst: InstanceId,
-        peer: NodeId,
-        sent: bool,
+        jobs: bool,
     },
     /// The node's read of its GPUs' probes (asked by `Action::ReadGpuFabric`) answers.
     FabricRead {
@@ -226,24 +221,19 @@ impl World {
                 }
             }
             Ev::StreamHeard { node, inst, stream } => self.stream_heard(node, inst, stream),
-            Ev::CliquesSent {
+            Ev::NotifySent {
                 node,
                 inst,
                 peer,
                 sent,
+                jobs,
             } => {
                 if self.inst(node) == Some(inst) {
-                    self.node_mut(node).handle_cliques_sent(now, peer, sent);
-                }
-            }
-            Ev::JobsSent {
-                node,
-                inst,
-                peer,
-                sent,
-            } => {
-                if self.inst(node) == Some(inst) {
-                    self.node_mut(node).handle_jobs_sent(now, peer, sent);
+                    let n = self.node_mut(node);
+                    match jobs {
+                        false => n.handle_cliques_sent(now, peer, sent),
+                        true => n.handle_jobs_sent(now, peer, sent),
+                    }
                 }
             }
             Ev::FabricRead { node, inst } => {

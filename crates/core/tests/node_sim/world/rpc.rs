@@ -117,19 +117,12 @@ impl World {
             false => self.now + NOTIFY_TIMEOUT,
         };
         let peer = Self::id(to);
-        let reported = match jobs {
-            false => Ev::CliquesSent {
-                node: from,
-                inst,
-                peer,
-                sent,
-            },
-            true => Ev::JobsSent {
-                node: from,
-                inst,
-                peer,
-                sent,
-            },
+        let reported = Ev::NotifySent {
+            node: from,
+            inst,
+            peer,
+            sent,
+            jobs,
         };
         self.push(at, reported);
     }
