@@ -183,6 +183,17 @@ fn prepare(args: &Args, heap_allocations: Option<fn() -> u64>) -> Result<Prepare
         persist_path: Some(cfg.persist_file.clone()),
         nodes_file: Some(cfg.imex_node_config_file.clone()),
         jobs_dir: cfg.jobs_dir.clone(),
+        channels: match &backend {
+            Backend::NoGpu | Backend::Auto => None,
+            // The simulated driver's channels are regular files, whatever its /proc says.
+            Backend::Nvidia(root) => Some(openimex_driver::channels::ChannelDir {
+                dir: openimex_driver::channels::channels_dir(root),
+                major: match cfg.driver {
+                    DriverKind::Sim => None,
+                    _ => openimex_driver::nvidia::files::channels_major(root),
+                },
+            }),
+        },
         network_interface: placement.interface.clone(),
         link_scope: placement.scope_id,
         conn_wait_timeout: cfg.imex_conn_wait_timeout.map(Duration::from_secs),

@@ -12,14 +12,13 @@
 //! Existing files are kept as they are (a scheduler may have given one to a job), but a
 //! one others may open is warned about.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use openimex_driver::channels::{
-    CHANNELS_DIR, MAX_IMEX_CHANNEL_COUNT, OTHERS_ACCESS, channel_file_name, create_channel_file,
-    describe_open_mode, open_to_all,
+    CHANNELS_DIR, MAX_IMEX_CHANNEL_COUNT, OTHERS_ACCESS, channel_file_name, create_channel_device,
+    create_channel_file, describe_open_mode, open_to_all,
 };
 
 /// Where the real driver's channel devices live.
@@ -151,7 +150,14 @@ fn create(a: &CreateArgs) -> Result<()> {
     for n in a.first..end {
         let path = a.dir.join(channel_file_name(n));
         let created = match major {
-            Some(major) => create_device(&path, major, n, mode, uid, gid)?,
+            Some(major) => {
+                create_channel_device(&path, major, n, mode, uid, gid).with_context(|| {
+                    format!(
+                        "cannot create the device {} (c {major} {n}); run as root",
+                        path.display()
+                    )
+                })?
+            }
             None => create_channel_file(&path, mode, Some(uid), Some(gid)).with_context(|| {
                 format!(
                     "cannot create {}; run as root (owner {uid}:{gid} needs it)",
@@ -186,39 +192,6 @@ fn create(a: &CreateArgs) -> Result<()> {
 /// `mknod path c major minor`, then owner and mode (never looser than asked, even briefly:
 /// the node is made owner-only first). `false` if a file of that name exists; a file that
 /// is not that channel's device is an error.
-fn create_device(
-    path: &Path,
-    major: u32,
-    minor: u32,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-) -> Result<bool> {
-    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
-    let dev = makedev(u64::from(major), u64::from(minor));
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if meta.file_type().is_char_device() && meta.rdev() == dev {
-            return Ok(false);
-        }
-        bail!(
-            "{} exists and is not the character device c {major} {minor} of channel {minor}; \
-             remove it and run this again",
-            path.display()
-        );
-    }
-    mknod(path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), dev).with_context(|| {
-        format!(
-            "cannot create the device {} (c {major} {minor}); run as root",
-            path.display()
-        )
-    })?;
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))
-        .with_context(|| format!("cannot give {} to {uid}:{gid}", path.display()))?;
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode))
-        .with_context(|| format!("cannot set mode {mode:04o} on {}", path.display()))?;
-    Ok(true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,9 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-pub use openimex_simproto::node_dir::{CHANNELS_DIR, channel_file_name, parse_channel_file_name};
+pub use openimex_simproto::node_dir::{
+    CHANNELS_DIR, channel_file_name, channels_dir, parse_channel_file_name,
+};
 pub use openimex_simproto::proto::MAX_IMEX_CHANNEL_COUNT;
 
 /// Mode of the channel files the driver creates: owner (root, as the driver and the
@@ -66,6 +68,78 @@ pub fn create_channel_file(
     }
     file.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
     Ok(true)
+}
+
+/// Creates `path` as the character device `c major minor` (channel `minor` of the real
+/// driver) with exactly `mode` and owner `uid:gid`. Returns `false`, changing nothing, if that
+/// device is there already; any other file at `path` is an error naming it.
+pub fn create_channel_device(
+    path: &Path,
+    major: u32,
+    minor: u32,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+) -> io::Result<bool> {
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    use std::os::unix::fs::FileTypeExt as _;
+    let dev = makedev(u64::from(major), u64::from(minor));
+    if let Ok(meta) = fs::symlink_metadata(path) {
+        if meta.file_type().is_char_device() && meta.rdev() == dev {
+            return Ok(false);
+        }
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not the character device c {major} {minor} of channel \
+                 {minor}; remove it",
+                path.display()
+            ),
+        ));
+    }
+    // Created owner-only, then given away and opened up: never more open than asked.
+    mknod(path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), dev).map_err(io::Error::from)?;
+    std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode & 0o7777))?;
+    Ok(true)
+}
+
+/// Where a node's channels are, and what they are: the directory, and the channels' major
+/// number when the real driver's are character devices (`None`: the simulated driver's
+/// regular files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelDir {
+    /// `<driver root>/dev/nvidia-caps-imex-channels`.
+    pub dir: PathBuf,
+    /// The `nvidia-caps-imex-channels` major of `/proc/devices`.
+    pub major: Option<u32>,
+}
+
+impl ChannelDir {
+    /// Creates channel `n` for a job: root's (0600) without `owner`, else `uid:gid`'s with
+    /// group access (0660). Returns `false` if it was there already (kept as it is).
+    pub fn create(&self, n: u32, owner: Option<(u32, u32)>) -> io::Result<bool> {
+        let (mode, uid, gid) = match owner {
+            Some((uid, gid)) => (0o660, uid, gid),
+            None => (DEFAULT_CHANNEL_MODE, 0, 0),
+        };
+        fs::create_dir_all(&self.dir)?;
+        let path = self.dir.join(channel_file_name(n));
+        match self.major {
+            Some(major) => create_channel_device(&path, major, n, mode, uid, gid),
+            None => create_channel_file(&path, mode, Some(uid), Some(gid)),
+        }
+    }
+
+    /// Removes channel `n` (its job ended): no process opens it any more. Returns whether it
+    /// was there.
+    pub fn remove(&self, n: u32) -> io::Result<bool> {
+        match fs::remove_file(self.dir.join(channel_file_name(n))) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// A channel file that every local user may open.
@@ -151,6 +225,29 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_jobs_channel_is_roots_or_its_owners_and_goes_with_the_job() {
+        let dir = scratch("job");
+        let channels = ChannelDir {
+            dir: dir.join("dev").join(CHANNELS_DIR),
+            major: None,
+        };
+        assert!(channels.create(3, None).unwrap());
+        assert!(!channels.create(3, None).unwrap(), "kept as it is");
+        let meta = fs::metadata(channels.dir.join("channel3")).unwrap();
+        assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, 0));
+        assert!(channels.create(4, Some((1234, 5678))).unwrap());
+        let meta = fs::metadata(channels.dir.join("channel4")).unwrap();
+        assert_eq!(
+            (meta.mode() & 0o777, meta.uid(), meta.gid()),
+            (0o660, 1234, 5678)
+        );
+        assert!(channels.remove(3).unwrap());
+        assert!(!channels.remove(3).unwrap(), "gone already");
+        assert!(!channels.dir.join("channel3").exists());
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     fn mode(p: &Path) -> u32 {

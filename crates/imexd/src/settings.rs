@@ -43,6 +43,9 @@ pub struct Settings {
     /// `OPENIMEX_JOBS_DIR`: the job files, watched while the daemon runs (`None`: no jobs from
     /// files).
     pub jobs_dir: Option<PathBuf>,
+    /// Where the driver's IMEX channels are: a job's channel is created there when the job is
+    /// defined and removed when it ends (`None`: no driver, no channels).
+    pub channels: Option<openimex_driver::channels::ChannelDir>,
     /// The peer listener's interface (`NETWORK_INTERFACE`, else the one holding the bind IP),
     /// for the log; `None` when not known.
     pub network_interface: Option<String>,

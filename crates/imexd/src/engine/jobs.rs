@@ -97,6 +97,7 @@ impl Engine {
                      other jobs on this node while its processes may remain",
                     spec.channel
                 );
+                self.remove_channel(&spec);
             }
         }
         for (name, (path, spec)) in wanted {
@@ -114,6 +115,7 @@ impl Engine {
                             spec.channel,
                             members.join(",")
                         );
+                        self.create_channel(&spec);
                     }
                     self.job_files.jobs.insert(name, spec);
                 }
@@ -126,5 +128,46 @@ impl Engine {
             warn!("job file ignored: {p}");
         }
         self.job_files.problems = problems;
+    }
+}
+
+impl Engine {
+    /// A job was defined: its channel is created (root's, or its owner's with group access),
+    /// so its processes can open it; one there already is kept as it is.
+    fn create_channel(&self, spec: &JobSpec) {
+        let Some(channels) = &self.settings.channels else {
+            return;
+        };
+        match channels.create(spec.channel, spec.owner) {
+            Ok(true) => info!(
+                "job {}: created channel{} in {}",
+                spec.name,
+                spec.channel,
+                channels.dir.display()
+            ),
+            Ok(false) => {}
+            Err(e) => warn!(
+                "job {}: cannot create channel{} in {}: {e}; its processes cannot open it",
+                spec.name,
+                spec.channel,
+                channels.dir.display()
+            ),
+        }
+    }
+
+    /// A job ended: its channel is removed, so no process opens it any more (one that holds
+    /// it open keeps it: the quarantine is for those).
+    fn remove_channel(&self, spec: &JobSpec) {
+        let Some(channels) = &self.settings.channels else {
+            return;
+        };
+        if let Err(e) = channels.remove(spec.channel) {
+            warn!(
+                "job {}: cannot remove channel{} from {}: {e}",
+                spec.name,
+                spec.channel,
+                channels.dir.display()
+            );
+        }
     }
 }

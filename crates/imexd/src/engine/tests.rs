@@ -170,6 +170,7 @@ fn settings() -> Settings {
         grace: None,
         persist_path: None,
         jobs_dir: None,
+        channels: None,
         nodes_file: None,
         network_interface: None,
         link_scope: 0,

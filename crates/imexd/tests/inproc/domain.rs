@@ -127,6 +127,11 @@ fn settings(local: usize, options: &Options) -> Settings {
             .jobs_dir
             .as_ref()
             .map(|d| d.join(format!("node-{local}"))),
+        // With jobs, each node's channels in a directory of its own beside its job files.
+        channels: (options.jobs_dir.as_ref()).map(|d| openimex_driver::channels::ChannelDir {
+            dir: d.join(format!("channels-{local}")),
+            major: None,
+        }),
         network_interface: None,
         link_scope: 0,
         conn_wait_timeout: None,

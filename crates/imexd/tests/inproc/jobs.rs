@@ -3,6 +3,7 @@
 //! other, and from then on an import goes only inside a job both nodes hold; deleting a file
 //! ends its job at once; a malformed file is named with its line and changes nothing else.
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -65,6 +66,13 @@ async fn an_import_goes_only_inside_a_job_both_nodes_hold_and_ends_with_its_file
     })
     .await;
     settle().await;
+    // Its channel is created for its processes: root's only, as the job names no owner.
+    let channel = jobs.join("channels-0").join("channel3");
+    let mode = std::fs::metadata(&channel)
+        .expect("channel3 created")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
     gpus[1].import_on(3, 2, uuid, NodeId(0));
     within(AT_ONCE, "import 2 answered", || {
         gpus[1].validated_one(2).is_some()
@@ -119,6 +127,7 @@ async fn an_import_goes_only_inside_a_job_both_nodes_hold_and_ends_with_its_file
     std::fs::remove_file(jobs.join("node-0").join("j.job")).expect("delete the job file");
     within(AT_ONCE, "node 0 ended the job", || logged("job j ended")).await;
     settle().await;
+    assert!(!channel.exists(), "the ended job's channel is removed");
     gpus[1].import_on(3, 6, uuid, NodeId(0));
     within(AT_ONCE, "import 6 answered", || {
         gpus[1].validated_one(6).is_some()
