@@ -170,6 +170,22 @@ impl Client {
             .map_err(|s| self.rpc(s))
     }
 
+    /// The jobs defined on the daemon (`jobs`).
+    pub async fn jobs(&mut self) -> Result<openimex_proto::cmd::JobsReply, CtlError> {
+        let call = self.inner.jobs(openimex_proto::cmd::JobsRequest {});
+        let reply = tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| self.timed_out())?;
+        match reply {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) if s.code() == tonic::Code::Unimplemented => Err(CtlError::Rejected {
+                target: self.target.to_string(),
+                cause: "the daemon knows no jobs (an older openimex release?)".to_string(),
+            }),
+            Err(s) => Err(self.rpc(s)),
+        }
+    }
+
     /// This node's view of each peer (`--peers`).
     pub async fn peers(&mut self) -> Result<PeersReply, CtlError> {
         let call = self.inner.peers(PeersRequest {});

@@ -62,6 +62,17 @@ pub enum CtlError {
         /// The daemon's message.
         message: String,
     },
+    /// `ctl jobs NAME`: the daemon holds no such job.
+    #[error(
+        "no job {name} on this daemon (it holds {}): is its job file in OPENIMEX_JOBS_DIR on this node?",
+        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+    )]
+    NoSuchJob {
+        /// The job asked for.
+        name: String,
+        /// The jobs it holds.
+        known: Vec<String>,
+    },
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),

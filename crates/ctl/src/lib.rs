@@ -24,6 +24,7 @@ pub mod client;
 pub mod domain_check;
 pub mod error;
 pub mod fabric;
+pub mod jobs;
 pub mod local_view;
 pub mod reason;
 pub mod render;
@@ -144,6 +145,15 @@ pub enum Sub {
         #[arg(required = true, value_name = "HOST")]
         hosts: Vec<String>,
     },
+    /// The jobs defined on the local daemon (OPENIMEX_JOBS_DIR): name, channel, members and
+    /// state as this node sees it (FORMING, READY, DEGRADED, DISAGREED), with the members the
+    /// state waits for; with NAME only that job's state word, which a prolog waits for (exit 1
+    /// if this daemon has no such job). -j for JSON.
+    Jobs {
+        /// One job.
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+    },
 }
 
 enum Mode {
@@ -156,6 +166,7 @@ enum Mode {
     Watch,
     Svg(PathBuf),
     DomainCheck(Vec<String>),
+    Jobs(Option<String>),
 }
 
 /// `--interval` below this is refused: it would keep the daemon busy asking every peer.
@@ -277,6 +288,8 @@ async fn run(args: Args) -> Result<(), CtlError> {
     }
     let mode = if let Some(Sub::DomainCheck { hosts }) = &args.command {
         Mode::DomainCheck(hosts.clone())
+    } else if let Some(Sub::Jobs { name }) = &args.command {
+        Mode::Jobs(name.clone())
     } else if args.watch {
         Mode::Watch
     } else if let Some(path) = &args.svg {
@@ -363,6 +376,10 @@ async fn run(args: Args) -> Result<(), CtlError> {
         }
         Mode::Svg(path) => svg::run(&mut client, &path).await,
         Mode::DomainCheck(hosts) => domain_check::run(&mut client, &hosts, args.json).await,
+        Mode::Jobs(name) => {
+            let reply = client.jobs().await?;
+            out(&jobs::render(&reply, name.as_deref(), args.json)?)
+        }
         Mode::Domain { repeat } => loop {
             let mut reply = client.domain(false).await?;
             // Something is wrong: ask again with each link's reason, so the `Why` lines can say

@@ -7,8 +7,8 @@ use std::time::Duration;
 use openimex_ctl::{Client, CtlError, Target, client::classify};
 use openimex_proto::cmd::command_server::{Command, CommandServer};
 use openimex_proto::cmd::{
-    ConfigReply, ConfigRequest, DomainReply, DomainRequest, NodeReport, PeersReply, PeersRequest,
-    StateReply, StateRequest,
+    ConfigReply, ConfigRequest, DomainReply, DomainRequest, JobsReply, JobsRequest, NodeReport,
+    PeersReply, PeersRequest, StateReply, StateRequest,
 };
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
@@ -50,6 +50,10 @@ impl Command for Fake {
     }
 
     async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn jobs(&self, _: Request<JobsRequest>) -> Result<Response<JobsReply>, Status> {
         Err(Status::unimplemented(""))
     }
 }

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use openimex_core::{ConnStatus, DaemonState, NodeId, domain_status_of};
 use openimex_proto::cmd::{
-    ConfigOption, ConfigReply, ConfigRequest, DomainReply, DomainRequest, MapEntry, NodeReport,
-    PeersReply, PeersRequest, StateReply, StateRequest,
+    ConfigOption, ConfigReply, ConfigRequest, DomainReply, DomainRequest, JobsReply, JobsRequest,
+    MapEntry, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
     command_server::{Command, CommandServer},
 };
 use openimex_proto::peer::session_msg::Body;
@@ -110,6 +110,12 @@ impl Command for CommandService {
         let snap = ask(&self.engine, |reply| Input::Peers { reply }).await?;
         let hosts = std::sync::Arc::clone(&self.hosts.borrow());
         Ok(Response::new(peers_reply(snap, &hosts)))
+    }
+
+    async fn jobs(&self, _request: Request<JobsRequest>) -> Result<Response<JobsReply>, Status> {
+        Ok(Response::new(
+            ask(&self.engine, |reply| Input::Jobs { reply }).await?,
+        ))
     }
 
     async fn config(

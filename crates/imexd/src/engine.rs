@@ -367,6 +367,9 @@ impl Engine {
             Input::PeerJobs { via, jobs } => self.peer_jobs(via, jobs),
             Input::JobsSent { peer, sent } => self.node.handle_jobs_sent(now, peer, sent),
             Input::JobFiles(files) => self.job_files(files),
+            Input::Jobs { reply } => {
+                let _ = reply.send(self.jobs_report());
+            }
             Input::Authenticate { via, what, reply } => {
                 let ok = self.node.authenticate(via, None, what).is_some();
                 let _ = reply.send(ok);

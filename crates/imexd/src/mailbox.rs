@@ -116,6 +116,10 @@ pub(crate) enum Input {
     Peers {
         reply: oneshot::Sender<PeersSnapshot>,
     },
+    /// The jobs defined here and their states, for `ctl jobs`.
+    Jobs {
+        reply: oneshot::Sender<openimex_proto::cmd::JobsReply>,
+    },
     /// A peer asks us (the exporter) for an import.
     PeerImport {
         via: Via,

@@ -30,8 +30,8 @@ use std::sync::Arc;
 use openimex_core::{DaemonState, DomainStatus};
 use openimex_proto::cmd::command_server::Command;
 use openimex_proto::cmd::{
-    ConfigReply, ConfigRequest, DomainReply, DomainRequest, PeersReply, PeersRequest, StateReply,
-    StateRequest,
+    ConfigReply, ConfigRequest, DomainReply, DomainRequest, JobsReply, JobsRequest, PeersReply,
+    PeersRequest, StateReply, StateRequest,
 };
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
@@ -160,6 +160,10 @@ impl Command for Unconfigured {
             state: DaemonState::Unavailable.as_str().to_string(),
             peers: Vec::new(),
         }))
+    }
+
+    async fn jobs(&self, _: Request<JobsRequest>) -> Result<Response<JobsReply>, Status> {
+        Ok(Response::new(JobsReply::default()))
     }
 
     async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {

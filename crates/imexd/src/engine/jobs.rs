@@ -171,3 +171,37 @@ impl Engine {
         }
     }
 }
+
+impl Engine {
+    /// The jobs defined here with their states, for `ctl jobs`.
+    pub(super) fn jobs_report(&mut self) -> openimex_proto::cmd::JobsReply {
+        use openimex_core::jobs::JobState;
+        let specs: Vec<JobSpec> = (self.node.jobs().names())
+            .filter_map(|n| self.node.jobs().spec(n).cloned())
+            .collect();
+        let jobs = (specs.into_iter())
+            .map(|spec| {
+                let state = self.node.job_state(&spec.name);
+                let (word, nodes) = match &state {
+                    Some(JobState::Ready) | None => ("READY", Vec::new()),
+                    Some(
+                        s @ (JobState::Forming(n) | JobState::Degraded(n) | JobState::Disagreed(n)),
+                    ) => (s.word(), n.clone()),
+                };
+                openimex_proto::cmd::JobReport {
+                    name: spec.name,
+                    channel: spec.channel,
+                    members: spec.members.iter().map(|m| u32::from(m.0)).collect(),
+                    state: word.to_string(),
+                    nodes: nodes.iter().map(|m| u32::from(m.0)).collect(),
+                    owner: spec
+                        .owner
+                        .map(|(u, g)| format!("{u}:{g}"))
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        let quarantined = self.node.jobs().quarantined().map(|(c, _)| c).collect();
+        openimex_proto::cmd::JobsReply { jobs, quarantined }
+    }
+}

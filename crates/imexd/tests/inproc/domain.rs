@@ -254,6 +254,19 @@ impl Daemon {
         self.ask(net, true).await
     }
 
+    /// `ctl jobs -j`'s answer of this daemon.
+    pub(crate) async fn jobs(&self, net: &MemNet) -> openimex_proto::cmd::JobsReply {
+        let channel = net
+            .channel(client_ip(), SocketAddr::new(self.ip, CMD_PORT))
+            .await
+            .expect("the command service answers");
+        CommandClient::new(channel)
+            .jobs(openimex_proto::cmd::JobsRequest {})
+            .await
+            .expect("a jobs reply")
+            .into_inner()
+    }
+
     async fn ask(&self, net: &MemNet, fabric: bool) -> DomainReply {
         let channel = net
             .channel(client_ip(), SocketAddr::new(self.ip, CMD_PORT))

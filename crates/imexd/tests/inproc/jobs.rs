@@ -73,6 +73,20 @@ async fn an_import_goes_only_inside_a_job_both_nodes_hold_and_ends_with_its_file
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
+    // As `ctl jobs` shows it on node 0: forming, waiting for node 1.
+    let shown = daemons[0].jobs(&net).await;
+    assert_eq!(shown.jobs.len(), 1);
+    let j = &shown.jobs[0];
+    assert_eq!(
+        (
+            j.name.as_str(),
+            j.channel,
+            j.members.clone(),
+            j.state.as_str(),
+            j.nodes.clone()
+        ),
+        ("j", 3, vec![0, 1], "FORMING", vec![1])
+    );
     gpus[1].import_on(3, 2, uuid, NodeId(0));
     within(AT_ONCE, "import 2 answered", || {
         gpus[1].validated_one(2).is_some()
@@ -95,6 +109,9 @@ async fn an_import_goes_only_inside_a_job_both_nodes_hold_and_ends_with_its_file
     })
     .await;
     settle().await;
+    for d in &daemons {
+        assert_eq!(d.jobs(&net).await.jobs[0].state, "READY");
+    }
     gpus[1].import_on(3, 3, uuid, NodeId(0));
     within(AT_ONCE, "import 3 answered", || {
         gpus[1].validated_one(3).is_some()
@@ -128,6 +145,13 @@ async fn an_import_goes_only_inside_a_job_both_nodes_hold_and_ends_with_its_file
     within(AT_ONCE, "node 0 ended the job", || logged("job j ended")).await;
     settle().await;
     assert!(!channel.exists(), "the ended job's channel is removed");
+    let shown = daemons[0].jobs(&net).await;
+    assert!(shown.jobs.is_empty());
+    assert_eq!(
+        shown.quarantined,
+        vec![3],
+        "its channel is kept from other jobs here"
+    );
     gpus[1].import_on(3, 6, uuid, NodeId(0));
     within(AT_ONCE, "import 6 answered", || {
         gpus[1].validated_one(6).is_some()

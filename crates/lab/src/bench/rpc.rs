@@ -72,6 +72,13 @@ impl Command for Constant {
             ..ConfigReply::default()
         }))
     }
+
+    async fn jobs(
+        &self,
+        _: Request<openimex_proto::cmd::JobsRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobsReply>, Status> {
+        Ok(Response::new(openimex_proto::cmd::JobsReply::default()))
+    }
 }
 
 /// `openimex-lab bench rpc-server [--config FILE] ADDR`: binds ADDR (port 0 picks one), prints
