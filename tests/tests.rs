@@ -105,6 +105,9 @@ mod metrics;
 // hung peers, FULL quorum, SIGINT/SIGQUIT, ctl over unix socket and TCP, demo and bench
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+// issue 31: jobs from job files through real processes: READY per job, imports inside only
+#[path = "e2e/jobs.rs"]
+mod jobs;
 // issue 9: placeholder nodes files (0.0.0.0): unconfigured start, re-exec on SIGUSR1, fill-in
 #[path = "e2e/placeholders.rs"]
 mod placeholders;
