@@ -53,6 +53,9 @@ fn a_job_file_defines_a_job_that_admits_only_its_members_and_ends_with_the_file(
     std::fs::rename(&tmp, jobs.join("a.job")).expect("move the job file in");
     for i in 0..2 {
         jobs_until(&cluster, i, &["a"], "job a READY", |s| s == "READY\n");
+        // The same word as a prolog asks it, NVIDIA's way plus the job.
+        let q = cluster.ctl(i, &["-q", "--job", "a"]).expect("run ctl");
+        assert_eq!(text(&q.stdout), "READY\n", "{}", text(&q.stderr));
     }
     let listed = jobs_until(&cluster, 0, &["-j"], "the list", |_| true);
     let doc: serde_json::Value = serde_json::from_str(&listed).expect("ctl jobs -j is JSON");

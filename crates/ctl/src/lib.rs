@@ -69,6 +69,10 @@ pub struct Args {
     /// Print the local daemon's state word once (READY, ...).
     #[arg(short = 'q')]
     pub query: bool,
+    /// openimex: with -q, the state word of this job on the local daemon (FORMING, READY,
+    /// DEGRADED, DISAGREED) instead of the daemon's: what a prolog waits for.
+    #[arg(long, value_name = "NAME", requires = "query")]
+    pub job: Option<String>,
     /// Print the whole domain's status once.
     #[arg(short = 'N')]
     pub domain_once: bool,
@@ -333,10 +337,16 @@ async fn run(args: Args) -> Result<(), CtlError> {
         .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let expired = || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
     match mode {
-        Mode::Query => {
-            let state = client.state().await?;
-            out(&format!("{state}\n"))
-        }
+        Mode::Query => match &args.job {
+            Some(name) => {
+                let reply = client.jobs().await?;
+                out(&jobs::render(&reply, Some(name), args.json)?)
+            }
+            None => {
+                let state = client.state().await?;
+                out(&format!("{state}\n"))
+            }
+        },
         Mode::Links => {
             let reply = client.domain(true).await?;
             let text = if args.json {
