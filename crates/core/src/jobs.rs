@@ -371,6 +371,17 @@ impl Jobs {
         self.quarantine.iter().map(|(c, j)| (*c, j.as_str()))
     }
 
+    /// The quarantine as recorded before this daemon started (the owner keeps it beside the
+    /// job files): a restart must not hand an ended job's channel to another job while that
+    /// job's processes may still hold it. A channel a job here holds now is left to it.
+    pub fn restore_quarantine(&mut self, ended: &[(u32, String)]) {
+        for (channel, job) in ended {
+            if !self.held.contains_key(channel) {
+                self.quarantine.insert(*channel, job.clone());
+            }
+        }
+    }
+
     /// The owner found that no process of the job that ended holding `channel` remains: the
     /// channel may go to another job.
     pub fn channel_clear(&mut self, channel: u32) {

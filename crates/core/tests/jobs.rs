@@ -256,3 +256,24 @@ fn a_member_that_defines_a_job_after_its_peer_told_it_finds_what_the_peer_said()
     assert_eq!(b.state("j", |_| true), Some(JobState::Ready));
     assert_eq!(a.state("j", |_| true), Some(JobState::Ready));
 }
+
+#[test]
+fn a_quarantine_recorded_before_a_restart_holds_after_it() {
+    let m = map();
+    let mut jobs = Jobs::new(n(0));
+    jobs.define(job("live", 2, &[0, 1]), &m).unwrap();
+    jobs.restore_quarantine(&[(5, "old".into()), (2, "older".into())]);
+    assert_eq!(
+        jobs.define(job("new", 5, &[0, 1]), &m),
+        Err(DefineError::ChannelQuarantined {
+            job: "new".into(),
+            channel: 5,
+            ended: "old".into()
+        })
+    );
+    assert_eq!(
+        jobs.quarantined().collect::<Vec<_>>(),
+        [(5, "old")],
+        "a channel a job holds now stays that job's"
+    );
+}

@@ -331,7 +331,13 @@ pub(crate) fn incoming(
         let next = AtomicU64::new(0);
         let mut errors: u64 = 0;
         loop {
-            let (io, remote) = match listener.accept().await {
+            // The peer service gone (the daemon stopped): the listener goes too, so a daemon
+            // started again in the same process can bind its address.
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = tx.closed() => return,
+            };
+            let (io, remote) = match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // EMFILE and friends: the listener stays readable, so retrying at once

@@ -6,6 +6,10 @@
 //! the others (file:line, the fix); the engine defines what is new and ends what is gone, so a
 //! deleted file ends its job and a restart finds the same jobs again.
 //!
+//! The daemon keeps one file of its own there, [`QUARANTINE_FILE`]: the channels of jobs that
+//! ended on this node (`CHANNEL JOB` per line), so a restarted daemon does not hand one to
+//! another job while the ended job's processes may still hold it. It is read once, at start.
+//!
 //! A prolog should write a job file whole (write elsewhere, then rename into the directory):
 //! a file read while half written is a malformed job until its last write lands and is read
 //! again.
@@ -23,6 +27,9 @@ use tracing::warn;
 
 use crate::mailbox::{Hosts, Input};
 
+/// The daemon's record of the quarantined channels, in the jobs directory (a dot file: no job).
+pub(crate) const QUARANTINE_FILE: &str = ".quarantine";
+
 /// The safety net's period: the directory is read again this often even without an event.
 const RESCAN: Duration = Duration::from_secs(30);
 /// Most job files read: a node holds at most one job per channel, and a directory with more
@@ -36,6 +43,8 @@ pub(crate) struct JobFiles {
     pub(crate) jobs: Vec<JobFile>,
     /// Why each other `.job` file is no job.
     pub(crate) problems: Vec<String>,
+    /// The quarantine as [`QUARANTINE_FILE`] records it: (channel, the job that ended).
+    pub(crate) quarantined: Vec<(u32, String)>,
 }
 
 /// Watches `dir` until the engine stops, sending it every read. The directory is created if
@@ -152,6 +161,23 @@ pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles 
             return found;
         }
     };
+    let record = dir.join(QUARANTINE_FILE);
+    if let Ok(text) = std::fs::read_to_string(&record) {
+        for (i, line) in text.lines().enumerate() {
+            let parsed = line
+                .split_once(' ')
+                .and_then(|(c, job)| Some((c.parse::<u32>().ok()?, job.to_string())));
+            match parsed {
+                Some(entry) => found.quarantined.push(entry),
+                None => found.problems.push(format!(
+                    "{}:{}: {line:?} is not CHANNEL JOB; the daemon writes this file: remove \
+                     the line",
+                    record.display(),
+                    i + 1
+                )),
+            }
+        }
+    }
     let mut paths: Vec<PathBuf> = (entries.filter_map(Result::ok))
         .map(|e| e.path())
         .filter(|p| {

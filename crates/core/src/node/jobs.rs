@@ -76,6 +76,11 @@ impl Node {
         Some(spec)
     }
 
+    /// The quarantine this node's owner recorded before this start (`Jobs::restore_quarantine`).
+    pub fn handle_jobs_quarantined(&mut self, _now: Instant, ended: &[(u32, String)]) {
+        self.jobs.restore_quarantine(ended);
+    }
+
     /// The owner found no process left that may hold `channel` for the job that ended with it.
     pub fn handle_job_channel_clear(&mut self, _now: Instant, channel: u32) {
         self.jobs.channel_clear(channel);

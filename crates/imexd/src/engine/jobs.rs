@@ -64,6 +64,8 @@ impl Engine {
 pub(super) struct FromFiles {
     jobs: BTreeMap<String, JobSpec>,
     problems: BTreeSet<String>,
+    /// The quarantine record was read (at the first read of the directory).
+    restored: bool,
 }
 
 impl Engine {
@@ -72,6 +74,10 @@ impl Engine {
     /// and changes nothing else.
     pub(super) fn job_files(&mut self, files: crate::jobs_dir::JobFiles) {
         let now = now();
+        if !self.job_files.restored {
+            self.job_files.restored = true;
+            self.node.handle_jobs_quarantined(now, &files.quarantined);
+        }
         let mut problems = BTreeSet::new();
         problems.extend(files.problems);
         let wanted: BTreeMap<String, (std::path::PathBuf, JobSpec)> = (files.jobs.into_iter())
@@ -98,6 +104,7 @@ impl Engine {
                     spec.channel
                 );
                 self.remove_channel(&spec);
+                self.record_quarantine();
             }
         }
         for (name, (path, spec)) in wanted {
@@ -203,5 +210,28 @@ impl Engine {
             .collect();
         let quarantined = self.node.jobs().quarantined().map(|(c, _)| c).collect();
         openimex_proto::cmd::JobsReply { jobs, quarantined }
+    }
+}
+
+impl Engine {
+    /// Writes the quarantine to the jobs directory's record (whole, then renamed: a restart
+    /// reads either the old record or the new one).
+    fn record_quarantine(&self) {
+        let Some(dir) = &self.settings.jobs_dir else {
+            return;
+        };
+        let text: String = (self.node.jobs().quarantined())
+            .map(|(channel, job)| format!("{channel} {job}\n"))
+            .collect();
+        let path = dir.join(crate::jobs_dir::QUARANTINE_FILE);
+        let tmp = dir.join(format!("{}.tmp", crate::jobs_dir::QUARANTINE_FILE));
+        let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            warn!(
+                "cannot record the quarantined channels in {}: {e}; a restart would not know \
+                 them",
+                path.display()
+            );
+        }
     }
 }

@@ -160,3 +160,51 @@ async fn an_import_goes_only_inside_a_job_both_nodes_hold_and_ends_with_its_file
     assert_eq!(gpus[1].validated_one(6), Some(false));
     std::fs::remove_dir_all(&jobs).expect("remove the scratch directory");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_daemon_keeps_an_ended_jobs_channel_from_the_next_job() {
+    let net = MemNet::new();
+    let jobs = scratch("jobs-restart");
+    let mut options = Options::nodes(2);
+    options.jobs_dir = Some(jobs.clone());
+    let start = |options: &Options| {
+        (0..2)
+            .map(|i| {
+                let driver = Box::new(openimex_driver::NoGpu::default());
+                start_with(&net, i, ip(i), options, driver)
+            })
+            .collect::<Vec<Daemon>>()
+    };
+    let mut daemons = start(&options);
+    daemons[0]
+        .wait_domain(&net, Duration::from_secs(10), "domain UP", up)
+        .await;
+    let old = format!("CHANNEL=3\nMEMBERS={},{}\n", ip(0), ip(1));
+    write_job(&jobs, 0, "old", &old);
+    within(AT_ONCE, "job old defined", || {
+        logged("job old defined from")
+    })
+    .await;
+    std::fs::remove_file(jobs.join("node-0").join("old.job")).expect("the epilog");
+    within(AT_ONCE, "job old ended", || logged("job old ended")).await;
+    // The daemon restarts while a stray of job old may still hold channel 3 on node 0.
+    for d in &mut daemons {
+        d.stop().await;
+    }
+    // Their listeners go with their aborted servers' tasks, once those are dropped.
+    drop(daemons);
+    settle().await;
+    let daemons = start(&options);
+    daemons[0]
+        .wait_domain(&net, Duration::from_secs(10), "domain UP again", up)
+        .await;
+    settle().await;
+    assert_eq!(daemons[0].jobs(&net).await.quarantined, vec![3]);
+    write_job(&jobs, 0, "next", &old);
+    within(AT_ONCE, "job next refused", || {
+        logged("job next: channel 3 belonged to job old")
+    })
+    .await;
+    assert!(daemons[0].jobs(&net).await.jobs.is_empty());
+    std::fs::remove_dir_all(&jobs).expect("remove the scratch directory");
+}
