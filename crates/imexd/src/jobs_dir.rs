@@ -9,6 +9,8 @@
 //! The daemon keeps one file of its own there, [`QUARANTINE_FILE`]: the channels of jobs that
 //! ended on this node (`CHANNEL JOB` per line), so a restarted daemon does not hand one to
 //! another job while the ended job's processes may still hold it. It is read once, at start.
+//! Its first line names the boot it was written in (`boot <boot_id>`): after a reboot no
+//! process of any earlier job can be alive, so a record of another boot is no quarantine.
 //!
 //! A prolog should write a job file whole (write elsewhere, then rename into the directory):
 //! a file read while half written is a malformed job until its last write lands and is read
@@ -29,6 +31,16 @@ use crate::mailbox::{Hosts, Input};
 
 /// The daemon's record of the quarantined channels, in the jobs directory (a dot file: no job).
 pub(crate) const QUARANTINE_FILE: &str = ".quarantine";
+
+/// Where the kernel says which boot this is.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This boot's ID (`None` if the kernel does not say).
+pub(crate) fn boot_id() -> Option<String> {
+    std::fs::read_to_string(BOOT_ID)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
 
 /// The safety net's period: the directory is read again this often even without an event.
 const RESCAN: Duration = Duration::from_secs(30);
@@ -163,7 +175,14 @@ pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles 
     };
     let record = dir.join(QUARANTINE_FILE);
     if let Ok(text) = std::fs::read_to_string(&record) {
-        for (i, line) in text.lines().enumerate() {
+        let written_in = text.lines().next().and_then(|l| l.strip_prefix("boot "));
+        let this_boot = boot_id();
+        let stale =
+            matches!((written_in, this_boot.as_deref()), (Some(then), Some(now)) if then != now);
+        for (i, line) in text.lines().enumerate().filter(|_| !stale) {
+            if line.starts_with("boot ") {
+                continue;
+            }
             let parsed = line
                 .split_once(' ')
                 .and_then(|(c, job)| Some((c.parse::<u32>().ok()?, job.to_string())));
@@ -206,4 +225,42 @@ pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles 
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{QUARANTINE_FILE, boot_id, read};
+
+    #[test]
+    fn the_quarantine_of_this_boot_holds_and_one_of_another_boot_is_none() {
+        let dir = std::env::temp_dir().join(format!("openimex-jobs-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = dir.join(QUARANTINE_FILE);
+        let hosts = ["10.0.0.1".to_string()];
+        let nodes = dir.join("nodes_config.cfg");
+        let this = boot_id().expect("the kernel names this boot");
+        std::fs::write(&record, format!("boot {this}\n3 old\n4 older\n")).unwrap();
+        let found = read(&dir, &nodes, &hosts);
+        assert_eq!(
+            found.quarantined,
+            vec![(3, "old".to_string()), (4, "older".to_string())]
+        );
+        // Rebooted since: no process of those jobs can be alive.
+        std::fs::write(
+            &record,
+            "boot 00000000-0000-0000-0000-000000000000\n3 old\n",
+        )
+        .unwrap();
+        assert!(read(&dir, &nodes, &hosts).quarantined.is_empty());
+        std::fs::write(&record, format!("boot {this}\nthree old\n")).unwrap();
+        let found = read(&dir, &nodes, &hosts);
+        assert!(
+            found.problems[0].ends_with(
+                ":2: \"three old\" is not CHANNEL JOB; the daemon writes this file: remove the line"
+            ),
+            "{:?}",
+            found.problems
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

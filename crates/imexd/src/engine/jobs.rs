@@ -220,8 +220,12 @@ impl Engine {
         let Some(dir) = &self.settings.jobs_dir else {
             return;
         };
-        let text: String = (self.node.jobs().quarantined())
-            .map(|(channel, job)| format!("{channel} {job}\n"))
+        let boot = crate::jobs_dir::boot_id().map(|b| format!("boot {b}\n"));
+        let text: String = boot
+            .into_iter()
+            .chain(
+                (self.node.jobs().quarantined()).map(|(channel, job)| format!("{channel} {job}\n")),
+            )
             .collect();
         let path = dir.join(crate::jobs_dir::QUARANTINE_FILE);
         let tmp = dir.join(format!("{}.tmp", crate::jobs_dir::QUARANTINE_FILE));
