@@ -20,6 +20,15 @@
 //!   definition ([`Jobs::admit`]); otherwise it is refused with the reason, also after the last
 //!   job ended (its channel's strays must stay out). Until the first job this module admits
 //!   everything: the daemon is exactly the domain-wide daemon it was.
+//! - **Ended.** Ending a job refuses every new import under it at once, on this node and (once
+//!   told) on its members. Imports already mapped are left mapped: an epilog runs once the
+//!   job's processes are gone, and their imports went with them (the driver unimports what an
+//!   exiting process held); a stray process that outlives its job keeps only what it mapped
+//!   before the end, of memory of its own job, and can map nothing more. Revoking them is not
+//!   in the daemon's power per job: DISABLE_IMPORTERS (`reference/driver-interface.md` §1.6)
+//!   acts on every importer of one exporting node, whatever the channel, so using it at a job's
+//!   end would break the other jobs on that node (the lost-node rules use it because there the
+//!   whole node is gone).
 //! - **Channel reuse.** An ended job's channel goes into quarantine on this node
 //!   ([`Jobs::end`]) and is handed to no job until the owner reports it clear
 //!   ([`Jobs::channel_clear`]). A process of the ended job may still hold an RM client
@@ -28,7 +37,10 @@
 //!   such a process could export on it at any time; nothing in an export tells which job made
 //!   it. So the guarantee that a later job never reaches memory of an earlier one rests on the
 //!   channel not being given to the later job on this node while such a process may live, and
-//!   the owner decides when none may.
+//!   the owner decides when none may. The daemon cannot see which RM clients are subscribed
+//!   to a channel, so it never decides that on its own while the node runs: the quarantine is
+//!   kept across restarts, and only a reboot (no process of an earlier boot survives) or the
+//!   owner's word ([`Jobs::channel_clear`]) ends it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
