@@ -67,48 +67,47 @@ pub(crate) async fn run(
     hosts: Hosts,
     engine: mpsc::Sender<Input>,
 ) {
-    {
-        let watch = match watch(&dir) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                warn!(
-                    "cannot watch the jobs directory {} ({e}): job files are read every {} s \
+    let watch = match watch(&dir) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            warn!(
+                "cannot watch the jobs directory {} ({e}): job files are read every {} s \
                      only",
-                    dir.display(),
-                    RESCAN.as_secs()
-                );
-                None
-            }
-        };
-        let nodes_file = Arc::new(nodes_file.unwrap_or_default());
-        loop {
-            let map = Arc::clone(&hosts.borrow());
-            let (dir2, nodes2) = (dir.clone(), Arc::clone(&nodes_file));
-            let read = tokio::task::spawn_blocking(move || read(&dir2, &nodes2, &map)).await;
-            let Ok(files) = read else { return };
-            if engine.send(Input::JobFiles(files)).await.is_err() {
-                return;
-            }
-            match &watch {
-                Some(w) => {
-                    tokio::select! {
-                        ready = w.readable() => match ready {
-                            Ok(mut guard) => {
-                                // Drain the events: one read covers them all.
-                                while guard.get_inner().0.read_events().is_ok_and(|e| !e.is_empty()) {}
-                                guard.clear_ready();
-                            }
-                            Err(_) => tokio::time::sleep(RESCAN).await,
-                        },
-                        () = tokio::time::sleep(RESCAN) => {}
-                        () = engine.closed() => return,
-                    }
-                }
-                None => tokio::select! {
+                dir.display(),
+                RESCAN.as_secs()
+            );
+            None
+        }
+    };
+    let nodes_file = Arc::new(nodes_file.unwrap_or_default());
+    loop {
+        let map = Arc::clone(&hosts.borrow());
+        let (dir2, nodes2) = (dir.clone(), Arc::clone(&nodes_file));
+        let read = tokio::task::spawn_blocking(move || read(&dir2, &nodes2, &map)).await;
+        let Ok(files) = read else { return };
+        if engine.send(Input::JobFiles(files)).await.is_err() {
+            return;
+        }
+        match &watch {
+            Some(w) => {
+                tokio::select! {
+                    ready = w.readable() => match ready {
+                        // Drained until the kernel says it would block (only then is the
+                        // readiness cleared, so an event landing meanwhile is not lost): one
+                        // read of the directory covers them all.
+                        Ok(mut guard) => while let Ok(Ok(_)) = guard.try_io(|fd| {
+                            fd.get_ref().0.read_events().map_err(std::io::Error::from)
+                        }) {},
+                        Err(_) => tokio::time::sleep(RESCAN).await,
+                    },
                     () = tokio::time::sleep(RESCAN) => {}
                     () = engine.closed() => return,
-                },
+                }
             }
+            None => tokio::select! {
+                () = tokio::time::sleep(RESCAN) => {}
+                () = engine.closed() => return,
+            },
         }
     }
 }
