@@ -267,7 +267,10 @@ pub struct Jobs {
     /// What each peer last said it holds with this node as a member: job name → digest. Kept
     /// whole, also for jobs not (yet) defined here: a member that defines a job after its
     /// peers told it theirs must find what they said.
-    heard: BTreeMap<NodeId, BTreeMap<String, String>>,
+    /// With the epoch of the list it came in: lists of one instance are numbered as it sent
+    /// them, and one overtaken by an older one (sent on the same session, by tasks that raced)
+    /// must not bring the older one back.
+    heard: BTreeMap<NodeId, (u64, BTreeMap<String, String>)>,
 }
 
 impl Jobs {
@@ -410,9 +413,14 @@ impl Jobs {
     }
 
     /// `peer` said which jobs it holds with this node as a member (all of them: a job it does
-    /// not name, it does not hold).
-    pub fn peer_said(&mut self, peer: NodeId, jobs: &[(String, String)]) {
-        self.heard.insert(peer, jobs.iter().cloned().collect());
+    /// not name, it does not hold), in its list numbered `epoch`; a list older than one taken
+    /// from it already changes nothing.
+    pub fn peer_said(&mut self, peer: NodeId, jobs: &[(String, String)], epoch: u64) {
+        if self.heard.get(&peer).is_some_and(|(seen, _)| epoch < *seen) {
+            return;
+        }
+        self.heard
+            .insert(peer, (epoch, jobs.iter().cloned().collect()));
     }
 
     /// `peer` is gone (its instance left or was replaced): what it said no longer holds.
@@ -423,7 +431,7 @@ impl Jobs {
     /// What `peer` said of job `name`: `None` if it said nothing yet, `Some(None)` if it holds
     /// no job of that name, else the digest of its definition.
     fn said(&self, peer: NodeId, name: &str) -> Option<Option<&String>> {
-        self.heard.get(&peer).map(|jobs| jobs.get(name))
+        self.heard.get(&peer).map(|(_, jobs)| jobs.get(name))
     }
 
     /// The state of job `name`, given which peers this node holds a session with.

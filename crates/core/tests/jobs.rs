@@ -132,7 +132,7 @@ fn members_that_hold_the_same_job_make_it_ready_and_a_lost_one_degrades_only_its
     }
     for (from, to, jobs) in told {
         let at = nodes.iter_mut().find(|j| j.local() == to).unwrap();
-        at.peer_said(from, &jobs);
+        at.peer_said(from, &jobs, 1);
     }
     for (i, name) in [(0, "a"), (1, "a"), (2, "a"), (0, "b"), (3, "b")] {
         assert_eq!(nodes[i].state(name, all), Some(JobState::Ready), "{name}");
@@ -155,8 +155,8 @@ fn a_member_holding_another_definition_is_named_and_imports_are_refused() {
     let mut b = Jobs::new(n(1));
     a.define(job("j", 3, &[0, 1]), &m).unwrap();
     b.define(job("j", 4, &[0, 1]), &m).unwrap();
-    a.peer_said(n(1), &b.told(n(0)));
-    b.peer_said(n(0), &a.told(n(1)));
+    a.peer_said(n(1), &b.told(n(0)), 1);
+    b.peer_said(n(0), &a.told(n(1)), 1);
     let all = |_: NodeId| true;
     assert_eq!(a.state("j", all), Some(JobState::Disagreed(vec![n(1)])));
     assert_eq!(b.state("j", all), Some(JobState::Disagreed(vec![n(0)])));
@@ -197,13 +197,13 @@ fn with_jobs_an_import_is_admitted_only_inside_a_job_both_nodes_hold() {
         }),
         "node 1 has not said it holds job j"
     );
-    jobs.peer_said(n(1), &[("j".into(), job("j", 3, &[0, 1]).digest())]);
+    jobs.peer_said(n(1), &[("j".into(), job("j", 3, &[0, 1]).digest())], 1);
     assert_eq!(jobs.admit(3, n(1)), Ok(Some("j")));
     assert_eq!(jobs.admit(3, n(0)), Ok(Some("j")), "within the node");
     // Node 1 restarts without the job: what it said is gone with it.
     jobs.peer_gone(n(1));
     assert!(jobs.admit(3, n(1)).is_err());
-    jobs.peer_said(n(1), &[("j".into(), job("j", 3, &[0, 1]).digest())]);
+    jobs.peer_said(n(1), &[("j".into(), job("j", 3, &[0, 1]).digest())], 1);
     // Ended: nothing more under it, at once, and also once no job is left.
     jobs.end("j");
     jobs.end("k");
@@ -249,9 +249,9 @@ fn a_member_that_defines_a_job_after_its_peer_told_it_finds_what_the_peer_said()
     let spec = job("j", 3, &[0, 1]);
     a.define(spec.clone(), &m).unwrap();
     // Node 0 tells node 1 before node 1 has the job (its prolog runs later).
-    b.peer_said(n(0), &a.told(n(1)));
+    b.peer_said(n(0), &a.told(n(1)), 1);
     b.define(spec, &m).unwrap();
-    a.peer_said(n(1), &b.told(n(0)));
+    a.peer_said(n(1), &b.told(n(0)), 1);
     assert_eq!(b.admit(3, n(0)), Ok(Some("j")));
     assert_eq!(b.state("j", |_| true), Some(JobState::Ready));
     assert_eq!(a.state("j", |_| true), Some(JobState::Ready));
@@ -276,4 +276,22 @@ fn a_quarantine_recorded_before_a_restart_holds_after_it() {
         [(5, "old")],
         "a channel a job holds now stays that job's"
     );
+}
+
+#[test]
+fn a_list_older_than_one_taken_from_that_peer_changes_nothing() {
+    let m = map();
+    let mut jobs = Jobs::new(n(0));
+    let spec = job("j", 3, &[0, 1]);
+    jobs.define(spec.clone(), &m).unwrap();
+    // Node 1's second list (it holds j) arrives before its first (it did not yet).
+    jobs.peer_said(n(1), &[("j".into(), spec.digest())], 2);
+    jobs.peer_said(n(1), &[], 1);
+    assert_eq!(jobs.admit(3, n(1)), Ok(Some("j")));
+    // A newer one (it ended j) is taken; a restart of node 1 starts its count again.
+    jobs.peer_said(n(1), &[], 3);
+    assert!(jobs.admit(3, n(1)).is_err());
+    jobs.peer_gone(n(1));
+    jobs.peer_said(n(1), &[("j".into(), spec.digest())], 1);
+    assert_eq!(jobs.admit(3, n(1)), Ok(Some("j")));
 }

@@ -26,7 +26,7 @@ fn node() -> (Node, Instant, Vec<Hello>) {
 fn told(actions: &[Action]) -> Vec<(NodeId, Vec<String>)> {
     (actions.iter())
         .filter_map(|a| match a {
-            Action::SendJobs { peer, jobs } => {
+            Action::SendJobs { peer, jobs, .. } => {
                 Some((*peer, jobs.iter().map(|(n, _)| n.clone()).collect()))
             }
             _ => None,
@@ -103,7 +103,7 @@ fn a_defined_job_is_told_to_its_connected_members_and_is_ready_once_they_hold_it
     );
     // Node 1 holds it too.
     let said = vec![("j".to_string(), spec.digest())];
-    n.handle_session_jobs(now, Via::Accepted { conn: 1 }, &said);
+    n.handle_session_jobs(now, Via::Accepted { conn: 1 }, &said, 1);
     assert_eq!(n.job_state("j"), Some(JobState::Forming(vec![NodeId(2)])));
     // Node 2 comes up (its own dial): told at its link-up, and it holds the job as well.
     assert_eq!(
@@ -115,7 +115,7 @@ fn a_defined_job_is_told_to_its_connected_members_and_is_ready_once_they_hold_it
         told(&drain(&mut n)),
         vec![(NodeId(2), vec!["j".to_string()])]
     );
-    n.handle_session_jobs(now, Via::Accepted { conn: 2 }, &said);
+    n.handle_session_jobs(now, Via::Accepted { conn: 2 }, &said, 1);
     assert_eq!(n.job_state("j"), Some(JobState::Ready));
 }
 
@@ -134,6 +134,7 @@ fn an_import_outside_a_job_both_nodes_hold_fails_with_the_channel_error_at_the_i
         now,
         Via::Accepted { conn: 1 },
         &[("j".into(), spec.digest())],
+        1,
     );
     assert!(asked(&import_event(&mut n, now, 2, 5)), "inside the job");
     let other = import_event(&mut n, now, 3, 6);
@@ -167,6 +168,7 @@ fn the_exporter_serves_an_import_only_inside_a_job_the_importer_holds() {
         now,
         Via::Accepted { conn: 1 },
         &[("j".into(), spec.digest())],
+        1,
     );
     n.handle_peer_import(now, 2, peer(&hellos[1]), request(5));
     let a = drain(&mut n);
@@ -196,9 +198,9 @@ fn a_list_on_a_connection_that_proves_nobody_is_refused_and_a_restart_forgets_wh
     n.handle_job_define(now, spec.clone()).unwrap();
     drain(&mut n);
     let said = vec![("j".to_string(), spec.digest())];
-    n.handle_session_jobs(now, Via::Accepted { conn: 99 }, &said);
+    n.handle_session_jobs(now, Via::Accepted { conn: 99 }, &said, 1);
     assert_eq!(refusals(&drain(&mut n)), ["jobs: no session"]);
     assert_eq!(n.job_state("j"), Some(JobState::Forming(vec![NodeId(1)])));
-    n.handle_session_jobs(now, Via::Accepted { conn: 1 }, &said);
+    n.handle_session_jobs(now, Via::Accepted { conn: 1 }, &said, 1);
     assert_eq!(n.job_state("j"), Some(JobState::Ready));
 }

@@ -634,7 +634,7 @@ impl Engine {
                 | Action::SetMulticastFailure { .. }
                 | Action::AnswerRemoteGpuAttach { .. }) => self.perform_multicast(a),
                 Action::SendImport { peer, request } => self.send_import(peer, request),
-                Action::SendJobs { peer, jobs } => self.send_jobs(peer, jobs),
+                Action::SendJobs { peer, jobs, epoch } => self.send_jobs(peer, jobs, epoch),
                 a @ (Action::ReadGpuFabric
                 | Action::SendCliques { .. }
                 | Action::CliqueChanged { .. }

@@ -241,6 +241,8 @@ pub enum Action {
         peer: NodeId,
         /// Every job here with `peer` as a member.
         jobs: Vec<(String, String)>,
+        /// This list's number (the node's lists count up): the peer keeps the newest.
+        epoch: u64,
     },
     /// The driver posted CLIQUE_ID_CHANGE: `gpu` moved from clique `from` (`None`: a GPU the
     /// last read did not list) to `to` (log it, in NVIDIA's event name).

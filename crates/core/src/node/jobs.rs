@@ -31,6 +31,8 @@ pub(super) struct JobsTold {
     pub(super) untold: BTreeSet<NodeId>,
     /// The session each peer was last told on.
     pub(super) told_on: std::collections::BTreeMap<NodeId, Option<Via>>,
+    /// Lists sent so far: each carries its number, so a peer keeps the newest it got.
+    pub(super) sent: u64,
 }
 
 impl JobsTold {
@@ -38,6 +40,7 @@ impl JobsTold {
         Self {
             untold: BTreeSet::new(),
             told_on: std::collections::BTreeMap::new(),
+            sent: 0,
         }
     }
 }
@@ -86,11 +89,17 @@ impl Node {
         self.jobs.channel_clear(channel);
     }
 
-    /// A peer's list of the jobs it shares with this node, on session `via` (taken from the
-    /// peer the session proves; otherwise refused and counted).
-    pub fn handle_session_jobs(&mut self, _now: Instant, via: Via, jobs: &[(String, String)]) {
+    /// A peer's list of the jobs it shares with this node, its `epoch`-th, on session `via`
+    /// (taken from the peer the session proves; otherwise refused and counted).
+    pub fn handle_session_jobs(
+        &mut self,
+        _now: Instant,
+        via: Via,
+        jobs: &[(String, String)],
+        epoch: u64,
+    ) {
         if let Some(from) = self.authenticate(via, None, PeerRequest::Jobs) {
-            self.jobs.peer_said(from.node, jobs);
+            self.jobs.peer_said(from.node, jobs, epoch);
         }
     }
 
@@ -167,9 +176,11 @@ impl Node {
     }
 
     fn send_jobs(&mut self, peer: NodeId) {
+        self.jobs_told.sent += 1;
         self.actions.push_back(Action::SendJobs {
             peer,
             jobs: self.jobs.told(peer),
+            epoch: self.jobs_told.sent,
         });
         let via = self.mesh.session_of(peer);
         self.jobs_told.told_on.insert(peer, via);

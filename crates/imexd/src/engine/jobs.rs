@@ -23,7 +23,12 @@ const DIGEST_LEN: usize = 64;
 impl Engine {
     /// [`openimex_core::node::Action::SendJobs`]: the list on the pair's session, reported as
     /// taken or not.
-    pub(super) fn send_jobs(&mut self, peer: openimex_core::NodeId, jobs: Vec<(String, String)>) {
+    pub(super) fn send_jobs(
+        &mut self,
+        peer: openimex_core::NodeId,
+        jobs: Vec<(String, String)>,
+        epoch: u64,
+    ) {
         let Some(session) = self.session(peer) else {
             self.node.handle_jobs_sent(now(), peer, false);
             return;
@@ -31,7 +36,7 @@ impl Engine {
         let jobs = (jobs.into_iter())
             .map(|(name, digest)| JobDigest { name, digest })
             .collect();
-        let body = Body::JobsHeld(JobsHeld { jobs });
+        let body = Body::JobsHeld(JobsHeld { jobs, epoch });
         let engine = self.tx.clone();
         tokio::spawn(async move {
             let sent =
@@ -55,7 +60,7 @@ impl Engine {
             .filter(|j| j.name.len() <= MAX_JOB_NAME && j.digest.len() == DIGEST_LEN)
             .map(|j| (j.name, j.digest))
             .collect();
-        self.node.handle_session_jobs(now(), via, &jobs);
+        self.node.handle_session_jobs(now(), via, &jobs, held.epoch);
     }
 }
 

@@ -51,9 +51,9 @@ impl World {
                 let via = self.node(i).and_then(|n| n.session_of(peer));
                 self.notify(i, peer.index(), via, Msg::Cliques(cliques, epoch));
             }
-            Action::SendJobs { peer, jobs } => {
+            Action::SendJobs { peer, jobs, epoch } => {
                 let via = self.node(i).and_then(|n| n.session_of(peer));
-                self.notify(i, peer.index(), via, Msg::Jobs(jobs));
+                self.notify(i, peer.index(), via, Msg::Jobs(jobs, epoch));
             }
             Action::Persist { importers } => self.slots[i].persist = importers,
             Action::RecoveryWait { .. }

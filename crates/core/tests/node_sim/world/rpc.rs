@@ -45,8 +45,9 @@ pub enum Msg {
     GoodbyeRefused,
     /// A notification of the sender's new cliques and their epoch (nothing answers it).
     Cliques(Vec<u32>, u64),
-    /// The jobs the sender shares with the receiver (nothing answers it).
-    Jobs(Vec<(String, String)>),
+    /// The jobs the sender shares with the receiver, and the list's number (nothing answers
+    /// it).
+    Jobs(Vec<(String, String)>, u64),
 }
 
 /// One direction of a session: (dialler, acceptor, attempt, towards the acceptor).
@@ -106,7 +107,7 @@ impl World {
     /// sent after the daemon's notify timeout; with no session, at once.
     pub(super) fn notify(&mut self, from: usize, to: usize, via: Option<Via>, msg: Msg) {
         let inst = self.inst(from).unwrap();
-        let jobs = matches!(msg, Msg::Jobs(_));
+        let jobs = matches!(msg, Msg::Jobs(..));
         let sent = match via.and_then(|via| self.find(from, to, via)) {
             Some((key, _)) => self.send(key, from, None, msg),
             None => false,
@@ -253,7 +254,9 @@ impl World {
                 Msg::Cliques(cliques, epoch) => {
                     self.deliver_cliques(from, to, (client, server), sess, (&cliques, epoch));
                 }
-                Msg::Jobs(jobs) => self.deliver_jobs(from, to, (client, server), sess, &jobs),
+                Msg::Jobs(jobs, epoch) => {
+                    self.deliver_jobs(from, to, (client, server), sess, (&jobs, epoch));
+                }
                 Msg::ImportResp(_)
                 | Msg::UnimportResp
                 | Msg::UnimportRefused
@@ -348,7 +351,7 @@ impl World {
             | Msg::GoodbyeResp
             | Msg::GoodbyeRefused
             | Msg::Cliques(..)
-            | Msg::Jobs(_) => {
+            | Msg::Jobs(..) => {
                 unreachable!("response or notification sent as a request")
             }
         }
@@ -385,15 +388,15 @@ impl World {
         to: usize,
         key: SessKey,
         sess: Sess,
-        jobs: &[(String, String)],
+        (jobs, epoch): (&[(String, String)], u64),
     ) {
         let now = self.now;
-        self.note(|| format!("node {to}: from {from} jobs {jobs:?}"));
+        self.note(|| format!("node {to}: from {from} jobs {jobs:?} (list {epoch})"));
         if self.retired_by(key, sess, to) {
             self.on_retired = Some(to);
         }
         let via = sess.via_at(key, to);
-        self.node_mut(to).handle_session_jobs(now, via, jobs);
+        self.node_mut(to).handle_session_jobs(now, via, jobs, epoch);
         self.pump();
         self.on_retired = None;
     }
