@@ -13,7 +13,8 @@
 //! - **Checked.** With a job defined, the importer's node asks an exporter only under a job
 //!   both hold ([`crate::jobs::Jobs::admit`] with the exporter), and the exporter's node serves
 //!   it only under such a job (with the importer); a refusal is counted under its reason and
-//!   the application gets the driver's channel error (`INSUFFICIENT_PERMISSIONS`, CUDA 800).
+//!   the import fails with `INSUFFICIENT_PERMISSIONS`, the status of an import across
+//!   channels (the application sees its import fail as one across channels does).
 
 use std::collections::BTreeSet;
 use std::time::Instant;
