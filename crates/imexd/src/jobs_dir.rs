@@ -27,7 +27,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use crate::mailbox::{Hosts, Input};
+use crate::mailbox::{Hosts, Input, JobFiles};
 
 /// The daemon's record of the quarantined channels, in the jobs directory (a dot file: no job).
 pub(crate) const QUARANTINE_FILE: &str = ".quarantine";
@@ -47,17 +47,6 @@ const RESCAN: Duration = Duration::from_secs(30);
 /// Most job files read: a node holds at most one job per channel, and a directory with more
 /// files than any node could use is read this far (in name order), the rest reported.
 const MAX_JOB_FILES: usize = 1 << 16;
-
-/// What one read of the directory found.
-#[derive(Debug, Default)]
-pub(crate) struct JobFiles {
-    /// The jobs of the valid files.
-    pub(crate) jobs: Vec<JobFile>,
-    /// Why each other `.job` file is no job.
-    pub(crate) problems: Vec<String>,
-    /// The quarantine as [`QUARANTINE_FILE`] records it: (channel, the job that ended).
-    pub(crate) quarantined: Vec<(u32, String)>,
-}
 
 /// Watches `dir` until the engine stops, sending it every read. The directory is created if
 /// missing (root-only, 0700: job files decide who may reach whose memory).

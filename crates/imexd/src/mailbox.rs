@@ -50,7 +50,7 @@ pub(crate) enum Input {
     /// Whether the session to `peer` took our jobs list (`Action::SendJobs`).
     JobsSent { peer: NodeId, sent: bool },
     /// A read of the jobs directory: the jobs of its valid files and the others' problems.
-    JobFiles(crate::jobs_dir::JobFiles),
+    JobFiles(JobFiles),
     /// Our goodbye reached `peer` and it acknowledged (`delivered`), or not.
     GoodbyeDelivered { peer: NodeId, delivered: bool },
     /// An inbound connection was accepted (sent before anything else about it); `closer`
@@ -353,4 +353,16 @@ pub(crate) fn depth_of(tx: &mpsc::Sender<Input>) -> crate::stats::Depth {
         weak.upgrade()
             .map_or(0, |tx| tx.max_capacity() - tx.capacity())
     })
+}
+
+/// What one read of the jobs directory found (`jobs_dir`).
+#[derive(Debug, Default)]
+pub(crate) struct JobFiles {
+    /// The jobs of the valid files.
+    pub(crate) jobs: Vec<openimex_config::jobfile::JobFile>,
+    /// Why each other `.job` file is no job.
+    pub(crate) problems: Vec<String>,
+    /// The quarantine as the daemon's record (`jobs_dir::QUARANTINE_FILE`) says: (channel,
+    /// the job that ended).
+    pub(crate) quarantined: Vec<(u32, String)>,
 }

@@ -77,7 +77,7 @@ impl Engine {
     /// A read of the jobs directory: jobs whose file is gone (or now says something else) end,
     /// new ones are defined; a file that is no job, or a job the node refuses, is logged once
     /// and changes nothing else.
-    pub(super) fn job_files(&mut self, files: crate::jobs_dir::JobFiles) {
+    pub(super) fn job_files(&mut self, files: crate::mailbox::JobFiles) {
         let now = now();
         if !self.job_files.restored {
             self.job_files.restored = true;
