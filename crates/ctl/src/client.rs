@@ -176,14 +176,10 @@ impl Client {
         let reply = tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| self.timed_out())?;
-        match reply {
-            Ok(r) => Ok(r.into_inner()),
-            Err(s) if s.code() == tonic::Code::Unimplemented => Err(CtlError::Rejected {
-                target: self.target.to_string(),
-                cause: "the daemon knows no jobs (an older openimex release?)".to_string(),
-            }),
-            Err(s) => Err(self.rpc(s)),
-        }
+        self.answer(
+            reply,
+            "the daemon knows no jobs (an older openimex release?)",
+        )
     }
 
     /// This node's view of each peer (`--peers`).
@@ -192,14 +188,25 @@ impl Client {
         let reply = tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| self.timed_out())?;
+        self.answer(
+            reply,
+            "the daemon does not know `--peers` (an older openimex release?); `--links` and \
+             `-N` still work",
+        )
+    }
+
+    /// The reply to a call a daemon from before it does not know: Unimplemented then is
+    /// `missing`, what ctl cannot show and what still works.
+    fn answer<T>(
+        &self,
+        reply: Result<tonic::Response<T>, tonic::Status>,
+        missing: &str,
+    ) -> Result<T, CtlError> {
         match reply {
             Ok(r) => Ok(r.into_inner()),
-            // A daemon from before this view has no such call.
             Err(s) if s.code() == tonic::Code::Unimplemented => Err(CtlError::Rejected {
                 target: self.target.to_string(),
-                cause: "the daemon does not know `--peers` (an older openimex release?); \
-                        `--links` and `-N` still work"
-                    .to_string(),
+                cause: missing.to_string(),
             }),
             Err(s) => Err(self.rpc(s)),
         }
