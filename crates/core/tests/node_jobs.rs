@@ -193,7 +193,7 @@ fn the_exporter_serves_an_import_only_inside_a_job_the_importer_holds() {
 
 #[test]
 fn a_list_on_a_connection_that_proves_nobody_is_refused_and_a_restart_forgets_what_was_said() {
-    let (mut n, now, _) = node();
+    let (mut n, now, hellos) = node();
     let spec = job("j", 5, &[0, 1]);
     n.handle_job_define(now, spec.clone()).unwrap();
     drain(&mut n);
@@ -203,4 +203,18 @@ fn a_list_on_a_connection_that_proves_nobody_is_refused_and_a_restart_forgets_wh
     assert_eq!(n.job_state("j"), Some(JobState::Forming(vec![NodeId(1)])));
     n.handle_session_jobs(now, Via::Accepted { conn: 1 }, &said, 1);
     assert_eq!(n.job_state("j"), Some(JobState::Ready));
+    // Node 1 restarts (a new instance opens its session): what the old one said is gone, and
+    // the new one has said nothing yet.
+    let restarted = Hello {
+        instance: InstanceId(999),
+        ..hellos[1].clone()
+    };
+    assert_eq!(
+        n.handle_session_hello(now, 2, true, &restarted),
+        Verdict::Accept
+    );
+    assert!(n.handle_session_opened(now, 2));
+    drain(&mut n);
+    assert_eq!(n.job_state("j"), Some(JobState::Forming(vec![NodeId(1)])));
+    assert!(n.jobs().admit(5, NodeId(1)).is_err());
 }
