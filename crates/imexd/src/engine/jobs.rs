@@ -192,25 +192,25 @@ impl Engine {
             .filter_map(|n| self.node.jobs().spec(n).cloned())
             .collect();
         let jobs = (specs.into_iter())
-            .map(|spec| {
-                let state = self.node.job_state(&spec.name);
-                let (word, nodes) = match &state {
-                    Some(JobState::Ready) | None => ("READY", Vec::new()),
-                    Some(
-                        s @ (JobState::Forming(n) | JobState::Degraded(n) | JobState::Disagreed(n)),
-                    ) => (s.word(), n.clone()),
+            .filter_map(|spec| {
+                let state = self.node.job_state(&spec.name)?;
+                let nodes = match &state {
+                    JobState::Ready => Vec::new(),
+                    JobState::Forming(n) | JobState::Degraded(n) | JobState::Disagreed(n) => {
+                        n.clone()
+                    }
                 };
-                openimex_proto::cmd::JobReport {
+                Some(openimex_proto::cmd::JobReport {
                     name: spec.name,
                     channel: spec.channel,
                     members: spec.members.iter().map(|m| u32::from(m.0)).collect(),
-                    state: word.to_string(),
+                    state: state.word().to_string(),
                     nodes: nodes.iter().map(|m| u32::from(m.0)).collect(),
                     owner: spec
                         .owner
                         .map(|(u, g)| format!("{u}:{g}"))
                         .unwrap_or_default(),
-                }
+                })
             })
             .collect();
         let quarantined = self.node.jobs().quarantined().map(|(c, _)| c).collect();
