@@ -218,3 +218,30 @@ fn a_list_on_a_connection_that_proves_nobody_is_refused_and_a_restart_forgets_wh
     assert_eq!(n.job_state("j"), Some(JobState::Forming(vec![NodeId(1)])));
     assert!(n.jobs().admit(5, NodeId(1)).is_err());
 }
+
+#[test]
+fn a_job_ready_when_nobody_asked_is_degraded_not_forming_once_a_member_is_lost() {
+    // DEGRADED says "was READY": the node must know it was, whether or not `ctl` looked then.
+    let (mut n, now, hellos) = sim::node::node(Setup::default());
+    let started = sim::node::start(&mut n, now);
+    // Both dials refused, so the loss below is a loss (not a handover to our own dial).
+    for p in [1, 2] {
+        let attempt = sim::node::dial_attempt(&started, p).expect("dialled at start");
+        sim::node::refused(&mut n, now, NodeId(p), attempt);
+    }
+    assert_eq!(
+        n.handle_session_hello(now, 1, true, &hellos[1]),
+        Verdict::Accept
+    );
+    assert!(n.handle_session_opened(now, 1));
+    let spec = job("j", 5, &[0, 1]);
+    n.handle_job_define(now, spec.clone()).unwrap();
+    let said = vec![("j".to_string(), spec.digest())];
+    n.handle_session_jobs(now, Via::Accepted { conn: 1 }, &said, 1);
+    drain(&mut n);
+    // No `job_state` asked between READY and the loss.
+    n.handle_session_lost(now, Via::Accepted { conn: 1 }, "reset".into());
+    drain(&mut n);
+    assert_eq!(n.links()[1].status, ConnStatus::Recovering);
+    assert_eq!(n.job_state("j"), Some(JobState::Degraded(vec![NodeId(1)])));
+}

@@ -24,6 +24,7 @@ use crate::gpu::Status;
 use crate::ids::NodeId;
 use crate::jobs::{DefineError, ImportRefusal, JobSpec, JobState, Jobs};
 use crate::mesh::Via;
+use crate::state::ConnStatus;
 
 /// What the node keeps of jobs beyond the table: whom to tell again.
 #[derive(Debug)]
@@ -54,10 +55,30 @@ impl Node {
 
     /// The state of job `name` as this node sees it; `None`: no such job here.
     pub fn job_state(&mut self, name: &str) -> Option<JobState> {
-        let connected: BTreeSet<NodeId> = (self.mesh.config().map.ids())
-            .filter(|p| self.connected(*p).is_some())
+        let mesh = &self.mesh;
+        self.jobs.state(name, |p| {
+            matches!(mesh.peer(p), Some((ConnStatus::Connected, Some(_))))
+        })
+    }
+
+    /// Looks at the state of every job `peer` is a member of (every job without a peer), so
+    /// one that is READY now is remembered as having been: a member lost later makes it
+    /// DEGRADED, not FORMING, whether or not anyone asked in between. Run wherever a job can
+    /// become READY: a definition, a member's word, a member's link up.
+    fn jobs_note_ready(&mut self, peer: Option<NodeId>) {
+        if !self.jobs.in_use() {
+            return;
+        }
+        let names: Vec<String> = (self.jobs.names())
+            .filter(|n| {
+                let spec = self.jobs.spec(n);
+                peer.is_none_or(|p| spec.is_some_and(|s| s.members.contains(&p)))
+            })
+            .map(str::to_string)
             .collect();
-        self.jobs.state(name, |p| connected.contains(&p))
+        for name in names {
+            let _ = self.job_state(&name);
+        }
     }
 
     /// Defines `spec` here (a ctl command, a job file). `Ok(false)`: it was defined already,
@@ -65,9 +86,11 @@ impl Node {
     pub fn handle_job_define(&mut self, _now: Instant, spec: JobSpec) -> Result<bool, DefineError> {
         let map = self.mesh.config().map.clone();
         let members = spec.members.clone();
+        let name = spec.name.clone();
         let new = self.jobs.define(spec, &map)?;
         if new {
             self.tell_jobs(members);
+            let _ = self.job_state(&name);
         }
         Ok(new)
     }
@@ -101,6 +124,7 @@ impl Node {
     ) {
         if let Some(from) = self.authenticate(via, None, PeerRequest::Jobs) {
             self.jobs.peer_said(from.node, jobs, epoch);
+            self.jobs_note_ready(Some(from.node));
         }
     }
 
@@ -117,6 +141,7 @@ impl Node {
         self.jobs_told.untold.remove(&peer);
         if self.jobs.in_use() {
             self.send_jobs(peer);
+            self.jobs_note_ready(Some(peer));
         }
     }
 
