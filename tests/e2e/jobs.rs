@@ -114,3 +114,130 @@ fn a_job_file_defines_a_job_that_admits_only_its_members_and_ends_with_the_file(
     }
     exp.exit();
 }
+
+/// `ctl ARGS` on node `i`, which must succeed: its stdout.
+#[track_caller]
+fn ctl_ok(cluster: &openimex_harness::Cluster, i: usize, args: &[&str]) -> String {
+    let out = cluster.ctl(i, args).expect("run ctl");
+    assert!(
+        out.status.success(),
+        "ctl {args:?} on node {i}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+#[test]
+fn ctl_creates_a_job_as_its_file_waits_for_it_without_polling_and_ends_it() {
+    let scratch = ScratchDir::new("e2e-jobs-ctl").expect("scratch dir");
+    let jobs = scratch.path().join("jobs");
+    std::fs::create_dir_all(&jobs).expect("jobs dir");
+    let dir = jobs.display().to_string();
+    let cluster = gpu_cluster_with(3, &[("OPENIMEX_JOBS_DIR", dir.as_str())]);
+    let (a, b) = (cluster.node(0).ip(), cluster.node(1).ip());
+    let members = format!("{a},{b}");
+    let create = [
+        "jobs",
+        "create",
+        "w",
+        "--channel",
+        "3",
+        "--members",
+        &members,
+    ];
+
+    // A waiter started before the job exists is answered when it is READY.
+    let mut waiter = cluster
+        .ctl_command(1, &["jobs", "wait", "w", "--timeout", "60"])
+        .expect("ctl command");
+    let waiter = waiter
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start ctl jobs wait");
+
+    // The daemon writes the job file a prolog would write, and holds the job when it answers.
+    let said = ctl_ok(&cluster, 0, &create);
+    assert!(said.starts_with("job w created ("), "{said}");
+    let file = std::fs::read_to_string(jobs.join("w.job")).expect("the job file is the record");
+    assert!(
+        file.contains("CHANNEL=3\n") && file.contains(&format!("MEMBERS={members}\n")),
+        "{file}"
+    );
+    assert!(channel(&cluster, 0, 3).exists(), "channel3 created");
+    // The same job again (the other member's prolog, here on one shared directory) is no change.
+    let again = ctl_ok(&cluster, 1, &create);
+    assert!(again.contains("was defined so already"), "{again}");
+    let out = waiter.wait_with_output().expect("ctl jobs wait ends");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "READY\n");
+    assert_eq!(ctl_ok(&cluster, 0, &["jobs", "wait", "w"]), "READY\n");
+    // NVIDIA's table and JSON, restricted to the job's members (what DRA's probe and DCGM read).
+    let doc: serde_json::Value =
+        serde_json::from_str(&ctl_ok(&cluster, 0, &["-N", "-j", "--job", "w"])).expect("JSON");
+    let nodes = doc["nodes"].as_object().expect("nodes");
+    assert_eq!(nodes.keys().collect::<Vec<_>>(), ["0", "1"], "{doc}");
+    assert_eq!(doc["nodes"]["1"]["connections"]["0"]["status"], "CONNECTED");
+    assert_eq!(doc["status"], "UP");
+    let table = ctl_ok(&cluster, 1, &["-N", "--job", "w"]);
+    assert!(
+        table.contains("Domain State: UP") && !table.contains("Node #2"),
+        "{table}"
+    );
+
+    // Another definition under the name is refused, not written over the record.
+    let other = [
+        "jobs",
+        "create",
+        "w",
+        "--channel",
+        "4",
+        "--members",
+        &members,
+    ];
+    let out = cluster.ctl(0, &other).expect("run ctl");
+    let err = assert_clean_failure(&out, "a second definition of w");
+    assert!(err.contains("defines this job otherwise"), "{err}");
+    // A member outside the nodes file, named with the fix.
+    let bad = [
+        "jobs",
+        "create",
+        "x",
+        "--channel",
+        "5",
+        "--members",
+        "10.9.9.9",
+    ];
+    let out = cluster.ctl(0, &bad).expect("run ctl");
+    let err = assert_clean_failure(&out, "a member not in the nodes file");
+    assert!(err.contains("10.9.9.9") && err.contains("job x"), "{err}");
+    assert!(!jobs.join("x.job").exists(), "a refused job leaves no file");
+    // Over TCP, where any local user reaches the port, nobody creates a job.
+    let port = cluster.node(0).cmd_port().to_string();
+    let ip = a.to_string();
+    let mut tcp = std::process::Command::new(crate::common::binary());
+    tcp.args(["ctl", "-i", &ip, &port]).args(create);
+    let err = assert_clean_failure(&run(&mut tcp), "jobs create over TCP");
+    assert!(err.contains("only on the command unix socket"), "{err}");
+    // A wait that runs out says where the job stands.
+    let out = cluster
+        .ctl(2, &["jobs", "wait", "w", "--timeout", "1"])
+        .expect("run ctl");
+    let err = assert_clean_failure(&out, "wait for a job node 2 is not in");
+    assert!(
+        err.contains("job w is not held on this daemon, not READY, after 1 s"),
+        "{err}"
+    );
+
+    // End: the file goes, both members end the job, and its channel is removed.
+    let ended = ctl_ok(&cluster, 0, &["jobs", "end", "w"]);
+    assert!(ended.starts_with("job w ended ("), "{ended}");
+    assert!(!jobs.join("w.job").exists());
+    assert_eq!(
+        ctl_ok(&cluster, 1, &["jobs", "wait", "w", "--state", "gone"]),
+        "GONE\n"
+    );
+    assert!(!channel(&cluster, 0, 3).exists(), "channel3 removed");
+    let out = cluster.ctl(0, &["jobs", "end", "w"]).expect("run ctl");
+    let err = assert_clean_failure(&out, "ending a job twice");
+    assert!(err.contains("no job file"), "{err}");
+}

@@ -182,6 +182,65 @@ impl Client {
         )
     }
 
+    /// `jobs create`: the daemon writes the job file and answers once it holds the job.
+    pub async fn job_create(
+        &mut self,
+        req: openimex_proto::cmd::JobCreateRequest,
+    ) -> Result<openimex_proto::cmd::JobCreateReply, CtlError> {
+        // The daemon waits up to 5 s for its own read of the file.
+        let limit = self.timeout + Duration::from_secs(5);
+        let reply = tokio::time::timeout(limit, self.inner.job_create(req))
+            .await
+            .map_err(|_| self.timed_out())?;
+        self.answer(
+            reply,
+            "the daemon cannot create jobs (an older openimex release?)",
+        )
+    }
+
+    /// `jobs end`: the daemon deletes the job file and answers once the job ended.
+    pub async fn job_end(
+        &mut self,
+        name: &str,
+    ) -> Result<openimex_proto::cmd::JobEndReply, CtlError> {
+        let limit = self.timeout + Duration::from_secs(5);
+        let req = openimex_proto::cmd::JobEndRequest {
+            name: name.to_string(),
+        };
+        let reply = tokio::time::timeout(limit, self.inner.job_end(req))
+            .await
+            .map_err(|_| self.timed_out())?;
+        self.answer(
+            reply,
+            "the daemon cannot end jobs (an older openimex release?)",
+        )
+    }
+
+    /// `jobs wait`: answered by the daemon when the job stands in `state`, or after `limit`.
+    pub async fn job_wait(
+        &mut self,
+        name: &str,
+        state: &str,
+        limit: Duration,
+    ) -> Result<openimex_proto::cmd::JobWaitReply, CtlError> {
+        let req = openimex_proto::cmd::JobWaitRequest {
+            name: name.to_string(),
+            state: state.to_string(),
+            timeout_ms: u32::try_from(limit.as_millis()).unwrap_or(u32::MAX),
+        };
+        let bound = limit + self.timeout;
+        let reply = tokio::time::timeout(bound, self.inner.job_wait(req))
+            .await
+            .map_err(|_| CtlError::NoAnswer {
+                target: self.target.to_string(),
+                secs: bound.as_secs(),
+            })?;
+        self.answer(
+            reply,
+            "the daemon cannot wait for a job (an older openimex release?): poll `ctl -q --job NAME`",
+        )
+    }
+
     /// This node's view of each peer (`--peers`).
     pub async fn peers(&mut self) -> Result<PeersReply, CtlError> {
         let call = self.inner.peers(PeersRequest {});

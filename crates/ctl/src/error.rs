@@ -73,6 +73,23 @@ pub enum CtlError {
         /// The jobs it holds.
         known: Vec<String>,
     },
+    /// `jobs wait`: the job did not stand as asked within the time given.
+    #[error(
+        "job {name} is {state}, not {want}, after {secs} s{}",
+        if nodes.is_empty() { String::new() } else { format!(" (nodes {})", nodes.join(",")) }
+    )]
+    JobNotReached {
+        /// The job.
+        name: String,
+        /// The state waited for (or GONE).
+        want: String,
+        /// Its state then ("not held on this daemon" when it holds no such job).
+        state: String,
+        /// The members the state names.
+        nodes: Vec<String>,
+        /// How long ctl waited.
+        secs: u64,
+    },
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),

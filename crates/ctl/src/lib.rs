@@ -70,8 +70,9 @@ pub struct Args {
     #[arg(short = 'q')]
     pub query: bool,
     /// openimex: with -q, the state word of this job on the local daemon (FORMING, READY,
-    /// DEGRADED, DISAGREED) instead of the daemon's: what a prolog waits for.
-    #[arg(long, value_name = "NAME", requires = "query")]
+    /// DEGRADED, DISAGREED) instead of the daemon's: what a prolog waits for. With -N or -n
+    /// (and -j), the domain restricted to the job's members, its status over them alone.
+    #[arg(long, value_name = "NAME")]
     pub job: Option<String>,
     /// Print the whole domain's status once.
     #[arg(short = 'N')]
@@ -151,9 +152,14 @@ pub enum Sub {
     },
     /// The jobs defined on the local daemon (OPENIMEX_JOBS_DIR): name, channel, members and
     /// state as this node sees it (FORMING, READY, DEGRADED, DISAGREED), with the members the
-    /// state waits for; with NAME only that job's state word, which a prolog waits for (exit 1
-    /// if this daemon has no such job). -j for JSON.
+    /// state waits for; with NAME only that job's state word (exit 1 if this daemon has no such
+    /// job). `jobs create`, `jobs end` and `jobs wait` define, end and wait for one job on this
+    /// node. -j for JSON.
+    #[command(args_conflicts_with_subcommands = true)]
     Jobs {
+        /// create, end, wait or list (the default).
+        #[command(subcommand)]
+        action: Option<jobs::Action>,
         /// One job.
         #[arg(value_name = "NAME")]
         name: Option<String>,
@@ -171,6 +177,7 @@ enum Mode {
     Svg(PathBuf),
     DomainCheck(Vec<String>),
     Jobs(Option<String>),
+    JobAction(jobs::Action),
 }
 
 /// `--interval` below this is refused: it would keep the daemon busy asking every peer.
@@ -292,8 +299,11 @@ async fn run(args: Args) -> Result<(), CtlError> {
     }
     let mode = if let Some(Sub::DomainCheck { hosts }) = &args.command {
         Mode::DomainCheck(hosts.clone())
-    } else if let Some(Sub::Jobs { name }) = &args.command {
-        Mode::Jobs(name.clone())
+    } else if let Some(Sub::Jobs { action, name }) = &args.command {
+        match action {
+            None | Some(jobs::Action::List) => Mode::Jobs(name.clone()),
+            Some(a) => Mode::JobAction(a.clone()),
+        }
     } else if args.watch {
         Mode::Watch
     } else if let Some(path) = &args.svg {
@@ -314,6 +324,11 @@ async fn run(args: Args) -> Result<(), CtlError> {
             repeat: args.domain_loop,
         }
     };
+    if args.job.is_some() && !matches!(mode, Mode::Query | Mode::Domain { .. }) {
+        return Err(CtlError::Usage(format!(
+            "--job goes with -q (the job's state word) or -N / -n (the job's members)\n{USAGE}"
+        )));
+    }
     let needs_nodes = match mode {
         Mode::Domain { .. } | Mode::Svg(_) => true,
         Mode::Watch => !args.links,
@@ -390,12 +405,21 @@ async fn run(args: Args) -> Result<(), CtlError> {
             let reply = client.jobs().await?;
             out(&jobs::render(&reply, name.as_deref(), args.json)?)
         }
+        Mode::JobAction(action) => out(&jobs::act(&mut client, action, args.json).await?),
         Mode::Domain { repeat } => loop {
-            let mut reply = client.domain(false).await?;
+            let members = match &args.job {
+                Some(name) => Some(jobs::find(&client.jobs().await?, name)?.members.clone()),
+                None => None,
+            };
+            let view = |reply| match &members {
+                Some(m) => cells::restrict(reply, m),
+                None => reply,
+            };
+            let mut reply = view(client.domain(false).await?);
             // Something is wrong: ask again with each link's reason, so the `Why` lines can say
             // what a refused or lost link said (one more round trip, only when not UP).
             if reply.status != "UP" {
-                reply = client.domain(true).await?;
+                reply = view(client.domain(true).await?);
             }
             let stamp = stamp();
             // Streamed: a large domain's matrix is never held as text.

@@ -12,7 +12,7 @@
 use openimex_core::ConnStatus;
 use openimex_proto::cmd::{DomainReply, NodeReport};
 
-use crate::cells::{cell, row};
+use crate::cells::{cell, row_for};
 
 /// The local node's report, if the reply has it.
 pub fn local(reply: &DomainReply) -> Option<&NodeReport> {
@@ -26,7 +26,12 @@ pub fn local(reply: &DomainReply) -> Option<&NodeReport> {
 /// The status of the link from `from` to node `to`, and the reason of its last change when
 /// the reply carries reasons (empty otherwise).
 pub fn link(reply: &DomainReply, from: &NodeReport, to: u32) -> (ConnStatus, String) {
-    let (status, _) = cell(from, reply.nodes.len(), to);
+    // The domain's width: its highest node ID + 1 (a reply restricted to a job has fewer rows).
+    let width = (reply.nodes.iter())
+        .map(|n| n.node_id as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let (status, _) = cell(from, width, to);
     // Connections come in node order: look where it should be before searching.
     let at = from
         .connections
@@ -85,10 +90,9 @@ pub fn node(reply: &DomainReply, node: &NodeReport) -> Option<String> {
         });
     }
     let peers = reply.nodes.len().saturating_sub(1);
-    let up = row(node, reply.nodes.len())
-        .iter()
-        .enumerate()
-        .filter(|(i, (s, _))| *i != node.node_id as usize && *s == ConnStatus::Connected)
+    let ids = crate::cells::ids(reply);
+    let up = (ids.iter().zip(row_for(node, &ids)))
+        .filter(|(id, (s, _))| **id != node.node_id && *s == ConnStatus::Connected)
         .count();
     Some(match node.state.as_str() {
         "WAITING_FOR_PEERS" => format!(
@@ -119,18 +123,14 @@ pub fn domain(reply: &DomainReply) -> Option<String> {
         .filter(|n| node(reply, n).is_some())
         .map(|n| format!("node {} {}", n.node_id, n.state))
         .collect();
-    let width = reply.nodes.len();
+    let ids = crate::cells::ids(reply);
     let links = reply
         .nodes
         .iter()
         .filter(|n| n.reachable)
         .flat_map(|n| {
-            row(n, width)
-                .into_iter()
-                .enumerate()
-                .filter(move |(to, (s, _))| {
-                    *to != n.node_id as usize && *s != ConnStatus::Connected
-                })
+            (ids.iter().zip(row_for(n, &ids)))
+                .filter(move |(to, (s, _))| **to != n.node_id && *s != ConnStatus::Connected)
         })
         .count();
     let mut parts = Vec::new();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use openimex_proto::cmd::{DomainReply, NodeReport, PeerCleanUp, PeersReply};
 use serde_json::{Value, json};
 
-use crate::cells::row;
+use crate::cells::row_for;
 use crate::reason;
 
 /// The legend NVIDIA prints, typo ("triggreed") included, because people diff it.
@@ -78,12 +78,12 @@ pub fn write_table(
         header.push_str(&format!("{:<4}", n.node_id));
     }
     writeln!(out, "{}", header.trim_end())?;
-    let width = reply.nodes.len();
+    let ids = crate::cells::ids(reply);
     let mut line = String::new();
     for n in &reply.nodes {
         line.clear();
         line.push_str(&format!("{:>8}{:8}", n.node_id, ""));
-        for (status, _) in row(n, width) {
+        for (status, _) in row_for(n, &ids) {
             line.push_str(&format!("{:<4}", status.letter()));
         }
         writeln!(out, "{}", line.trim_end())?;
@@ -125,7 +125,7 @@ pub fn write_json(
         .iter()
         .map(|n| quoted(&n.host))
         .collect::<io::Result<Vec<_>>>()?;
-    let width = reply.nodes.len();
+    let ids = crate::cells::ids(reply);
     out.write_all(b"{\"nodes\":{")?;
     for (i, n) in reply.nodes.iter().enumerate() {
         if i > 0 {
@@ -138,14 +138,15 @@ pub fn write_json(
             quoted(&n.state)?,
             hosts[i]
         )?;
-        for (to, (status, changed)) in row(n, width).into_iter().enumerate() {
-            if to > 0 {
+        for (k, (status, changed)) in row_for(n, &ids).into_iter().enumerate() {
+            if k > 0 {
                 out.write_all(b",")?;
             }
             write!(
                 out,
-                "\"{to}\":{{\"host\":{},\"status\":\"{}\",\"changed\":{}}}",
-                hosts[to],
+                "\"{}\":{{\"host\":{},\"status\":\"{}\",\"changed\":{}}}",
+                ids[k],
+                hosts[k],
                 status.as_str(),
                 changed && n.reachable
             )?;

@@ -56,6 +56,27 @@ impl Command for Fake {
     async fn jobs(&self, _: Request<JobsRequest>) -> Result<Response<JobsReply>, Status> {
         Err(Status::unimplemented(""))
     }
+
+    async fn job_create(
+        &self,
+        _: Request<openimex_proto::cmd::JobCreateRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobCreateReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn job_end(
+        &self,
+        _: Request<openimex_proto::cmd::JobEndRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobEndReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn job_wait(
+        &self,
+        _: Request<openimex_proto::cmd::JobWaitRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobWaitReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
 }
 
 /// Serves `fake` on a loopback port; returns ctl's target for it.

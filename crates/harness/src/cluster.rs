@@ -478,7 +478,7 @@ impl Cluster {
     }
 
     /// `binary ctl -c <node i's config> args…`, not started.
-    pub(crate) fn ctl_command(&self, i: usize, args: &[&str]) -> Result<Command, HarnessError> {
+    pub fn ctl_command(&self, i: usize, args: &[&str]) -> Result<Command, HarnessError> {
         let node = self.get(i)?;
         let mut cmd = Command::new(&self.spec.binary);
         cmd.arg("ctl").arg("-c").arg(node.config_path()).args(args);

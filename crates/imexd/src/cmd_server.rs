@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use openimex_core::{ConnStatus, DaemonState, NodeId, domain_status_of};
 use openimex_proto::cmd::{
-    ConfigOption, ConfigReply, ConfigRequest, DomainReply, DomainRequest, JobsReply, JobsRequest,
-    MapEntry, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
+    ConfigOption, ConfigReply, ConfigRequest, DomainReply, DomainRequest, JobCreateReply,
+    JobCreateRequest, JobEndReply, JobEndRequest, JobWaitReply, JobWaitRequest, JobsReply,
+    JobsRequest, MapEntry, NodeReport, PeersReply, PeersRequest, StateReply, StateRequest,
     command_server::{Command, CommandServer},
 };
 use openimex_proto::peer::session_msg::Body;
@@ -29,8 +30,11 @@ use crate::convert::{node_status, peers_reply, row_cells};
 use crate::error::DaemonError;
 use crate::mailbox::{Hosts, Input, ask};
 
+mod jobs;
 #[cfg(test)]
 mod prop;
+
+pub(crate) use jobs::{JobsAccess, Listener};
 
 /// How long the command service waits for one peer's row.
 const PEER_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -45,6 +49,10 @@ pub(crate) struct CommandService {
     pub(crate) about: std::sync::Arc<About>,
     /// How the node map's names resolve (`ctl -m` shows their addresses).
     pub(crate) resolver: crate::net::Resolver,
+    /// The jobs directory, when the daemon has one (`ctl jobs create` and `end` write it).
+    pub(crate) jobs: Option<std::sync::Arc<JobsAccess>>,
+    /// The listener this service answers on.
+    pub(crate) listener: Listener,
 }
 
 /// What `ctl -d` and `ctl -m` are told that does not change while the daemon runs.
@@ -118,6 +126,39 @@ impl Command for CommandService {
         ))
     }
 
+    async fn job_create(
+        &self,
+        request: Request<JobCreateRequest>,
+    ) -> Result<Response<JobCreateReply>, Status> {
+        let (engine, jobs) = (&self.engine, self.jobs.as_deref());
+        let reply = jobs::create(
+            engine,
+            jobs,
+            &self.hosts,
+            self.listener,
+            request.into_inner(),
+        );
+        Ok(Response::new(reply.await?))
+    }
+
+    async fn job_end(
+        &self,
+        request: Request<JobEndRequest>,
+    ) -> Result<Response<JobEndReply>, Status> {
+        let (engine, jobs) = (&self.engine, self.jobs.as_deref());
+        let reply = jobs::end(engine, jobs, self.listener, request.into_inner());
+        Ok(Response::new(reply.await?))
+    }
+
+    async fn job_wait(
+        &self,
+        request: Request<JobWaitRequest>,
+    ) -> Result<Response<JobWaitReply>, Status> {
+        Ok(Response::new(
+            jobs::wait(&self.engine, request.into_inner()).await?,
+        ))
+    }
+
     async fn config(
         &self,
         _request: Request<ConfigRequest>,
@@ -184,7 +225,7 @@ pub(crate) type Ended = Result<(), (&'static str, tonic::transport::Error)>;
 /// socket at `unix_path` and the in-process listener, whichever are given; the configured and
 /// the unconfigured daemon both serve `ctl` this way.
 pub(crate) fn serve<S: Command>(
-    svc: impl Fn() -> S,
+    svc: impl Fn(Listener) -> S,
     tcp: Option<std::net::TcpListener>,
     unix: Option<std::os::unix::net::UnixListener>,
     unix_path: Option<&std::path::Path>,
@@ -196,7 +237,7 @@ pub(crate) fn serve<S: Command>(
     if let Some(l) = tcp {
         let l = crate::tokio_tcp(l)?;
         let s = Server::builder()
-            .add_service(CommandServer::new(svc()))
+            .add_service(CommandServer::new(svc(Listener::Tcp)))
             .serve_with_incoming(TcpListenerStream::new(l));
         servers.push(tokio::spawn(async move {
             s.await.map_err(|source| ("command (TCP)", source))
@@ -212,7 +253,7 @@ pub(crate) fn serve<S: Command>(
             fix: "check IMEX_CMD_UNIX_DOMAIN_PATH",
         })?;
         let s = Server::builder()
-            .add_service(CommandServer::new(svc()))
+            .add_service(CommandServer::new(svc(Listener::Unix)))
             .serve_with_incoming(UnixListenerStream::new(l));
         servers.push(tokio::spawn(async move {
             s.await.map_err(|source| ("command (unix)", source))
@@ -220,7 +261,7 @@ pub(crate) fn serve<S: Command>(
     }
     if let Some(l) = memory {
         let s = Server::builder()
-            .add_service(CommandServer::new(svc()))
+            .add_service(CommandServer::new(svc(Listener::Memory)))
             .serve_with_incoming(l.incoming());
         servers.push(tokio::spawn(async move {
             s.await.map_err(|source| ("command (in-process)", source))

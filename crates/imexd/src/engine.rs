@@ -93,6 +93,8 @@ pub(crate) struct Engine {
     connected: usize,
     /// The jobs defined from job files, and the problems already logged (`engine/jobs.rs`).
     job_files: jobs::FromFiles,
+    /// `ctl jobs wait` (and create/end) callers waiting for a job to stand as they want.
+    job_waiters: Vec<jobs::JobWaiter>,
 }
 
 fn now() -> std::time::Instant {
@@ -139,6 +141,7 @@ impl Engine {
             peers_tx: None,
             connected: 0,
             job_files: jobs::FromFiles::default(),
+            job_waiters: Vec::new(),
         })
     }
 
@@ -369,6 +372,9 @@ impl Engine {
             Input::JobFiles(files) => self.job_files(files),
             Input::Jobs { reply } => {
                 let _ = reply.send(self.jobs_report());
+            }
+            Input::JobWait { name, want, reply } => {
+                self.job_wait(jobs::JobWaiter { name, want, reply });
             }
             Input::Authenticate { via, what, reply } => {
                 let ok = self.node.authenticate(via, None, what).is_some();
@@ -734,6 +740,7 @@ impl Engine {
                 }
             }
         }
+        self.answer_job_waiters();
         Ok(())
     }
 

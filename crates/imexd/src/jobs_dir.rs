@@ -101,6 +101,20 @@ pub(crate) async fn run(
     }
 }
 
+/// The node map `hosts` as the nodes file `nodes_file` it came from (line i+1 is node i), which
+/// a job file's members are checked against.
+pub(crate) fn node_config(nodes_file: &Path, hosts: &[String]) -> NodeConfig {
+    NodeConfig {
+        path: nodes_file.to_owned(),
+        entries: (hosts.iter().enumerate())
+            .map(|(i, host)| NodeEntry {
+                line: i + 1,
+                host: host.clone(),
+            })
+            .collect(),
+    }
+}
+
 /// An inotify watch on `dir` for files written, moved in or out, and deleted.
 fn watch(dir: &Path) -> std::io::Result<AsyncFd<Watch>> {
     if !dir.exists() {
@@ -140,15 +154,7 @@ use std::os::unix::fs::DirBuilderExt as _;
 /// Reads every `.job` file of `dir` against the nodes file's entries `hosts` (read from
 /// `nodes_file`, named in messages).
 pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles {
-    let nodes = NodeConfig {
-        path: nodes_file.to_owned(),
-        entries: (hosts.iter().enumerate())
-            .map(|(i, host)| NodeEntry {
-                line: i + 1,
-                host: host.clone(),
-            })
-            .collect(),
-    };
+    let nodes = node_config(nodes_file, hosts);
     let mut found = JobFiles::default();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,

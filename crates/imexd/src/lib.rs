@@ -202,13 +202,22 @@ pub async fn run(
         bind: peer_addr,
         network_interface: settings.network_interface.clone().unwrap_or_default(),
     });
-    let cmd = || cmd_server::CommandService {
+    let jobs_access = (settings.jobs_dir.clone()).map(|dir| {
+        std::sync::Arc::new(cmd_server::JobsAccess {
+            dir,
+            nodes_file: settings.nodes_file.clone().unwrap_or_default(),
+            lock: tokio::sync::Mutex::new(()),
+        })
+    });
+    let cmd = |listener| cmd_server::CommandService {
         engine: tx.clone(),
         state: state_rx.clone(),
         hosts: hosts_rx.clone(),
         host_name: settings.host_name.clone(),
         about: about.clone(),
         resolver: resolver.clone(),
+        jobs: jobs_access.clone(),
+        listener,
     };
     servers.extend(cmd_server::serve(
         cmd,

@@ -120,6 +120,14 @@ pub(crate) enum Input {
     Jobs {
         reply: oneshot::Sender<openimex_proto::cmd::JobsReply>,
     },
+    /// Answer once the job stands as `want` says (`ctl jobs wait`, and `create`/`end` waiting
+    /// for the engine to have read the file): the job as it stands then (`None`: not held). A
+    /// waiter whose asker is gone is dropped.
+    JobWait {
+        name: String,
+        want: JobWant,
+        reply: oneshot::Sender<Option<openimex_proto::cmd::JobReport>>,
+    },
     /// A peer asks us (the exporter) for an import.
     PeerImport {
         via: Via,
@@ -353,6 +361,17 @@ pub(crate) fn depth_of(tx: &mpsc::Sender<Input>) -> crate::stats::Depth {
         weak.upgrade()
             .map_or(0, |tx| tx.max_capacity() - tx.capacity())
     })
+}
+
+/// What an [`Input::JobWait`] waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum JobWant {
+    /// The job held, in any state.
+    Held,
+    /// The job held in the state of this word (`JobState::word`).
+    State(String),
+    /// The job no longer held.
+    Gone,
 }
 
 /// What one read of the jobs directory found (`jobs_dir`).

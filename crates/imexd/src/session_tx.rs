@@ -398,6 +398,23 @@ impl SessionTx {
         self.send(frame(0, body)).await
     }
 
+    /// Queues a notification if the session's queue has room now, without waiting:
+    /// `Ok(true)` queued, `Ok(false)` the session has stopped, `Err(body)` its queue is full
+    /// ([`SessionTx::notify`] waits for room).
+    pub(crate) fn try_notify(&self, body: Body) -> Result<bool, Body> {
+        if self.stop.is_set() {
+            return Ok(false);
+        }
+        match self.out.try_send(frame(0, body)) {
+            Ok(()) => Ok(true),
+            Err(mpsc::error::TrySendError::Closed(_)) => Ok(false),
+            Err(mpsc::error::TrySendError::Full(msg)) => match msg.body {
+                Some(body) => Err(body),
+                None => Ok(false),
+            },
+        }
+    }
+
     /// Sends the answer to the peer's request `id`.
     async fn answer(&self, id: u64, body: Body) {
         let trip = crate::stats::Trip::out(&self.stats, &body);

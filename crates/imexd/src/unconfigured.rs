@@ -30,7 +30,8 @@ use std::sync::Arc;
 use openimex_core::{DaemonState, DomainStatus};
 use openimex_proto::cmd::command_server::Command;
 use openimex_proto::cmd::{
-    ConfigReply, ConfigRequest, DomainReply, DomainRequest, JobsReply, JobsRequest, PeersReply,
+    ConfigReply, ConfigRequest, DomainReply, DomainRequest, JobCreateReply, JobCreateRequest,
+    JobEndReply, JobEndRequest, JobWaitReply, JobWaitRequest, JobsReply, JobsRequest, PeersReply,
     PeersRequest, StateReply, StateRequest,
 };
 use tonic::{Request, Response, Status};
@@ -80,7 +81,7 @@ pub async fn run(
         "this host matches no entry of the nodes file, which holds placeholder entries (0.0.0.0): running unconfigured (state UNAVAILABLE, domain DOWN, no peers dialled) until the file names this host and SIGUSR1 is sent. {why}"
     );
     let servers = crate::cmd_server::serve(
-        || Unconfigured { why: why.clone() },
+        |_| Unconfigured { why: why.clone() },
         listeners.tcp,
         listeners.unix,
         listeners.unix_path.as_deref(),
@@ -139,6 +140,10 @@ pub fn domain_reply(why: &str) -> DomainReply {
     }
 }
 
+/// Why an unconfigured daemon takes no job: it is in no domain yet.
+const UNCONFIGURED_JOBS: &str = "the daemon is unconfigured (its nodes file does not name this \
+     host yet): it holds no jobs until it is configured";
+
 #[tonic::async_trait]
 impl Command for Unconfigured {
     async fn state(&self, _request: Request<StateRequest>) -> Result<Response<StateReply>, Status> {
@@ -164,6 +169,21 @@ impl Command for Unconfigured {
 
     async fn jobs(&self, _: Request<JobsRequest>) -> Result<Response<JobsReply>, Status> {
         Ok(Response::new(JobsReply::default()))
+    }
+
+    async fn job_create(
+        &self,
+        _: Request<JobCreateRequest>,
+    ) -> Result<Response<JobCreateReply>, Status> {
+        Err(Status::failed_precondition(UNCONFIGURED_JOBS))
+    }
+
+    async fn job_end(&self, _: Request<JobEndRequest>) -> Result<Response<JobEndReply>, Status> {
+        Err(Status::failed_precondition(UNCONFIGURED_JOBS))
+    }
+
+    async fn job_wait(&self, _: Request<JobWaitRequest>) -> Result<Response<JobWaitReply>, Status> {
+        Err(Status::failed_precondition(UNCONFIGURED_JOBS))
     }
 
     async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {

@@ -15,6 +15,7 @@ mod allocs;
 mod apps;
 mod footprint;
 mod imports;
+mod jobs;
 mod mesh;
 mod rpc;
 mod tls;
@@ -59,8 +60,8 @@ pub(crate) enum BenchCommand {
         rounds: usize,
     },
     /// Every scenario (formation_18/72/144 and their _tls, import, import_tls, storm,
-    /// storm_tls, datapath, recovery, footprint), each as value, unit, same-run baseline and
-    /// ratio.
+    /// storm_tls, datapath, recovery, footprint, job_ready_18), each as value, unit, same-run
+    /// baseline and ratio.
     All(AllArgs),
     /// (internal) Serve a constant unary gRPC call on ADDR: the raw RPC baseline.
     #[command(hide = true)]
@@ -95,8 +96,8 @@ pub(crate) struct AllArgs {
     /// formation_72, formation_144), formation_N for N from 2 to 144 (the first N trays of
     /// nvl72 up to 18, of nvl576 beyond), formation_tls (= formation_18_tls, formation_72_tls,
     /// formation_144_tls), formation_N_tls, import, import_tls, storm, storm_tls, datapath,
-    /// recovery, footprint (the _tls ones with mutual TLS between the daemons, against the
-    /// same probes over TLS). Default: all.
+    /// recovery, footprint, job_ready (= job_ready_18) (the _tls ones with mutual TLS between
+    /// the daemons, against the same probes over TLS). Default: all.
     #[arg(long, value_name = "LIST", value_parser = parse_only)]
     only: Option<Selection>,
     /// Rounds of each repeated measurement (medians are reported); import takes 200 samples
@@ -130,6 +131,8 @@ enum Scenario {
     Datapath,
     Recovery,
     Footprint,
+    /// `job_ready_N`: a job READY on N members of a domain already up, against formation_N.
+    JobReady(usize),
 }
 
 /// The formation sizes `formation` and `formation_tls` stand for.
@@ -137,7 +140,7 @@ const FORMATION_SIZES: [usize; 3] = [18, 72, 144];
 
 /// Every scenario, in the order `bench all` runs them: each TLS one after its plaintext one,
 /// so the two are measured in about the same state of the machine.
-const ALL: [Scenario; 13] = [
+const ALL: [Scenario; 14] = [
     Scenario::Formation(18),
     Scenario::Formation(72),
     Scenario::Formation(144),
@@ -151,6 +154,7 @@ const ALL: [Scenario; 13] = [
     Scenario::Datapath,
     Scenario::Recovery,
     Scenario::Footprint,
+    Scenario::JobReady(18),
 ];
 
 /// The scenarios `--only` picked, in the order given, without repeats.
@@ -170,6 +174,8 @@ fn parse_only(s: &str) -> Result<Selection, String> {
             "datapath" => vec![Scenario::Datapath],
             "recovery" => vec![Scenario::Recovery],
             "footprint" => vec![Scenario::Footprint],
+            "job_ready" => vec![Scenario::JobReady(18)],
+            _ if let Some(n) = job_ready_size(word) => vec![Scenario::JobReady(n)],
             _ => match formation_size(word) {
                 Some((n, false)) => vec![Scenario::Formation(n)],
                 Some((n, true)) => vec![Scenario::FormationTls(n)],
@@ -177,7 +183,7 @@ fn parse_only(s: &str) -> Result<Selection, String> {
                     return Err(format!(
                         "unknown scenario {word:?}: expected formation, formation_N (2 <= N <= 144), \
                          formation_tls, formation_N_tls, import, import_tls, storm, storm_tls, \
-                         datapath, recovery or footprint"
+                         datapath, recovery, footprint, job_ready or job_ready_N"
                     ));
                 }
             },
@@ -192,6 +198,12 @@ fn parse_only(s: &str) -> Result<Selection, String> {
         return Err("no scenario named".into());
     }
     Ok(Selection(picked))
+}
+
+/// `job_ready_N` as N, for N from 2 to 144.
+fn job_ready_size(word: &str) -> Option<usize> {
+    let n: usize = word.strip_prefix("job_ready_")?.parse().ok()?;
+    (2..=144).contains(&n).then_some(n)
 }
 
 /// `formation_N` as `(N, false)` and `formation_N_tls` as `(N, true)`, for N from 2 to 144.
@@ -221,6 +233,7 @@ impl Scenario {
             Scenario::Datapath => "datapath".into(),
             Scenario::Recovery => "recovery".into(),
             Scenario::Footprint => "footprint".into(),
+            Scenario::JobReady(n) => format!("job_ready_{n}"),
         }
     }
 
@@ -264,6 +277,7 @@ impl Scenario {
             ),
             Scenario::Recovery => hb::recovery(binary, 18, rounds),
             Scenario::Footprint => footprint::footprint(binary, window),
+            Scenario::JobReady(n) => jobs::job_ready_entry(binary, n, rounds),
         }
     }
 }

@@ -84,6 +84,8 @@ fn service(n: usize, state: DaemonState) -> CommandService {
             network_interface: String::new(),
         }),
         resolver: crate::net::Resolver::System,
+        jobs: None,
+        listener: super::Listener::Unix,
     }
 }
 

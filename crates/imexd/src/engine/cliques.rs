@@ -17,6 +17,40 @@ use crate::mailbox::Input;
 pub(super) const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Engine {
+    /// Hands a notification (`what`, for the log) to `peer`'s session: at once when its queue
+    /// has room, the common case (no task, nothing reported back); else from a task that waits
+    /// up to [`NOTIFY_TIMEOUT`] for room and, if it gets none, tells the engine `not_sent`.
+    /// `false`: not handed and nothing will report it (no session, or it stopped).
+    pub(super) fn notify(
+        &mut self,
+        peer: openimex_core::NodeId,
+        body: Body,
+        what: &'static str,
+        not_sent: impl FnOnce(openimex_core::NodeId) -> Input + Send + 'static,
+    ) -> bool {
+        let Some(session) = self.session(peer) else {
+            return false;
+        };
+        let body = match session.try_notify(body) {
+            Ok(sent) => {
+                if !sent {
+                    debug!("could not tell node {peer} {what}: its session stopped");
+                }
+                return sent;
+            }
+            Err(body) => body,
+        };
+        let engine = self.tx.clone();
+        tokio::spawn(async move {
+            let sent = tokio::time::timeout(NOTIFY_TIMEOUT, session.notify(body)).await;
+            if !matches!(sent, Ok(true)) {
+                debug!("could not tell node {peer} {what}");
+                let _ = engine.send(not_sent(peer)).await;
+            }
+        });
+        true
+    }
+
     pub(super) fn perform_cliques(&mut self, action: Action) {
         match action {
             Action::ReadGpuFabric => self.driver.call(Call::ReadFabric),
@@ -25,20 +59,11 @@ impl Engine {
                 cliques,
                 epoch,
             } => {
-                let Some(session) = self.session(peer) else {
-                    self.node.handle_cliques_sent(now(), peer, false);
-                    return;
-                };
                 let body = Body::CliquesChanged(CliquesChanged { cliques, epoch });
-                let engine = self.tx.clone();
-                tokio::spawn(async move {
-                    let sent = tokio::time::timeout(NOTIFY_TIMEOUT, session.notify(body)).await;
-                    let sent = matches!(sent, Ok(true));
-                    if !sent {
-                        debug!("could not tell node {peer} this node's new cliques");
-                    }
-                    let _ = engine.send(Input::CliquesSent { peer, sent }).await;
-                });
+                let not_sent = |peer| Input::CliquesSent { peer, sent: false };
+                if !self.notify(peer, body, "this node's new cliques", not_sent) {
+                    self.node.handle_cliques_sent(now(), peer, false);
+                }
             }
             Action::CliqueChanged { gpu, from, to } => {
                 let from = from.map_or_else(|| "?".to_string(), |c| c.to_string());

@@ -12,7 +12,7 @@ use openimex_proto::peer::{JobDigest, JobsHeld};
 use tracing::{debug, info, warn};
 
 use super::{Engine, now};
-use crate::mailbox::Input;
+use crate::mailbox::{Input, JobWant};
 
 /// Most jobs a peer's list may name to be believed: as many as a node reads job files
 /// (`jobs_dir`), far more than one node can run.
@@ -21,32 +21,22 @@ const MAX_PEER_JOBS: usize = 1 << 16;
 const DIGEST_LEN: usize = 64;
 
 impl Engine {
-    /// [`openimex_core::node::Action::SendJobs`]: the list on the pair's session, reported as
-    /// taken or not.
+    /// [`openimex_core::node::Action::SendJobs`]: the list on the pair's session; reported only
+    /// when not taken (`Engine::notify`).
     pub(super) fn send_jobs(
         &mut self,
         peer: openimex_core::NodeId,
         jobs: Vec<(String, String)>,
         epoch: u64,
     ) {
-        let Some(session) = self.session(peer) else {
-            self.node.handle_jobs_sent(now(), peer, false);
-            return;
-        };
         let jobs = (jobs.into_iter())
             .map(|(name, digest)| JobDigest { name, digest })
             .collect();
         let body = Body::JobsHeld(JobsHeld { jobs, epoch });
-        let engine = self.tx.clone();
-        tokio::spawn(async move {
-            let sent =
-                tokio::time::timeout(super::cliques::NOTIFY_TIMEOUT, session.notify(body)).await;
-            let sent = matches!(sent, Ok(true));
-            if !sent {
-                debug!("could not tell node {peer} the jobs it shares with this node");
-            }
-            let _ = engine.send(Input::JobsSent { peer, sent }).await;
-        });
+        let not_sent = |peer| Input::JobsSent { peer, sent: false };
+        if !self.notify(peer, body, "the jobs it shares with this node", not_sent) {
+            self.node.handle_jobs_sent(now(), peer, false);
+        }
     }
 
     /// A member's list: entries whose name or digest no job could have are dropped, and a
@@ -187,35 +177,89 @@ impl Engine {
 impl Engine {
     /// The jobs defined here with their states, for `ctl jobs`.
     pub(super) fn jobs_report(&mut self) -> openimex_proto::cmd::JobsReply {
-        use openimex_core::jobs::JobState;
-        let specs: Vec<JobSpec> = (self.node.jobs().names())
-            .filter_map(|n| self.node.jobs().spec(n).cloned())
-            .collect();
-        let jobs = (specs.into_iter())
-            .filter_map(|spec| {
-                let state = self.node.job_state(&spec.name)?;
-                let nodes = match &state {
-                    JobState::Ready => Vec::new(),
-                    JobState::Forming(n) | JobState::Degraded(n) | JobState::Disagreed(n) => {
-                        n.clone()
-                    }
-                };
-                Some(openimex_proto::cmd::JobReport {
-                    name: spec.name,
-                    channel: spec.channel,
-                    members: spec.members.iter().map(|m| u32::from(m.0)).collect(),
-                    state: state.word().to_string(),
-                    nodes: nodes.iter().map(|m| u32::from(m.0)).collect(),
-                    owner: spec
-                        .owner
-                        .map(|(u, g)| format!("{u}:{g}"))
-                        .unwrap_or_default(),
-                })
-            })
-            .collect();
+        let names: Vec<String> = self.node.jobs().names().map(str::to_string).collect();
+        let jobs = (names.iter()).filter_map(|n| self.job_report(n)).collect();
         let quarantined = self.node.jobs().quarantined().map(|(c, _)| c).collect();
         openimex_proto::cmd::JobsReply { jobs, quarantined }
     }
+
+    /// One job as `ctl jobs` shows it (`None`: not held here, or its state cannot be given).
+    fn job_report(&mut self, name: &str) -> Option<openimex_proto::cmd::JobReport> {
+        use openimex_core::jobs::JobState;
+        let state = self.node.job_state(name)?;
+        let spec = self.node.jobs().spec(name)?;
+        let nodes = match &state {
+            JobState::Ready => &[][..],
+            JobState::Forming(n) | JobState::Degraded(n) | JobState::Disagreed(n) => n,
+        };
+        Some(openimex_proto::cmd::JobReport {
+            name: spec.name.clone(),
+            channel: spec.channel,
+            members: spec.members.iter().map(|m| u32::from(m.0)).collect(),
+            state: state.word().to_string(),
+            nodes: nodes.iter().map(|m| u32::from(m.0)).collect(),
+            owner: spec
+                .owner
+                .map(|(u, g)| format!("{u}:{g}"))
+                .unwrap_or_default(),
+        })
+    }
+
+    /// [`Input::JobWait`]: answered now if the job already stands as wanted, else kept (at
+    /// most [`MAX_JOB_WAITERS`]; one more is answered at once with the job as it stands, so
+    /// the asker sees "not reached" rather than a daemon that keeps every asker forever).
+    pub(super) fn job_wait(&mut self, waiter: JobWaiter) {
+        let waiter = match self.try_answer(waiter) {
+            Some(w) => w,
+            None => return,
+        };
+        if self.job_waiters.len() >= MAX_JOB_WAITERS {
+            let job = self.job_report(&waiter.name);
+            let _ = waiter.reply.send(job);
+            return;
+        }
+        self.job_waiters.push(waiter);
+    }
+
+    /// Answers every waiter whose job now stands as it wants; drops those whose asker left.
+    /// Run after every input and timer, so a wait ends at the step that makes it true.
+    pub(super) fn answer_job_waiters(&mut self) {
+        if self.job_waiters.is_empty() {
+            return;
+        }
+        let waiters = std::mem::take(&mut self.job_waiters);
+        self.job_waiters = (waiters.into_iter())
+            .filter(|w| !w.reply.is_closed())
+            .filter_map(|w| self.try_answer(w))
+            .collect();
+    }
+
+    /// Answers `waiter` if its job stands as it wants; else gives it back.
+    fn try_answer(&mut self, waiter: JobWaiter) -> Option<JobWaiter> {
+        let job = self.job_report(&waiter.name);
+        let reached = match (&waiter.want, &job) {
+            (JobWant::Gone, None) => true,
+            (JobWant::Held, Some(_)) => true,
+            (JobWant::State(word), Some(j)) => j.state == *word,
+            _ => false,
+        };
+        if !reached {
+            return Some(waiter);
+        }
+        let _ = waiter.reply.send(job);
+        None
+    }
+}
+
+/// Most `ctl jobs wait` (and create/end) callers kept waiting at once: one per job a node could
+/// run, with room; each is a name and a channel end.
+const MAX_JOB_WAITERS: usize = 4096;
+
+/// One [`Input::JobWait`] waiting.
+pub(super) struct JobWaiter {
+    pub(super) name: String,
+    pub(super) want: JobWant,
+    pub(super) reply: tokio::sync::oneshot::Sender<Option<openimex_proto::cmd::JobReport>>,
 }
 
 impl Engine {

@@ -79,6 +79,33 @@ impl Command for Constant {
     ) -> Result<Response<openimex_proto::cmd::JobsReply>, Status> {
         Ok(Response::new(openimex_proto::cmd::JobsReply::default()))
     }
+
+    async fn job_create(
+        &self,
+        _: Request<openimex_proto::cmd::JobCreateRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobCreateReply>, Status> {
+        Err(Status::unimplemented(
+            "the raw RPC baseline answers State only",
+        ))
+    }
+
+    async fn job_end(
+        &self,
+        _: Request<openimex_proto::cmd::JobEndRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobEndReply>, Status> {
+        Err(Status::unimplemented(
+            "the raw RPC baseline answers State only",
+        ))
+    }
+
+    async fn job_wait(
+        &self,
+        _: Request<openimex_proto::cmd::JobWaitRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobWaitReply>, Status> {
+        Err(Status::unimplemented(
+            "the raw RPC baseline answers State only",
+        ))
+    }
 }
 
 /// `openimex-lab bench rpc-server [--config FILE] ADDR`: binds ADDR (port 0 picks one), prints
