@@ -108,6 +108,10 @@ mod lifecycle;
 // issue 31: jobs from job files through real processes: READY per job, imports inside only
 #[path = "e2e/jobs.rs"]
 mod jobs;
+// issue 31: malformed job files, a member killed and restarted, a job ended under mapped
+// imports, a stray exporter outliving its job, 10,000 job files
+#[path = "e2e/jobs_faults.rs"]
+mod jobs_faults;
 // issue 9: placeholder nodes files (0.0.0.0): unconfigured start, re-exec on SIGUSR1, fill-in
 #[path = "e2e/placeholders.rs"]
 mod placeholders;

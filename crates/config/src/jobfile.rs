@@ -36,6 +36,9 @@ use crate::nodes::NodeConfig;
 pub const JOB_FILE_SUFFIX: &str = ".job";
 /// Longest job name.
 pub const MAX_JOB_NAME: usize = 64;
+/// The most IMEX channels a driver can have (`NVreg_ImexChannelCount` at its maximum, 2^20,
+/// driver-interface §2): a channel at or past it names no device on any node.
+pub const MAX_CHANNELS: u32 = 1 << 20;
 /// Largest job file read (a job file is a few lines; anything bigger is not one).
 pub const MAX_JOB_FILE: u64 = 64 * 1024;
 
@@ -122,6 +125,14 @@ impl JobFile {
                             "write the channel's number, e.g. CHANNEL=7 for channel7",
                         )
                     })?;
+                    if c >= MAX_CHANNELS {
+                        return Err(err(
+                            line,
+                            format!("CHANNEL={c} is past the last channel the driver can have"),
+                            "give a channel below the driver's NVreg_ImexChannelCount (2048 by \
+                             default, at most 1048576)",
+                        ));
+                    }
                     if channel.replace(c).is_some() {
                         return Err(err(
                             line,
@@ -291,6 +302,12 @@ mod tests {
                 "j.job",
                 "CHANNEL=seven\nMEMBERS=node-a\n",
                 "j.job:1: CHANNEL=\"seven\" is not a channel number; write the channel's number",
+            ),
+            (
+                "j.job",
+                "CHANNEL=1048576\nMEMBERS=node-a\n",
+                "j.job:1: CHANNEL=1048576 is past the last channel the driver can have; give a \
+                 channel below the driver's NVreg_ImexChannelCount",
             ),
             (
                 "j.job",

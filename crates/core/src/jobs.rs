@@ -23,8 +23,12 @@
 //! - **Ended.** Ending a job refuses every new import under it at once, on this node and (once
 //!   told) on its members. Imports already mapped are left mapped: an epilog runs once the
 //!   job's processes are gone, and their imports went with them (the driver unimports what an
-//!   exiting process held); a stray process that outlives its job keeps only what it mapped
-//!   before the end, of memory of its own job, and can map nothing more. Revoking them is not
+//!   exiting process held); a stray process that outlives its job keeps what it mapped before
+//!   the end, memory of its own job, and maps nothing new from another node: the one thing it
+//!   still gets is memory its node has imported already for a process of the job still
+//!   holding it, which the driver hands out from its cache on the same channel without asking
+//!   the daemon (`reference/driver-interface.md` §2, IMPORT_V2) — memory of its own job again,
+//!   and the channel it holds goes to no other job (below). Revoking them is not
 //!   in the daemon's power per job: DISABLE_IMPORTERS (`reference/driver-interface.md` §1.6)
 //!   acts on every importer of one exporting node, whatever the channel, so using it at a job's
 //!   end would break the other jobs on that node (the lost-node rules use it because there the

@@ -108,6 +108,7 @@ mod sessions;
 pub use action::Action;
 pub use cliques::{FABRIC_REFRESH, MAX_PEER_CLIQUES, cliques_of};
 pub use deadlines::{GOODBYE_WAIT, HELLO_DEADLINE, RETIRE_WAIT, StreamId};
+pub use jobs::JobsChanged;
 pub use outbox::MAX_IMPORTS_IN_FLIGHT;
 pub use peers::{CLEANUPS_KEPT_PER_PEER, CleanUp, Cleaned, PeerState};
 pub use recovery::PERSIST_LINGER;

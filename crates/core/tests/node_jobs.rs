@@ -245,3 +245,23 @@ fn a_job_ready_when_nobody_asked_is_degraded_not_forming_once_a_member_is_lost()
     assert_eq!(n.links()[1].status, ConnStatus::Recovering);
     assert_eq!(n.job_state("j"), Some(JobState::Degraded(vec![NodeId(1)])));
 }
+
+#[test]
+fn a_batch_of_jobs_tells_each_member_once_with_the_whole_list() {
+    // A jobs directory read at start may hold thousands of jobs: telling per job would send
+    // each member its growing list once per job.
+    let (mut n, now, _) = node();
+    let specs: Vec<_> = (0..100)
+        .map(|i| job(&format!("j{i}"), 10 + i, &[0, 1]))
+        .collect();
+    let changed = n.handle_jobs_changed(now, &[], specs);
+    assert!(changed.defined.iter().all(|(_, r)| *r == Ok(true)));
+    let first = told(&drain(&mut n));
+    assert_eq!(first.len(), 1, "node 1 told once");
+    assert_eq!(first[0].1.len(), 100, "with every job it shares");
+    let ended: Vec<String> = (0..50).map(|i| format!("j{i}")).collect();
+    let changed = n.handle_jobs_changed(now, &ended, Vec::new());
+    assert_eq!(changed.ended.len(), 50);
+    let then = told(&drain(&mut n));
+    assert_eq!((then.len(), then[0].1.len()), (1, 50));
+}

@@ -216,6 +216,21 @@ impl Client {
         )
     }
 
+    /// `jobs clear`: the channel leaves quarantine on this node.
+    pub async fn job_channel_clear(
+        &mut self,
+        channel: u32,
+    ) -> Result<openimex_proto::cmd::JobChannelClearReply, CtlError> {
+        let req = openimex_proto::cmd::JobChannelClearRequest { channel };
+        let reply = tokio::time::timeout(self.timeout, self.inner.job_channel_clear(req))
+            .await
+            .map_err(|_| self.timed_out())?;
+        self.answer(
+            reply,
+            "the daemon cannot release channels (an older openimex release?)",
+        )
+    }
+
     /// `jobs wait`: answered by the daemon when the job stands in `state`, or after `limit`.
     pub async fn job_wait(
         &mut self,

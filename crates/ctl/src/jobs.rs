@@ -1,7 +1,8 @@
 //! `ctl jobs [NAME]`: the jobs the local daemon holds (openimex's, from its job files) as a
 //! table or JSON, or one job's state word; `ctl jobs create | end | wait` to define a job on
 //! this node (the daemon writes its job file), end it (deletes the file) and wait, without
-//! polling, until it is READY (or another state) here.
+//! polling, until it is READY (or another state) here; `ctl jobs clear` to release an ended
+//! job's channel from quarantine once its processes are gone.
 
 use std::time::Duration;
 
@@ -38,6 +39,15 @@ pub enum Action {
         /// The job.
         #[arg(value_name = "NAME")]
         name: String,
+    },
+    /// Release CHANNEL from quarantine on this node: your word that no process of the job that
+    /// ended holding it remains here (a Slurm epilog runs once the job's processes are gone).
+    /// Until then, or a reboot, no other job gets the channel on this node: a stray process of
+    /// the ended job could still export on it. Taken only on the command unix socket (root).
+    Clear {
+        /// The channel.
+        #[arg(value_name = "CHANNEL")]
+        channel: u32,
     },
     /// Wait until job NAME is READY on this daemon (or --state), then print the state word;
     /// exit 1 after --timeout naming its state and the nodes it waits on. A job not defined yet
@@ -98,6 +108,23 @@ pub async fn act(client: &mut Client, action: Action, json_out: bool) -> Result<
                 false => format!(
                     "{} deleted; the daemon has not ended job {name} yet (see its log)\n",
                     reply.file
+                ),
+            })
+        }
+        Action::Clear { channel } => {
+            let ended = client.job_channel_clear(channel).await?.ended;
+            if json_out {
+                let ended = (!ended.is_empty()).then_some(ended);
+                return Ok(format!(
+                    "{}\n",
+                    json!({ "channel": channel, "ended": ended })
+                ));
+            }
+            Ok(match ended.is_empty() {
+                true => format!("channel {channel} was in no quarantine on this node\n"),
+                false => format!(
+                    "channel {channel} released (job {ended} ended holding it); another job may \
+                     have it\n"
                 ),
             })
         }
@@ -190,7 +217,7 @@ pub fn render(reply: &JobsReply, name: Option<&str>, json_out: bool) -> Result<S
     if !reply.quarantined.is_empty() {
         text += &format!(
             "Quarantined channels (a job that ended held them; not given to another job while \
-             its processes may remain): {}\n",
+             its processes may remain: `ctl jobs clear N` once they are gone): {}\n",
             ids(&reply.quarantined)
         );
     }
@@ -259,7 +286,7 @@ mod tests {
     fn every_job_as_a_table_and_as_json() {
         let text = render(&reply(), None, false).unwrap();
         assert!(text.contains("1234") && text.contains("FORMING") && text.contains("0,1,2"));
-        assert!(text.ends_with("Quarantined channels (a job that ended held them; not given to another job while its processes may remain): 5\n"), "{text}");
+        assert!(text.ends_with("Quarantined channels (a job that ended held them; not given to another job while its processes may remain: `ctl jobs clear N` once they are gone): 5\n"), "{text}");
         let doc: serde_json::Value =
             serde_json::from_str(&render(&reply(), None, true).unwrap()).unwrap();
         assert_eq!(doc["jobs"][1]["owner"], "1000:1000");

@@ -77,6 +77,12 @@ impl Command for Fake {
     ) -> Result<Response<openimex_proto::cmd::JobWaitReply>, Status> {
         Err(Status::unimplemented(""))
     }
+    async fn job_channel_clear(
+        &self,
+        _: Request<openimex_proto::cmd::JobChannelClearRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobChannelClearReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
 }
 
 /// Serves `fake` on a loopback port; returns ctl's target for it.

@@ -159,6 +159,14 @@ impl Command for CommandService {
         ))
     }
 
+    async fn job_channel_clear(
+        &self,
+        request: Request<openimex_proto::cmd::JobChannelClearRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobChannelClearReply>, Status> {
+        let reply = jobs::clear(&self.engine, self.listener, request.into_inner());
+        Ok(Response::new(reply.await?))
+    }
+
     async fn config(
         &self,
         _request: Request<ConfigRequest>,

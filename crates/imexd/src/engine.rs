@@ -373,6 +373,9 @@ impl Engine {
             Input::Jobs { reply } => {
                 let _ = reply.send(self.jobs_report());
             }
+            Input::JobChannelClear { channel, reply } => {
+                let _ = reply.send(self.channel_clear(channel));
+            }
             Input::JobWait { name, want, reply } => {
                 self.job_wait(jobs::JobWaiter { name, want, reply });
             }

@@ -120,6 +120,12 @@ pub(crate) enum Input {
     Jobs {
         reply: oneshot::Sender<openimex_proto::cmd::JobsReply>,
     },
+    /// The owner's word that `channel`'s ended job left no process here (`ctl jobs clear`):
+    /// the job that ended holding it, if it was quarantined.
+    JobChannelClear {
+        channel: u32,
+        reply: oneshot::Sender<Option<String>>,
+    },
     /// Answer once the job stands as `want` says (`ctl jobs wait`, and `create`/`end` waiting
     /// for the engine to have read the file): the job as it stands then (`None`: not held). A
     /// waiter whose asker is gone is dropped.

@@ -186,6 +186,13 @@ impl Command for Unconfigured {
         Err(Status::failed_precondition(UNCONFIGURED_JOBS))
     }
 
+    async fn job_channel_clear(
+        &self,
+        _: Request<openimex_proto::cmd::JobChannelClearRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobChannelClearReply>, Status> {
+        Err(Status::failed_precondition(UNCONFIGURED_JOBS))
+    }
+
     async fn config(&self, _: Request<ConfigRequest>) -> Result<Response<ConfigReply>, Status> {
         Err(Status::failed_precondition(
             "the daemon is unconfigured: its nodes file does not name this host yet",

@@ -5,8 +5,11 @@
 //! in `ctl jobs` once `create` returns and gone once `end` does. Wait is a push: the engine
 //! answers at the step that makes the job stand as asked (`engine/jobs.rs`).
 //!
-//! Create and end change who may reach whose memory, so they are taken only where the caller
-//! is root: on the command unix socket (root's, 0600), never over TCP, where any local user
+//! `clear` is the owner's word that a channel's ended job left no process on this node, which
+//! ends the channel's quarantine (`openimex_core::jobs`: the daemon cannot see that itself).
+//!
+//! Create, end and clear change who may reach whose memory, so they are taken only where the
+//! caller is root: on the command unix socket (root's, 0600), never over TCP, where any local user
 //! could reach the port.
 
 use std::path::{Path, PathBuf};
@@ -264,6 +267,20 @@ async fn wait_for(
             Ok((false, all.jobs.into_iter().find(|j| j.name == name)))
         }
     }
+}
+
+/// `ctl jobs clear`: the owner's word that `channel`'s ended job left no process here.
+pub(crate) async fn clear(
+    engine: &mpsc::Sender<Input>,
+    listener: Listener,
+    req: openimex_proto::cmd::JobChannelClearRequest,
+) -> Result<openimex_proto::cmd::JobChannelClearReply, Status> {
+    refuse_over(listener)?;
+    let channel = req.channel;
+    let ended = ask(engine, |reply| Input::JobChannelClear { channel, reply }).await?;
+    Ok(openimex_proto::cmd::JobChannelClearReply {
+        ended: ended.unwrap_or_default(),
+    })
 }
 
 /// `ctl jobs wait`: answered when the job stands in the asked state, or at the timeout.

@@ -90,36 +90,47 @@ impl Engine {
             .filter(|(name, spec)| wanted.get(*name).map(|(_, s)| s) != Some(*spec))
             .map(|(name, _)| name.clone())
             .collect();
-        for name in gone {
-            self.job_files.jobs.remove(&name);
-            if let Some(spec) = self.node.handle_job_end(now, &name) {
-                info!(
-                    "job {name} ended (its file is gone or changed): channel {} is kept from \
-                     other jobs on this node while its processes may remain",
-                    spec.channel
-                );
-                self.remove_channel(&spec);
-                self.record_quarantine();
-            }
+        for name in &gone {
+            self.job_files.jobs.remove(name);
         }
-        for (name, (path, spec)) in wanted {
-            if self.job_files.jobs.contains_key(&name) {
-                continue;
-            }
-            match self.node.handle_job_define(now, spec.clone()) {
+        let mut paths = BTreeMap::new();
+        let define: Vec<JobSpec> = (wanted.into_iter())
+            .filter(|(name, _)| !self.job_files.jobs.contains_key(name))
+            .map(|(name, (path, spec))| {
+                paths.insert(name, path);
+                spec
+            })
+            .collect();
+        // One batch: each member told once, however many jobs the read changed.
+        let changed = self.node.handle_jobs_changed(now, &gone, define);
+        for spec in &changed.ended {
+            info!(
+                "job {} ended (its file is gone or changed): channel {} is kept from other jobs \
+                 on this node while its processes may remain",
+                spec.name, spec.channel
+            );
+            self.remove_channel(spec);
+        }
+        if !changed.ended.is_empty() {
+            self.record_quarantine();
+        }
+        for (spec, result) in changed.defined {
+            let path = paths.remove(&spec.name).unwrap_or_default();
+            match result {
                 Ok(new) => {
                     if new {
                         let members: Vec<String> =
                             spec.members.iter().map(ToString::to_string).collect();
                         info!(
-                            "job {name} defined from {}: channel {}, members {}",
+                            "job {} defined from {}: channel {}, members {}",
+                            spec.name,
                             path.display(),
                             spec.channel,
                             members.join(",")
                         );
                         self.create_channel(&spec);
                     }
-                    self.job_files.jobs.insert(name, spec);
+                    self.job_files.jobs.insert(spec.name.clone(), spec);
                 }
                 Err(e) => {
                     problems.insert(format!("{}: {e}", path.display()));
@@ -263,6 +274,21 @@ pub(super) struct JobWaiter {
 }
 
 impl Engine {
+    /// `ctl jobs clear`: `channel` leaves quarantine on the owner's word, and the record says
+    /// so. The job that ended holding it, if it was quarantined.
+    pub(super) fn channel_clear(&mut self, channel: u32) -> Option<String> {
+        let ended = (self.node.jobs().quarantined())
+            .find(|(c, _)| *c == channel)
+            .map(|(_, job)| job.to_string())?;
+        self.node.handle_job_channel_clear(now(), channel);
+        info!(
+            "channel {channel} released by the owner: no process of job {ended}, which ended \
+             holding it, remains on this node; another job may have it"
+        );
+        self.record_quarantine();
+        Some(ended)
+    }
+
     /// Writes the quarantine to the jobs directory's record (whole, then renamed: a restart
     /// reads either the old record or the new one).
     fn record_quarantine(&self) {

@@ -106,6 +106,12 @@ impl Command for Constant {
             "the raw RPC baseline answers State only",
         ))
     }
+    async fn job_channel_clear(
+        &self,
+        _: Request<openimex_proto::cmd::JobChannelClearRequest>,
+    ) -> Result<Response<openimex_proto::cmd::JobChannelClearReply>, Status> {
+        Err(Status::unimplemented("the raw RPC baseline answers State only"))
+    }
 }
 
 /// `openimex-lab bench rpc-server [--config FILE] ADDR`: binds ADDR (port 0 picks one), prints
