@@ -5,6 +5,9 @@
 //! unconfigured on a placeholder file), the liveness probe whenever the daemon answers, and
 //! fails once it is gone. The ConfigMap's keys are started with, and the pod keys that matter
 //! (hostNetwork, privileged, the host's /etc/nvidia-imex, a bounded grace period) are there.
+//! The job-file path the manifest documents for a ComputeDomain (issue 31) works as written: a
+//! node agent's `<UID>.job` in the ConfigMap's OPENIMEX_JOBS_DIR makes the job READY on each
+//! node (`ctl jobs wait` on the socket the manifest names), and deleting it ends the job.
 
 use std::path::Path;
 use std::process::Command;
@@ -16,6 +19,7 @@ use crate::common::{FORM, NOTICE, binary, run, spec, text};
 const MANIFEST: &str = include_str!("../../dist/kubernetes/openimex-daemonset.yaml");
 const IN_POD_BINARY: &str = "/usr/bin/openimex";
 const IN_POD_SOCKET: &str = "/etc/nvidia-imex/imex_ctrl.sock";
+const IN_POD_JOBS_DIR: &str = "/etc/nvidia-imex/jobs";
 
 /// The `command:` of the exec probe under `probe:` (e.g. `readinessProbe:`).
 fn probe(probe: &str) -> Vec<String> {
@@ -95,11 +99,13 @@ fn the_manifest_has_the_pod_keys_host_managed_mode_needs() {
 
 #[test]
 fn the_probes_follow_a_real_daemon_on_its_unix_socket() {
-    // The ConfigMap's keys, except the paths and ports the harness gives each node.
+    // The ConfigMap's keys, except the paths and ports the harness gives each node (and the
+    // host's jobs directory: no job here).
     let own = [
         "IMEX_NODE_CONFIG_FILE",
         "IMEX_CMD_UNIX_DOMAIN_PATH",
         "OPENIMEX_PERSIST_FILE",
+        "OPENIMEX_JOBS_DIR",
         "LOG_FILE_NAME",
         "SERVER_PORT",
         "IMEX_CMD_PORT",
@@ -139,4 +145,80 @@ fn the_probes_follow_a_real_daemon_on_its_unix_socket() {
     cluster.stop(0, NOTICE).expect("stop node 0");
     assert!(!passes(&ready, &sock), "not ready once gone");
     assert!(!passes(&live, &sock), "not alive once gone");
+}
+
+#[test]
+fn a_compute_domain_s_job_file_in_the_manifest_s_jobs_dir_makes_its_job() {
+    let keys = config_map();
+    assert!(
+        keys.contains(&("OPENIMEX_JOBS_DIR".to_string(), IN_POD_JOBS_DIR.to_string())),
+        "the ConfigMap names the jobs directory under the host's /etc/nvidia-imex: {keys:?}"
+    );
+    assert!(MANIFEST.contains(&format!("{IN_POD_JOBS_DIR}/<ComputeDomain UID>.job")));
+    // The manifest's keys, each node's own paths in place of the host's.
+    let own = [
+        "IMEX_NODE_CONFIG_FILE",
+        "IMEX_CMD_UNIX_DOMAIN_PATH",
+        "OPENIMEX_PERSIST_FILE",
+        "OPENIMEX_JOBS_DIR",
+        "LOG_FILE_NAME",
+        "SERVER_PORT",
+        "IMEX_CMD_PORT",
+    ];
+    let mut s = spec(3);
+    for (k, v) in keys {
+        if !own.contains(&k.as_str()) {
+            s = s.config(k, v);
+        }
+    }
+    let mut cluster = Cluster::prepare(s).expect("prepare 3 nodes");
+    let dirs: Vec<_> = (0..3)
+        .map(|i| cluster.node(i).dir().join("etc-nvidia-imex-jobs"))
+        .collect();
+    for (i, dir) in dirs.iter().enumerate() {
+        let dir = dir.display().to_string();
+        cluster
+            .set_node_config(i, "OPENIMEX_JOBS_DIR", &dir)
+            .expect("the node's jobs directory");
+        cluster.start_node(i).expect("start");
+    }
+    cluster.wait_up(0, FORM).expect("domain UP");
+    // The node agent of a ComputeDomain on nodes 0 and 2, channel 5.
+    let uid = "0f8e2a4c-1b3d-4e5f-8a9b-0c1d2e3f4a5b";
+    let members = format!("{},{}", cluster.node(0).ip(), cluster.node(2).ip());
+    for i in [0, 2] {
+        let tmp = dirs[i].join(format!(".{uid}.tmp"));
+        std::fs::create_dir_all(&dirs[i]).expect("the host directory");
+        std::fs::write(&tmp, format!("CHANNEL=5\nMEMBERS={members}\n")).expect("write");
+        std::fs::rename(&tmp, dirs[i].join(format!("{uid}.job"))).expect("move in");
+    }
+    let wait = |i: usize, state: &str| {
+        let sock = cluster.node(i).socket_path();
+        let out = run(Command::new(binary()).args(["ctl", "-u"]).arg(&sock).args([
+            "jobs",
+            "wait",
+            uid,
+            "--state",
+            state,
+            "--timeout",
+            "30",
+        ]));
+        assert!(out.status.success(), "node {i}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), format!("{state}\n"));
+    };
+    for i in [0, 2] {
+        wait(i, "READY");
+    }
+    let sock = cluster.node(1).socket_path();
+    let out = run(Command::new(binary())
+        .args(["ctl", "-q", "--job", uid, "-u"])
+        .arg(&sock));
+    assert!(
+        !out.status.success(),
+        "node 1 runs no pod of it: no such job there"
+    );
+    for i in [0, 2] {
+        std::fs::remove_file(dirs[i].join(format!("{uid}.job"))).expect("unprepare");
+        wait(i, "GONE");
+    }
 }
