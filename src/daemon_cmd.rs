@@ -185,11 +185,13 @@ fn prepare(args: &Args, heap_allocations: Option<fn() -> u64>) -> Result<Prepare
         jobs_dir: cfg.jobs_dir.clone(),
         channels: match &backend {
             Backend::NoGpu | Backend::Auto => None,
-            // The simulated driver's channels are regular files, whatever its /proc says.
+            // The simulated driver's channels are regular files, whatever its /proc says (also
+            // behind the RM interface, where its control node is a socket).
             Backend::Nvidia(root) => Some(openimex_driver::channels::ChannelDir {
                 dir: openimex_driver::channels::channels_dir(root),
                 major: match cfg.driver {
                     DriverKind::Sim => None,
+                    _ if openimex_driver::nvidia::files::is_simulated(root) => None,
                     _ => openimex_driver::nvidia::files::channels_major(root),
                 },
             }),

@@ -164,6 +164,14 @@ fn ctl_creates_a_job_as_its_file_waits_for_it_without_polling_and_ends_it() {
         "{file}"
     );
     assert!(channel(&cluster, 0, 3).exists(), "channel3 created");
+    // ...and usable: the job's processes open it (a device no driver answers would not open).
+    let (exp, _) = exporter(
+        cluster.node(0).dir(),
+        &channel(&cluster, 0, 3),
+        5,
+        "an exporter on the job's new channel",
+    );
+    exp.exit();
     // The same job again (the other member's prolog, here on one shared directory) is no change.
     let again = ctl_ok(&cluster, 1, &create);
     assert!(again.contains("was defined so already"), "{again}");

@@ -13,6 +13,7 @@
 
 mod allocs;
 mod apps;
+mod churn;
 mod footprint;
 mod imports;
 mod jobs;
@@ -60,8 +61,8 @@ pub(crate) enum BenchCommand {
         rounds: usize,
     },
     /// Every scenario (formation_18/72/144 and their _tls, import, import_tls, storm,
-    /// storm_tls, datapath, recovery, footprint, job_ready_18), each as value, unit, same-run
-    /// baseline and ratio.
+    /// storm_tls, datapath, recovery, footprint, job_ready_18, job_churn), each as value, unit,
+    /// same-run baseline and ratio.
     All(AllArgs),
     /// (internal) Serve a constant unary gRPC call on ADDR: the raw RPC baseline.
     #[command(hide = true)]
@@ -96,7 +97,7 @@ pub(crate) struct AllArgs {
     /// formation_72, formation_144), formation_N for N from 2 to 144 (the first N trays of
     /// nvl72 up to 18, of nvl576 beyond), formation_tls (= formation_18_tls, formation_72_tls,
     /// formation_144_tls), formation_N_tls, import, import_tls, storm, storm_tls, datapath,
-    /// recovery, footprint, job_ready (= job_ready_18) (the _tls ones with mutual TLS between
+    /// recovery, footprint, job_ready (= job_ready_18), job_churn (the _tls ones with mutual TLS between
     /// the daemons, against the same probes over TLS). Default: all.
     #[arg(long, value_name = "LIST", value_parser = parse_only)]
     only: Option<Selection>,
@@ -133,6 +134,8 @@ enum Scenario {
     Footprint,
     /// `job_ready_N`: a job READY on N members of a domain already up, against formation_N.
     JobReady(usize),
+    /// `job_churn`: 1,000 jobs created and ended around a running job's all-to-all.
+    JobChurn,
 }
 
 /// The formation sizes `formation` and `formation_tls` stand for.
@@ -140,7 +143,7 @@ const FORMATION_SIZES: [usize; 3] = [18, 72, 144];
 
 /// Every scenario, in the order `bench all` runs them: each TLS one after its plaintext one,
 /// so the two are measured in about the same state of the machine.
-const ALL: [Scenario; 14] = [
+const ALL: [Scenario; 15] = [
     Scenario::Formation(18),
     Scenario::Formation(72),
     Scenario::Formation(144),
@@ -155,6 +158,7 @@ const ALL: [Scenario; 14] = [
     Scenario::Recovery,
     Scenario::Footprint,
     Scenario::JobReady(18),
+    Scenario::JobChurn,
 ];
 
 /// The scenarios `--only` picked, in the order given, without repeats.
@@ -175,6 +179,7 @@ fn parse_only(s: &str) -> Result<Selection, String> {
             "recovery" => vec![Scenario::Recovery],
             "footprint" => vec![Scenario::Footprint],
             "job_ready" => vec![Scenario::JobReady(18)],
+            "job_churn" => vec![Scenario::JobChurn],
             _ if let Some(n) = job_ready_size(word) => vec![Scenario::JobReady(n)],
             _ => match formation_size(word) {
                 Some((n, false)) => vec![Scenario::Formation(n)],
@@ -183,7 +188,7 @@ fn parse_only(s: &str) -> Result<Selection, String> {
                     return Err(format!(
                         "unknown scenario {word:?}: expected formation, formation_N (2 <= N <= 144), \
                          formation_tls, formation_N_tls, import, import_tls, storm, storm_tls, \
-                         datapath, recovery, footprint, job_ready or job_ready_N"
+                         datapath, recovery, footprint, job_ready, job_ready_N or job_churn"
                     ));
                 }
             },
@@ -234,6 +239,7 @@ impl Scenario {
             Scenario::Recovery => "recovery".into(),
             Scenario::Footprint => "footprint".into(),
             Scenario::JobReady(n) => format!("job_ready_{n}"),
+            Scenario::JobChurn => "job_churn".into(),
         }
     }
 
@@ -278,6 +284,7 @@ impl Scenario {
             Scenario::Recovery => hb::recovery(binary, 18, rounds),
             Scenario::Footprint => footprint::footprint(binary, window),
             Scenario::JobReady(n) => jobs::job_ready_entry(binary, n, rounds),
+            Scenario::JobChurn => churn::job_churn_entry(binary),
         }
     }
 }

@@ -19,6 +19,7 @@ pub(crate) mod domain;
 mod setup;
 
 pub(crate) use args::DemoArgs;
+pub(crate) use setup::leak_check;
 
 /// Runs the mode the flags ask for; each prints its summary and fails when any byte or count
 /// is wrong.

@@ -161,6 +161,15 @@ pub fn caps_major(root: &Path) -> Option<u32> {
     parse_proc_devices_major(&text, "nvidia-caps")
 }
 
+/// Whether the driver under `root` is the simulated one speaking the RM interface: its control
+/// node is a unix socket, not the kernel's character device (`transport`). Its channels are
+/// then regular files, which it recognises; a character device of the major its
+/// `/proc/devices` names would reach no driver on the host (ENXIO on open).
+pub fn is_simulated(root: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt as _;
+    std::fs::metadata(ctl_path(root)).is_ok_and(|m| m.file_type().is_socket())
+}
+
 /// The IMEX channels' major in `<root>/proc/devices`.
 pub fn channels_major(root: &Path) -> Option<u32> {
     let text = std::fs::read_to_string(root.join(PROC_DEVICES_FILE)).ok()?;

@@ -86,7 +86,7 @@ pub(super) fn start_domain(
 /// Every driver's counts must be back to zero once the applications released everything
 /// (allocations, exports, imports and multicast objects and bindings): the references left
 /// after a grace of 10 s, and one note per node that kept some.
-pub(super) fn leak_check(node_dirs: &[PathBuf]) -> Result<(u64, Vec<String>)> {
+pub(crate) fn leak_check(node_dirs: &[PathBuf]) -> Result<(u64, Vec<String>)> {
     let mut leaked = 0u64;
     let mut leak_notes = Vec::new();
     for (i, dir) in node_dirs.iter().enumerate() {
