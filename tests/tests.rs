@@ -118,6 +118,12 @@ mod placeholders;
 // issue 9: Slurm prolog and epilog (dist/slurm) against real daemons, stub scontrol
 #[path = "e2e/slurm.rs"]
 mod slurm;
+// issue 31: dist/slurm job mode under a real Slurm (slurmctld, 3 slurmd) and a stub scontrol
+#[path = "e2e/slurm_jobs.rs"]
+mod slurm_jobs;
+// the real Slurm cluster slurm_jobs runs on: slurmctld, three slurmd and munged of its own
+#[path = "e2e/slurm_cluster.rs"]
+mod slurm_cluster;
 // issue 10: mutual TLS between daemons: formation, refusals with named reasons, rotation
 #[path = "e2e/tls.rs"]
 mod tls;

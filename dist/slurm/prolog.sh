@@ -3,6 +3,86 @@
 # `epilog` in it (dist/slurm/epilog.sh is a link to this file; install a copy as
 # /etc/slurm/openimex-epilog.sh) runs the epilog, any other name the prolog.
 #
+# Two modes, chosen by OPENIMEX_SLURM_MODE (job or domain); unset, it is job when
+# OPENIMEX_JOBS_DIR is set and domain otherwise, so an install that sets neither keeps working
+# as it did:
+# - job (openimex only, issue 31): the daemon runs for good with the whole NVLink domain in its
+#   nodes file; each Slurm job is an openimex job (its own channel and members) that the prolog
+#   defines by writing a job file and the epilog ends by deleting it. No restart, no nodes-file
+#   change, no sleep, and jobs may share nodes. See "Job mode" below.
+# - domain: one IMEX domain per job: the prolog rewrites the nodes file and signals or restarts
+#   the daemon, the epilog resets it. Exclusive nodes only. See "Domain mode" below.
+#
+# Slurm runs a prolog with no PATH (prolog_epilog.html); the script then uses
+# /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin.
+#
+# Job mode.
+#
+#   Prolog=/etc/slurm/openimex-prolog.sh    Epilog=/etc/slurm/openimex-epilog.sh
+#   PrologFlags=Alloc    (the prolog runs on every node of the job when it is allocated, so
+#                         every member defines the job, not only the nodes a step runs on)
+# slurmd gives the scripts only the job's SLURM_* variables: set the OPENIMEX_* ones below in a
+# wrapper that exports them and execs this script, or edit their defaults here.
+#
+# Prolog: writes $OPENIMEX_JOBS_DIR/slurm-$SLURM_JOB_ID.job (the directory of the daemon's
+# OPENIMEX_JOBS_DIR key) whole: a temporary dot file in that directory, then a rename (the
+# daemon reads the directory on inotify and ignores dot files). Then `ctl jobs wait
+# slurm-$SLURM_JOB_ID` returns the moment the local daemon holds the job READY (a session with
+# every other member, and each holds the same definition): the daemon answers, nothing polls.
+# A call that fails before that (a daemon restarting) is made again after OPENIMEX_POLL_INTERVAL
+# seconds, the only sleep. After OPENIMEX_WAIT_TIMEOUT seconds it exits 1 naming the job's state and the
+# members it waits on, lost or disagrees with (or saying that the daemon holds no such job: it
+# refused the file, and its log says why), so Slurm drains the node instead of starting a job
+# without its IMEX job. The file:
+#   CHANNEL  OPENIMEX_JOB_CHANNEL if set; else 1 + SLURM_JOB_ID mod (OPENIMEX_CHANNEL_COUNT - 1):
+#            every node of the job computes the same from what Slurm gives them all, consecutive
+#            job IDs get different channels (a collision needs two jobs sharing a node whose IDs
+#            differ by a multiple of count - 1: the daemon refuses the second, the prolog fails
+#            naming it), and never channel 0: the driver makes channel 0 for every process that
+#            runs outside a job (NVreg_CreateImexChannel0) and Slurm's own channel allocator
+#            reserves it too. A channel a job held stays quarantined on a node after the job
+#            (`ctl jobs` lists it), so the daemon refuses a later job with it there until it is
+#            cleared or the node reboots.
+#            Slurm's switch/nvidia_imex (Slurm 24.05 and later; Debian 12 ships 22.05) does not
+#            tell a prolog its channel: slurmctld picks the lowest free one (channel 0 reserved,
+#            SwitchParameters=imex_channel_count=N, 2048 by default) and slurmstepd creates it
+#            only inside each step's own mount namespace (switch_p_job_init, setup_imex_channel:
+#            a tmpfs over /dev/nvidia-caps-imex-channels holding channelN, mode 0666); it sets no
+#            environment variable (switch_p_job_attach is empty) and slurmd empties that
+#            directory in its own namespace (SchedMD/slurm, src/plugins/switch/nvidia_imex/
+#            switch_nvidia_imex.c and imex_device.c). With that plugin the job's processes open
+#            a channel this prolog cannot see: run job mode with SwitchType=switch/none (the
+#            daemon makes the job's channel device itself, owned as below), or give the channel
+#            in OPENIMEX_JOB_CHANNEL from whatever knows it.
+#   MEMBERS  the job's nodes, `scontrol show hostnames` of SLURM_JOB_NODELIST, or of
+#            SLURM_NODELIST (what Slurm 22.05 gives a prolog), each as its entry in the nodes
+#            file: the second word of its line in OPENIMEX_NODE_MAP when that is set (a file of
+#            `NODENAME ENTRY` lines, # comments, the same on every node; a job node missing from
+#            it is an error), else the Slurm node name itself (a nodes file of host names).
+#   OWNER    SLURM_JOB_UID:SLURM_JOB_GID: the daemon makes the job's channel device the job
+#            user's, mode 0660 (without them: root's, 0600). Other users' jobs on the node
+#            cannot open it; another job of the same user on the same node could.
+# Epilog: deletes the job file; the daemon ends the job on this node at once (no new import
+# under it, its channel device removed). A file already gone is no error; a file it cannot
+# delete is reported, and the epilog exits 1 only with OPENIMEX_EPILOG_STRICT=1, as below.
+# Once the daemon has ended the job (`ctl jobs wait --state GONE`), the epilog gives it the
+# owner's word that no process of the job is left on the node (`ctl jobs clear CHANNEL`): Slurm
+# runs the epilog after it ended the job's processes here, and without that word the daemon
+# keeps the channel from every later job until a reboot (a stray could still export on it), so
+# a node would run out of channels. Set OPENIMEX_CLEAR_CHANNEL=0 where processes may outlive
+# their job (a proctrack plugin that cannot kill them all, e.g. proctrack/pgid).
+#
+# Job mode settings (environment; defaults in brackets), besides the shared ones below:
+#   OPENIMEX_JOBS_DIR      the daemon's jobs directory [unset: domain mode]
+#   OPENIMEX_NODE_MAP      Slurm node name -> nodes-file entry map file [unset: the same]
+#   OPENIMEX_JOB_CHANNEL   the job's channel [unset: from SLURM_JOB_ID, as above]
+#   OPENIMEX_CHANNEL_COUNT channels the driver has (NVreg_ImexChannelCount) [2048]
+#   OPENIMEX_CLEAR_CHANNEL 1: the epilog releases the ended job's channel (above); 0: not [1]
+#   OPENIMEX_WAIT_TIMEOUT, OPENIMEX_POLL_INTERVAL, SCONTROL, OPENIMEX_EPILOG_STRICT as in domain
+#   mode.
+#
+# Domain mode.
+#
 # Prolog: points the node's IMEX daemon at the job's nodes and waits, by polling
 # ctl, until the job's IMEX domain is UP. Works with openimex and with NVIDIA's nvidia-imex.
 #
@@ -51,6 +131,8 @@ case "$(basename "$0")" in
     *epilog*) IMEX_SCRIPT=openimex-epilog ;;
     *) IMEX_SCRIPT=openimex-prolog ;;
 esac
+: "${PATH:=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}"
+export PATH
 
 #
 # Settings (environment; defaults in brackets):
@@ -157,10 +239,194 @@ imex_restart() {
     fi
 }
 
+# The one sleep of both modes: between two polls of ctl.
+imex_pause() {
+    sleep "$OPENIMEX_POLL_INTERVAL"
+}
+
+# Whether $1 is a decimal number (digits only, at least one).
+imex_is_number() {
+    case "$1" in
+        '' | *[!0-9]*) return 1 ;;
+        *) return 0 ;;
+    esac
+}
+
+: "${OPENIMEX_EPILOG_STRICT:=0}"
+: "${OPENIMEX_WAIT_TIMEOUT:=120}"
+: "${OPENIMEX_POLL_INTERVAL:=0.2}"
+: "${SCONTROL:=scontrol}"
+if [ -z "${OPENIMEX_SLURM_MODE:-}" ]; then
+    if [ -n "${OPENIMEX_JOBS_DIR:-}" ]; then
+        OPENIMEX_SLURM_MODE=job
+    else
+        OPENIMEX_SLURM_MODE=domain
+    fi
+fi
+case "$OPENIMEX_SLURM_MODE" in
+    job | domain) ;;
+    *)
+        imex_log "OPENIMEX_SLURM_MODE must be job or domain, not '$OPENIMEX_SLURM_MODE'"
+        exit 1
+        ;;
+esac
+
+# Job mode, to its end (it exits).
+if [ "$OPENIMEX_SLURM_MODE" = job ]; then
+    if [ -z "${OPENIMEX_JOBS_DIR:-}" ]; then
+        imex_log "job mode needs OPENIMEX_JOBS_DIR, the daemon's jobs directory"
+        exit 1
+    fi
+    if ! imex_is_number "${SLURM_JOB_ID:-}"; then
+        imex_log "SLURM_JOB_ID='${SLURM_JOB_ID:-}' is no job ID: not run by Slurm?"
+        exit 1
+    fi
+    job=slurm-$SLURM_JOB_ID
+    job_file=$OPENIMEX_JOBS_DIR/$job.job
+
+    if [ "$IMEX_SCRIPT" = openimex-epilog ]; then
+        # The channel, read before the file goes (a re-run finds no file: nothing to release).
+        channel=$(sed -n 's/^[[:space:]]*CHANNEL[[:space:]]*=[[:space:]]*\([0-9]*\).*/\1/p' \
+            "$job_file" 2>/dev/null | head -n 1) || true
+        if ! rm -f -- "$job_file"; then
+            imex_log "cannot delete $job_file: IMEX job $job goes on on this node"
+            if [ "$OPENIMEX_EPILOG_STRICT" = 1 ]; then
+                exit 1
+            fi
+            exit 0
+        fi
+        if [ -n "$channel" ] && [ "${OPENIMEX_CLEAR_CHANNEL:-1}" = 1 ]; then
+            # Only once the daemon has ended the job: a word given before would find the
+            # channel still the job's, and the quarantine would start after it.
+            if imex_ctl jobs wait "$job" --state GONE --timeout "$OPENIMEX_WAIT_TIMEOUT" \
+                >/dev/null && imex_ctl jobs clear "$channel" >/dev/null; then
+                :
+            else
+                imex_log "could not release channel $channel of IMEX job $job: it stays \
+quarantined on this node (ctl jobs clear $channel releases it)"
+                if [ "$OPENIMEX_EPILOG_STRICT" = 1 ]; then
+                    exit 1
+                fi
+            fi
+        fi
+        exit 0
+    fi
+
+    nodelist=${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}
+    if [ -z "$nodelist" ]; then
+        imex_log "neither SLURM_JOB_NODELIST nor SLURM_NODELIST is set: not run by Slurm?"
+        exit 1
+    fi
+    # shellcheck disable=SC2086
+    if ! hosts=$($SCONTROL show hostnames "$nodelist"); then
+        imex_log "scontrol show hostnames '$nodelist' failed"
+        exit 1
+    fi
+    if [ -n "${OPENIMEX_NODE_MAP:-}" ] && [ ! -r "$OPENIMEX_NODE_MAP" ]; then
+        imex_log "cannot read OPENIMEX_NODE_MAP=$OPENIMEX_NODE_MAP"
+        exit 1
+    fi
+    members=
+    for host in $hosts; do
+        entry=$host
+        if [ -n "${OPENIMEX_NODE_MAP:-}" ]; then
+            entry=$(awk -v h="$host" '
+                { sub(/#.*/, "") }
+                $1 == h && NF >= 2 { print $2; exit }' "$OPENIMEX_NODE_MAP")
+            if [ -z "$entry" ]; then
+                imex_log "node $host of job $SLURM_JOB_ID has no line in $OPENIMEX_NODE_MAP"
+                exit 1
+            fi
+        fi
+        members=${members:+$members,}$entry
+    done
+    if [ -z "$members" ]; then
+        imex_log "no node in the job's node list '$nodelist'"
+        exit 1
+    fi
+
+    if [ -n "${OPENIMEX_JOB_CHANNEL:-}" ]; then
+        channel=$OPENIMEX_JOB_CHANNEL
+        if ! imex_is_number "$channel"; then
+            imex_log "OPENIMEX_JOB_CHANNEL='$channel' is no channel number"
+            exit 1
+        fi
+    else
+        count=${OPENIMEX_CHANNEL_COUNT:-2048}
+        if ! imex_is_number "$count" || [ "$count" -lt 2 ]; then
+            imex_log "OPENIMEX_CHANNEL_COUNT='$count' must be a number of at least 2"
+            exit 1
+        fi
+        channel=$((1 + SLURM_JOB_ID % (count - 1)))
+    fi
+
+    # The daemon makes its directory root-only (0700); made here first, it is the same.
+    # shellcheck disable=SC2174
+    mkdir -p -m 0700 -- "$OPENIMEX_JOBS_DIR"
+    tmp=$(mktemp "$OPENIMEX_JOBS_DIR/.$job.XXXXXX")
+    if ! {
+        echo "# Slurm job $SLURM_JOB_ID ($nodelist), written by $IMEX_SCRIPT on ${SLURMD_NODENAME:-$(hostname)}"
+        echo "CHANNEL=$channel"
+        echo "MEMBERS=$members"
+        if imex_is_number "${SLURM_JOB_UID:-}" && imex_is_number "${SLURM_JOB_GID:-}"; then
+            echo "OWNER=$SLURM_JOB_UID:$SLURM_JOB_GID"
+        fi
+    } >"$tmp"; then
+        rm -f -- "$tmp"
+        imex_log "cannot write $tmp"
+        exit 1
+    fi
+    chmod 0600 "$tmp"
+    mv -f -- "$tmp" "$job_file"
+
+    # The daemon answers when the job is READY; a call that fails sooner (a daemon restarting)
+    # is made again after the poll interval, the only sleep.
+    start=$(date +%s)
+    while :; do
+        left=$((OPENIMEX_WAIT_TIMEOUT - ($(date +%s) - start)))
+        if [ "$left" -le 0 ]; then
+            break
+        fi
+        if imex_ctl jobs wait "$job" --timeout "$left" >/dev/null 2>&1; then
+            exit 0
+        fi
+        imex_pause
+    done
+    state=$(imex_ctl -q --job "$job" 2>/dev/null | head -n 1) || true
+
+    # Timed out: the state, and the members it names (as ctl -N shows them).
+    imex_log "IMEX job $job (channel $channel, members $members) is not READY after ${OPENIMEX_WAIT_TIMEOUT}s: ${state:-the local daemon holds no such job}"
+    if [ -z "$state" ]; then
+        imex_log "the daemon did not define it from $job_file (its log says why); its jobs:"
+        imex_ctl jobs 1>&2 || true
+        exit 1
+    fi
+    ids=$(imex_ctl jobs "$job" -j 2>/dev/null |
+        sed -n 's/.*"nodes":\[\([0-9,]*\)\].*/\1/p' | tr ',' ' ') || true
+    case "$state" in
+        FORMING) why="waiting on" ;;
+        DEGRADED) why="lost" ;;
+        DISAGREED) why="disagreeing" ;;
+        *) why="named" ;;
+    esac
+    table=$(imex_ctl -N 2>&1) || true
+    for id in $ids; do
+        line=$(printf '%s\n' "$table" | awk -v id="#$id" '
+            # Node #1   - 10.0.0.2   - UNAVAILABLE   - Version: ...  (the local node: * 10.0.0.1 *)
+            $1 == "Node" && $2 == id {
+                n = 0
+                for (k = 3; k <= NF && n < 2; k++) {
+                    if ($k != "-" && $k != "*") { n++; word[n] = $k }
+                }
+                printf "%s (%s)\n", word[1], word[2]
+            }')
+        imex_log "$state: $why member node #$id ${line:-(not in ctl -N)}"
+    done
+    exit 1
+fi
+
 # The epilog, to its end (it exits).
 if [ "$IMEX_SCRIPT" = openimex-epilog ]; then
-    : "${OPENIMEX_EPILOG_STRICT:=0}"
-
     status=0
     {
         echo '##'
@@ -183,13 +449,12 @@ if [ "$IMEX_SCRIPT" = openimex-epilog ]; then
 fi
 
 # The prolog.
-: "${OPENIMEX_WAIT_TIMEOUT:=120}"
-: "${OPENIMEX_POLL_INTERVAL:=0.2}"
 : "${OPENIMEX_WAIT_FOR:=domain}"
-: "${SCONTROL:=scontrol}"
 
-if [ -z "${SLURM_JOB_NODELIST:-}" ]; then
-    imex_log "SLURM_JOB_NODELIST is not set: not run by Slurm?"
+# Slurm 22.05 gives a prolog SLURM_NODELIST only.
+: "${SLURM_JOB_NODELIST:=${SLURM_NODELIST:-}}"
+if [ -z "$SLURM_JOB_NODELIST" ]; then
+    imex_log "neither SLURM_JOB_NODELIST nor SLURM_NODELIST is set: not run by Slurm?"
     exit 1
 fi
 case "$OPENIMEX_WAIT_FOR" in
@@ -262,7 +527,7 @@ while :; do
     if [ $(($(date +%s) - start)) -ge "$OPENIMEX_WAIT_TIMEOUT" ]; then
         break
     fi
-    sleep "$OPENIMEX_POLL_INTERVAL"
+    imex_pause
 done
 
 # Timed out: name the nodes that are not READY, as ctl -N shows them.

@@ -18,7 +18,7 @@ use crate::common::{FORM, NOTICE, binary, run_long, spec, text};
 /// "stabilise" sleep, as some in the wild have, does not fit in it.
 const PROLOG_BOUND: Duration = Duration::from_secs(20);
 
-fn script(name: &str) -> PathBuf {
+pub(crate) fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("dist/slurm")
         .join(name)
@@ -32,7 +32,7 @@ fn placeholders() -> Vec<String> {
 }
 
 /// A directory holding a stub `scontrol` that expands `nodelist` to `hosts` (and nothing else).
-fn stub_scontrol(dir: &Path, nodelist: &str, hosts: &[String]) -> PathBuf {
+pub(crate) fn stub_scontrol(dir: &Path, nodelist: &str, hosts: &[String]) -> PathBuf {
     let bin = dir.join("stub-bin");
     std::fs::create_dir_all(&bin).expect("stub dir");
     let path = bin.join("scontrol");

@@ -110,7 +110,9 @@ impl Command for Constant {
         &self,
         _: Request<openimex_proto::cmd::JobChannelClearRequest>,
     ) -> Result<Response<openimex_proto::cmd::JobChannelClearReply>, Status> {
-        Err(Status::unimplemented("the raw RPC baseline answers State only"))
+        Err(Status::unimplemented(
+            "the raw RPC baseline answers State only",
+        ))
     }
 }
 
