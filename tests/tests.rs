@@ -35,6 +35,9 @@ mod config_errors;
 // issue 14: `demo --topology`, topology file errors, `demo --partitions` across cliques
 #[path = "e2e/demo_topology.rs"]
 mod demo_topology;
+// issue 31: `demo --jobs K`: jobs over overlapping trays, all-to-all within, refused across
+#[path = "e2e/demo_jobs.rs"]
+mod demo_jobs;
 // issue 9: ctl domain-check HOST..., -N --svg FILE and -N --watch -j on a live domain
 #[path = "e2e/domain_tools.rs"]
 mod domain_tools;

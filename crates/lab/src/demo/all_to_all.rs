@@ -315,7 +315,7 @@ fn map_import(ctx: &Context, imported: &Imported, gpu: u32) -> Result<Mapping, C
     ctx.map_on(imported, gpu)
 }
 
-fn bar(done: usize, total: usize) {
+pub(super) fn bar(done: usize, total: usize) {
     let width = 40;
     let filled = done * width / total.max(1);
     eprint!(

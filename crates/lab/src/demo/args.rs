@@ -1,5 +1,5 @@
 //! `openimex-lab demo`'s flags: the topology and its size, the mode (`--chaos`,
-//! `--allreduce`, or the all-to-all by default) and the options of each.
+//! `--allreduce`, `--jobs`, or the all-to-all by default) and the options of each.
 
 use std::path::PathBuf;
 
@@ -42,6 +42,13 @@ pub(crate) struct DemoArgs {
     /// then every buffer must hold the sums. Reports bandwidth next to a local memcpy.
     #[arg(long, conflicts_with = "chaos")]
     pub(super) allreduce: bool,
+    /// Run K concurrent jobs (issue 31) over overlapping windows of consecutive trays: job j
+    /// takes trays b(j)..=b(j+1), b(j) = floor(j(N-1)/K) for N trays running, so neighbouring
+    /// jobs share one tray (which runs both); job j owns channel j+1. Each job is defined by
+    /// job files in its members' jobs directories (OPENIMEX_JOBS_DIR), runs the all-to-all
+    /// among its GPUs, and every import across jobs must be refused. 1 to N-1 jobs.
+    #[arg(long, value_name = "K")]
+    pub(super) jobs: Option<usize>,
     /// With --chaos: how long faults are injected, seconds.
     #[arg(long, default_value_t = 60, requires = "chaos")]
     pub(super) seconds: u64,

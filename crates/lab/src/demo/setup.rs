@@ -60,6 +60,17 @@ pub(super) fn start_domain(
     spec: openimex_harness::ClusterSpec,
     say: &dyn Fn(&str),
 ) -> Result<(Cluster, Duration, Duration)> {
+    start_domain_with(domain, spec, say, &|_| Ok(()))
+}
+
+/// As [`start_domain`], with `configure` given the cluster's files before anything starts
+/// (e.g. a config key of each node's own, as `--jobs` gives each daemon its jobs directory).
+pub(super) fn start_domain_with(
+    domain: &Domain,
+    spec: openimex_harness::ClusterSpec,
+    say: &dyn Fn(&str),
+    configure: &dyn Fn(&mut Cluster) -> Result<()>,
+) -> Result<(Cluster, Duration, Duration)> {
     let nodes = spec.nodes;
     let gpus_per_node = spec.gpus.map_or(0, |g| g.gpus_per_node);
     say(&format!(
@@ -68,7 +79,19 @@ pub(super) fn start_domain(
         domain.describe(gpus_per_node)
     ));
     let start = Instant::now();
-    let cluster = Cluster::start(spec).context("cannot start the nodes")?;
+    // What `Cluster::start` does, with the node files configured in between.
+    let mut cluster = Cluster::prepare(spec).context("cannot prepare the nodes")?;
+    configure(&mut cluster)?;
+    if cluster.spec().fabric_manager.is_some() {
+        cluster
+            .start_fabric_manager()
+            .context("cannot start the Fabric Manager")?;
+    }
+    for i in 0..cluster.len() {
+        cluster
+            .start_node(i)
+            .with_context(|| format!("cannot start node {i}"))?;
+    }
     cluster
         .wait_up(0, Duration::from_secs(120))
         .context("the IMEX domain did not come UP")?;
