@@ -117,7 +117,7 @@ fn a_job_file_defines_a_job_that_admits_only_its_members_and_ends_with_the_file(
 
 /// `ctl ARGS` on node `i`, which must succeed: its stdout.
 #[track_caller]
-fn ctl_ok(cluster: &openimex_harness::Cluster, i: usize, args: &[&str]) -> String {
+pub(crate) fn ctl_ok(cluster: &openimex_harness::Cluster, i: usize, args: &[&str]) -> String {
     let out = cluster.ctl(i, args).expect("run ctl");
     assert!(
         out.status.success(),

@@ -11,24 +11,13 @@ use openimex_harness::{Cluster, ScratchDir};
 
 use crate::apps::*;
 use crate::common::{FORM, NOTICE, assert_clean_failure, log, run, spec, text};
+use crate::jobs::ctl_ok;
 
 /// Writes job `name` into `dir` whole (elsewhere, then renamed in), as a prolog should.
 fn write_job(dir: &Path, name: &str, body: &str) {
     let tmp = dir.join(format!(".{name}.tmp"));
     std::fs::write(&tmp, body).expect("write a job file");
     std::fs::rename(&tmp, dir.join(format!("{name}.job"))).expect("move the job file in");
-}
-
-/// `ctl ARGS` on node `i`, which must succeed: its stdout.
-#[track_caller]
-fn ctl_ok(cluster: &Cluster, i: usize, args: &[&str]) -> String {
-    let out = cluster.ctl(i, args).expect("run ctl");
-    assert!(
-        out.status.success(),
-        "ctl {args:?} on node {i}: {}",
-        text(&out.stderr)
-    );
-    text(&out.stdout)
 }
 
 /// `ctl jobs wait NAME --state STATE` on node `i` (bounded by `FORM`).

@@ -48,6 +48,26 @@ fn config_map() -> Vec<(String, String)> {
         .collect()
 }
 
+/// `spec` with the ConfigMap's keys, except the host paths and ports the harness gives each
+/// node its own of (the host's jobs directory among them).
+fn with_manifest_keys(mut spec: openimex_harness::ClusterSpec) -> openimex_harness::ClusterSpec {
+    let own = [
+        "IMEX_NODE_CONFIG_FILE",
+        "IMEX_CMD_UNIX_DOMAIN_PATH",
+        "OPENIMEX_PERSIST_FILE",
+        "OPENIMEX_JOBS_DIR",
+        "LOG_FILE_NAME",
+        "SERVER_PORT",
+        "IMEX_CMD_PORT",
+    ];
+    for (k, v) in config_map() {
+        if !own.contains(&k.as_str()) {
+            spec = spec.config(k, v);
+        }
+    }
+    spec
+}
+
 /// Runs a probe command with our binary and `socket` in place of the pod's; true on exit 0.
 fn passes(command: &[String], socket: &Path) -> bool {
     let args: Vec<String> = command
@@ -101,21 +121,7 @@ fn the_manifest_has_the_pod_keys_host_managed_mode_needs() {
 fn the_probes_follow_a_real_daemon_on_its_unix_socket() {
     // The ConfigMap's keys, except the paths and ports the harness gives each node (and the
     // host's jobs directory: no job here).
-    let own = [
-        "IMEX_NODE_CONFIG_FILE",
-        "IMEX_CMD_UNIX_DOMAIN_PATH",
-        "OPENIMEX_PERSIST_FILE",
-        "OPENIMEX_JOBS_DIR",
-        "LOG_FILE_NAME",
-        "SERVER_PORT",
-        "IMEX_CMD_PORT",
-    ];
-    let mut s = spec(2);
-    for (k, v) in config_map() {
-        if !own.contains(&k.as_str()) {
-            s = s.config(k, v);
-        }
-    }
+    let s = with_manifest_keys(spec(2));
     let mut cluster = Cluster::prepare(s).expect("prepare 2 nodes");
     let real = cluster.nodes_lines().to_vec();
     let mut seed = vec!["##".to_string()];
@@ -156,21 +162,7 @@ fn a_compute_domain_s_job_file_in_the_manifest_s_jobs_dir_makes_its_job() {
     );
     assert!(MANIFEST.contains(&format!("{IN_POD_JOBS_DIR}/<ComputeDomain UID>.job")));
     // The manifest's keys, each node's own paths in place of the host's.
-    let own = [
-        "IMEX_NODE_CONFIG_FILE",
-        "IMEX_CMD_UNIX_DOMAIN_PATH",
-        "OPENIMEX_PERSIST_FILE",
-        "OPENIMEX_JOBS_DIR",
-        "LOG_FILE_NAME",
-        "SERVER_PORT",
-        "IMEX_CMD_PORT",
-    ];
-    let mut s = spec(3);
-    for (k, v) in keys {
-        if !own.contains(&k.as_str()) {
-            s = s.config(k, v);
-        }
-    }
+    let s = with_manifest_keys(spec(3));
     let mut cluster = Cluster::prepare(s).expect("prepare 3 nodes");
     let dirs: Vec<_> = (0..3)
         .map(|i| cluster.node(i).dir().join("etc-nvidia-imex-jobs"))

@@ -147,16 +147,11 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
 
     let (leaked, leak_notes) = leak_check(&node_dirs)?;
 
-    let mut lat: Vec<u64> = reports
-        .iter()
+    let mut lat: Vec<u64> = (reports.iter())
         .flat_map(|r| r.latencies_us.iter().copied())
         .collect();
     lat.sort_unstable();
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let pct = |p: f64| quantile(&lat, p);
     let errors: Vec<&String> = reports.iter().flat_map(|r| r.errors.iter()).collect();
     let imports = lat.len();
     let copy_gbps = gbps(
@@ -507,18 +502,37 @@ fn gpu_app(
 
     // Phase 4: release everything (unimports go through both daemons).
     if let Ok(ctx) = &ctx {
-        for (imported, map) in imports {
-            drop(map);
-            if let Err(e) = ctx.release(imported) {
-                fail(&mut report, format!("release import: {e}"));
-            }
-        }
-        if let Some((alloc, map)) = own {
-            drop(map);
-            if let Err(e) = ctx.release(alloc) {
-                fail(&mut report, format!("release allocation: {e}"));
-            }
-        }
+        release_held(ctx, imports, own, |e| fail(&mut report, e));
     }
     report
+}
+
+/// Releases what one GPU's application holds: its imports first (each unimport goes through
+/// both daemons), then its own allocation, unmapping each before; every failure told `fail`.
+pub(super) fn release_held(
+    ctx: &Context,
+    imports: Vec<(Imported, Option<Mapping>)>,
+    own: Option<(openimex_client::Allocation, Mapping)>,
+    mut fail: impl FnMut(String),
+) {
+    for (imported, map) in imports {
+        drop(map);
+        if let Err(e) = ctx.release(imported) {
+            fail(format!("release import: {e}"));
+        }
+    }
+    if let Some((alloc, map)) = own {
+        drop(map);
+        if let Err(e) = ctx.release(alloc) {
+            fail(format!("release allocation: {e}"));
+        }
+    }
+}
+
+/// The `p` quantile of `sorted` by nearest rank (0 for none).
+pub(super) fn quantile(sorted: &[u64], p: f64) -> u64 {
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or(0)
 }

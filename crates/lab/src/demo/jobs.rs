@@ -183,16 +183,11 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
     apps::remove_planted(&planted);
     let (leaked, leak_notes) = leak_check(&node_dirs)?;
 
-    let mut lat: Vec<u64> = reports
-        .iter()
+    let mut lat: Vec<u64> = (reports.iter())
         .flat_map(|r| r.latencies_us.iter().copied())
         .collect();
     lat.sort_unstable();
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let pct = |p: f64| super::all_to_all::quantile(&lat, p);
     let errors: Vec<&String> = reports.iter().flat_map(|r| r.errors.iter()).collect();
     let imports = lat.len();
     let cross = &shared.cross;

@@ -363,18 +363,7 @@ pub(super) fn run(me: usize, shared: &Shared) -> Report {
 
     // Release everything (unimports go through both daemons).
     if let Ok(ctx) = &ctx {
-        for (imported, map) in imports {
-            drop(map);
-            if let Err(e) = ctx.release(imported) {
-                fail(&mut report, format!("release import: {e}"));
-            }
-        }
-        if let Some((alloc, map)) = own {
-            drop(map);
-            if let Err(e) = ctx.release(alloc) {
-                fail(&mut report, format!("release allocation: {e}"));
-            }
-        }
+        super::super::all_to_all::release_held(ctx, imports, own, |e| fail(&mut report, e));
     }
     report
 }
