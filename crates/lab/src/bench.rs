@@ -134,8 +134,9 @@ enum Scenario {
     Footprint,
     /// `job_ready_N`: a job READY on N members of a domain already up, against formation_N.
     JobReady(usize),
-    /// `job_churn`: 1,000 jobs created and ended around a running job's all-to-all.
-    JobChurn,
+    /// `job_churn`: 1,000 jobs created and ended around a running job's all-to-all
+    /// (`job_churn_N`: N jobs).
+    JobChurn(usize),
 }
 
 /// The formation sizes `formation` and `formation_tls` stand for.
@@ -158,7 +159,7 @@ const ALL: [Scenario; 15] = [
     Scenario::Recovery,
     Scenario::Footprint,
     Scenario::JobReady(18),
-    Scenario::JobChurn,
+    Scenario::JobChurn(churn::JOBS),
 ];
 
 /// The scenarios `--only` picked, in the order given, without repeats.
@@ -179,8 +180,9 @@ fn parse_only(s: &str) -> Result<Selection, String> {
             "recovery" => vec![Scenario::Recovery],
             "footprint" => vec![Scenario::Footprint],
             "job_ready" => vec![Scenario::JobReady(18)],
-            "job_churn" => vec![Scenario::JobChurn],
+            "job_churn" => vec![Scenario::JobChurn(churn::JOBS)],
             _ if let Some(n) = job_ready_size(word) => vec![Scenario::JobReady(n)],
+            _ if let Some(n) = job_churn_size(word) => vec![Scenario::JobChurn(n)],
             _ => match formation_size(word) {
                 Some((n, false)) => vec![Scenario::Formation(n)],
                 Some((n, true)) => vec![Scenario::FormationTls(n)],
@@ -188,7 +190,7 @@ fn parse_only(s: &str) -> Result<Selection, String> {
                     return Err(format!(
                         "unknown scenario {word:?}: expected formation, formation_N (2 <= N <= 144), \
                          formation_tls, formation_N_tls, import, import_tls, storm, storm_tls, \
-                         datapath, recovery, footprint, job_ready, job_ready_N or job_churn"
+                         datapath, recovery, footprint, job_ready, job_ready_N, job_churn or job_churn_N"
                     ));
                 }
             },
@@ -209,6 +211,12 @@ fn parse_only(s: &str) -> Result<Selection, String> {
 fn job_ready_size(word: &str) -> Option<usize> {
     let n: usize = word.strip_prefix("job_ready_")?.parse().ok()?;
     (2..=144).contains(&n).then_some(n)
+}
+
+/// `job_churn_N` as N, for N from 1 to 100,000.
+fn job_churn_size(word: &str) -> Option<usize> {
+    let n: usize = word.strip_prefix("job_churn_")?.parse().ok()?;
+    (1..=100_000).contains(&n).then_some(n)
 }
 
 /// `formation_N` as `(N, false)` and `formation_N_tls` as `(N, true)`, for N from 2 to 144.
@@ -239,7 +247,8 @@ impl Scenario {
             Scenario::Recovery => "recovery".into(),
             Scenario::Footprint => "footprint".into(),
             Scenario::JobReady(n) => format!("job_ready_{n}"),
-            Scenario::JobChurn => "job_churn".into(),
+            Scenario::JobChurn(churn::JOBS) => "job_churn".into(),
+            Scenario::JobChurn(n) => format!("job_churn_{n}"),
         }
     }
 
@@ -284,7 +293,7 @@ impl Scenario {
             Scenario::Recovery => hb::recovery(binary, 18, rounds),
             Scenario::Footprint => footprint::footprint(binary, window),
             Scenario::JobReady(n) => jobs::job_ready_entry(binary, n, rounds),
-            Scenario::JobChurn => churn::job_churn_entry(binary),
+            Scenario::JobChurn(n) => churn::job_churn_entry(binary, n),
         }
     }
 }

@@ -310,3 +310,27 @@ fn mesh_probes_over_tls_mesh_and_refuse_a_stranger() {
     assert!(stderr.contains("TLS handshake"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("meshed"));
 }
+
+#[test]
+fn job_ready_and_a_short_job_churn_measure_without_error() {
+    // job_churn fails its entry on any error in the running job, any import served across
+    // jobs or any reference left, so a figure here is those three at zero.
+    let (doc, stderr) = bench_json("job_ready_3,job_churn_20", None);
+    let entries = doc["entries"].as_array().expect("entries");
+    let names: Vec<&str> = entries.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["job_ready_3", "job_churn_20"], "{doc}");
+    for e in entries {
+        assert!(
+            e["error"].is_null() && e["value"].as_f64().is_some_and(|v| v > 0.0),
+            "{e}\n{stderr}"
+        );
+        assert!(e["baseline"].as_f64().is_some_and(|v| v > 0.0), "{e}");
+    }
+    let churn = &entries[1]["detail"];
+    assert!(
+        churn
+            .as_str()
+            .is_some_and(|d| d.contains("20 jobs") && d.contains("0 served")),
+        "{churn}"
+    );
+}

@@ -6,8 +6,9 @@
 //!
 //! Each churned job spans two of the nodes on a channel of its own: its files are written on
 //! both (a prolog's), it is waited READY on both (`ctl jobs wait`'s call), one member exports
-//! and the other imports and checks the data (the job works), a process of the running job on
-//! a third node tries to import that export (across jobs: it must be refused), and the job is
+//! and the other imports and checks the data (the job works), a process on a third node holding
+//! the job's channel there tries to import that export (across jobs: it must be refused, and
+//! only the daemons' job check can), and the job is
 //! ended (files deleted, GONE waited on both). Jobs start every [`PACE`].
 
 use std::path::{Path, PathBuf};
@@ -23,8 +24,8 @@ use openimex_simproto::node_dir::channel_path;
 
 /// Nodes (one GPU each): the running job spans all of them.
 const NODES: usize = 4;
-/// Jobs churned.
-const JOBS: usize = 1000;
+/// Jobs churned by `job_churn` (`job_churn_N` churns N).
+pub(crate) const JOBS: usize = 1000;
 /// One job starts this often: 1,000 over 60 s.
 const PACE: Duration = Duration::from_millis(60);
 /// The running job's channel; churned job `k` has channel `FIRST_CHURN + k`.
@@ -37,11 +38,16 @@ const LIMIT: Duration = Duration::from_secs(30);
 /// The all-to-all rounds timed with no churn, for the baseline.
 const QUIET_ROUNDS: usize = 20;
 
-/// The `job_churn` entry of `bench all`.
-pub(crate) fn job_churn_entry(binary: &Path) -> Vec<BenchEntry> {
-    match job_churn(binary) {
+/// The `job_churn` entry of `bench all` (`job_churn_N` for another number of jobs, at the
+/// same pace: the tests run a short one).
+pub(crate) fn job_churn_entry(binary: &Path, jobs: usize) -> Vec<BenchEntry> {
+    let name = match jobs {
+        JOBS => "job_churn".to_string(),
+        n => format!("job_churn_{n}"),
+    };
+    match job_churn(binary, &name, jobs) {
         Ok(entry) => vec![entry],
-        Err(e) => vec![BenchEntry::failed("job_churn", Unit::Ms, format!("{e:#}"))],
+        Err(e) => vec![BenchEntry::failed(name, Unit::Ms, format!("{e:#}"))],
     }
 }
 
@@ -56,7 +62,7 @@ struct Churned {
     served: usize,
 }
 
-fn job_churn(binary: &Path) -> Result<BenchEntry> {
+fn job_churn(binary: &Path, name: &str, jobs: usize) -> Result<BenchEntry> {
     let spec = ClusterSpec::new(NODES, binary).with_gpus(GpuSpec {
         gpus_per_node: 1,
         hbm_mib: 64,
@@ -113,7 +119,7 @@ fn job_churn(binary: &Path) -> Result<BenchEntry> {
     let done = AtomicBool::new(false);
     let (during, churned) = std::thread::scope(|s| {
         let churn = s.spawn(|| {
-            let r = churn(&rt, &mut clients, &dirs, &ips, &nodes);
+            let r = churn(&rt, &mut clients, &dirs, &ips, &nodes, jobs);
             done.store(true, Ordering::SeqCst);
             r
         });
@@ -142,7 +148,7 @@ fn job_churn(binary: &Path) -> Result<BenchEntry> {
     }
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Ok(BenchEntry::measured(
-        "job_churn",
+        name,
         ms(percentile(&during, 0.5)),
         Unit::Ms,
         Some(ms(percentile(&quiet, 0.5))),
@@ -154,7 +160,7 @@ fn job_churn(binary: &Path) -> Result<BenchEntry> {
              ({} imports) just before",
             during.len(),
             churned.jobs,
-            (PACE * JOBS as u32).as_secs(),
+            (PACE * u32::try_from(jobs).unwrap_or(u32::MAX)).as_secs(),
             churned.refused,
             quiet.len()
         ),
@@ -216,17 +222,18 @@ fn wait(
     Ok(())
 }
 
-/// The churn: [`JOBS`] jobs, one every [`PACE`].
+/// The churn: `jobs` jobs, one every [`PACE`].
 fn churn(
     rt: &tokio::runtime::Runtime,
     clients: &mut [Client],
     dirs: &[PathBuf],
     ips: &[String],
     nodes: &[PathBuf],
+    jobs: usize,
 ) -> Result<Churned> {
     let mut seen = Churned::default();
     let start = Instant::now();
-    for k in 0..JOBS {
+    for k in 0..jobs {
         let due = start + PACE * u32::try_from(k).unwrap_or(u32::MAX);
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         let (a, b, c) = (k % NODES, (k + 1) % NODES, (k + 2) % NODES);
@@ -246,16 +253,25 @@ fn churn(
         check_import(&importer, &handle, k as u64)
             .with_context(|| format!("{name}: the import inside it"))?;
         seen.inside += 1;
-        // A process of the running job on the third node, across jobs.
-        let dir = &nodes[c];
-        let across = Context::open_with_channel(dir, Some(&channel_path(dir, STEADY_CHANNEL)))
-            .with_context(|| format!("{name}: the running job's process on node {c}"))?;
+        // Across jobs: a process on the third node (the running job's, not this one's) that
+        // holds this job's channel there (root made the file, as a site making every channel
+        // on every node would): only the daemons' job check stands in its way.
+        let held = channel_path(&nodes[c], channel);
+        let planted = openimex_driver::channels::create_channel_file(&held, 0o600, None, None)
+            .with_context(|| format!("{name}: cannot make {}", held.display()))?;
+        let across = Context::open_with_channel(&nodes[c], Some(&held))
+            .with_context(|| format!("{name}: a process on node {c} with its channel"))?;
         match across.import_with_timeout(&handle, LIMIT) {
             Ok(imported) => {
                 seen.served += 1;
                 let _ = across.release(imported);
             }
             Err(_) => seen.refused += 1,
+        }
+        drop(across);
+        if planted {
+            std::fs::remove_file(&held)
+                .with_context(|| format!("cannot remove {}", held.display()))?;
         }
         exporter.release(alloc).context("release the export")?;
         drop((exporter, importer));
