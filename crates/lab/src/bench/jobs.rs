@@ -25,7 +25,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 pub(crate) fn job_ready_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec<BenchEntry> {
     let name = format!("job_ready_{nodes}");
     match job_ready(binary, nodes, rounds) {
-        Ok((job, formation)) => vec![BenchEntry::measured(
+        Ok((job, first, formation)) => vec![BenchEntry::measured(
             name,
             ms(job),
             Unit::Ms,
@@ -33,10 +33,13 @@ pub(crate) fn job_ready_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec
             format!(
                 "a job's files written on {nodes} members (one jobs directory each) of a \
                  domain already up to READY on every member, as each says at once to a \
-                 waiting `ctl jobs wait` call, median of {r} jobs; against formation_{nodes} \
-                 (spawn of a fresh domain's daemons to UP, what restarting the daemons per job \
-                 costs at best), median of {r} rounds in the same run",
-                r = rounds.max(1) * JOBS_PER_ROUND
+                 waiting `ctl jobs wait` call, median of {j} jobs (the first member READY \
+                 after {first:.2} ms); against formation_{nodes} (spawn of a fresh domain's \
+                 daemons to UP, what restarting the daemons per job costs at best), median of \
+                 {r} rounds in the same run",
+                j = rounds.max(1) * JOBS_PER_ROUND,
+                r = rounds.max(1),
+                first = ms(first)
             ),
         )],
         Err(e) => vec![BenchEntry::failed(name, Unit::Ms, format!("{e:#}"))],
@@ -47,8 +50,9 @@ pub(crate) fn job_ready_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec
 /// them steady the median at no real cost.
 const JOBS_PER_ROUND: usize = 5;
 
-/// (median job READY, median formation) over `rounds`.
-fn job_ready(binary: &Path, nodes: usize, rounds: usize) -> Result<(Duration, Duration)> {
+/// (median job READY on every member, median READY on the first, median formation) over
+/// `rounds`.
+fn job_ready(binary: &Path, nodes: usize, rounds: usize) -> Result<(Duration, Duration, Duration)> {
     let rounds = rounds.max(1);
     let formation = openimex_harness::bench::formation(binary, nodes, rounds)
         .map_err(|e| anyhow!(openimex_harness::bench::short_error(&e)))?;
@@ -85,29 +89,32 @@ fn job_ready(binary: &Path, nodes: usize, rounds: usize) -> Result<(Duration, Du
                 .with_context(|| format!("cannot reach the command socket {}", s.display()))?;
             clients.push(client);
         }
-        let mut samples = Vec::new();
+        let (mut samples, mut firsts) = (Vec::new(), Vec::new());
         for job in 0..rounds * JOBS_PER_ROUND {
             let name = format!("bench-{job}");
             // A channel per job: an ended job's channel stays its own while its processes may
             // remain, so the next job takes another.
             let text = format!("CHANNEL={}\nMEMBERS={}\n", job + 1, members.join(","));
-            let (elapsed, back) = one_job(clients, &dirs, &name, &text).await?;
+            let (elapsed, first, back) = one_job(clients, &dirs, &name, &text).await?;
             clients = back;
             samples.push(elapsed);
+            firsts.push(first);
         }
-        anyhow::Ok(samples)
+        anyhow::Ok((samples, firsts))
     })?;
+    let (samples, firsts) = samples;
     cluster.shutdown().context("cannot stop the nodes")?;
-    Ok((median(&samples), formation.daemon_up))
+    Ok((median(&samples), median(&firsts), formation.daemon_up))
 }
 
-/// One job: waits asked, files written (timed until every member said READY), then ended.
+/// One job: waits asked, files written (timed until every member said READY, and until the
+/// first did), then ended.
 async fn one_job(
     clients: Vec<Client>,
     dirs: &[PathBuf],
     name: &str,
     text: &str,
-) -> Result<(Duration, Vec<Client>)> {
+) -> Result<(Duration, Duration, Vec<Client>)> {
     let waits = tokio::spawn(wait_all(clients, name.to_string(), "READY"));
     // Time for the waits to reach the daemons, outside the clock: one that arrived after READY
     // would be answered at once, so the clock would still stop no earlier than the last member
@@ -120,8 +127,9 @@ async fn one_job(
     for dir in dirs {
         write_job(dir, name, text)?;
     }
-    let (clients, reached) = waits.await.context("the waits failed")??;
+    let (clients, reached, first) = waits.await.context("the waits failed")??;
     let elapsed = start.elapsed();
+    let first = first.saturating_duration_since(start);
     if let Some(i) = reached.iter().position(|r| !r) {
         bail!(
             "job {name}: node {i} not READY within {} s",
@@ -132,41 +140,44 @@ async fn one_job(
         let path = dir.join(format!("{name}.job"));
         std::fs::remove_file(&path).with_context(|| format!("cannot delete {}", path.display()))?;
     }
-    let (clients, gone) = wait_all(clients, name.to_string(), "GONE").await?;
+    let (clients, gone, _) = wait_all(clients, name.to_string(), "GONE").await?;
     if let Some(i) = gone.iter().position(|r| !r) {
         bail!(
             "job {name}: node {i} did not end it within {} s",
             LIMIT.as_secs()
         );
     }
-    Ok((elapsed, clients))
+    Ok((elapsed, first, clients))
 }
 
 /// See [`one_job`].
 const SETTLE: Duration = Duration::from_millis(50);
 
 /// Asks every member to answer when `name` is in `state`; each client comes back with whether
-/// its member got there.
+/// its member got there, and when the first answer came.
 async fn wait_all(
     clients: Vec<Client>,
     name: String,
     state: &'static str,
-) -> Result<(Vec<Client>, Vec<bool>)> {
+) -> Result<(Vec<Client>, Vec<bool>, Instant)> {
     let mut tasks = tokio::task::JoinSet::new();
     for (i, mut client) in clients.into_iter().enumerate() {
         let name = name.clone();
         tasks.spawn(async move {
             let reply = client.job_wait(&name, state, LIMIT).await;
-            (i, client, reply)
+            (i, client, reply, Instant::now())
         });
     }
     let mut back: Vec<Option<(Client, bool)>> = (0..tasks.len()).map(|_| None).collect();
+    let mut first: Option<Instant> = None;
     while let Some(done) = tasks.join_next().await {
-        let (i, client, reply) = done.context("a wait task failed")?;
+        let (i, client, reply, at) = done.context("a wait task failed")?;
         let reply = reply.with_context(|| format!("node {i}: ctl jobs wait"))?;
         back[i] = Some((client, reply.reached));
+        first = Some(first.map_or(at, |f| f.min(at)));
     }
-    Ok(back.into_iter().flatten().unzip())
+    let (clients, reached) = back.into_iter().flatten().unzip();
+    Ok((clients, reached, first.unwrap_or_else(Instant::now)))
 }
 
 /// Writes the job file whole: elsewhere in the directory (a dot file, not read), then renamed.
