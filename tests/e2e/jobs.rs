@@ -219,6 +219,10 @@ fn ctl_creates_a_job_as_its_file_waits_for_it_without_polling_and_ends_it() {
     let err = assert_clean_failure(&out, "a member not in the nodes file");
     assert!(err.contains("10.9.9.9") && err.contains("job x"), "{err}");
     assert!(!jobs.join("x.job").exists(), "a refused job leaves no file");
+    // A job is created on its members: node 2 is not one of w's.
+    let out = cluster.ctl(2, &other).expect("run ctl");
+    let err = assert_clean_failure(&out, "a job created on a node outside it");
+    assert!(err.contains("is not among its members"), "{err}");
     // Over TCP, where any local user reaches the port, nobody creates a job.
     let port = cluster.node(0).cmd_port().to_string();
     let ip = a.to_string();

@@ -171,6 +171,15 @@ fn an_ended_job_keeps_its_mappings_refuses_new_imports_and_its_channel_waits_for
         serde_json::from_str(&ctl_ok(&cluster, 0, &["jobs", "-j"])).expect("JSON");
     assert_eq!(listed["jobs"], serde_json::json!([]), "no job c: {listed}");
     assert_eq!(listed["quarantinedChannels"], serde_json::json!([1]));
+    // Through ctl the same: refused, and no file of it kept.
+    let create = ["jobs", "create", "d", "--channel", "1", "--members"];
+    let members = format!("{},{}", ip(0), ip(1));
+    let out = cluster
+        .ctl(0, &[&create[..], &[members.as_str()]].concat())
+        .expect("run ctl");
+    let err = assert_clean_failure(&out, "ctl jobs create on a quarantined channel");
+    assert!(err.contains("did not define it"), "{err}");
+    assert!(!jobs.join("d.job").exists(), "nothing kept of job d");
     // Over TCP nobody gives the word.
     let port = cluster.node(0).cmd_port().to_string();
     let mut tcp = std::process::Command::new(crate::common::binary());

@@ -93,7 +93,9 @@ pub async fn act(client: &mut Client, action: Action, json_out: bool) -> Result<
             };
             let state = match &reply.job {
                 Some(j) => state_words(j),
-                None => "not read by the daemon yet".to_string(),
+                None => "not defined by the daemon within 5 s: its log says why (e.g. a channel \
+                         another job holds here, or one still quarantined)"
+                    .to_string(),
             };
             Ok(format!("job {name} {what} ({}): {state}\n", reply.file))
         }

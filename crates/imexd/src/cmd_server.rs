@@ -135,6 +135,7 @@ impl Command for CommandService {
             engine,
             jobs,
             &self.hosts,
+            self.about.local,
             self.listener,
             request.into_inner(),
         );

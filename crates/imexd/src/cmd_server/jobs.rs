@@ -109,6 +109,7 @@ pub(crate) async fn create(
     engine: &mpsc::Sender<Input>,
     jobs: Option<&JobsAccess>,
     hosts: &Hosts,
+    local: openimex_core::NodeId,
     listener: Listener,
     req: JobCreateRequest,
 ) -> Result<JobCreateReply, Status> {
@@ -128,7 +129,7 @@ pub(crate) async fn create(
     let nodes = crate::jobs_dir::node_config(&access.nodes_file, &hosts.borrow());
     // The daemon's own reading, so a bad job is refused here rather than written and then
     // ignored with a warning in the log.
-    JobFile::parse(&text, &path, &nodes).map_err(|e| {
+    let parsed = JobFile::parse(&text, &path, &nodes).map_err(|e| {
         Status::invalid_argument(match e {
             openimex_config::ConfigError::JobFile { problem, fix, .. } => {
                 format!("job {}: {problem}; {fix}", req.name)
@@ -136,6 +137,17 @@ pub(crate) async fn create(
             e => e.to_string(),
         })
     })?;
+    if !parsed.members.contains(&local.0) {
+        return Err(Status::invalid_argument(format!(
+            "job {}: this node (node {local}, {}) is not among its members: create a job on \
+             each of its members, naming this node there",
+            req.name,
+            nodes
+                .entries
+                .get(local.index())
+                .map_or("?", |e| e.host.as_str())
+        )));
+    }
     let written = {
         let _one = access.lock.lock().await;
         let (path, text) = (path.clone(), text.clone());
@@ -144,6 +156,18 @@ pub(crate) async fn create(
             .map_err(|e| Status::internal(format!("writing the job file: {e}")))??
     };
     let job = held(engine, &req.name, JobWant::Held).await?;
+    if job.is_none() && written {
+        // Refused by the node (a channel another job holds here, or one still quarantined):
+        // the file is taken back, so no record stays of a job that never was.
+        let _one = access.lock.lock().await;
+        let _ = std::fs::remove_file(&path);
+        return Err(Status::failed_precondition(format!(
+            "job {}: the daemon did not define it (its log says why: a channel another job \
+             holds on this node, or one still quarantined, `ctl jobs` lists them); nothing was \
+             kept",
+            req.name
+        )));
+    }
     Ok(JobCreateReply {
         file: path.display().to_string(),
         written,
