@@ -139,8 +139,8 @@ pub(crate) async fn create(
     })?;
     if !parsed.members.contains(&local.0) {
         return Err(Status::invalid_argument(format!(
-            "job {}: this node (node {local}, {}) is not among its members: create a job on \
-             each of its members, naming this node there",
+            "job {}: this node (node {local}, {}) is not among its members: run `ctl jobs \
+             create` on each member (every member holds the job), not here",
             req.name,
             nodes
                 .entries
