@@ -19,7 +19,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use openimex_client::{Context, FabricHandleBytes, pattern};
 use openimex_ctl::{Client, Target};
 use openimex_harness::bench::{BenchEntry, Unit, percentile};
-use openimex_harness::{Cluster, ClusterSpec, GpuSpec};
+use openimex_harness::{ClusterSpec, GpuSpec};
 use openimex_simproto::node_dir::channel_path;
 
 /// Nodes (one GPU each): the running job spans all of them.
@@ -68,21 +68,7 @@ fn job_churn(binary: &Path, name: &str, jobs: usize) -> Result<BenchEntry> {
         hbm_mib: 64,
         ..GpuSpec::default()
     });
-    let mut cluster = Cluster::prepare(spec).context("cannot prepare the nodes")?;
-    let dirs: Vec<PathBuf> = (0..NODES)
-        .map(|i| cluster.node(i).dir().join("jobs"))
-        .collect();
-    for (i, dir) in dirs.iter().enumerate() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let shown = dir.display().to_string();
-        cluster
-            .set_node_config(i, "OPENIMEX_JOBS_DIR", &shown)
-            .context("cannot set a node's jobs directory")?;
-        cluster.start_node(i).context("cannot start the nodes")?;
-    }
-    cluster
-        .wait_up(0, LIMIT)
-        .map_err(|e| anyhow!(openimex_harness::bench::short_error(&e)))?;
+    let (mut cluster, dirs) = super::jobs::start_with_jobs_dirs(spec)?;
     let nodes: Vec<PathBuf> = (0..NODES)
         .map(|i| cluster.node(i).dir().to_owned())
         .collect();

@@ -46,6 +46,28 @@ pub(crate) fn job_ready_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec
     }
 }
 
+/// Starts `spec`'s nodes, each with a jobs directory of its own (`<node dir>/jobs`, as real
+/// nodes have), and waits for the domain UP: the cluster and those directories.
+pub(super) fn start_with_jobs_dirs(spec: ClusterSpec) -> Result<(Cluster, Vec<PathBuf>)> {
+    let nodes = spec.nodes;
+    let mut cluster = Cluster::prepare(spec).context("cannot prepare the nodes")?;
+    let dirs: Vec<PathBuf> = (0..nodes)
+        .map(|i| cluster.node(i).dir().join("jobs"))
+        .collect();
+    for (i, dir) in dirs.iter().enumerate() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let shown = dir.display().to_string();
+        cluster
+            .set_node_config(i, "OPENIMEX_JOBS_DIR", &shown)
+            .context("cannot set a node's jobs directory")?;
+        cluster.start_node(i).context("cannot start the nodes")?;
+    }
+    cluster
+        .wait_up(0, LIMIT)
+        .map_err(|e| anyhow!(openimex_harness::bench::short_error(&e)))?;
+    Ok((cluster, dirs))
+}
+
 /// Jobs timed per round of `formation_N`: a job is far quicker than a formation, so more of
 /// them steady the median at no real cost.
 const JOBS_PER_ROUND: usize = 5;
@@ -56,22 +78,7 @@ fn job_ready(binary: &Path, nodes: usize, rounds: usize) -> Result<(Duration, Du
     let rounds = rounds.max(1);
     let formation = openimex_harness::bench::formation(binary, nodes, rounds)
         .map_err(|e| anyhow!(openimex_harness::bench::short_error(&e)))?;
-    let mut cluster =
-        Cluster::prepare(ClusterSpec::new(nodes, binary)).context("cannot prepare the nodes")?;
-    let dirs: Vec<PathBuf> = (0..nodes)
-        .map(|i| cluster.node(i).dir().join("jobs"))
-        .collect();
-    for (i, dir) in dirs.iter().enumerate() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let dir = dir.display().to_string();
-        cluster
-            .set_node_config(i, "OPENIMEX_JOBS_DIR", &dir)
-            .context("cannot set a node's jobs directory")?;
-        cluster.start_node(i).context("cannot start the nodes")?;
-    }
-    cluster
-        .wait_up(0, LIMIT)
-        .map_err(|e| anyhow!(openimex_harness::bench::short_error(&e)))?;
+    let (mut cluster, dirs) = start_with_jobs_dirs(ClusterSpec::new(nodes, binary))?;
     let members: Vec<String> = (0..nodes)
         .map(|i| cluster.node(i).ip().to_string())
         .collect();
