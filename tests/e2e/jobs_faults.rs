@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use openimex_harness::{Cluster, ScratchDir};
 
 use crate::apps::*;
-use crate::common::{FORM, NOTICE, assert_clean_failure, log, run, spec, text};
+use crate::common::{FORM, NOTICE, assert_clean_failure, log, run, spec, text, wait_log_line};
 use crate::jobs::ctl_ok;
 
 /// Writes job `name` into `dir` whole (elsewhere, then renamed in), as a prolog should.
@@ -162,11 +162,13 @@ fn an_ended_job_keeps_its_mappings_refuses_new_imports_and_its_channel_waits_for
     // The next job asks for channel 1 while the stray may still export on it: refused.
     let c = format!("CHANNEL=1\nMEMBERS={},{}\n", ip(0), ip(1));
     write_job(&jobs, "c", &c);
-    let t0 = std::time::Instant::now();
-    while !log(&cluster, 0).contains("job c: channel 1 belonged to job a, which ended here") {
-        assert!(t0.elapsed() < FORM, "node 0 says why job c is refused");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // Node 0 says why job c is refused.
+    wait_log_line(
+        &cluster,
+        0,
+        0,
+        &["job c: channel 1 belonged to job a, which ended here"],
+    );
     let listed: serde_json::Value =
         serde_json::from_str(&ctl_ok(&cluster, 0, &["jobs", "-j"])).expect("JSON");
     assert_eq!(listed["jobs"], serde_json::json!([]), "no job c: {listed}");

@@ -65,7 +65,7 @@ pub enum Action {
     },
 }
 
-/// Performs `action` (not `List`) and says what happened.
+/// Performs `action` and says what happened.
 pub async fn act(client: &mut Client, action: Action, json_out: bool) -> Result<String, CtlError> {
     match action {
         Action::List => render(&client.jobs().await?, None, json_out),

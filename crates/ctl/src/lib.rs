@@ -301,7 +301,7 @@ async fn run(args: Args) -> Result<(), CtlError> {
         Mode::DomainCheck(hosts.clone())
     } else if let Some(Sub::Jobs { action, name }) = &args.command {
         match action {
-            None | Some(jobs::Action::List) => Mode::Jobs(name.clone()),
+            None => Mode::Jobs(name.clone()),
             Some(a) => Mode::JobAction(a.clone()),
         }
     } else if args.watch {
