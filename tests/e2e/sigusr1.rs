@@ -2,8 +2,9 @@
 //! each with its own `/etc/hosts` as Kubernetes pods of the DRA driver have, and SIGUSR1
 //! re-reading the nodes file and re-resolving the names without a restart (same PID): a node
 //! that moved is reached at its new address, appended lines join, live imports between other
-//! nodes are untouched, and a removed or reordered line is refused while the daemon keeps its
-//! map.
+//! nodes are untouched, a removed line becomes a hole (nobody renumbered, issue 31), and an
+//! edited or reordered line, or the daemon's own line removed, is refused while the daemon
+//! keeps its map.
 
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -14,7 +15,7 @@ use openimex_harness::{Cluster, GpuSpec, Signal};
 use serde_json::Value;
 
 use crate::apps::*;
-use crate::common::{FORM, log, spec, wait_log_line};
+use crate::common::{FORM, NOTICE, log, spec, wait_log_line};
 
 /// Lines of `text` that speak of node `j` ("node 1", "Node 1 (", not "node 10").
 fn lines_about(text: &str, j: usize) -> Vec<String> {
@@ -174,26 +175,33 @@ fn a_bad_nodes_file_edit_is_refused_and_the_daemon_keeps_its_map() {
     cluster.signal(0, Signal::SIGUSR1).expect("SIGUSR1");
     wait_log_line(&cluster, 0, mark, &["re-read (SIGUSR1): nothing changed"]);
 
-    // A removed line would renumber node 2.
-    let removed = [lines[0].clone(), lines[2].clone()];
-    cluster
-        .write_nodes_file(0, &removed)
-        .expect("remove line 2");
+    // An edited line: node 1 would become another node. Refused, naming the line.
+    let edited = [lines[0].clone(), "oimx-n9".to_string(), lines[2].clone()];
+    cluster.write_nodes_file(0, &edited).expect("edit line 2");
     let mark = log(&cluster, 0).len();
     cluster.signal(0, Signal::SIGUSR1).expect("SIGUSR1");
-    let line = wait_log_line(&cluster, 0, mark, &["refused", &shown]);
+    let line = wait_log_line(&cluster, 0, mark, &["refused", &format!("{shown}:2")]);
     assert!(
-        line.contains("node 1 (\"oimx-n1\") was removed or moved"),
+        line.contains("node 1's entry changed from \"oimx-n1\" to \"oimx-n9\""),
         "{line}"
     );
     assert!(
-        line.contains("only append new nodes at the end"),
+        line.contains("a node leaves by removing its line"),
         "the fix: {line}"
     );
     assert!(
         line.contains("keeps running with the node map it has (3 nodes)"),
         "{line}"
     );
+
+    // Its own line removed: a running daemon cannot stop being its node.
+    let own = [lines[1].clone(), lines[2].clone()];
+    cluster.write_nodes_file(0, &own).expect("remove line 1");
+    let mark = log(&cluster, 0).len();
+    cluster.signal(0, Signal::SIGUSR1).expect("SIGUSR1");
+    let line = wait_log_line(&cluster, 0, mark, &["refused", &shown]);
+    assert!(line.contains("this node's own entry (node 0"), "{line}");
+    assert!(line.contains("stop this daemon"), "the fix: {line}");
 
     // Reordered lines: refused too, naming the line.
     let swapped = [lines[0].clone(), lines[2].clone(), lines[1].clone()];
@@ -202,8 +210,9 @@ fn a_bad_nodes_file_edit_is_refused_and_the_daemon_keeps_its_map() {
         .expect("swap lines 2 and 3");
     let mark = log(&cluster, 0).len();
     cluster.signal(0, Signal::SIGUSR1).expect("SIGUSR1");
-    let line = wait_log_line(&cluster, 0, mark, &["refused", &format!("{shown}:2")]);
+    let line = wait_log_line(&cluster, 0, mark, &["refused", &format!("{shown}:3")]);
     assert!(line.contains("reordered"), "{line}");
+    assert!(line.contains("would become node 3"), "{line}");
 
     // An unreadable file: the map stays.
     std::fs::remove_file(&path).expect("remove the nodes file");
@@ -225,6 +234,119 @@ fn a_bad_nodes_file_edit_is_refused_and_the_daemon_keeps_its_map() {
         .expect("restore the nodes file");
     let d = cluster.wait_up(0, FORM).expect("still UP on the old map");
     assert_eq!(d.nodes.len(), 3, "{}", d.compact());
+}
+
+/// Issue 31: "a removed line becomes a hole and nobody is renumbered". Node 1's line goes from
+/// every nodes file and every daemon gets SIGUSR1: nodes 0 and 2 keep their IDs (node 2 is not
+/// renumbered to 1) and their live import, show node 1 as a placeholder, say how to keep the
+/// file in step, and refuse node 1, which refuses the file (its own line is gone) and keeps
+/// running; written back in place, node 1 joins again at its ID, same processes throughout.
+#[test]
+fn a_removed_line_becomes_a_hole_and_nobody_is_renumbered() {
+    let cluster = gpu_cluster(3);
+    for i in 0..3 {
+        cluster.wait_up(i, FORM).expect("3 nodes UP");
+    }
+    let lines = cluster.nodes_lines().to_vec();
+    let pids: Vec<_> = (0..3).map(|i| cluster.node(i).pid()).collect();
+    let (d0, d2) = (
+        cluster.node(0).dir().to_path_buf(),
+        cluster.node(2).dir().to_path_buf(),
+    );
+    let (exp, handle) = exporter(&d0, &channel(&cluster, 0, 0), 43, "exporter on node 0");
+    let mut imp = held_importer(&d2, &channel(&cluster, 2, 0), &handle, 43, "importer on 2");
+    wait_stats(&d0, NOTICE, "node 0 holds node 2's reference", |s| {
+        num(s, "daemon_export_refs") == 1
+    });
+    let before = (refs(&d0), refs(&d2));
+    let link02 = cluster.links(0).expect("links").link(0, 2).cloned();
+
+    let removed = [lines[0].clone(), lines[2].clone()];
+    let marks: Vec<usize> = (0..3).map(|i| log(&cluster, i).len()).collect();
+    for i in 0..3 {
+        cluster
+            .write_nodes_file(i, &removed)
+            .expect("remove line 2");
+        cluster.signal(i, Signal::SIGUSR1).expect("SIGUSR1");
+    }
+    for i in [0, 2] {
+        let line = wait_log_line(&cluster, i, marks[i], &["re-read (SIGUSR1)", "removed"]);
+        assert!(
+            line.contains(
+                "1 node removed, a hole now: its ID is not reused and nobody is renumbered"
+            ),
+            "node {i}: {line}"
+        );
+        assert!(
+            line.contains(&format!("node 1 {}", lines[1])),
+            "node {i}: {line}"
+        );
+        let warn = wait_log_line(&cluster, i, marks[i], &["write 0.0.0.0 where the line was"]);
+        assert!(
+            warn.contains(&format!("{}, 0.0.0.0, {}", lines[0], lines[2])),
+            "{warn}"
+        );
+    }
+    let own = wait_log_line(&cluster, 1, marks[1], &["refused", "own entry (node 1"]);
+    assert!(own.contains("stop this daemon"), "{own}");
+
+    // Nodes 0 and 2 see node 1 as a placeholder and node 2 where it was.
+    for i in [0, 2] {
+        let d = cluster
+            .wait_domain(i, FORM, "node 1 a hole", |d| {
+                d.nodes.get(&1).is_some_and(|n| n.status == "UNAVAILABLE")
+            })
+            .expect("node 1 UNAVAILABLE");
+        assert_eq!(d.nodes.len(), 3, "{}", d.compact());
+        assert_eq!(d.nodes[&1].host, "0.0.0.0", "{}", d.compact());
+        assert_eq!(
+            d.nodes[&2].host,
+            lines[2],
+            "node 2 not renumbered: {}",
+            d.compact()
+        );
+        assert_eq!(d.nodes[&0].host, lines[0], "{}", d.compact());
+        let links = cluster.links(i).expect("links");
+        assert_eq!(links.local_node, i as u32, "node {i} keeps its ID");
+        assert_eq!(
+            links.link(i as u32, 1).map(|l| l.status.clone()).as_deref(),
+            Some("INVALID"),
+            "node {i}: {}",
+            d.compact()
+        );
+    }
+    assert_eq!(
+        cluster.links(0).expect("links").link(0, 2).cloned(),
+        link02,
+        "the pair 0-2 is untouched"
+    );
+    assert_eq!(
+        imp.ask("verify 43"),
+        "ok",
+        "the import still reads node 0's data"
+    );
+    assert_eq!((refs(&d0), refs(&d2)), before, "reference counts unchanged");
+
+    // Written back in place: node 1 joins again at its ID.
+    let marks: Vec<usize> = (0..3).map(|i| log(&cluster, i).len()).collect();
+    for i in 0..3 {
+        cluster
+            .write_nodes_file(i, &lines)
+            .expect("restore the file");
+        cluster.signal(i, Signal::SIGUSR1).expect("SIGUSR1");
+    }
+    for i in [0, 2] {
+        wait_log_line(&cluster, i, marks[i], &["1 node added (node 1"]);
+    }
+    for i in 0..3 {
+        let d = cluster.wait_up(i, FORM).expect("3 nodes UP again");
+        assert_eq!(d.nodes[&1].host, lines[1], "{}", d.compact());
+    }
+    let now: Vec<_> = (0..3).map(|i| cluster.node(i).pid()).collect();
+    assert_eq!(now, pids, "no daemon restarted");
+    imp.exit();
+    exp.exit();
+    wait_all_released(&cluster, "after the import and the export ended");
 }
 
 /// A TCP forwarder from `listen` to `target`: a second address at which a node can be reached.

@@ -461,8 +461,10 @@ impl Mesh {
     /// a stale goodbye must not take down a restarted peer's link. The pair's session no
     /// longer carries it but is not closed: the goodbye is answered on it, the leaving peer may
     /// still hand back imports on it ([`Mesh::proven_by`]), and it closes it when it exits.
-    /// A goodbye naming a placeholder is ignored: no node is there to leave, and its link must
-    /// stay INVALID and undialled.
+    /// A goodbye naming a placeholder no node ever ran at here is ignored: no node is there to
+    /// leave. One from the instance we knew at a hole (its line removed while it ran) is its
+    /// departure like any other (its importers here are disabled before it is answered), but
+    /// its link stays INVALID and undialled.
     pub fn handle_goodbye(
         &mut self,
         now: Instant,
@@ -470,11 +472,10 @@ impl Mesh {
         instance: InstanceId,
         reason: &str,
     ) {
-        if self.cfg.map.is_placeholder(peer) {
-            return;
-        }
+        let hole = self.cfg.map.is_placeholder(peer);
         let Some(link) = self.link(peer) else { return };
-        if link.instance.is_some_and(|known| known != instance) {
+        if (hole && link.instance.is_none()) || link.instance.is_some_and(|known| known != instance)
+        {
             return;
         }
         let farewell = match link.carrier {
@@ -490,14 +491,16 @@ impl Mesh {
             link.farewell = farewell;
             link.departed = Some(instance);
         }
-        self.set_status(
-            now,
-            peer,
-            ConnStatus::Disconnected,
-            format!("peer said goodbye: {reason}"),
-        );
+        if !hole {
+            self.set_status(
+                now,
+                peer,
+                ConnStatus::Disconnected,
+                format!("peer said goodbye: {reason}"),
+            );
+        }
         self.actions.push_back(Action::PeerLeft { peer, instance });
-        if self.state != DaemonState::ShuttingDown {
+        if self.state != DaemonState::ShuttingDown && !hole {
             // It may come back (restart); retry slowly from the start of the backoff.
             if let Some(link) = self.link_mut(peer) {
                 link.failures = 0;

@@ -1,8 +1,10 @@
 //! The node map: every node of the domain by ID, the digest peers compare, and the rules for a
 //! map that grows while the daemon runs (SIGUSR1 re-reads the nodes file): which new maps may
-//! replace it, and which peer maps are compatible with it during a rolling reload.
+//! replace it (`reread.rs`), and which peer maps are compatible with it during a rolling reload.
 
-use std::fmt;
+mod reread;
+
+pub use reread::{MapRefusal, Reread};
 
 use sha2::{Digest, Sha256};
 
@@ -70,56 +72,18 @@ impl NodeMap {
     /// Why not of the whole map: the map may grow (entries appended, SIGUSR1), and a daemon
     /// started before the growth and one started after must still agree on the domain ID, or
     /// they would refuse each other for good. Why not the map at start-up: a node added later
-    /// starts with the longer map. Entry 0 never changes while a domain lives (a changed or
-    /// removed entry is refused), so every daemon of the domain derives the same ID whenever it
-    /// started. The one exception is a placeholder entry 0 (`0.0.0.0`) filled in by SIGUSR1: a
-    /// daemon whose ID was derived re-derives it then (`Mesh::handle_node_map`), and until
-    /// every daemon has reloaded, those that have not refuse the others (domain mismatch). Keeping foreign domains apart does not rest on this ID alone: the node maps
-    /// themselves must agree on every entry both have (see [`NodeMap::accepts`]).
+    /// starts with the longer map. Entry 0 is never edited while a domain lives (an edit is
+    /// refused), so every daemon of the domain derives the same ID whenever it started. The
+    /// exceptions are entry 0 turning into a placeholder (its line removed: a hole) or a
+    /// placeholder entry 0 filled in, both by SIGUSR1: a daemon whose ID was derived re-derives
+    /// it then (`Mesh::handle_node_map`), so that it agrees with a daemon started on that file
+    /// (with the hole written as `0.0.0.0`), and until every daemon has reloaded, those that
+    /// have not refuse the others' new sessions (domain mismatch). Keeping foreign domains
+    /// apart does not rest on this ID alone: the node maps themselves must agree on every
+    /// entry both have (see [`NodeMap::accepts`]).
     pub fn derived_domain_id(&self) -> String {
         let first = self.hosts.first().map_or(&[][..], std::slice::from_ref);
         format!("nm-{}", &digest_of(first)[..16])
-    }
-
-    /// Checks that `new` (the nodes file re-read) only appends entries to this map or fills in
-    /// placeholders, and returns the IDs that now name a node they did not (filled-in
-    /// placeholders, then appended entries; empty if nothing changed). A node's ID is its line,
-    /// so an entry removed, edited or moved would give running nodes other IDs: refused. A
-    /// placeholder (`0.0.0.0`) replaced by a real entry renumbers nobody (no node ran at that
-    /// ID), so it is accepted: the node joins like an appended one. A real entry turned back
-    /// into a placeholder is an edit, refused.
-    pub fn growth_to(&self, new: &NodeMap) -> Result<Vec<NodeId>, MapRefusal> {
-        let mut filled = Vec::new();
-        let mut first_change = None;
-        for (i, (a, b)) in self.hosts.iter().zip(&new.hosts).enumerate() {
-            if same_entry(a, b) || (is_placeholder(a) && is_placeholder(b)) {
-                continue;
-            }
-            if is_placeholder(a) {
-                filled.push(id_of(i));
-                continue;
-            }
-            first_change = Some(i);
-            break;
-        }
-        if new.len() < self.len() {
-            let at = first_change.unwrap_or(new.len());
-            return Err(MapRefusal::Removed {
-                had: self.len(),
-                now: new.len(),
-                node: id_of(at),
-                was: self.hosts[at].clone(),
-            });
-        }
-        if let Some(at) = first_change {
-            return Err(MapRefusal::Changed {
-                node: id_of(at),
-                was: self.hosts[at].clone(),
-                now: new.hosts[at].clone(),
-            });
-        }
-        filled.extend((self.len()..new.len()).map(id_of));
-        Ok(filled)
     }
 
     /// Whether a peer with map `peer` (digest `peer_digest`, `peer_base` entries at its
@@ -177,52 +141,6 @@ impl NodeMap {
     }
 }
 
-/// Why a re-read node map cannot replace the current one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MapRefusal {
-    /// The new map has fewer entries: `node` (entry `was`) is the first one gone or moved.
-    Removed {
-        /// Entries before.
-        had: usize,
-        /// Entries in the new map.
-        now: usize,
-        /// The first node whose entry is gone or moved.
-        node: NodeId,
-        /// Its entry before.
-        was: String,
-    },
-    /// An existing entry changed (edited, or lines reordered).
-    Changed {
-        /// The first node whose entry changed.
-        node: NodeId,
-        /// Its entry before.
-        was: String,
-        /// Its entry in the new map.
-        now: String,
-    },
-}
-
-impl fmt::Display for MapRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Removed {
-                had,
-                now,
-                node,
-                was,
-            } => write!(
-                f,
-                "it has {now} entries where the running map has {had}: node {node} ({was:?}) was \
-                 removed or moved"
-            ),
-            Self::Changed { node, was, now } => write!(
-                f,
-                "node {node}'s entry changed from {was:?} to {now:?} (edited or lines reordered)"
-            ),
-        }
-    }
-}
-
 /// Whether a nodes-file entry is a placeholder: the unspecified address `0.0.0.0` or `::` (any
 /// spelling). The config crate's parser lets placeholders repeat; see its `nodes` module.
 pub fn is_placeholder(host: &str) -> bool {
@@ -232,12 +150,12 @@ pub fn is_placeholder(host: &str) -> bool {
 }
 
 /// Entries name the same node (the digest's normalisation: trimmed, case-insensitive).
-fn same_entry(a: &str, b: &str) -> bool {
+pub(crate) fn same_entry(a: &str, b: &str) -> bool {
     a.trim().eq_ignore_ascii_case(b.trim())
 }
 
 /// Node IDs are 16-bit; a map never has more entries (the config parser refuses them).
-fn id_of(index: usize) -> NodeId {
+pub(crate) fn id_of(index: usize) -> NodeId {
     NodeId(u16::try_from(index).unwrap_or(u16::MAX))
 }
 
@@ -281,72 +199,6 @@ mod tests {
             a.derived_domain_id(),
             map(&["n9", "n1"]).derived_domain_id()
         );
-    }
-
-    #[test]
-    fn growth_appends_only() {
-        let a = map(&["n0", "n1", "n2"]);
-        assert_eq!(a.growth_to(&map(&["n0", "N1", "n2"])), Ok(vec![]));
-        assert_eq!(
-            a.growth_to(&map(&["n0", "n1", "n2", "n3", "n4"])),
-            Ok(vec![NodeId(3), NodeId(4)])
-        );
-        let removed = |node: u16, was: &str, now: usize| MapRefusal::Removed {
-            had: 3,
-            now,
-            node: NodeId(node),
-            was: was.into(),
-        };
-        assert_eq!(a.growth_to(&map(&["n0", "n2"])), Err(removed(1, "n1", 2)));
-        assert_eq!(a.growth_to(&map(&["n0", "n1"])), Err(removed(2, "n2", 2)));
-        let swapped = MapRefusal::Changed {
-            node: NodeId(1),
-            was: "n1".into(),
-            now: "n2".into(),
-        };
-        assert_eq!(
-            a.growth_to(&map(&["n0", "n2", "n1", "n3"])),
-            Err(swapped.clone())
-        );
-        assert!(swapped.to_string().contains("reordered"), "{swapped}");
-    }
-
-    #[test]
-    fn placeholders_may_be_filled_in_but_not_brought_back() {
-        let a = map(&["n0", "0.0.0.0", "n2", "0.0.0.0"]);
-        assert_eq!(a.placeholders(), 2);
-        assert!(a.is_placeholder(NodeId(1)) && !a.is_placeholder(NodeId(2)));
-        assert!(!a.is_placeholder(NodeId(9)));
-        assert_eq!(
-            a.growth_to(&map(&["n0", "::", "n2", "0.0.0.0"])),
-            Ok(vec![])
-        );
-        assert_eq!(
-            a.growth_to(&map(&["n0", "0.0.0.0", "n2", "n3", "n4"])),
-            Ok(vec![NodeId(3), NodeId(4)])
-        );
-        assert_eq!(
-            a.growth_to(&map(&["n0", "n1", "n2", "0.0.0.0"])),
-            Ok(vec![NodeId(1)])
-        );
-        let back = map(&["n0", "n1", "n2", "0.0.0.0"]);
-        assert_eq!(
-            back.growth_to(&a),
-            Err(MapRefusal::Changed {
-                node: NodeId(1),
-                was: "n1".into(),
-                now: "0.0.0.0".into()
-            })
-        );
-        // A filled-in map and an unfilled one accept each other; two real entries do not.
-        let filled = map(&["n0", "n1", "n2", "0.0.0.0"]);
-        assert_eq!(a.accepts(4, filled.hosts(), filled.digest(), 4), Ok(()));
-        assert_eq!(filled.accepts(4, a.hosts(), a.digest(), 4), Ok(()));
-        let other = map(&["n0", "x1", "n2", "0.0.0.0"]);
-        let err = filled
-            .accepts(4, other.hosts(), other.digest(), 4)
-            .unwrap_err();
-        assert!(err.contains("entry 1"), "{err}");
     }
 
     #[test]

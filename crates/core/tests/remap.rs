@@ -48,12 +48,12 @@ fn reload(
     readdressed: &[NodeId],
 ) -> Result<Vec<NodeId>, MapRefusal> {
     let now = net.now;
-    let added = net.nodes[i]
+    let reread = net.nodes[i]
         .as_mut()
         .expect("running")
         .handle_node_map(now, new, readdressed);
     net.pump();
-    added
+    reread.map(|r| r.added)
 }
 
 /// `n` nodes started together, once every link is up.
@@ -131,7 +131,7 @@ fn old_and_new_maps_accept_each_other_during_a_rolling_reload() {
     reloaded.handle_start(now);
     old.handle_start(now);
     assert_eq!(
-        reloaded.handle_node_map(now, map(4), &[]),
+        reloaded.handle_node_map(now, map(4), &[]).map(|r| r.added),
         Ok(vec![NodeId(3)])
     );
     assert_eq!(reloaded.hello().map_base_len, 3);
@@ -171,46 +171,125 @@ fn a_differing_common_entry_is_still_refused() {
 }
 
 #[test]
-fn a_shrunk_or_reordered_map_is_refused_and_changes_nothing() {
+fn an_edited_reordered_or_own_removed_map_is_refused_and_changes_nothing() {
     let mut net = formed(3);
     let hello = net.mesh(0).hello();
     let links = net.mesh(0).links();
     let mark = net.log.len();
 
-    let removed = reload(
-        &mut net,
-        0,
-        NodeMap::new(vec![sim::hosts(3)[0].clone()]),
-        &[],
-    );
+    let mut swapped = sim::hosts(3);
+    swapped.swap(1, 2);
+    let moved = reload(&mut net, 0, NodeMap::new(swapped), &[]);
     assert!(
         matches!(
-            removed,
-            Err(MapRefusal::Removed {
-                had: 3,
-                now: 1,
+            moved,
+            Err(MapRefusal::Moved {
                 node: NodeId(1),
+                to: NodeId(3),
                 ..
             })
         ),
-        "{removed:?}"
+        "{moved:?}"
     );
-    let mut swapped = sim::hosts(3);
-    swapped.swap(1, 2);
-    let changed = reload(&mut net, 0, NodeMap::new(swapped), &[]);
+    let mut edited = sim::hosts(3);
+    edited[1] = "10.9.9.9".into();
+    let changed = reload(&mut net, 0, NodeMap::new(edited), &[]);
     assert!(
         matches!(
             changed,
             Err(MapRefusal::Changed {
                 node: NodeId(1),
+                entry: 1,
                 ..
             })
         ),
         "{changed:?}"
     );
+    let own = reload(&mut net, 0, NodeMap::new(sim::hosts(3)[1..].to_vec()), &[]);
+    assert!(
+        matches!(
+            own,
+            Err(MapRefusal::OwnRemoved {
+                node: NodeId(0),
+                ..
+            })
+        ),
+        "{own:?}"
+    );
     assert_eq!(net.mesh(0).hello(), hello);
     assert_eq!(net.mesh(0).links(), links);
     assert!(actions_since(&net, 0, mark).is_empty());
+}
+
+/// A line removed from the nodes file (issue 31: "a removed line becomes a hole and nobody is
+/// renumbered"): on each node that re-reads the file the removed node's session closes, its
+/// link shows INVALID and is never dialled again, the nodes after it keep their IDs and their
+/// sessions, and the removed node, still running with the old file, is refused when it dials.
+#[test]
+fn a_removed_line_becomes_a_hole_and_nobody_is_renumbered() {
+    let mut net = formed(4);
+    let sessions_before = net.sessions.clone();
+    let mut file = sim::hosts(4);
+    file.remove(1);
+    for i in [0, 2, 3] {
+        let mark = net.log.len();
+        let reread = net.nodes[i].as_mut().expect("running").handle_node_map(
+            net.now,
+            NodeMap::new(file.clone()),
+            &[],
+        );
+        net.pump();
+        let reread = reread.expect("a removed line is accepted");
+        assert_eq!(reread.removed, vec![NodeId(1)]);
+        assert!(reread.added.is_empty() && !reread.file_in_step());
+        let hosts = net.mesh(i).config().map.hosts().to_vec();
+        assert_eq!(hosts[1], "0.0.0.0", "node 1 is a hole");
+        assert_eq!(&hosts[2..], &sim::hosts(4)[2..], "nobody renumbered");
+        assert_eq!(net.mesh(i).config().local, NodeId(i as u16));
+        let after = actions_since(&net, i, mark);
+        assert!(
+            after.iter().any(|a| matches!(
+                a,
+                Action::CloseSession {
+                    peer: NodeId(1),
+                    ..
+                }
+            )),
+            "node {i} closes its session with the removed node: {after:?}"
+        );
+        for peer in [0, 2, 3].into_iter().filter(|p| *p != i) {
+            assert!(
+                !after.iter().any(|a| touches(a, peer)),
+                "node {i}'s link to {peer} must be left alone: {after:?}"
+            );
+        }
+    }
+    let dials = net.dials_to(1);
+    net.run_for(20 * SEC);
+    for i in [0, 2, 3] {
+        assert_eq!(net.cell(i, 1), ConnStatus::Invalid, "node {i}");
+        assert!(net.mesh(i).links()[1].reason.contains("removed"));
+        assert_eq!(net.mesh(i).state(), DaemonState::Ready);
+        for peer in [0, 2, 3].into_iter().filter(|p| *p != i) {
+            assert_eq!(net.cell(i, peer), ConnStatus::Connected);
+            assert_eq!(
+                net.sessions.get(&(i, peer)),
+                sessions_before.get(&(i, peer)),
+                "{i}->{peer} untouched"
+            );
+        }
+    }
+    assert_eq!(net.dials_to(1), dials, "a hole is never dialled");
+    // Node 1 still runs with the old file: it keeps dialling, and everyone refuses it.
+    for peer in [0, 2, 3] {
+        assert_ne!(net.cell(1, peer), ConnStatus::Connected, "1->{peer}");
+    }
+    // Its line written back in place: it joins again at its old ID.
+    for i in [0, 2, 3] {
+        assert_eq!(reload(&mut net, i, map(4), &[]), Ok(vec![NodeId(1)]));
+    }
+    net.run_until(30 * SEC, Net::all_up)
+        .expect("the node comes back at its ID");
 }
 
 #[test]
@@ -265,7 +344,10 @@ fn a_node_rewrites_its_persist_record_under_the_grown_map_and_nothing_else() {
     node.handle_start(now);
     node.handle_driver_ready(now);
     while node.poll_action().is_some() {}
-    assert_eq!(node.handle_node_map(now, map(3), &[]), Ok(vec![NodeId(2)]));
+    assert_eq!(
+        node.handle_node_map(now, map(3), &[]).map(|r| r.added),
+        Ok(vec![NodeId(2)])
+    );
     let actions: Vec<_> = std::iter::from_fn(|| node.poll_action()).collect();
     assert!(
         actions
@@ -284,7 +366,12 @@ fn a_node_rewrites_its_persist_record_under_the_grown_map_and_nothing_else() {
         "{actions:?}"
     );
     // A refused map changes nothing, the record included.
-    assert!(node.handle_node_map(now, map(1), &[]).is_err());
+    let mut swapped = sim::hosts(3);
+    swapped.swap(1, 2);
+    assert!(
+        node.handle_node_map(now, NodeMap::new(swapped), &[])
+            .is_err()
+    );
     assert!(node.poll_action().is_none());
 }
 

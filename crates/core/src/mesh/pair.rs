@@ -110,12 +110,15 @@ impl Mesh {
                 Via::Accepted { .. } => return None,
             },
         };
-        (self.link(peer)?.instance == Some(instance)).then_some((peer, instance))
+        // A node whose entry is a placeholder (its line removed: a hole) proves nothing more.
+        let known = self.link(peer)?.instance == Some(instance);
+        (known && !self.cfg.map.is_placeholder(peer)).then_some((peer, instance))
     }
 
     /// The peer `instance` of `peer`, proved on inbound connection `conn` by an accepted hello,
     /// opened its session on it. Returns `false` if the owner must close it at once (this node
-    /// is stopping, or `instance` is not the one the mesh knows). `true`: keep it open; it
+    /// is stopping, `instance` is not the one the mesh knows, or the peer's entry is a
+    /// placeholder now). `true`: keep it open; it
     /// carries the pair ([`Mesh::session_of`]) unless the pair already has the session it
     /// prefers, our own dial's, and then the peer closes it itself once that session reaches it
     /// (module docs).
@@ -126,9 +129,11 @@ impl Mesh {
         instance: InstanceId,
         conn: ConnId,
     ) -> bool {
+        // A hello accepted before the peer's line was removed (a hole now) opens nothing.
         if self.state == DaemonState::ShuttingDown
             || self.link(peer).is_none_or(|l| l.instance != Some(instance))
             || self.departed(peer, instance)
+            || self.cfg.map.is_placeholder(peer)
         {
             return false;
         }

@@ -4,26 +4,29 @@
 //! # Contract
 //! [`Mesh::handle_node_map`] is an input like the others (module contract of [`Mesh`]): the
 //! owner MUST drain [`Mesh::poll_action`] afterwards. The owner reads the file and resolves
-//! names (I/O); the mesh decides. It accepts a map that only appends entries or fills in
-//! placeholder lines (`0.0.0.0`: no node ran at that ID; the node joins like an appended one)
-//! — a node's ID is its line, so anything else would renumber running nodes — and refuses
-//! anything else without changing a thing. The owner names the peers whose address changed (it knows addresses; the
-//! mesh does not): those and the appended nodes are dialled, every other link is left exactly
-//! as it was, sessions and backoff included, so live imports between unaffected nodes never
-//! notice.
+//! names (I/O); the mesh decides. The file is aligned with the running map and never
+//! renumbers a node ([`NodeMap::reread`]): appended entries and filled-in placeholder lines
+//! (`0.0.0.0`) join, a removed line (or an entry turned into `0.0.0.0`) becomes a hole, and
+//! anything else (an edit, a move, this node's own entry removed) is refused without changing
+//! a thing. The owner names the peers whose address changed (it knows addresses; the mesh
+//! does not): those and the nodes added are dialled, a removed node is lost (its session
+//! closed, as a lost peer's: the node's grace, fence and release follow) and never dialled or
+//! accepted again at that ID, and every other link is left exactly as it was, sessions and
+//! backoff included, so live imports between unaffected nodes never notice.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Dialer, DueClass, Link, Mesh};
 use crate::ids::NodeId;
-use crate::nodemap::{MapRefusal, NodeMap};
+use crate::nodemap::{MapRefusal, NodeMap, Reread};
 use crate::state::{ConnStatus, DaemonState};
 
 impl Mesh {
-    /// The nodes file was re-read as `map`, and the peers in `readdressed` now resolve to an
-    /// address other than the one their session or last dial used. Returns the appended node
-    /// IDs (dialled now); refuses, changing nothing, a map that does not extend the current one.
+    /// The nodes file was re-read as `map` (in file order), and the peers in `readdressed` now
+    /// resolve to an address other than the one their session or last dial used. Returns the
+    /// file aligned with the running map (the nodes added are dialled now, the nodes removed
+    /// are holes); refuses, changing nothing, a file that would renumber a node.
     ///
     /// A readdressed peer's session (to the old address) is closed and the peer dialled at once,
     /// as is one waiting out a backoff; a dial in flight is superseded (its result is ignored).
@@ -34,14 +37,18 @@ impl Mesh {
         now: Instant,
         map: NodeMap,
         readdressed: &[NodeId],
-    ) -> Result<Vec<NodeId>, MapRefusal> {
-        let added = self.cfg.map.growth_to(&map)?;
+    ) -> Result<Reread, MapRefusal> {
+        let reread = self.cfg.map.reread(&map, self.cfg.local)?;
+        let (added, removed) = (&reread.added, &reread.removed);
         let started = !matches!(
             self.state,
             DaemonState::Initializing | DaemonState::ShuttingDown
         );
         // Before start every peer is dialled at start anyway; while stopping nobody is.
-        for &peer in readdressed.iter().filter(|_| started) {
+        for &peer in readdressed
+            .iter()
+            .filter(|&p| started && !removed.contains(p))
+        {
             let Some(link) = self.link(peer) else {
                 continue;
             };
@@ -77,28 +84,80 @@ impl Mesh {
         if self.cfg.domain_id == self.cfg.map.derived_domain_id() {
             self.cfg.domain_id = map.derived_domain_id();
         }
+        for &peer in removed {
+            self.remove_peer(now, peer);
+        }
+        let map = reread.map.clone();
         self.hosts = Arc::from(map.hosts());
         self.cfg.map = map;
-        for &id in &added {
-            let placeholder = self.cfg.map.is_placeholder(id);
-            let link = Link::for_entry(&self.cfg.map, id, now);
-            if id.index() < self.links.len() {
-                // A placeholder filled in: it was never dialled, so nothing is superseded (a
-                // queued re-dial of it, as readdressed, is cleared first).
-                self.set_dialer(id, Dialer::Idle);
-                if let Some(slot) = self.links.get_mut(id.index()) {
-                    *slot = Some(link);
-                }
-            } else {
-                self.links.push(Some(link));
+        // Appended entries (placeholders among them) get their links.
+        for i in self.links.len()..self.cfg.map.len() {
+            let Ok(id) = u16::try_from(i).map(NodeId) else {
+                break;
+            };
+            self.links
+                .push(Some(Link::for_entry(&self.cfg.map, id, now)));
+        }
+        for &id in added {
+            // A placeholder filled in: a queued re-dial of it (as readdressed) is cleared. A
+            // hole keeps what its link knew of the node (its instance, attempts, a session
+            // still closing), so that the node coming back is the same instance or a restart,
+            // as after any loss.
+            self.set_dialer(id, Dialer::Idle);
+            if let Some(link) = self.link_mut(id) {
+                link.status = match link.times_connected > 0 {
+                    true => ConnStatus::Recovering,
+                    false => ConnStatus::NeverConnected,
+                };
+                link.reason = "not connected yet".into();
+                link.since = now;
             }
-            if started && !placeholder {
+            if started {
                 self.set_dialer(id, Dialer::Queued(self.due(DueClass::FirstRound, now, id)));
             }
         }
+        for &peer in removed {
+            self.set_status(
+                now,
+                peer,
+                ConnStatus::Invalid,
+                "removed from the nodes file (SIGUSR1): a hole, its ID is not reused; not dialled"
+                    .into(),
+            );
+        }
         self.check_quorum();
         self.pump_dials(now);
-        Ok(added)
+        Ok(reread)
+    }
+
+    /// Peer `peer`'s entry is gone from the nodes file: it is lost here for good (its session
+    /// closed, a connected link counted lost first so that the owner's lost-node rules run) and
+    /// no dial of it is waiting or in flight.
+    fn remove_peer(&mut self, now: Instant, peer: NodeId) {
+        let Some(link) = self.link(peer) else {
+            return;
+        };
+        let (dialer, carrier, status) = (link.dialer, link.carrier, link.status);
+        if let Some(c) = carrier {
+            self.actions
+                .push_back(super::Action::CloseSession { peer, via: c.via });
+            self.set_carrier(peer, None);
+        }
+        if status == ConnStatus::Connected {
+            self.set_status(
+                now,
+                peer,
+                ConnStatus::Recovering,
+                "removed from the nodes file (SIGUSR1)".into(),
+            );
+        }
+        // A dial in flight is superseded: its result is ignored when it comes.
+        if matches!(dialer, Dialer::InFlight)
+            && let Some(link) = self.link_mut(peer)
+        {
+            link.attempt += 1;
+        }
+        self.set_dialer(peer, Dialer::Idle);
     }
 }
 

@@ -1,7 +1,11 @@
-//! The node map re-read while the daemon runs (SIGUSR1): the mesh decides what is dialled
-//! ([`Mesh::handle_node_map`](crate::Mesh::handle_node_map)); the node adds what the change
-//! means for its own state. Peers whose entry and address did not change keep everything:
-//! their imports, exports and references are not touched.
+//! The node map re-read while the daemon runs (SIGUSR1): the file is aligned with the running
+//! map ([`NodeMap::reread`]: nobody is renumbered, a removed line is a hole), the mesh decides
+//! what is dialled ([`Mesh::handle_node_map`](crate::Mesh::handle_node_map)), and the node
+//! adds what the change means for its own state. Peers whose entry and address did not change
+//! keep everything: their imports, exports and references are not touched. A removed node is
+//! a lost peer: what it imported here and what we imported from it follow the lost-node rules
+//! (`grace.rs`: after the grace time our memory is fenced for it, then released), because it
+//! may still run and hold mappings the operator's edit cannot see.
 //!
 //! # Contract
 //! The owner MUST report the start-up read ([`Node::handle_nodes_resolved`]) before the first
@@ -27,7 +31,7 @@ use std::time::Instant;
 
 use super::Node;
 use crate::ids::NodeId;
-use crate::nodemap::{MapRefusal, NodeMap};
+use crate::nodemap::{MapRefusal, NodeMap, Reread};
 use crate::state::ConnStatus;
 
 /// The nodes file as the owner read and resolved it.
@@ -46,6 +50,11 @@ pub struct ResolvedNodes {
 pub struct Remapped {
     /// Nodes appended, or placeholder entries filled in (dialled now).
     pub added: Vec<NodeId>,
+    /// Nodes whose line was removed (or turned into `0.0.0.0`): holes now, lost here.
+    pub removed: Vec<NodeId>,
+    /// Whether the file holds every hole as a placeholder line, so that a daemon started on
+    /// it numbers the nodes as the running one does ([`crate::nodemap::Reread::file_in_step`]).
+    pub file_in_step: bool,
     /// Peers whose entry resolves elsewhere than at the last read, with the new addresses.
     pub moved: Vec<(NodeId, Vec<IpAddr>)>,
     /// Peers dialled again at once (their live session, if any, dropped).
@@ -61,11 +70,11 @@ impl Node {
         now: Instant,
         map: NodeMap,
         readdressed: &[NodeId],
-    ) -> Result<Vec<NodeId>, MapRefusal> {
-        let added = self.mesh.handle_node_map(now, map, readdressed)?;
+    ) -> Result<Reread, MapRefusal> {
+        let reread = self.mesh.handle_node_map(now, map, readdressed)?;
         self.absorb_mesh(now);
         self.rewrite_persist();
-        Ok(added)
+        Ok(reread)
     }
 
     /// What each entry of the nodes file resolved to at start-up (by node ID): what the first
@@ -74,19 +83,37 @@ impl Node {
         self.resolved = addrs;
     }
 
-    /// The nodes file re-read (SIGUSR1) as `file`: decides who is readdressed (module doc),
-    /// then applies the map as [`Node::handle_node_map`] does. Refused, nothing changes, the
-    /// addresses to compare with included.
+    /// The nodes file re-read (SIGUSR1) as `file` (entries and addresses in file order):
+    /// aligns it with the running map, decides who is readdressed (module doc), then applies
+    /// the map as [`Node::handle_node_map`] does. Refused, nothing changes, the addresses to
+    /// compare with included.
     pub fn handle_nodes_file(
         &mut self,
         now: Instant,
         file: ResolvedNodes,
     ) -> Result<Remapped, MapRefusal> {
+        let config = self.mesh.config();
+        let aligned = config.map.reread(&file.map, config.local)?;
+        let file_in_step = aligned.file_in_step();
+        // Addresses by node ID: a hole whose line went resolves to nothing.
+        let addrs: Vec<Vec<IpAddr>> = (aligned.entry_of.iter())
+            .map(|e| {
+                e.and_then(|e| file.addrs.get(e).cloned())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let file = ResolvedNodes {
+            map: aligned.map,
+            addrs,
+            sessions: file.sessions,
+        };
         let (moved, redial) = self.readdressed(&file);
-        let added = self.handle_node_map(now, file.map, &redial)?;
+        let reread = self.handle_node_map(now, file.map, &redial)?;
         self.resolved = file.addrs;
         Ok(Remapped {
-            added,
+            added: reread.added,
+            removed: reread.removed,
+            file_in_step,
             moved,
             redial,
         })
@@ -104,8 +131,13 @@ impl Node {
             let Ok(id) = u16::try_from(i).map(NodeId) else {
                 break;
             };
-            // A placeholder filled in is no move: the mesh counts it as a node added.
-            if id == local || new.is_empty() || map.is_placeholder(id) {
+            // A placeholder filled in is no move: the mesh counts it as a node added. A node
+            // removed (a hole now) is not dialled anywhere.
+            if id == local
+                || new.is_empty()
+                || map.is_placeholder(id)
+                || file.map.is_placeholder(id)
+            {
                 continue;
             }
             let changed = self.resolved.get(i).is_some_and(|old| old != new);

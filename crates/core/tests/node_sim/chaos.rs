@@ -115,6 +115,11 @@ pub fn quiesce(w: &mut World) {
             .iter()
             .all(|s| s.daemon.as_ref().is_none_or(|d| !d.exiting))
     });
+    // Removed lines go back where they were, and every daemon re-reads the file.
+    w.restore_lines();
+    for i in 0..w.p.n {
+        w.reread(i);
+    }
     for i in 0..w.p.n {
         w.start(i);
     }
@@ -209,6 +214,7 @@ impl World {
                 self.cond = Conditions::calm();
             }
             Op::Reread(i) => self.reread(i),
+            Op::RestoreLines => self.restore_lines(),
             Op::Job(k) => self.job_op(k),
         }
     }
@@ -393,7 +399,8 @@ impl World {
                 self.strangers(i);
             }
             13 => self.gpu_moves(i),
-            _ => self.job_starts(i),
+            14 => self.job_starts(i),
+            _ => self.line_removed(i),
         }
     }
 
@@ -413,7 +420,6 @@ impl World {
     /// Node `i`'s name moves to another address (a DNS change), or nothing changes; every node
     /// re-reads its nodes file (SIGUSR1) at a moment of its own (issue 30).
     fn moved_and_reread(&mut self, i: usize) {
-        let (n, now) = (self.p.n, self.now);
         if self.rng.chance(700) {
             self.addr_gen[i] = self.addr_gen[i].wrapping_add(1).max(1);
             let to = self.addr(i);
@@ -421,10 +427,7 @@ impl World {
         } else {
             self.note(|| "FAULT SIGUSR1 everywhere, nothing moved".into());
         }
-        for k in 0..n {
-            let at = self.rng.ms(0, 3_000);
-            self.schedule_op(now + at, Op::Reread(k));
-        }
+        self.everyone_rereads();
     }
 
     /// A cut that heals unevenly (issue 28): i's dials to j are slow and the session j opens

@@ -60,7 +60,7 @@ fn summary(seeds: u64, failures: usize, s: &Stats) -> String {
          ended at the wait, {} \
          goodbyes not waited for, {} requests refused on a retired session, {} GPUs moved to \
          another clique ({} clique notifications delivered), {} jobs started ({} definitions \
-         taken, {} refused)",
+         taken, {} refused), {} nodes-file lines removed ({} holes made by re-reads)",
         s.imports,
         s.validated_ok,
         s.validated_err,
@@ -81,7 +81,9 @@ fn summary(seeds: u64, failures: usize, s: &Stats) -> String {
         s.cliques_told,
         s.jobs_started,
         s.jobs_defined,
-        s.jobs_refused
+        s.jobs_refused,
+        s.lines_removed,
+        s.holes
     )
 }
 

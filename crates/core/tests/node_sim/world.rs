@@ -63,7 +63,7 @@ pub struct Params {
 }
 
 /// How many kinds of fault the chaos script knows.
-pub const FAULT_KINDS: usize = 15;
+pub const FAULT_KINDS: usize = 16;
 /// The kinds a seed's weights were drawn for before the uneven heal (issue 28): drawn first,
 /// so a seed's other parameters stay what they were.
 pub const FAULT_KINDS_BEFORE_28: usize = 10;
@@ -132,6 +132,9 @@ pub struct Stats {
     /// SIGUSR1 re-reads, and the peers they dialled again.
     pub rereads: u64,
     pub redialled: u64,
+    /// Nodes' lines removed from the nodes file (issue 31), and the holes re-reads made.
+    pub lines_removed: u64,
+    pub holes: u64,
     /// Connections closed at their hello deadline, retired sessions ended at their wait, and
     /// goodbyes a shutdown stopped waiting for (`owed.rs`).
     pub hello_deadlines: u64,
@@ -162,6 +165,8 @@ impl Stats {
         self.not_sent += o.not_sent;
         self.rereads += o.rereads;
         self.redialled += o.redialled;
+        self.lines_removed += o.lines_removed;
+        self.holes += o.holes;
         self.hello_deadlines += o.hello_deadlines;
         self.silent_streams_ended += o.silent_streams_ended;
         self.retired_ended += o.retired_ended;
@@ -209,6 +214,8 @@ pub enum Op {
     Calm,
     /// SIGUSR1 on this node: it re-reads the nodes file and re-resolves every entry.
     Reread(usize),
+    /// Every removed line of the nodes file written back in its place (`reread.rs`).
+    RestoreLines,
     /// A prolog or epilog: `World::job_ops[k]`.
     Job(usize),
 }
@@ -288,6 +295,9 @@ pub struct World {
     pub addr_gen: Vec<u8>,
     /// The prologs and epilogs scheduled (`Op::Job`).
     pub job_ops: Vec<jobs::JobOp>,
+    /// Each node's line in the shared nodes file: `None` present, `Some(true)` deleted,
+    /// `Some(false)` written as `0.0.0.0` (`reread.rs`, issue 31's holes).
+    pub line_out: Vec<Option<bool>>,
 }
 
 impl World {
@@ -334,6 +344,7 @@ impl World {
             log: None,
             addr_gen: vec![1; p.n],
             job_ops: Vec::new(),
+            line_out: vec![None; p.n],
             unheard: BTreeMap::new(),
             closed_conns: BTreeSet::new(),
             silent: BTreeMap::new(),

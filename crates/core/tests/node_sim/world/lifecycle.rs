@@ -16,9 +16,9 @@ impl World {
         }
         self.next_instance += 1;
         let instance = InstanceId(self.next_instance);
-        let map = NodeMap::new(sim::hosts(self.p.n));
+        let map = self.start_map(i);
         let cfg = NodeConfig {
-            mesh: sim::config(i, map, instance.0, self.p.quorum),
+            mesh: sim::config(i, map.clone(), instance.0, self.p.quorum),
             import_timeout: self.p.import_timeout,
             max_describes_per_peer: openimex_core::node::DEFAULT_MAX_DESCRIBES_PER_PEER,
             grace: self.p.grace,
@@ -34,7 +34,13 @@ impl World {
         let mut node = Node::new(cfg, self.now);
         node.set_max_imports_in_flight(self.p.max_imports_in_flight);
         // The nodes file as this daemon reads it at start-up.
-        node.handle_nodes_resolved((0..self.p.n).map(|k| vec![self.addr(k)]).collect());
+        let addrs = (0..self.p.n)
+            .map(|k| match map.is_placeholder(Self::id(k)) {
+                true => Vec::new(),
+                false => vec![self.addr(k)],
+            })
+            .collect();
+        node.handle_nodes_resolved(addrs);
         // The daemon reads the GPUs' probes before it starts, so its first hello carries its
         // cliques; every third instance here does not, and its node asks for a read at once.
         if !instance.0.is_multiple_of(3) {

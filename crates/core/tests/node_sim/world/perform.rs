@@ -76,6 +76,7 @@ impl World {
             {
                 self.stats.refused_on_retired += u64::from(self.on_retired == Some(i));
             }
+            Action::Refused { reason, detail, .. } if self.hole_refusal(i, reason, &detail) => {}
             Action::Refused { reason, detail, .. } => {
                 self.violate(format!(
                     "node {i}: refused an honest peer ({reason}): {detail}"
