@@ -581,10 +581,18 @@ impl Node {
                 } => Some((*peer, None, true)),
                 _ => None,
             };
+            // Lost: the link is retried, or a connected pair's next handshake was refused (a
+            // peer whose map no longer holds this node, issue 31: it is gone as surely).
             let lost = match &action {
                 mesh::Action::LinkChanged {
                     peer,
                     to: ConnStatus::Recovering,
+                    ..
+                }
+                | mesh::Action::LinkChanged {
+                    peer,
+                    from: ConnStatus::Connected,
+                    to: ConnStatus::Mismatch(_),
                     ..
                 } => Some(*peer),
                 _ => None,

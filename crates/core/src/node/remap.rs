@@ -109,6 +109,14 @@ impl Node {
         };
         let (moved, redial) = self.readdressed(&file);
         let reread = self.handle_node_map(now, file.map, &redial)?;
+        // We closed these pairs' sessions on our own. The peer, if it is the lower node with a
+        // dial of us in flight, holds the pair as connected on the strength of that dial until
+        // it fails (the mesh's handover, `pair.rs`): up to a dial timeout before it even starts
+        // its grace time. What it holds here is released no earlier than after an answered
+        // hello, which allows for exactly that (`grace.rs`).
+        for &peer in reread.removed.iter().chain(&redial) {
+            self.answered_hello(now, peer);
+        }
         self.resolved = file.addrs;
         Ok(Remapped {
             added: reread.added,

@@ -608,3 +608,54 @@ fn an_answered_hello_while_lost_delays_the_release_until_the_peer_has_fenced() {
     w.cut.clear();
     finish(w);
 }
+
+/// Issue 31, seed 1411144505: the higher node H removed the lower node L's line (SIGUSR1) and
+/// closed the pair's session, which H had dialled, while L had a slow dial of H in flight. L
+/// took the close for the mesh's handover (the higher node closes its own dial once the lower
+/// node's reaches it) and held the pair CONNECTED on the strength of that dial, so it fenced
+/// nothing until the dial failed; H, counting from its own close, released what L held a grace
+/// time and a fence margin later, while L still mapped it. Now a re-read that closes a pair's
+/// session delays the release as an answered hello does (a dial timeout more).
+#[test]
+fn a_removed_lower_node_with_a_dial_in_flight_fences_before_its_memory_is_released() {
+    const L: usize = 0;
+    const H: usize = 1;
+    let grace = Duration::from_millis(500);
+    let mut w = world_with_grace(2, Some(grace));
+    let exp = export(&mut w, H);
+    let (held, _) = import(&mut w, L, H, exp);
+    w.run_for(100 * MS);
+    assert!(matches!(state(&w, L, held), DescState::Valid { .. }));
+
+    // A cut both sides notice; L's dials of H are slow from now on, so H's dial carries the
+    // pair after the heal while L's is still in flight.
+    w.cond.dial_extra.insert((L, H), Duration::from_secs(4));
+    w.cut.insert((L, H));
+    assert!(w.run_while_not(Duration::from_secs(10), |w| link(w, L, H)
+        == ConnStatus::Recovering
+        && link(w, H, L) == ConnStatus::Recovering));
+    w.cut.clear();
+    assert!(w.run_while_not(Duration::from_secs(5), |w| link(w, L, H)
+        == ConnStatus::Connected
+        && link(w, H, L) == ConnStatus::Connected));
+    assert!(
+        matches!(
+            w.node(L).and_then(|n| n.session_of(NodeId(H as u16))),
+            Some(Via::Accepted { .. })
+        ),
+        "H's dial carries the pair at L"
+    );
+
+    // H's nodes file loses L's line (written as 0.0.0.0), and H re-reads it.
+    w.line_out[L] = Some(false);
+    w.reread(H);
+    assert_eq!(link(&w, H, L), ConnStatus::Invalid);
+    w.run_for(Duration::from_secs(20));
+    assert!(w.violations.is_empty(), "{}", w.violations.join("\n"));
+    assert_eq!(cleaned_up(&w, L, H), 1, "L lost H and fenced its memory");
+    assert_eq!(state(&w, L, held), DescState::Disabled);
+    assert_eq!(refs_held(&w, H), 0, "H released it after L fenced");
+    w.line_out[L] = None;
+    w.reread(H);
+    finish(w);
+}

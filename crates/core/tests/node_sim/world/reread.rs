@@ -182,19 +182,24 @@ impl World {
         self.pump();
     }
 
-    /// Whether node `i`'s refusal of a hello is one a hole explains (issue 31): the hello
-    /// names a node whose entry is a placeholder in `i`'s map (its line was removed), or the
-    /// two sides derive the domain ID from entry 0 with and without its hole (a rolling
-    /// reload of a removed line 0; the sim configures no domain ID).
+    /// Whether node `i`'s refusal is one a hole explains (issue 31): a hello naming a node
+    /// whose entry is a placeholder in `i`'s map (its line was removed), a message such a node
+    /// sent on a session that proved it before (it proves nothing more), or the two sides
+    /// deriving the domain ID from entry 0 with and without its hole (a rolling reload of a
+    /// removed line 0; the sim configures no domain ID).
     pub(super) fn hole_refusal(&self, i: usize, reason: &str, detail: &str) -> bool {
-        let named = detail
-            .strip_prefix("hello naming node ")
-            .and_then(|rest| rest.split(':').next())
-            .and_then(|k| k.parse::<u16>().ok());
+        let number = |after: &str| {
+            let rest = &detail[detail.find(after)? + after.len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u16>().ok()
+        };
         let map = self.node(i).map(|d| &d.mesh().config().map);
+        let hole =
+            |k: Option<u16>| k.is_some_and(|k| map.is_some_and(|m| m.is_placeholder(NodeId(k))));
         match reason {
-            "hello: wrong node" => {
-                named.is_some_and(|k| map.is_some_and(|m| m.is_placeholder(NodeId(k))))
+            "hello: wrong node" => hole(number("hello naming node ")),
+            r if r.ends_with(": no session") => {
+                detail.contains(" on our dial ") && hole(number(" from node "))
             }
             "hello: domain mismatch" => {
                 let mut hosts = sim::hosts(self.p.n);
