@@ -1,33 +1,56 @@
 //! The entry point both binaries share: dispatch by the name the binary was run under
 //! (`nvidia-imex`, `nvidia-imex-ctl`), then by subcommand — verbatim subcommands first, whose
 //! own parsers take NVIDIA's flags, then the clap-parsed ones — and turn an error into one
-//! line on stderr and exit status 1.
+//! line on stderr and exit status 1 (2 for a [`UsageError`], as clap's own). `man --out DIR`
+//! writes a man page for every command from the same clap definitions ([`write_man_pages`]).
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Subcommand;
 
-/// A subcommand whose own parser takes its arguments verbatim, with the program name that
-/// parser expects: NVIDIA's flags (-nogpu, -i IP PORT, --u=PATH) are not clap-shaped, and these
-/// parsers print their own help. Invoked through a link named like the program, the binary
-/// behaves as that program.
+/// A subcommand whose own parser takes its arguments verbatim: NVIDIA's flags (-nogpu,
+/// -i IP PORT, --u=PATH) are not clap-shaped. Invoked through a link named like the program,
+/// the binary behaves as that program.
 #[derive(Debug, Clone, Copy)]
 pub struct Passthrough {
     /// `openimex NAME`.
     pub name: &'static str,
-    /// The program name its parser expects (also a link name when it has no space).
+    /// The program it stands for: run through a link of this name (when it has no space), the
+    /// binary is that program.
     pub program: &'static str,
-    /// One line for `openimex --help`.
+    /// One line for `openimex --help` when it has no [`Passthrough::command`].
     pub about: &'static str,
-    /// Its entry point, given its program name and arguments.
+    /// Its command line as clap describes it, given the name it goes by (`openimex ctl`): for
+    /// `help NAME` and its man page. `None`: listed with `about` only, and no man page.
+    pub command: Option<fn(&str) -> clap::Command>,
+    /// Its entry point, given its arguments; the first is the name it goes by: `openimex NAME`
+    /// (the binary's name and this one's) as a subcommand, the link's path through a link.
     pub run: fn(Vec<OsString>) -> ExitCode,
 }
 
+/// A command line that cannot run as given, found after clap parsed it (a value that does
+/// not fit the others): `entry` prints it and exits with status 2, as clap does for its own.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// The subcommand every binary has beside its own: `man --out DIR`.
+const MAN: &str = "man";
+
 /// Runs the binary `program`: a [`Passthrough`] chosen by the name it was run under or by
 /// its first argument, else the clap subcommands `C` (listed in the help beside the verbatim
-/// ones) handed to `run`.
+/// ones) handed to `run`, or `man`.
 pub fn entry<C: Subcommand>(
     program: &'static str,
     about: &'static str,
@@ -47,20 +70,32 @@ pub fn entry<C: Subcommand>(
     }
     let sub = args.get(1).and_then(|a| a.to_str()).unwrap_or_default();
     if let Some(p) = passthrough.iter().find(|p| p.name == sub) {
-        args.splice(0..2, [OsString::from(p.program)]);
+        args.splice(0..2, [OsString::from(format!("{program} {}", p.name))]);
         return (p.run)(args);
     }
-    let root = clap::Command::new(program)
-        .version(env!("CARGO_PKG_VERSION"))
-        .about(about)
-        .subcommand_required(true)
-        .arg_required_else_help(true);
-    let command = passthrough
-        .iter()
-        .fold(C::augment_subcommands(root), |c, p| {
-            c.subcommand(clap::Command::new(p.name).about(p.about))
-        });
-    let command = match C::from_arg_matches(&command.get_matches_from(args)) {
+    let command = root_command::<C>(program, about, passthrough);
+    let matches = match command.clone().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => e.exit(),
+    };
+    if let Some((MAN, m)) = matches.subcommand() {
+        let dir = m.get_one::<PathBuf>("out").cloned().unwrap_or_default();
+        return match write_man_pages(man_tree(command, passthrough), &dir) {
+            Ok(pages) => {
+                println!(
+                    "{program}: wrote {} man pages to {}",
+                    pages.len(),
+                    dir.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{program}: {}", error_text(&e));
+                ExitCode::from(1)
+            }
+        };
+    }
+    let command = match C::from_arg_matches(&matches) {
         Ok(command) => command,
         Err(e) => e.exit(),
     };
@@ -74,9 +109,88 @@ pub fn entry<C: Subcommand>(
                 return ExitCode::SUCCESS;
             }
             eprintln!("{program}: {}", error_text(&e));
+            if e.chain().any(|c| c.is::<UsageError>()) {
+                return ExitCode::from(2);
+            }
             ExitCode::from(1)
         }
     }
+}
+
+/// The binary `program`'s whole command line: the clap subcommands `C`, the verbatim ones
+/// (with their own definitions where they have one) and `man`.
+pub fn root_command<C: Subcommand>(
+    program: &'static str,
+    about: &'static str,
+    passthrough: &[Passthrough],
+) -> clap::Command {
+    let root = clap::Command::new(program)
+        .version(env!("CARGO_PKG_VERSION"))
+        .subcommand_required(true)
+        .arg_required_else_help(true);
+    let command = passthrough
+        .iter()
+        .fold(C::augment_subcommands(root), |c, p| {
+            c.subcommand(match p.command {
+                Some(define) => define(&format!("{program} {}", p.name)).name(p.name),
+                None => clap::Command::new(p.name).about(p.about),
+            })
+        })
+        // After the derived subcommands, whose enum's doc comment would be the about otherwise.
+        .about(about);
+    command.subcommand(
+        clap::Command::new(MAN)
+            .about("Write a man page (roff, section 1) for each command of this binary into DIR")
+            .arg(
+                clap::Arg::new("out")
+                    .long("out")
+                    .value_name("DIR")
+                    .required(true)
+                    .value_parser(clap::value_parser!(PathBuf))
+                    .help(
+                        "Directory for the pages, created if missing; existing pages are replaced",
+                    ),
+            ),
+    )
+}
+
+/// `command` less the verbatim subcommands without a definition, whose page would hold no
+/// option.
+fn man_tree(command: clap::Command, passthrough: &[Passthrough]) -> clap::Command {
+    passthrough
+        .iter()
+        .filter(|p| p.command.is_none())
+        .fold(command, |c, p| c.mut_subcommand(p.name, |s| s.hide(true)))
+}
+
+/// Writes a man page for `command` and each of its subcommands, recursively (hidden ones
+/// excepted), into `dir`: `openimex.1`, `openimex-ctl.1`, `openimex-channels-create.1`, ...
+/// Returns the pages written.
+pub fn write_man_pages(command: clap::Command, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    fn walk(
+        cmd: &clap::Command,
+        dir: &Path,
+        source: &str,
+        pages: &mut Vec<PathBuf>,
+    ) -> std::io::Result<()> {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub, dir, source, pages)?;
+        }
+        let page = clap_mangen::Man::new(cmd.clone())
+            .source(source.to_owned())
+            .manual("openimex");
+        pages.push(page.generate_to(dir)?);
+        Ok(())
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut command = command.disable_help_subcommand(true);
+    command.build();
+    let source = format!("{} {}", command.get_name(), env!("CARGO_PKG_VERSION"));
+    let mut pages = Vec::new();
+    walk(&command, dir, &source, &mut pages)
+        .with_context(|| format!("cannot write the man pages into {}", dir.display()))?;
+    pages.sort();
+    Ok(pages)
 }
 
 /// The error and its causes on one line, skipping a cause whose text the message already holds

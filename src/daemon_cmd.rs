@@ -2,16 +2,18 @@
 //! the process set-up around [`openimex_imexd::run`]: everything is validated and every
 //! listener bound before the daemon forks or serves, so a bad config exits non-zero at once.
 
+mod env_keys;
 mod reexec;
 mod signals;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use openimex_config::{
     Config, ConfigError, DEFAULT_CONFIG_PATH, DriverKind, NodeConfig, Quorum, iface,
 };
@@ -22,11 +24,21 @@ use openimex_imexd::{Settings, World, daemonize, logging};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
+/// The name the daemon goes by in its usage and messages: the file name it was run under
+/// (`nvidia-imex` through a link), or `openimex daemon` as a subcommand. Set once by [`main`].
+static PROGRAM: OnceLock<String> = OnceLock::new();
+
+/// The daemon's command line as clap describes it, named `program`: the one definition behind
+/// its parser, its `--help`, `openimex help daemon` and its man page.
+pub(crate) fn command(program: &str) -> clap::Command {
+    Args::command().bin_name(program)
+}
+
 /// The daemon's command line, as NVIDIA's `nvidia-imex`.
 #[derive(Debug, Parser)]
 #[command(
     name = "nvidia-imex",
-    about = "IMEX daemon (openimex, compatible with nvidia-imex)",
+    about = "Run the IMEX daemon (same flags as nvidia-imex: -c CONFIG, -p PORT, --nogpu)",
     disable_version_flag = true
 )]
 struct Args {
@@ -56,8 +68,21 @@ fn peer_port(s: &str) -> Result<u16, String> {
     }
 }
 
+/// The name this daemon runs under (`openimex daemon`, `nvidia-imex` through a link), for
+/// messages on the terminal.
+fn program() -> &'static str {
+    PROGRAM.get().map_or("nvidia-imex", String::as_str)
+}
+
 /// Runs the daemon command line; `heap_allocations` as [`crate::daemon`] says.
 pub(crate) fn main(args: Vec<OsString>, heap_allocations: Option<fn() -> u64>) -> ExitCode {
+    let name = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "nvidia-imex".to_string());
+    let program = PROGRAM.get_or_init(|| name).as_str();
     // NVIDIA's spelling `-nogpu` is a single-dash long flag.
     let args = args.into_iter().map(|a| {
         if a == "-nogpu" {
@@ -66,7 +91,10 @@ pub(crate) fn main(args: Vec<OsString>, heap_allocations: Option<fn() -> u64>) -
             a
         }
     });
-    let args = match Args::try_parse_from(args) {
+    let parsed = command(program)
+        .try_get_matches_from(args)
+        .and_then(|m| Args::from_arg_matches(&m));
+    let args = match parsed {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
@@ -88,7 +116,7 @@ pub(crate) fn main(args: Vec<OsString>, heap_allocations: Option<fn() -> u64>) -
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = crate::cli::error_text(&e);
-            eprintln!("nvidia-imex: {msg}");
+            eprintln!("{program}: {msg}");
             tracing::error!("{msg}");
             ExitCode::from(1)
         }
@@ -299,12 +327,21 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
     signals::ignore_hup_until_handled()?;
     let reexecuted = reexec::take_marker();
     let Prepared { cfg, mode } = prepare(&args, heap_allocations)?;
+    // OPENIMEX_* config keys set in the environment, where the daemon ignores them.
+    let env_warnings = env_keys::warnings(&cfg, &args.config);
     // A service manager waiting for READY=1 (systemd Type=notify) tracks the process it
     // started: a forked child would be a stranger to it, so DAEMONIZE=1 is not honoured then.
     let notify_socket = std::env::var_os(openimex_imexd::notify::ENV);
     let manager_waits = notify_socket.as_deref().is_some_and(|v| !v.is_empty());
     // A re-executed image (same PID) is already where the first one put itself.
-    let mut ready = if cfg.daemonize && !manager_waits && !reexecuted {
+    let daemonizing = cfg.daemonize && !manager_waits && !reexecuted;
+    if daemonizing {
+        // The terminal's last chance to see them: the child's stderr is /dev/null.
+        for w in &env_warnings {
+            eprintln!("{}: warning: {w}", program());
+        }
+    }
+    let mut ready = if daemonizing {
         daemonize::daemonize().context("cannot fork into the background")?
     } else {
         daemonize::ReadyPipe::none()
@@ -340,6 +377,12 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
     }
     for notice in cfg.notices() {
         warn!("{notice}");
+    }
+    for w in &env_warnings {
+        warn!("{w}");
+        if !daemonizing && !matches!(target, logging::LogTarget::Stderr(_)) {
+            eprintln!("{}: warning: {w}", program());
+        }
     }
     if cfg.daemonize && manager_waits {
         info!(

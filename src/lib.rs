@@ -17,9 +17,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub use cli::{Passthrough, entry, error_text};
+pub use cli::{Passthrough, UsageError, entry, error_text};
 pub use driver_check::DriverCheckArgs;
 pub use tools::{CertsArgs, ChannelsCommand, InitArgs};
+/// `init`'s files as a library call, with extra keys per node (`openimex-lab local up`).
+pub use tools::{InitNode, InitPlan, init_domain, is_one_host};
 
 /// `openimex`'s one-line description.
 pub const ABOUT: &str = "Open IMEX service: share GPU memory across OS domains over NVLink";
@@ -67,6 +69,7 @@ pub const DAEMON: Passthrough = Passthrough {
     name: "daemon",
     program: "nvidia-imex",
     about: "Run the IMEX daemon (same flags as nvidia-imex: -c CONFIG, -p PORT, --nogpu)",
+    command: Some(daemon_cmd::command),
     run: |args| daemon(args, None),
 };
 
@@ -75,6 +78,7 @@ pub const CTL: Passthrough = Passthrough {
     name: "ctl",
     program: "nvidia-imex-ctl",
     about: "Query the daemon (same flags as nvidia-imex-ctl: -q, -N, -j, -H, -c, -i, -u ...)",
+    command: Some(openimex_ctl::command),
     run: openimex_ctl::main,
 };
 

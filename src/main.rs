@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 /// The lab binary's subcommands: asked of this one, they get directions instead of clap's
 /// "unrecognized subcommand".
-const LAB_COMMANDS: &[&str] = &["demo", "bench", "gpu", "app", "fabric"];
+const LAB_COMMANDS: &[&str] = &["demo", "bench", "gpu", "app", "fabric", "local"];
 
 fn main() -> ExitCode {
     if let Some(sub) = std::env::args().nth(1)

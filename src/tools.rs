@@ -15,6 +15,7 @@ pub use channels::ChannelsCommand;
 pub(crate) use channels::channels;
 pub use init::InitArgs;
 pub(crate) use init::run as init;
+pub use init::{InitNode, InitPlan, init_domain, is_one_host};
 
 /// Creates `nvidia-imex` and `nvidia-imex-ctl` symlinks to this binary in `dir`, which must
 /// exist.

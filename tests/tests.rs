@@ -23,6 +23,10 @@ mod cmd_access;
 // ctl without a daemon, nvidia-imex / nvidia-imex-ctl links, DAEMONIZE=1
 #[path = "e2e/cli.rs"]
 mod cli;
+// issue 32: names in usage and errors, help ctl, unknown arguments, wrapped help, man pages,
+// the demo's refusals and picture, no warning for DRA's stock GSS keys
+#[path = "e2e/cli_conventions.rs"]
+mod cli_conventions;
 // shared helpers: the binary under test, time limits, checks on failed commands
 #[path = "e2e/common.rs"]
 mod common;
@@ -133,6 +137,12 @@ mod tls;
 // issue 10: openimex init writes a domain (TLS on, root-only command socket) that forms UP
 #[path = "e2e/init.rs"]
 mod init;
+// issue 32: init for several nodes on one host: configs that start as written, no shared path
+#[path = "e2e/init_one_host.rs"]
+mod init_one_host;
+// issue 32: `openimex-lab local up|status|down`: a simulated domain in one command
+#[path = "e2e/local_domain.rs"]
+mod local_domain;
 // names mode (private /etc/hosts per daemon); SIGUSR1 re-reads the nodes file and re-resolves
 #[path = "e2e/sigusr1.rs"]
 mod sigusr1;

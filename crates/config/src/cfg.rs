@@ -17,8 +17,10 @@
 //!   ignored"), never silently dropped, because other IMEX versions have keys we lack. An unknown key starting with `OPENIMEX_` is
 //!   an error instead: that prefix is ours, so it is a typo.
 //! - Keys openimex accepts but does not implement yet produce a "not supported yet" [`Notice`]
-//!   when set to something other than their default. The list lives in one table
-//!   (`keys::NOT_SUPPORTED_YET`) so entries are removed as features land.
+//!   when set to something other than their default under settings that would use them (the
+//!   `IMEX_GSS_*` keys only with authentication on in a GSSAPI mode: otherwise NVIDIA's daemon
+//!   ignores them too, silently). The list lives in one table (`keys::NOT_SUPPORTED_YET`) so
+//!   entries are removed as features land.
 //! - `IMEX_AUTH_ENCRYPTION_MODE` and `IMEX_AUTH_SOURCE` with an empty or unknown value are an
 //!   error only when `IMEX_ENABLE_AUTH_ENCRYPTION=1` (as NVIDIA documents); otherwise they are
 //!   ignored with a notice.

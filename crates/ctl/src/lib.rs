@@ -33,28 +33,72 @@ pub mod watch;
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use openimex_config::{Config, DEFAULT_CONFIG_PATH};
 
 pub use client::{Client, Target};
 pub use error::CtlError;
 
-/// NVIDIA's short usage, printed on a bad command line (exit 1).
-pub const USAGE: &str =
-    "Usage: nvidia-imex-ctl [-c <nvidia-imex config.cfg path>] <-n|-N|-q> [-j][-H]";
+/// The name this run of ctl goes by in its usage and messages: `nvidia-imex-ctl` when run
+/// under that name (a link made by `install-links`), `openimex ctl` as a subcommand. Set once
+/// by [`main`]; `nvidia-imex-ctl` before that.
+static PROGRAM: OnceLock<String> = OnceLock::new();
+
+/// NVIDIA's name for ctl: run under it, ctl keeps NVIDIA's answer to a bad command line.
+pub const NVIDIA_PROGRAM: &str = "nvidia-imex-ctl";
+
+/// The name ctl goes by in this run: `nvidia-imex-ctl` under that name (and before [`main`]
+/// runs), `openimex ctl` as a subcommand of `openimex`.
+pub fn program() -> &'static str {
+    PROGRAM.get().map_or(NVIDIA_PROGRAM, String::as_str)
+}
+
+/// NVIDIA's short usage, printed on a bad command line, with the name `program`.
+pub fn short_usage(program: &str) -> String {
+    format!("Usage: {program} [-c <nvidia-imex config.cfg path>] <-n|-N|-q> [-j][-H]")
+}
+
+/// The usage lines of `--help` and the man page, with the name `program` (TARGET is spelled
+/// out after the options: NVIDIA's `[-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg
+/// path>]` on each line would not fit 100 columns).
+fn usage(program: &str) -> String {
+    let forms = [
+        "[TARGET] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]",
+        "[TARGET] -N [--watch [--interval <ms>]] [--links] [-j] [-H]",
+        "[TARGET] -N --svg <FILE>",
+        "[TARGET] <-d|-m> [-j]",
+        "[TARGET] --fabric [-j]",
+        "[TARGET] domain-check [-j] <HOST>...",
+    ];
+    forms
+        .iter()
+        .map(|form| format!("{program} {form}"))
+        .collect::<Vec<_>>()
+        .join("\n       ")
+}
+
+/// ctl's command line as clap describes it, named `program` (as [`program`] says): the one
+/// definition behind its parser, its `--help`, `openimex help ctl` and its man page.
+pub fn command(program: &str) -> clap::Command {
+    Args::command()
+        .bin_name(program)
+        .override_usage(usage(program))
+}
 
 /// The command line as NVIDIA spells it.
 #[derive(Debug, Parser)]
 #[command(
     name = "nvidia-imex-ctl",
-    about = "Query the IMEX daemon (openimex, compatible with nvidia-imex-ctl)",
+    about = "Query the IMEX daemon (same flags as nvidia-imex-ctl: -q, -N, -j, -H, -c, -i, -u ...)",
+    after_help = "TARGET, the daemon's command service: -i <IP> <PORT> | -u <unix socket path> | \
+                  -c <config.cfg path> (default: -c /etc/nvidia-imex/config.cfg).",
     disable_version_flag = true,
-    disable_help_subcommand = true,
-    override_usage = "nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-n|-N|-q|-s> [-j] [-H] [-t <ms>]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N [--watch [--interval <ms>]] [--links] [-j] [-H]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] -N --svg <FILE>\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] <-d|-m> [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] --fabric [-j]\n       nvidia-imex-ctl [-i <IP> <PORT> | -u <unix socket path> | -c <config.cfg path>] domain-check [-j] <HOST>..."
+    disable_help_subcommand = true
 )]
 pub struct Args {
     /// Config file: the command endpoint and node file come from it (default /etc/nvidia-imex/config.cfg).
@@ -63,8 +107,15 @@ pub struct Args {
     /// Command service address and port.
     #[arg(short = 'i', num_args = 2, value_names = ["IP", "PORT"], global = true)]
     pub ip: Option<Vec<String>>,
-    /// Command service unix socket (also --u=PATH).
-    #[arg(short = 'u', long = "u", value_name = "PATH", global = true)]
+    /// Command service unix socket (IMEX_CMD_UNIX_DOMAIN_PATH of the daemon's config; NVIDIA's
+    /// spelling --u=PATH works too).
+    #[arg(
+        short = 'u',
+        long = "unix-socket",
+        alias = "u",
+        value_name = "PATH",
+        global = true
+    )]
     pub unix: Option<PathBuf>,
     /// Print the local daemon's state word once (READY, ...).
     #[arg(short = 'q')]
@@ -184,13 +235,33 @@ enum Mode {
 const MIN_INTERVAL_MS: u64 = 10;
 
 /// Runs `ctl` with `args` (including the program name) and returns the exit code.
+///
+/// The name it goes by in its usage and messages is the file name of `args[0]`: a link named
+/// `nvidia-imex-ctl`, or `openimex ctl` as the `openimex` binary passes it. A command line clap
+/// cannot parse gets clap's message naming the argument; under NVIDIA's name, followed by
+/// NVIDIA's short usage with exit status 1 (as nvidia-imex-ctl answers a bad flag), otherwise
+/// with exit status 2 (clap's convention, as every other openimex command).
 pub fn main(args: Vec<OsString>) -> ExitCode {
+    let name = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| NVIDIA_PROGRAM.to_string());
+    let program = PROGRAM.get_or_init(|| name).as_str();
     let domain_check = args.iter().any(|a| a == "domain-check");
-    let args = match Args::try_parse_from(args) {
+    let parsed = command(program)
+        .try_get_matches_from(args)
+        .and_then(|m| Args::from_arg_matches(&m));
+    let args = match parsed {
         Ok(a) => a,
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) => {
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
             return ExitCode::SUCCESS;
+        }
+        Err(e) if program != NVIDIA_PROGRAM => {
+            let _ = e.print();
+            return ExitCode::from(2);
         }
         Err(e) if domain_check => {
             // Ours: clap's full message says which argument is wrong.
@@ -198,8 +269,17 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(1);
         }
         Err(e) => {
-            eprintln!("{}", e.kind());
-            eprintln!("{USAGE}");
+            // NVIDIA's answer to a bad flag (short usage, exit status 1), after clap's words
+            // for what is wrong.
+            let rendered = e.render().to_string();
+            let what = rendered.lines().take_while(|l| !l.is_empty());
+            let tips = rendered
+                .lines()
+                .filter(|l| l.trim_start().starts_with("tip:"));
+            for line in what.chain(tips) {
+                eprintln!("{line}");
+            }
+            eprintln!("{}", short_usage(program));
             return ExitCode::from(1);
         }
     };
@@ -229,7 +309,7 @@ fn fail(e: &CtlError) -> ExitCode {
     {
         return ExitCode::SUCCESS;
     }
-    eprintln!("nvidia-imex-ctl: {e}");
+    eprintln!("{}: {e}", program());
     ExitCode::from(e.exit_code())
 }
 
@@ -240,13 +320,17 @@ fn resolve(args: &Args, needs_nodes: bool) -> Result<Target, CtlError> {
         args.unix.is_some(),
     ];
     if given.iter().filter(|b| **b).count() > 1 {
-        let msg = format!("give at most one of -c, -i and -u\n{USAGE}");
+        let msg = format!(
+            "give at most one of -c, -i and -u\n{}",
+            short_usage(program())
+        );
         return Err(CtlError::Usage(msg));
     }
     if let Some(ip) = &args.ip {
         let [host, port] = ip.as_slice() else {
             return Err(CtlError::Usage(format!(
-                "-i takes an IP and a port\n{USAGE}"
+                "-i takes an IP and a port\n{}",
+                short_usage(program())
             )));
         };
         let port = port.parse().map_err(|_| {
@@ -326,7 +410,8 @@ async fn run(args: Args) -> Result<(), CtlError> {
     };
     if args.job.is_some() && !matches!(mode, Mode::Query | Mode::Domain { .. }) {
         return Err(CtlError::Usage(format!(
-            "--job goes with -q (the job's state word) or -N / -n (the job's members)\n{USAGE}"
+            "--job goes with -q (the job's state word) or -N / -n (the job's members)\n{}",
+            short_usage(program())
         )));
     }
     let needs_nodes = match mode {

@@ -152,7 +152,8 @@ pub async fn run(client: &mut Client, opts: &Options) -> Result<(), CtlError> {
                 let msg = e.to_string();
                 if last_error.as_deref() != Some(msg.as_str()) {
                     eprintln!(
-                        "nvidia-imex-ctl: {msg} (still watching: asking again every {} ms)",
+                        "{}: {msg} (still watching: asking again every {} ms)",
+                        crate::program(),
                         opts.interval.as_millis()
                     );
                     last_error = Some(msg);

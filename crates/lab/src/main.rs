@@ -1,9 +1,10 @@
 //! `openimex-lab`: the lab around the open IMEX service — a simulated NVLink domain on one
 //! machine and the tools that exercise it.
 //!
-//! Its own subcommands: `demo`, `bench`, `fabric` (the simulated Fabric Manager and
-//! topologies), `gpu` (a node's simulated GPU driver), `app` (application tools over the client
-//! library) and the hidden `listen-probe`. It also carries every production command
+//! Its own subcommands: `demo`, `bench`, `local` (a simulated domain left running on this
+//! machine for `ctl`), `fabric` (the simulated Fabric Manager and topologies), `gpu` (a node's
+//! simulated GPU driver), `app` (application tools over the client library) and the hidden
+//! `listen-probe`. It also carries every production command
 //! (`daemon`, `ctl`, `init`, …; the `openimex` library), so a simulated domain starts from this
 //! one binary; and it counts its heap allocations ([`heap`]), which its daemons report for the
 //! bench. None of this is in the production `openimex` binary.
@@ -12,6 +13,7 @@ mod bench;
 mod demo;
 mod fabric;
 mod heap;
+mod local;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -37,6 +39,10 @@ enum Command {
     /// The NVLink fabric: topologies (presets and files), partitions, cliques.
     #[command(subcommand)]
     Fabric(fabric::FabricCommand),
+    /// A simulated domain on this machine left running to try ctl on: `local up` starts it
+    /// and prints the ctl commands, `local status`, `local down` stops it.
+    #[command(subcommand)]
+    Local(local::LocalCommand),
     /// (internal) Listen on IP:PORT and accept connections: the baseline process of `bench formation`.
     #[command(hide = true)]
     ListenProbe {
@@ -61,12 +67,14 @@ const PASSTHROUGH: &[Passthrough] = &[
         name: "gpu",
         program: "openimex-lab gpu",
         about: "Run a node's simulated GPU driver (--node-dir, --fabric-dir, --slot, --gpus, --hbm-mib, ...)",
+        command: Some(openimex_simgpu::cli::command),
         run: openimex_simgpu::cli::main,
     },
     Passthrough {
         name: "app",
         program: "openimex-lab app",
         about: "Application tools over the client library: export, import, verify, stats",
+        command: Some(openimex_client::cli::command),
         run: openimex_client::cli::main,
     },
 ];
@@ -89,6 +97,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Demo(a) => demo::run(&a)?,
         Command::Bench(b) => bench::bench(&b)?,
         Command::Fabric(f) => fabric::fabric(&f)?,
+        Command::Local(l) => local::run(&l)?,
         Command::ListenProbe { addr } => listen_probe(addr)?,
         Command::Production(c) => return openimex::run(c),
     }

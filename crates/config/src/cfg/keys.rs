@@ -282,18 +282,32 @@ pub(super) fn openimex_keys() -> Vec<&'static str> {
 type Matters = fn(&Config, &Config) -> bool;
 
 /// Keys openimex accepts but does not implement yet. A notice is given when the key is in the
-/// file and the predicate says its value matters (usually: differs from the default).
-/// Remove an entry when the feature lands.
+/// file and the predicate says its value matters: it differs from the default *and* the
+/// settings in force would use it. A key that would have no effect on NVIDIA's daemon either
+/// gets no notice (NVIDIA's is silent about it, and stock files such as the Kubernetes DRA
+/// driver's template set such keys). Remove an entry when the feature lands.
 #[rustfmt::skip]
 const NOT_SUPPORTED_YET: &[(&str, Matters)] = &[
     // The TLS keys are built (`cfg/tls.rs`); IMEX_ENABLE_AUTH_ENCRYPTION=1 with a GSSAPI mode
-    // is refused at start (`Config::refuse_unbuilt_features`), and its keys have no effect.
-    ("IMEX_GSS_SERVICE_NAME", |c, d| c.imex_gss_service_name != d.imex_gss_service_name),
-    ("IMEX_GSS_TIMEOUT_SEC", |c, d| c.imex_gss_timeout_sec != d.imex_gss_timeout_sec),
-    ("IMEX_GSS_RETRY_INTERVAL_SEC", |c, d| c.imex_gss_retry_interval_sec != d.imex_gss_retry_interval_sec),
-    ("IMEX_GSS_SEC_CONTEXT_LIFETIME_SEC", |c, d| c.imex_gss_sec_context_lifetime_sec != d.imex_gss_sec_context_lifetime_sec),
-    ("IMEX_GSS_SHUTDOWN_ON_FAILURE", |c, d| c.imex_gss_shutdown_on_failure != d.imex_gss_shutdown_on_failure),
+    // is refused at start (`Config::refuse_unbuilt_features`). The GSS keys act only in a
+    // GSSAPI mode: with authentication off or SSL_TLS they have no effect on NVIDIA's daemon.
+    ("IMEX_GSS_SERVICE_NAME", |c, d| gss_in_force(c) && c.imex_gss_service_name != d.imex_gss_service_name),
+    ("IMEX_GSS_TIMEOUT_SEC", |c, d| gss_in_force(c) && c.imex_gss_timeout_sec != d.imex_gss_timeout_sec),
+    ("IMEX_GSS_RETRY_INTERVAL_SEC", |c, d| gss_in_force(c) && c.imex_gss_retry_interval_sec != d.imex_gss_retry_interval_sec),
+    ("IMEX_GSS_SEC_CONTEXT_LIFETIME_SEC", |c, d| gss_in_force(c) && c.imex_gss_sec_context_lifetime_sec != d.imex_gss_sec_context_lifetime_sec),
+    ("IMEX_GSS_SHUTDOWN_ON_FAILURE", |c, d| gss_in_force(c) && c.imex_gss_shutdown_on_failure != d.imex_gss_shutdown_on_failure),
 ];
+
+/// Whether peers would authenticate with GSSAPI (`IMEX_ENABLE_AUTH_ENCRYPTION=1` with
+/// `GSS_AUTH_ENCRYPT` or `GSS_AUTH_ONLY`): the only settings under which the `IMEX_GSS_*`
+/// keys act.
+fn gss_in_force(c: &Config) -> bool {
+    c.imex_enable_auth_encryption
+        && matches!(
+            c.imex_auth_encryption_mode,
+            Some(AuthMode::GssAuthEncrypt | AuthMode::GssAuthOnly)
+        )
+}
 
 /// The "not supported yet" notices for `cfg`, per [`NOT_SUPPORTED_YET`].
 pub(super) fn not_supported_yet(cfg: &Config, seen: &Seen<'_>, path: &Path) -> Vec<Notice> {

@@ -4,6 +4,8 @@ use super::*;
 use std::net::Ipv4Addr;
 
 const NVIDIA_CFG: &str = include_str!("../../testdata/nvidia-config.cfg");
+/// The Kubernetes DRA driver's stock template's keys (issue 32).
+const DRA_CFG: &str = include_str!("../../testdata/dra-compute-domain-daemon.cfg");
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("cfg"))
@@ -620,15 +622,74 @@ fn duplicate_key_later_wins_with_notice() {
 fn not_supported_only_when_not_default() {
     let c = parse("LOG_USE_SYSLOG=0\nLOG_FILE_MAX_SIZE=1024\nNETWORK_INTERFACE=\n").unwrap();
     assert!(c.notices().is_empty(), "{:?}", c.notices());
-    // NETWORK_INTERFACE and IMEX_CONN_WAIT_TIMEOUT are implemented: no notice for them.
-    let c = parse("NETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\nIMEX_CONN_WAIT_TIMEOUT=70\n")
-        .unwrap();
+    // NETWORK_INTERFACE and IMEX_CONN_WAIT_TIMEOUT are implemented: no notice for them. A
+    // GSS key matters only in a GSSAPI mode: notice there, and only there.
+    let keys = "NETWORK_INTERFACE=eth0\nIMEX_GSS_TIMEOUT_SEC=30\nIMEX_CONN_WAIT_TIMEOUT=70\n";
+    let c = parse(&format!(
+        "{keys}IMEX_ENABLE_AUTH_ENCRYPTION=1\nIMEX_AUTH_ENCRYPTION_MODE=GSS_AUTH_ENCRYPT\n"
+    ))
+    .unwrap();
     assert_eq!(notice_keys(&c), [(2, "IMEX_GSS_TIMEOUT_SEC")]);
     assert_eq!(
         c.notices()[0].message,
         "IMEX_GSS_TIMEOUT_SEC is not supported yet by openimex; the value is accepted and ignored"
     );
     assert_eq!(c.network_interface_at, Some((Path::new("cfg").into(), 1)));
+    let c = parse(keys).unwrap();
+    assert!(
+        c.notices().is_empty(),
+        "authentication off: {:?}",
+        c.notices()
+    );
+}
+
+/// Issue 32: the Kubernetes DRA driver's stock template sets GSS keys away from their
+/// defaults with authentication off; NVIDIA's daemon says nothing, and neither does openimex.
+/// Where the same values would act (a GSSAPI mode), they are still reported.
+#[test]
+fn dra_stock_template_gives_no_notice() {
+    let c = Config::parse(DRA_CFG, Path::new("/imexd/config.cfg")).unwrap();
+    assert!(!c.imex_enable_auth_encryption);
+    assert!(c.notices().is_empty(), "{:?}", c.notices());
+
+    // SSL_TLS: GSS keys still have no effect.
+    let tls = DRA_CFG.replace(
+        "IMEX_ENABLE_AUTH_ENCRYPTION=0",
+        "IMEX_ENABLE_AUTH_ENCRYPTION=1",
+    );
+    let tls = tls.replace("IMEX_AUTH_SOURCE=\n", "IMEX_AUTH_SOURCE=FILE\n");
+    let c = Config::parse(&tls, Path::new("/imexd/config.cfg")).unwrap();
+    let gss: Vec<String> = c
+        .notices()
+        .iter()
+        .map(|n| n.key.clone())
+        .filter(|k| k.starts_with("IMEX_GSS_"))
+        .collect();
+    assert!(gss.is_empty(), "SSL_TLS: {:?}", c.notices());
+
+    for mode in ["GSS_AUTH_ONLY", "GSS_AUTH_ENCRYPT"] {
+        let text = DRA_CFG
+            .replace(
+                "IMEX_ENABLE_AUTH_ENCRYPTION=0",
+                "IMEX_ENABLE_AUTH_ENCRYPTION=1",
+            )
+            .replace(
+                "IMEX_AUTH_ENCRYPTION_MODE=SSL_TLS",
+                &format!("IMEX_AUTH_ENCRYPTION_MODE={mode}"),
+            );
+        let c = Config::parse(&text, Path::new("/imexd/config.cfg")).unwrap();
+        let keys: Vec<&str> = c.notices().iter().map(|n| n.key.as_str()).collect();
+        assert!(
+            keys.contains(&"IMEX_GSS_TIMEOUT_SEC")
+                && keys.contains(&"IMEX_GSS_SHUTDOWN_ON_FAILURE"),
+            "{mode}: {keys:?}"
+        );
+        // Still at their defaults: no notice.
+        assert!(
+            !keys.contains(&"IMEX_GSS_RETRY_INTERVAL_SEC"),
+            "{mode}: {keys:?}"
+        );
+    }
 }
 
 #[test]

@@ -198,7 +198,8 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         "local_memcpy_gbps": (local_gbps * 100.0).round() / 100.0,
         "grpc_rtt_p50_us": grpc_rtt_us,
         "buffer_bytes": buffer,
-        "svg": drawn,
+        "svg": drawn.as_ref().map(|d| d.path.clone()),
+        "svg_replaced": drawn.as_ref().is_some_and(|d| d.replaced),
     });
     if args.json {
         println!("{summary}");
@@ -233,16 +234,27 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
+/// Where the picture went: the path as given (or the default), and whether a file was there
+/// before (the picture replaced it).
+struct Drawn {
+    path: String,
+    replaced: bool,
+}
+
 /// Draws the domain (`ctl -N --svg`) where `--svg` says (by default `openimex-domain.svg`,
-/// none with `--json`): the picture's path, or `None` (a failure to draw is a warning).
-fn draw(cluster: &Cluster, args: &DemoArgs) -> Option<String> {
+/// none with `--json`): where it went, or `None` (a failure to draw is a warning).
+fn draw(cluster: &Cluster, args: &DemoArgs) -> Option<Drawn> {
     let svg = match (&args.svg, args.json) {
         (Some(path), _) => path.to_string_lossy().into_owned(),
         (None, false) => "openimex-domain.svg".to_string(),
         (None, true) => return None,
     };
+    let replaced = std::path::Path::new(&svg).exists();
     match cluster.ctl(0, &["-N", "--svg", &svg]) {
-        Ok(out) if out.status.success() => Some(svg),
+        Ok(out) if out.status.success() => Some(Drawn {
+            path: svg,
+            replaced,
+        }),
         Ok(out) => {
             eprintln!(
                 "warning: no domain picture: {}",
@@ -299,8 +311,26 @@ fn print_summary(domain: &str, s: &serde_json::Value, teardown: Duration) {
     println!("  leaked references    : {}", n("leaked_refs"));
     println!("  teardown             : {} ms", teardown.as_millis());
     if let Some(path) = s["svg"].as_str() {
-        println!("  domain picture       : {path}");
+        println!(
+            "  domain picture       : {}",
+            picture_line(path, s["svg_replaced"] == true)
+        );
     }
+}
+
+/// Where the picture is, as an absolute path (a relative one is under the current
+/// directory), and that it replaced the file there if it did.
+fn picture_line(path: &str, replaced: bool) -> String {
+    let path = std::path::Path::new(path);
+    let shown = match std::env::current_dir() {
+        Ok(cwd) if path.is_relative() => cwd.join(path),
+        _ => path.to_path_buf(),
+    };
+    let mut line = format!("written to {}", shown.display());
+    if replaced {
+        line.push_str(" (replaced the file that was there)");
+    }
+    line
 }
 
 /// Maps `imported` for local GPU `gpu`: the one place where the driver's map check across

@@ -7,11 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
+use openimex::UsageError;
 use openimex_client::Context;
-use openimex_fabric_manager::Topology;
 use openimex_fabric_manager::partition::{Layout, split};
 use openimex_fabric_manager::topology::{MAX_GPUS_PER_TRAY, preset};
+use openimex_fabric_manager::{FabricError, Topology};
 use openimex_harness::{Cluster, ClusterSpec, FabricManagerSpec, ScratchDir};
 use openimex_simproto::probe::ProbeState;
 
@@ -43,8 +44,22 @@ impl Domain {
         nodes: Option<usize>,
     ) -> Result<Self> {
         let mut topo = match file {
-            Some(f) => openimex_fabric_manager::file::load(f)?,
-            None => preset(name)?,
+            Some(f) => openimex_fabric_manager::file::load(f).map_err(|e| match e {
+                FabricError::Io { path, source } => anyhow!(
+                    "--topology-file {}: cannot read it: {source}; give an existing, readable \
+                     topology file (format in the README, \"NVLink topologies\")",
+                    path.display()
+                ),
+                e => e.into(),
+            })?,
+            None => preset(name).map_err(|e| match e {
+                FabricError::UnknownPreset { name, known } => anyhow!(UsageError(format!(
+                    "--topology {name}: no such preset; use one of {known}, or \
+                     --topology-file FILE for a layout of your own (format in the README, \
+                     \"NVLink topologies\")"
+                ))),
+                e => e.into(),
+            })?,
         };
         let mut file = file.map(Path::to_path_buf);
         let mut rewritten = None;
@@ -73,12 +88,14 @@ impl Domain {
         let all = topo.compute_tray_count();
         let trays = nodes.unwrap_or(all);
         if trays == 0 || trays > all {
-            bail!(
+            return Err(UsageError(format!(
                 "--nodes {trays}: topology {} has {all} compute trays; run 1 to {all} of them \
                  (--nodes runs the first N in slot order)",
                 topo.name
-            );
+            ))
+            .into());
         }
+        check_partitions_run(&topo, &layout, trays)?;
         Ok(Self {
             topo,
             layout,
@@ -134,6 +151,54 @@ impl Domain {
             },
         )
     }
+}
+
+/// Refuses partitions that no running tray is in: the partitions split the whole topology,
+/// and `--nodes` runs only its first trays, so with too few of them some cliques have no GPU
+/// running and the imports across cliques the demo counts would be missing (`--nodes 2
+/// --partitions 3` would report "0 of 0" refused).
+fn check_partitions_run(topo: &Topology, layout: &Layout, trays: usize) -> Result<()> {
+    let k = layout.partitions.len();
+    let idle = layout
+        .partitions
+        .iter()
+        .filter(|p| p.trays.iter().all(|&slot| usize::from(slot) >= trays))
+        .count();
+    if k < 2 || idle == 0 {
+        return Ok(());
+    }
+    let all = topo.compute_tray_count();
+    // Trays are partitioned in slot order: the last partition starts last.
+    let need = layout
+        .partitions
+        .iter()
+        .filter_map(|p| p.trays.iter().min())
+        .max()
+        .map_or(all, |&slot| usize::from(slot) + 1);
+    // The most partitions whose every one keeps a running tray (1: no split at all).
+    let most = (1..k)
+        .rev()
+        .find(|&j| {
+            split(topo, j).is_ok_and(|l| {
+                l.partitions
+                    .iter()
+                    .all(|p| p.trays.iter().any(|&slot| usize::from(slot) < trays))
+            })
+        })
+        .unwrap_or(1);
+    let fewer = if most > 1 {
+        format!("ask for --partitions {most} or fewer")
+    } else {
+        "drop --partitions".to_string()
+    };
+    Err(UsageError(format!(
+        "--nodes {trays} --partitions {k}: the {k} partitions split all {all} compute trays of \
+         {name} in slot order, and the first {trays} trays that run leave {idle} of them with no \
+         GPU running, so the imports across cliques would not all be tried; run at least {need} \
+         trays (--nodes {need}, or leave --nodes out to run all {all}), or {fewer}",
+        name = topo.name
+    ))
+    .into())
 }
 
 /// Waits until every GPU of the cluster's first `nodes` nodes has its fabric probe COMPLETE
@@ -238,6 +303,46 @@ mod tests {
             file.exists(),
             "{} exists while the domain lives",
             file.display()
+        );
+    }
+
+    #[test]
+    fn partitions_without_a_running_tray_are_a_usage_error() {
+        let e = Domain::load("nvl72", None, None, 3, Some(2))
+            .err()
+            .expect("3 partitions of 6 trays, 2 running");
+        assert!(e.is::<UsageError>(), "exit status 2: {e}");
+        let msg = e.to_string();
+        for words in [
+            "--nodes 2 --partitions 3",
+            "--nodes 13",
+            "drop --partitions",
+        ] {
+            assert!(msg.contains(words), "{words:?} in {msg}");
+        }
+        let e = Domain::load("nvl72", None, None, 3, Some(10))
+            .err()
+            .expect("3 partitions of 6 trays, 10 running");
+        assert!(e.to_string().contains("--partitions 2 or fewer"), "{e}");
+        // Every partition with a running tray: accepted.
+        let d = Domain::load("nvl72", None, None, 3, Some(13)).expect("13 trays in 3");
+        assert_eq!(d.clique_of_node(12), d.layout.partitions[2].clique_id);
+        Domain::load("nvl72", None, None, 1, Some(2)).expect("one partition");
+    }
+
+    #[test]
+    fn an_unknown_preset_names_the_demos_flags() {
+        let e = Domain::load("nvl99", None, None, 1, None)
+            .err()
+            .expect("no such preset");
+        assert!(e.is::<UsageError>(), "exit status 2: {e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("--topology nvl99")
+                && msg.contains("nvl72")
+                && msg.contains("--topology-file FILE")
+                && !msg.contains(" --file"),
+            "{msg}"
         );
     }
 
