@@ -3,7 +3,8 @@
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
 
 use openimex_harness::Cluster;
 use serde_json::Value;
@@ -22,11 +23,13 @@ impl Drop for Daemons {
     }
 }
 
-#[test]
-fn init_writes_a_tls_domain_that_forms_up() {
-    // The cluster only lends addresses and directories; the daemons run on init's files.
-    let cluster = Cluster::prepare(spec(3)).expect("prepare 3 nodes");
-    let ips: Vec<String> = (0..3).map(|i| cluster.node(i).ip().to_string()).collect();
+/// `openimex init` for the cluster's nodes, on this host: every node's files under
+/// `<node 0's dir>/init/node{id}`, where its config points (`--install-dir` with `{id}`).
+/// Returns that base directory, the nodes' addresses and init's output.
+pub(crate) fn init_on_one_host(cluster: &Cluster) -> (PathBuf, Vec<String>, Output) {
+    let ips: Vec<String> = (0..cluster.len())
+        .map(|i| cluster.node(i).ip().to_string())
+        .collect();
     let base = cluster.node(0).dir().join("init");
     let install = base.join("node{id}");
     let out = run(Command::new(binary()).args([
@@ -39,6 +42,14 @@ fn init_writes_a_tls_domain_that_forms_up() {
         &install.display().to_string(),
     ]));
     assert!(out.status.success(), "init: {}", text(&out.stderr));
+    (base, ips, out)
+}
+
+#[test]
+fn init_writes_a_tls_domain_that_forms_up() {
+    // The cluster only lends addresses and directories; the daemons run on init's files.
+    let cluster = Cluster::prepare(spec(3)).expect("prepare 3 nodes");
+    let (base, ips, _) = init_on_one_host(&cluster);
     let mode = |p: &std::path::Path| {
         std::fs::metadata(p)
             .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -69,26 +80,16 @@ fn init_writes_a_tls_domain_that_forms_up() {
         text(&again.stderr)
     );
 
-    // What only a test on one host needs: its own address, log, record, no GPU, foreground.
+    // What only this test needs: no GPU, in the foreground (init wrote each node's own
+    // address, log, stats file and record: one host).
     let mut configs = Vec::new();
-    for (i, ip) in ips.iter().enumerate() {
-        let dir = base.join(format!("node{i}"));
-        let path = dir.join("config.cfg");
+    for i in 0..ips.len() {
+        let path = base.join(format!("node{i}")).join("config.cfg");
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
             .expect("open config");
-        for line in [
-            "DAEMONIZE=0".to_owned(),
-            format!("BIND_INTERFACE_IP={ip}"),
-            format!("LOG_FILE_NAME={}", dir.join("imex.log").display()),
-            format!("STATS_FILE_NAME={}", dir.join("stats.log").display()),
-            format!(
-                "OPENIMEX_PERSIST_FILE={}",
-                dir.join("persist.dat").display()
-            ),
-            "OPENIMEX_DRIVER=nogpu".to_owned(),
-        ] {
+        for line in ["DAEMONIZE=0", "OPENIMEX_DRIVER=nogpu"] {
             writeln!(f, "{line}").expect("append");
         }
         configs.push(path.display().to_string());

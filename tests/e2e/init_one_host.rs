@@ -24,19 +24,7 @@ fn init_for_one_host_writes_configs_that_start_and_form_as_written() {
     // The cluster lends addresses, directories and simulated drivers; the daemons run on
     // init's files, unchanged.
     let cluster = Cluster::prepare(spec(3).with_gpus(gpus)).expect("prepare 3 nodes");
-    let ips: Vec<String> = (0..3).map(|i| cluster.node(i).ip().to_string()).collect();
-    let base = cluster.node(0).dir().join("init");
-    let install = base.join("node{id}");
-    let out = run(Command::new(binary()).args([
-        "init",
-        "--nodes",
-        &ips.join(","),
-        "--out",
-        &base.display().to_string(),
-        "--install-dir",
-        &install.display().to_string(),
-    ]));
-    assert!(out.status.success(), "init: {}", text(&out.stderr));
+    let (base, ips, out) = crate::init::init_on_one_host(&cluster);
     let said = text(&out.stdout);
     assert!(
         said.contains("(in place)") && said.contains("Several nodes on one host"),
