@@ -350,7 +350,7 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
     if let logging::LogTarget::Stderr(Some(why)) = &target {
         warn!("{why}; logging to stderr");
     }
-    // NVIDIA's performance statistics (imex-guide §6); dropped at the stop: the last record.
+    // NVIDIA's performance statistics (docs/reference/imex-guide.md §6); dropped at the stop: the last record.
     // The counts are the configured daemon's; an unconfigured one has no peers to count.
     let counts = match &mode {
         Mode::Configured { world, .. } => world.stats.clone(),
@@ -365,7 +365,7 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
         },
         counts,
     );
-    // The configuration dump of NVIDIA's daemon (imex-guide §9), which `ctl -d` prints too.
+    // The configuration dump of NVIDIA's daemon (docs/reference/imex-guide.md §9), which `ctl -d` prints too.
     info!(
         "IMEX version {} (openimex) is running with the following configuration options",
         env!("CARGO_PKG_VERSION")
@@ -435,7 +435,7 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
     // Tasks still blocked on a hung peer must not hold the exit past the 5 s promise.
     runtime.shutdown_timeout(Duration::from_millis(500));
     drop(stats);
-    // NVIDIA flushes the verbose buffer at shutdown (imex-guide §5); the runtime is gone, so
+    // NVIDIA flushes the verbose buffer at shutdown (docs/reference/imex-guide.md §5); the runtime is gone, so
     // this write blocks nothing.
     if matches!(result, Ok(Outcome::Configured)) {
         return Err(reexec::exec(&std::env::args_os().collect::<Vec<_>>()));
@@ -445,7 +445,7 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
 }
 
 /// Resolves on SIGTERM, SIGINT or SIGQUIT. SIGHUP writes the verbose log buffer to the log
-/// (imex-guide §5; see [`logging`]). SIGUSR1 re-reads the nodes file and re-resolves its DNS
+/// (docs/reference/imex-guide.md §5; see [`logging`]). SIGUSR1 re-reads the nodes file and re-resolves its DNS
 /// names without a restart (NVIDIA's behaviour without TLS, which the Kubernetes DRA driver's
 /// DNS-name mode relies on): each one is a request on the returned channel, which the daemon
 /// serves one at a time (see `openimex_imexd::Reloads`). With TLS on, the daemon reloads its keys

@@ -1,5 +1,5 @@
 //! `openimex channels create N`: the IMEX channel files of a node, as an administrator
-//! creates them (`imex-guide.md` §8, `driver-interface.md` §2): `DIR/channel0..channel{N-1}`
+//! creates them (`docs/reference/imex-guide.md` §8, `docs/reference/driver-interface.md` §2): `DIR/channel0..channel{N-1}`
 //! (or N channels from `--first F`, e.g. one channel for one job),
 //! each the character device `c <major> <n>` where the major is the one `/proc/devices` lists
 //! for `nvidia-caps-imex-channels`; on a node without that driver, the simulated driver's

@@ -323,7 +323,7 @@ fn config_text(node: &InitNode, count: usize, lines: &[(String, String)]) -> Str
     let (id, entry) = (node.id, &node.entry);
     let mut text = format!(
         "# openimex init: node {id} ({entry}) of a {count}-node domain; NVIDIA's config keys.\n\
-         # Every key not set here has NVIDIA's default (see the README's Configuration).\n"
+         # Every key not set here has NVIDIA's default (docs/operator/configuration.md in openimex's repository).\n"
     );
     for (key, value) in lines {
         let _ = writeln!(text, "{key}={value}");

@@ -1,7 +1,7 @@
 //! A clean stop under live imports (issue 7 item 2): SIGTERM says goodbye, the peers disable
 //! their importers of this node's memory and acknowledge, and only then are the references held
 //! for them released, so the driver's session ends with nothing dangling and fabric allocation
-//! stays enabled (driver-interface.md §4 "Daemon dies or restarts", item 1). A peer that cannot
+//! stays enabled (docs/reference/driver-interface.md §4 "Daemon dies or restarts", item 1). A peer that cannot
 //! be told (hung) keeps its references dangling: the driver then disables fabric allocation, as
 //! it does for a crash, so no memory a remote importer may map is reused. Either way the daemon
 //! exits 0 within 5 s.

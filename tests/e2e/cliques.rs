@@ -3,7 +3,7 @@
 //! CompleteFabricProbe control, the entry point the Fabric Manager uses) moves node 1's GPUs to
 //! another clique; its driver posts CLIQUE_ID_CHANGE on channel 0, its daemon logs it, and
 //! `ctl --fabric` on either side shows the new clique and marks the other node outside
-//! (`reference/driver-interface.md` §1.6 "Other events", §5). Memory of node 1 imports on
+//! (`docs/reference/driver-interface.md` §1.6 "Other events", §5). Memory of node 1 imports on
 //! node 0 but its map is refused with the driver's NV_ERR_INVALID_STATE, which the app reports
 //! as CUDA_ERROR_ILLEGAL_STATE (401), while memory of node 2 (same clique) maps and verifies
 //! (§1.6 "Map", §6.8). A GPU's health change (LIMITED_CAPACITY with DEGRADED_BW) shows in

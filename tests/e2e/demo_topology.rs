@@ -2,7 +2,7 @@
 //! Manager first, then one driver (`--fabric-manager`) and one daemon per compute tray; the
 //! all-to-all over every GPU of the layout; a topology file's errors; and `--partitions K`,
 //! where an import from another clique must be refused when the importing GPU maps it
-//! (driver-interface.md §5 and §6.8: RM maps imported memory only on a GPU of the owner's
+//! (docs/reference/driver-interface.md §5 and §6.8: RM maps imported memory only on a GPU of the owner's
 //! clique).
 
 use std::path::{Path, PathBuf};
@@ -131,7 +131,7 @@ fn demo_topology_file_errors_name_file_and_line() {
 
 /// Two trays of two GPUs split into two cliques: 12 imports, 8 of them across cliques. Each
 /// cross-clique import is refused at map with the driver's NV_ERR_INVALID_STATE, which the app
-/// sees as CUDA_ERROR_ILLEGAL_STATE (401) (driver-interface §1.6 "Map", §6.8), while the
+/// sees as CUDA_ERROR_ILLEGAL_STATE (401) (docs/reference/driver-interface.md §1.6 "Map", §6.8), while the
 /// in-clique pairs verify and nothing leaks.
 #[test]
 fn demo_partitions_counts_imports_across_cliques() {
@@ -175,7 +175,7 @@ fn demo_partitions_counts_imports_across_cliques() {
 }
 
 /// `--allreduce` on two trays of an nvl36 rack (8 GPUs): one multicast team over every GPU
-/// (the prime on tray 0, imported once on tray 1; driver-interface §1.6 "Multicast (NVLS)
+/// (the prime on tray 0, imported once on tray 1; docs/reference/driver-interface.md §1.6 "Multicast (NVLS)
 /// across nodes"), each GPU's slice load-reduced over all members and stored back to all;
 /// every buffer holds the sums, nothing leaks (multicast objects and bindings included), and
 /// the bandwidth is reported against a local memcpy.

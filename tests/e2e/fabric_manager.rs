@@ -1,6 +1,6 @@
 //! The simulated Fabric Manager with real processes: `openimex-lab fabric serve`, the trays'
 //! drivers started with `--fabric-manager` (their probes come from it), and the operator's
-//! `openimex-lab fabric …` commands on its control socket (driver-interface §5: the probe, the
+//! `openimex-lab fabric …` commands on its control socket (docs/reference/driver-interface.md §5: the probe, the
 //! clusterUuid and cliqueId, partitions, health; allocation refused until the probe completes).
 //!
 //! Every cluster here runs the first trays of a preset against an FM serving the whole domain.

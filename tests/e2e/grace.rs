@@ -1,5 +1,5 @@
 //! Peer loss with a grace time, end to end (`IMEX_NODE_DISCONNECTED_GRACE_TIME` as imex-guide
-//! §1 and "Connections, Quorum, and Clean up" define it; driver-interface.md §4 "Peer node dies
+//! §1 and "Connections, Quorum, and Clean up" define it; docs/reference/driver-interface.md §4 "Peer node dies
 //! or disconnects").
 //!
 //! - Issue 7 item 3: the exporter's daemon hangs (SIGSTOP: no reset, only heartbeats tell);
@@ -118,7 +118,7 @@ fn releases_logged(cluster: &Cluster, from: usize) -> String {
 /// imports are new and live: they write and read node 0's memory, checked against the
 /// exporter's view, until seconds after the release step would have come, and node 0 holds
 /// their references all along (its release step, cancelled by the reconnection, released
-/// nothing). Everything is released once they and the exporter exit. driver-interface.md §4
+/// nothing). Everything is released once they and the exporter exit. docs/reference/driver-interface.md §4
 /// "Peer node dies or disconnects"; IMEX guide "Connections, Quorum, and Clean up".
 #[test]
 fn imports_made_after_a_partition_healed_inside_the_fence_margin_keep_their_references() {

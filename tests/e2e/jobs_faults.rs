@@ -147,7 +147,7 @@ fn an_ended_job_keeps_its_mappings_refuses_new_imports_and_its_channel_waits_for
     // A new import under the ended job, on the channel a stray of it still holds, is refused at
     // once with the driver's channel error. (Had another process of the job still held the
     // import, the driver would hand it over from its cache on that channel without asking the
-    // daemon: memory of the stray's own job, driver-interface §2.)
+    // daemon: memory of the stray's own job, docs/reference/driver-interface.md §2.)
     std::fs::hard_link(&kept, channel(&cluster, 1, 1)).expect("the channel as still held");
     let out = run(&mut importer(
         d1,

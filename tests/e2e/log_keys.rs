@@ -1,4 +1,4 @@
-//! Issue 9 item 1, the logging keys (imex-guide §1, §9) on real daemons: `LOG_LEVEL` decides
+//! Issue 9 item 1, the logging keys (docs/reference/imex-guide.md §1, §9) on real daemons: `LOG_LEVEL` decides
 //! which of ERROR, WARNING and INFO reach the file; `LOG_FILE_MAX_SIZE` with
 //! `LOG_MAX_ROTATE_COUNT` caps and rotates it (N rotated files, the oldest purged; 0 stops with
 //! one notice); `LOG_USE_SYSLOG=1` sends every line to a syslog datagram socket instead, and

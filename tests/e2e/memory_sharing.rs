@@ -1,9 +1,9 @@
 //! Fabric memory across nodes, end to end: `openimex-lab app` processes export on one node and
 //! import on another through the simulated GPU drivers and the IMEX daemons
-//! (DESIGN.md §1–§2, driver-interface.md §4). Each test reads the drivers' counters
+//! (docs/DESIGN.md §1–§2, docs/reference/driver-interface.md §4). Each test reads the drivers' counters
 //! (`openimex-lab app stats`) to show that references are taken where the driver interface says
 //! and always return to zero: no leak, no memory freed under an importer. Where a test asserts a
-//! driver status, its comment names the section of `reference/driver-interface.md` the
+//! driver status, its comment names the section of `docs/reference/driver-interface.md` the
 //! simulated driver follows there.
 
 use std::process::Command;

@@ -1,4 +1,4 @@
-//! Multicast (NVLS) across trays through real daemons (`reference/driver-interface.md` §1.6
+//! Multicast (NVLS) across trays through real daemons (`docs/reference/driver-interface.md` §1.6
 //! "Multicast (NVLS) across nodes" 3-5): the importer's GPU attaches go from its driver
 //! (REMOTE_GPU_ATTACH) through its daemon to the prime's daemon, which calls
 //! ATTACH_REMOTE_GPU on the prime. With no Fabric Manager (the drivers play their own), the

@@ -1,6 +1,6 @@
 //! Multicast (NVLS) under faults, with real processes and the real Fabric Manager (issue 14:
 //! "multicast under an importer and a daemon kill -9 (nothing stale, nothing leaked)";
-//! `reference/driver-interface.md` §1.6 "Multicast" 7, §4). A team of three trays: the prime
+//! `docs/reference/driver-interface.md` §1.6 "Multicast" 7, §4). A team of three trays: the prime
 //! on tray 0 (this test process), an `openimex-lab app multicast --import --hold` process on each
 //! of trays 1 and 2, each GPU 0 binding 2 MiB. Then:
 //! - the importer application on tray 2 is killed -9: its driver frees its object, which

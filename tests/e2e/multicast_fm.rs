@@ -1,5 +1,5 @@
 //! Multicast (NVLS) over four trays with the real Fabric Manager (`openimex-lab fabric serve`):
-//! `reference/driver-interface.md` §1.6 "Multicast (NVLS) across nodes" 3-5 and §6.10. The
+//! `docs/reference/driver-interface.md` §1.6 "Multicast (NVLS) across nodes" 3-5 and §6.10. The
 //! prime on tray 0 needs four GPUs, one per tray; the attaches of trays 1-3 go through their
 //! daemons to the prime's daemon (ATTACH_REMOTE_GPU). The team is set up only after the last
 //! attach, by the FM, which answers every member's driver directly (no daemon round trip);

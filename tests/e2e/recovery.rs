@@ -1,5 +1,5 @@
-//! The RECOVERY quorum after an unclean exit (issue 7 item 1; imex-guide §4 "persist.dat";
-//! driver-interface.md §4: a daemon that dies holding export references leaves fabric
+//! The RECOVERY quorum after an unclean exit (issue 7 item 1; docs/reference/imex-guide.md §4 "persist.dat";
+//! docs/reference/driver-interface.md §4: a daemon that dies holding export references leaves fabric
 //! allocation disabled, and a new session re-enables it). The exporter's daemon is killed with a
 //! live remote import; restarted while the importer's daemon is unreachable, it reports
 //! WAITING_FOR_RECOVERY, names the awaited node, and opens no driver session; once the importer

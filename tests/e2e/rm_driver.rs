@@ -1,6 +1,6 @@
 //! Issue 29: the daemon speaks the GPU driver's real interface. Real daemon processes on the
 //! `nvidia` backend over simulated drivers (their node directories are the driver roots):
-//! the golden trace of what a daemon issues, matched to `reference/driver-interface.md` §1.6
+//! the golden trace of what a daemon issues, matched to `docs/reference/driver-interface.md` §1.6
 //! step by step on two driver versions whose layouts differ; `openimex driver-check`; and the
 //! faults an operator meets (no driver, the session held, the capability missing, not root).
 

@@ -1,4 +1,4 @@
-//! The performance statistics file (issue 9 item 1, imex-guide §6): real daemons with
+//! The performance statistics file (issue 9 item 1, docs/reference/imex-guide.md §6): real daemons with
 //! simulated GPUs write NVIDIA's record format every `OPENIMEX_STATS_INTERVAL_SEC`, their
 //! message counts cover the imports and unimports done, a last record is written at a clean
 //! stop, `STATS_FILE_NAME` equal to `LOG_FILE_NAME` puts the records into the main log (both

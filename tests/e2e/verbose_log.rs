@@ -1,4 +1,4 @@
-//! Issue 7 item 4, SIGHUP (imex-guide §1 LOG_LEVEL, §5): messages that LOG_LEVEL keeps out of
+//! Issue 7 item 4, SIGHUP (docs/reference/imex-guide.md §1 LOG_LEVEL, §5): messages that LOG_LEVEL keeps out of
 //! the log go to a bounded in-memory buffer; SIGHUP writes it to the log behind a header that
 //! says how many and since when, the daemon keeps running, and a clean stop writes what is left.
 

@@ -201,7 +201,7 @@ impl Context {
     /// As [`Context::import_with_timeout`], with the import ID `id` (below 2^48 - 1, which the
     /// driver reserves for multicast). The driver keys import descriptors by (export UUID,
     /// `(id << 16) | index`) and the ID travels in the MEM_IMPORT event to the daemon
-    /// (`reference/driver-interface.md` §1.4, §1.6 "Import request"): imports of one handle
+    /// (`docs/reference/driver-interface.md` §1.4, §1.6 "Import request"): imports of one handle
     /// with the same ID on a node share a descriptor, imports with different IDs each get
     /// their own (and their own exporter reference). Which IDs libcuda uses is not public;
     /// [`Context::import`] uses 0.
@@ -300,7 +300,7 @@ impl Context {
     /// node, with no copy). The mapping lasts until the [`Mapping`] is dropped (cuMemUnmap).
     ///
     /// The driver checks the mapping GPU first, as the real one does on the map and not on the
-    /// import (`reference/driver-interface.md` §1.6 "Map", §6.8): imported memory maps only on
+    /// import (`docs/reference/driver-interface.md` §1.6 "Map", §6.8): imported memory maps only on
     /// a GPU whose cliqueId, bwMode and bwModeEpoch equal the owner GPU's. A refusal is
     /// NV_ERR_INVALID_STATE, which the library reports as [`CuError::IllegalState`]
     /// (CUDA_ERROR_ILLEGAL_STATE, 401; which code libcuda returns from cuMemMap there is not

@@ -25,7 +25,7 @@
 //! A failed import is always `NV_ERR_INVALID_OBJECT`, whatever went wrong between the daemons
 //! (the export is gone, the exporter's daemon refused the channel, the exporter's node is
 //! unreachable): the daemon fails it with VALIDATE's IMPORT_FAILED flag, which carries no status
-//! (`reference/driver-interface.md` §4 "Failed import"). Field reports of such failures read
+//! (`docs/reference/driver-interface.md` §4 "Failed import"). Field reports of such failures read
 //! `cuMemImportFromShareableHandle: invalid resource handle` (§3), which is this code.
 //!
 //! Errors of our own side: no driver socket is `CUDA_ERROR_NO_DEVICE` (100), a failed socket,

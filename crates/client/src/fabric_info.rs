@@ -1,5 +1,5 @@
 //! [`Context::gpu_fabric_info`]: a GPU's fabric probe as NVML's `nvmlDeviceGetGpuFabricInfoV`
-//! presents it to NCCL, NVSHMEM and UCX (`reference/driver-interface.md` §3, §5), read from the
+//! presents it to NCCL, NVSHMEM and UCX (`docs/reference/driver-interface.md` §3, §5), read from the
 //! driver's NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO.
 
 use openimex_simproto::handle::decode_hex_array;

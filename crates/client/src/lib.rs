@@ -29,7 +29,7 @@
 //! object, EXPORT_MEM, the IMPORT_V2 object and its wait), this library makes one higher-level
 //! call of the simulated driver's own protocol: libcuda is closed, so the sequence it runs is
 //! not known ioctl by ioctl. The IMEX daemon's side, which is public, is spoken byte for byte
-//! (the daemon's `nvidia` backend, `reference/driver-interface.md` §1.6).
+//! (the daemon's `nvidia` backend, `docs/reference/driver-interface.md` §1.6).
 //!
 //! [`multicast`] adds NVLS multicast objects (cuMulticast*): a store through their mapping
 //! lands in every member GPU's memory.

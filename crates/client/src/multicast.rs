@@ -1,5 +1,5 @@
 //! Multicast (NVLS) objects, shaped like CUDA's cuMulticast* API
-//! (`reference/driver-interface.md` §3, §1.6 "Multicast (NVLS) across nodes"):
+//! (`docs/reference/driver-interface.md` §3, §1.6 "Multicast (NVLS) across nodes"):
 //! [`Context::multicast_create`] (cuMulticastCreate) for a team of `num_devices` GPUs,
 //! [`Multicast::export`] to a 64-byte fabric handle that other trays
 //! [`Context::multicast_import`], [`Multicast::add_device`] (cuMulticastAddDevice) on every

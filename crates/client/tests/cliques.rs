@@ -1,7 +1,7 @@
 //! The map check across cliques, through the client library against the simulated driver's
 //! server (two nodes, one GPU each, loopback daemons): memory imported from a GPU of another
 //! clique, or of another bandwidth mode or epoch, imports but does not map
-//! (`reference/driver-interface.md` §1.6 "Map", §5, §6.8). The driver's NV_ERR_INVALID_STATE
+//! (`docs/reference/driver-interface.md` §1.6 "Map", §5, §6.8). The driver's NV_ERR_INVALID_STATE
 //! (`memoryfabricimportv2IsGpuMapAllowed` via `dmaAllocMapping_GM107`) reaches the application
 //! as CUDA_ERROR_ILLEGAL_STATE (401), the client's mapping of that status (§3: libcuda's own
 //! code for this refusal is not public).

@@ -5,7 +5,7 @@
 //! run this test binary again as `openimex-lab app` (see `cli_child`) with piped stdin/stdout.
 //!
 //! Where a test asserts what the driver does, the comment names the section of
-//! `reference/driver-interface.md` that the simulated driver follows there.
+//! `docs/reference/driver-interface.md` that the simulated driver follows there.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,6 +1,6 @@
 //! Multicast (NVLS) objects through the client library against the real driver server
 //! (`openimex_simgpu::server`, in-process): a single-tray team of 4 GPUs whose store lands in
-//! every bound memory and whose load-reduce sums them (`reference/driver-interface.md` §6.10,
+//! every bound memory and whose load-reduce sums them (`docs/reference/driver-interface.md` §6.10,
 //! §1.6 "Multicast (NVLS) across nodes" 5-6), a two-tray team with no Fabric Manager, whose
 //! remote attach goes through the (loopback) daemons and which is refused
 //! (CUDA_ERROR_NOT_SUPPORTED: no multicast across trays without an FM). Teams across trays

@@ -3,7 +3,7 @@
 //! app gpus`. This test binary is re-run as each of those processes (see `child`): as
 //! `openimex-lab gpu`, as `openimex-lab app`, and as an unprivileged user sending the control.
 //!
-//! What the driver does follows `reference/driver-interface.md` §5 (probe states, fields,
+//! What the driver does follows `docs/reference/driver-interface.md` §5 (probe states, fields,
 //! "UC FLA ranges should be initialized") and §6.9; the CUDA error is the client's mapping of
 //! the driver's status (`openimex_client::error`).
 
@@ -228,7 +228,7 @@ fn fabric_memory_waits_for_the_probe_and_the_query_returns_its_answer() {
 }
 
 /// Completing a probe is the Fabric Manager's, as opening the IMEX session is the daemon's
-/// (`reference/driver-interface.md` §1.4, §1.5: privileged controls need the fabric
+/// (`docs/reference/driver-interface.md` §1.4, §1.5: privileged controls need the fabric
 /// capability): an unprivileged user gets NV_ERR_INSUFFICIENT_PERMISSIONS and nothing changes.
 #[test]
 fn only_root_completes_a_probe() {

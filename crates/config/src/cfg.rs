@@ -32,7 +32,7 @@
 //! The daemon must log every notice once at warn level after start ([`Config::notices`]).
 
 mod dump;
-mod keys;
+pub(crate) mod keys;
 #[cfg(test)]
 mod tests;
 mod tls;

@@ -1,4 +1,4 @@
-//! `NETWORK_INTERFACE` (imex-guide §1): which network interface the peer listener is on.
+//! `NETWORK_INTERFACE` (docs/reference/imex-guide.md §1): which network interface the peer listener is on.
 //!
 //! NVIDIA documents the key as "only needed when the bind IP is IPv6 link-local and present on
 //! several interfaces". A link-local address (`fe80::/10`) means nothing without the interface

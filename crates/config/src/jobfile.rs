@@ -37,7 +37,7 @@ pub const JOB_FILE_SUFFIX: &str = ".job";
 /// Longest job name.
 pub const MAX_JOB_NAME: usize = 64;
 /// The most IMEX channels a driver can have (`NVreg_ImexChannelCount` at its maximum, 2^20,
-/// driver-interface §2): a channel at or past it names no device on any node.
+/// docs/reference/driver-interface.md §2): a channel at or past it names no device on any node.
 pub const MAX_CHANNELS: u32 = 1 << 20;
 /// Largest job file read (a job file is a few lines; anything bigger is not one).
 pub const MAX_JOB_FILE: u64 = 64 * 1024;

@@ -24,6 +24,7 @@ pub mod iface;
 pub mod jobfile;
 mod local;
 mod nodes;
+pub mod reference;
 
 pub use cfg::{
     AuthMode, AuthSource, Config, DEFAULT_STATS_INTERVAL_SEC, DEFAULT_SYSLOG_SOCKET,

@@ -3,7 +3,7 @@
 //! config printed back as `KEY=value` lines parses to the same values.
 //!
 //! Each property runs [`CASES`] cases; `PROPTEST_CASES=N` runs `N` instead (the longer run the
-//! README describes).
+//! testing guide describes, docs/testing.md).
 
 #[path = "../../core/tests/prop_budget/mod.rs"]
 mod prop_budget;

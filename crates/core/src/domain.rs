@@ -1,7 +1,7 @@
 //! Domain status from the connectivity matrix: the rule behind `Domain State:` and the
 //! top-level JSON `status`.
 //!
-//! NVIDIA does not document the rule. Observed (imex-guide.md §3): UP when every configured
+//! NVIDIA does not document the rule. Observed (docs/reference/imex-guide.md §3): UP when every configured
 //! node is READY and the matrix is all `C`; DEGRADED when some nodes are READY and others are
 //! not (3 live nodes of 18 slots stays DEGRADED); DOWN when the local daemon is not serving.
 

@@ -1,4 +1,4 @@
-//! The GPU driver's vocabulary as the node's logic sees it (`reference/driver-interface.md`
+//! The GPU driver's vocabulary as the node's logic sees it (`docs/reference/driver-interface.md`
 //! §1.6): the fabric events the driver posts, the page list DESCRIBE returns, and the statuses
 //! that cross from one node's driver to another's. The `driver` crate re-exports these, so the
 //! daemon, its backends and core speak the same types.
@@ -98,7 +98,7 @@ pub enum Event {
         export_node: NodeId,
     },
     /// CLIQUE_ID_CHANGE (channel 0): a Fabric Manager probe update moved local GPU `gpu` to
-    /// clique `clique_id` (`reference/driver-interface.md` §1.6 "Other events", §5). Nothing
+    /// clique `clique_id` (`docs/reference/driver-interface.md` §1.6 "Other events", §5). Nothing
     /// of the import state machine depends on it; the node's fabric view follows it.
     CliqueIdChange {
         /// The GPU's ID on this node.
@@ -107,7 +107,7 @@ pub enum Event {
         clique_id: u32,
     },
     /// REMOTE_GPU_ATTACH: a local GPU joined an imported multicast object; the prime's node
-    /// must add it to the team (`reference/driver-interface.md` §1.6 "Multicast" 3-4).
+    /// must add it to the team (`docs/reference/driver-interface.md` §1.6 "Multicast" 3-4).
     RemoteGpuAttach(RemoteGpuAttach),
 }
 

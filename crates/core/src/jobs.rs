@@ -27,9 +27,9 @@
 //!   the end, memory of its own job, and maps nothing new from another node: the one thing it
 //!   still gets is memory its node has imported already for a process of the job still
 //!   holding it, which the driver hands out from its cache on the same channel without asking
-//!   the daemon (`reference/driver-interface.md` §2, IMPORT_V2) — memory of its own job again,
+//!   the daemon (`docs/reference/driver-interface.md` §2, IMPORT_V2) — memory of its own job again,
 //!   and the channel it holds goes to no other job (below). Revoking them is not
-//!   in the daemon's power per job: DISABLE_IMPORTERS (`reference/driver-interface.md` §1.6)
+//!   in the daemon's power per job: DISABLE_IMPORTERS (`docs/reference/driver-interface.md` §1.6)
 //!   acts on every importer of one exporting node, whatever the channel, so using it at a job's
 //!   end would break the other jobs on that node (the lost-node rules use it because there the
 //!   whole node is gone).
@@ -37,7 +37,7 @@
 //!   ([`Jobs::end`]) and is handed to no job until the owner reports it clear
 //!   ([`Jobs::channel_clear`]). A process of the ended job may still hold an RM client
 //!   subscribed to the channel (the subscription outlives the channel's file descriptor, and
-//!   exports record the channel they were made on: `reference/driver-interface.md` §1.4, §2), and
+//!   exports record the channel they were made on: `docs/reference/driver-interface.md` §1.4, §2), and
 //!   such a process could export on it at any time; nothing in an export tells which job made
 //!   it. So the guarantee that a later job never reaches memory of an earlier one rests on the
 //!   channel not being given to the later job on this node while such a process may live, and

@@ -391,7 +391,7 @@ impl Node {
     /// peer's importers are released once that peer acknowledged the goodbye (it has disabled
     /// its importers of our memory then: [`Node::handle_goodbye_delivered`]); those of a peer
     /// that could not be told stay held, so the driver sees them dangling at session close and
-    /// keeps fabric allocation disabled until a daemon recovers them (driver-interface.md §4).
+    /// keeps fabric allocation disabled until a daemon recovers them (docs/reference/driver-interface.md §4).
     pub fn handle_shutdown(&mut self, now: Instant) {
         let first = self.goodbyes_start();
         self.mesh.handle_shutdown(now);

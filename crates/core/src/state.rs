@@ -1,5 +1,5 @@
 //! The words NVIDIA's tools print and parse: daemon states, connection states, domain status.
-//! Their spelling is fixed by compatibility (`imex-guide.md` §2–§3); DCGM, the DRA driver and
+//! Their spelling is fixed by compatibility (`docs/reference/imex-guide.md` §2–§3); DCGM, the DRA driver and
 //! Slurm prologs match on them.
 
 use std::fmt;

@@ -1,6 +1,6 @@
 //! The node's fabric view and its cliques (`node/cliques.rs`, issue 30 item 2): when the GPUs'
 //! probes are read (before the start, every FABRIC_REFRESH, at once on CLIQUE_ID_CHANGE —
-//! `reference/driver-interface.md` §1.6 "Other events", §5), which peers are told a change,
+//! `docs/reference/driver-interface.md` §1.6 "Other events", §5), which peers are told a change,
 //! and what a peer's cliques are believed from. Deterministic, in virtual time.
 
 mod sim;

@@ -1,7 +1,7 @@
 //! A give-back that overtakes its import: an importer that gave up on an import tells the
 //! exporter at once, and after a healed partition that give-back (on the new session) can land
 //! before the request held on the old connection. The exporter refuses the late request
-//! instead of taking a reference nobody will hand back (driver-interface.md §4, "Peer node dies
+//! instead of taking a reference nobody will hand back (docs/reference/driver-interface.md §4, "Peer node dies
 //! or disconnects": references held for an importer are released only by its unimport or its
 //! cleanup, so one taken for an answer that is never read would be held until the importer
 //! restarts).

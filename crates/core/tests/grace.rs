@@ -1,5 +1,5 @@
-//! Peer loss with a grace time (`IMEX_NODE_DISCONNECTED_GRACE_TIME`, imex-guide §1 and
-//! "Connections, Quorum, and Clean up"; driver-interface.md §4 "Peer node dies or
+//! Peer loss with a grace time (`IMEX_NODE_DISCONNECTED_GRACE_TIME`, docs/reference/imex-guide.md §1 and
+//! "Connections, Quorum, and Clean up"; docs/reference/driver-interface.md §4 "Peer node dies or
 //! disconnects"): -1 waits forever, 0 cleans up at once, N seconds cleans up after N. Clean-up
 //! disables the local importers of the peer's memory and drops the references held for it; the
 //! matrix shows R before and D after. The same instance back within the grace time loses

@@ -1,4 +1,4 @@
-//! Multicast across trays through the daemons (`reference/driver-interface.md` §1.6 "Multicast
+//! Multicast across trays through the daemons (`docs/reference/driver-interface.md` §1.6 "Multicast
 //! (NVLS) across nodes" 3-4): the importer's REMOTE_GPU_ATTACH goes to the prime's node, whose
 //! daemon calls ATTACH_REMOTE_GPU (which fails the prime itself when it refuses), or
 //! SET_FAILURE on an error of its own; an unproven sender touches nothing.

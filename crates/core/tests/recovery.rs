@@ -1,5 +1,5 @@
-//! The recovery gate and the persist record (`IMEX_WAIT_FOR_QUORUM=RECOVERY`, imex-guide §4;
-//! driver-interface.md §4: a new session re-enables fabric allocation, so it must not open while
+//! The recovery gate and the persist record (`IMEX_WAIT_FOR_QUORUM=RECOVERY`, docs/reference/imex-guide.md §4;
+//! docs/reference/driver-interface.md §4: a new session re-enables fabric allocation, so it must not open while
 //! nodes may still map memory the previous daemon left dangling).
 
 mod sim;

@@ -1,7 +1,7 @@
 //! `--fabric` (ours): this node's GPUs on the NVLink fabric (probe state, clusterUuid,
 //! partition, cliqueId, bandwidth mode, health summary and the named health fields) and every
 //! node's cliques, marking the nodes outside this node's clique(s) — memory they export does
-//! not map here (`reference/driver-interface.md` §5, §6.8). Text or JSON (`-j`).
+//! not map here (`docs/reference/driver-interface.md` §5, §6.8). Text or JSON (`-j`).
 //!
 //! A node's cliques are those of its GPUs whose probe completed. A node that could not be
 //! asked, or whose daemon predates the field, has none known: it is shown as unknown, never as

@@ -1,5 +1,5 @@
 //! `openimex ctl`: a client of the daemon's command service, compatible with NVIDIA's
-//! `nvidia-imex-ctl` (flags, output and exit codes as `imex-guide.md` §2 describes them), plus
+//! `nvidia-imex-ctl` (flags, output and exit codes as `docs/reference/imex-guide.md` §2 describes them), plus
 //! our own views: `--links` (instances and the reason of each link's last change) and
 //! `--peers` (what the local daemon holds for, imports from and owes each peer, and its
 //! clean-ups of each with reason and time), `--fabric` (this node's GPUs on the NVLink fabric

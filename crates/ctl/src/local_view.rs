@@ -1,5 +1,5 @@
 //! `-m` (the node map) and `-d` (the configuration dump): openimex's meanings for two flags of
-//! NVIDIA's usage line whose meaning NVIDIA does not publish (imex-guide §2).
+//! NVIDIA's usage line whose meaning NVIDIA does not publish (docs/reference/imex-guide.md §2).
 //!
 //! Both come from the running daemon's command service (the `Config` call): the options as it
 //! logged them at start, and the node map it uses (SIGUSR1 may have grown it) with what each

@@ -1,5 +1,5 @@
 //! What `ctl` prints, from a [`DomainReply`]: NVIDIA's `-N` text table and `-N -j` JSON (byte
-//! for byte where `imex-guide.md` §2 shows them), our own `--links` view with instances
+//! for byte where `docs/reference/imex-guide.md` §2 shows them), our own `--links` view with instances
 //! and reasons, and our own `--peers` view (from a [`PeersReply`]).
 
 use std::io::{self, Write};

@@ -3,7 +3,7 @@
 //! `openimex channels` makes the real driver's character devices with the same modes.
 //!
 //! On a real node a channel is the character device `c <major> N` and its file permissions
-//! are the whole access policy (`reference/driver-interface.md` §2: "ordinary file
+//! are the whole access policy (`docs/reference/driver-interface.md` §2: "ordinary file
 //! permissions on the /dev node are the whole access policy"); the simulation uses a regular
 //! file per channel with the same meaning. A world-writable channel lets every local user
 //! share fabric memory with every job on that channel, which is what the kernel module's
@@ -270,7 +270,7 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// `reference/driver-interface.md` §2: the file permissions are the whole policy, and any
+    /// `docs/reference/driver-interface.md` §2: the file permissions are the whole policy, and any
     /// open descriptor is the channel, so others' read bit counts as much as their write bit.
     #[test]
     fn only_channel_files_others_may_open_are_reported() {

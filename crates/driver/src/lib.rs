@@ -1,5 +1,5 @@
 //! The GPU driver as the daemon sees it, shaped like the real kernel interface
-//! (`reference/driver-interface.md` §1.6): open a session with this node's ID, pull fabric
+//! (`docs/reference/driver-interface.md` §1.6): open a session with this node's ID, pull fabric
 //! events (import, unimport), describe an export for a remote importer (taking a reference that
 //! keeps the memory alive), validate or fail a pending import, finish unimports, disable
 //! the importers of a lost node, and read each GPU's fabric probe (clique, bandwidth mode,

@@ -1,4 +1,4 @@
-//! Multicast (NVLS) across trays as the daemon sees it (`reference/driver-interface.md` §1.6
+//! Multicast (NVLS) across trays as the daemon sees it (`docs/reference/driver-interface.md` §1.6
 //! "Multicast (NVLS) across nodes" 3-4): the REMOTE_GPU_ATTACH event an importer's driver
 //! posts when a local GPU joins an imported multicast object ([`crate::Event::RemoteGpuAttach`]),
 //! which the importer's daemon forwards to the owner's daemon, and what the owner's daemon

@@ -1,5 +1,5 @@
 //! The `nvidia` backend: the daemon's side of NVIDIA's Resource Manager (RM) interface on
-//! `/dev/nvidiactl`, run exactly as `reference/driver-interface.md` §1.6 describes it.
+//! `/dev/nvidiactl`, run exactly as `docs/reference/driver-interface.md` §1.6 describes it.
 //!
 //! Start ([`Nvidia::open`], module `start`): open `<root>/dev/nvidiactl`, the version check
 //! (a version outside [`openimex_rmabi::SUPPORTED`] is refused), a root client, a Device and

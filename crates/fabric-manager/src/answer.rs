@@ -1,5 +1,5 @@
 //! The Fabric Manager's answer to every GPU's probe: topology, partition layout and faults
-//! combined into the per-GPU [`ProbeInfo`] of driver-interface §5.
+//! combined into the per-GPU [`ProbeInfo`] of docs/reference/driver-interface.md §5.
 
 use std::collections::BTreeMap;
 

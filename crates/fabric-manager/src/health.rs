@@ -1,5 +1,5 @@
 //! Fabric health as a pure function: which switch trays are down and which links are faulty
-//! give every GPU's health mask and summary (driver-interface §5).
+//! give every GPU's health mask and summary (docs/reference/driver-interface.md §5).
 //!
 //! The model: a GPU plugs into every switch tray of its own rack and reaches the rest of its
 //! fabric through their OSFP links. It keeps working while one switch tray of its rack is

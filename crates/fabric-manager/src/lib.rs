@@ -4,7 +4,7 @@
 //!   chips, with or without OSFP ports), the OSFP links joining racks, and named presets
 //!   (`nvl36`, `nvl36x2`, `nvl72`, `nvl576`).
 //! - [`file`](mod@file): the topology file format for custom layouts, its parser and printer.
-//! - [`probe`]: the numeric encodings of the GPU fabric probe (driver-interface §5) and the
+//! - [`probe`]: the numeric encodings of the GPU fabric probe (docs/reference/driver-interface.md §5) and the
 //!   per-GPU probe answer.
 //! - [`partition`]: fabric partitions of whole compute trays, each with its own cliqueId, and
 //!   which GPUs' cliqueId a layout change moves.

@@ -2,7 +2,7 @@
 //!
 //! It owns the domain's topology, partition layout and faults, knows which trays' drivers are
 //! attached, and turns each input into the in-band messages to send, as `(slot, FromFm)` pairs
-//! (driver-interface §5, §1.6 step 5):
+//! (docs/reference/driver-interface.md §5, §1.6 step 5):
 //! - a tray's driver attaches → one probe answer per GPU, or a refusal;
 //! - an operator command (partitions, switch trays, links, route updates, access-timeout
 //!   recovery) → a probe update for every attached GPU whose answer changed, and the list of

@@ -1,7 +1,7 @@
 //! The GPU fabric probe: its numeric encodings and the Fabric Manager's per-GPU answer.
 //!
 //! The values are those of NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO and of the FM's in-band
-//! probe response (driver-interface §5; field layout in the driver's `nvlink_inband_msg.h`),
+//! probe response (docs/reference/driver-interface.md §5; field layout in the driver's `nvlink_inband_msg.h`),
 //! so a later simulated driver can hand them to NVML-shaped tools unchanged.
 
 use serde::Serialize;

@@ -1,5 +1,5 @@
 //! Benchmarks over real processes. Figures are reported next to a baseline measured in the
-//! same run on the same machine (DESIGN.md §6), never as absolute limits; a scenario that
+//! same run on the same machine (docs/DESIGN.md §6), never as absolute limits; a scenario that
 //! fails or runs out of time is a [`BenchEntry`] with an error, never a crash of the run.
 //!
 //! - [`entry`](BenchEntry): the figure type and its table / Markdown / JSON forms.

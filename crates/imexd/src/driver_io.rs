@@ -191,7 +191,7 @@ impl DriverThreads {
     /// what it reports, for the engine to handle now; otherwise queues it as [`Self::call`]
     /// does and returns `None`.
     ///
-    /// Why describes and validates stay on the runtime thread (DESIGN.md §2 says driver calls
+    /// Why describes and validates stay on the runtime thread (docs/DESIGN.md §2 says driver calls
     /// run off it), measured for issue 30 on a 2-core machine, release build, `openimex-lab
     /// demo` (18 trays, 5,112 imports, the simulated driver answering over its socket): a call
     /// made here blocks the runtime for a describe 0.4–1.3 ms at the median per daemon (p99

@@ -119,7 +119,7 @@ pub async fn run(
         .local_addr()
         .map(|a| a.ip().to_string())
         .unwrap_or_default();
-    // NVIDIA's words (imex-guide §9), then ours on a line of their own.
+    // NVIDIA's words (docs/reference/imex-guide.md §9), then ours on a line of their own.
     info!(
         "Identified this node as ID {}, using bind IP of '{bind_ip}', and network interface of {}",
         settings.local,

@@ -4,7 +4,7 @@
 //! cannot be opened, or syslog with `LOG_USE_SYSLOG=1` (`syslog`); `sink` picks and falls
 //! back. Lines look like `[Dec 02 2026 15:40:01.123] [INFO] [tid 7] message`.
 //!
-//! # The verbose buffer (imex-guide §1 LOG_LEVEL, §5 SIGHUP)
+//! # The verbose buffer (docs/reference/imex-guide.md §1 LOG_LEVEL, §5 SIGHUP)
 //!
 //! Messages that `LOG_LEVEL` keeps out of the log (below the level, down to INFO: at level 3
 //! the INFO lines, at level 0 every line) are formatted as they happen — with their own time

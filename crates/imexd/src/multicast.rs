@@ -1,4 +1,4 @@
-//! Multicast (NVLS) remote GPU attaches on the peer session (`reference/driver-interface.md`
+//! Multicast (NVLS) remote GPU attaches on the peer session (`docs/reference/driver-interface.md`
 //! §1.6 "Multicast (NVLS) across nodes" 3-4): the wire form of the driver's REMOTE_GPU_ATTACH,
 //! the importer's request to the prime's node, and the prime's node's serving of it through
 //! the engine (which calls ATTACH_REMOTE_GPU, or SET_FAILURE on any error).

@@ -1,4 +1,4 @@
-//! The persist record (`persist.dat`, imex-guide §4): which nodes hold references to this
+//! The persist record (`persist.dat`, docs/reference/imex-guide.md §4): which nodes hold references to this
 //! node's memory. NVIDIA's byte format is not published; ours is text:
 //!
 //! ```text

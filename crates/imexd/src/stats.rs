@@ -1,4 +1,4 @@
-//! The performance statistics of NVIDIA's stats file (imex-guide §6, `STATS_FILE_NAME`): what
+//! The performance statistics of NVIDIA's stats file (docs/reference/imex-guide.md §6, `STATS_FILE_NAME`): what
 //! is counted, where, and the record taken from it every interval.
 //!
 //! This module owns the counting; [`record`] owns the text of one record and [`writer`] the

@@ -1,4 +1,4 @@
-//! `openimex-lab bench …`: figures as ratios to a baseline measured in the same run (DESIGN.md §6).
+//! `openimex-lab bench …`: figures as ratios to a baseline measured in the same run (docs/DESIGN.md §6).
 //!
 //! `bench all` runs every scenario, or those `--only` names, each bounded in time, and prints
 //! one table (or one JSON object with `--json`, a Markdown table with `--markdown`). A scenario
@@ -112,7 +112,7 @@ pub(crate) struct AllArgs {
     /// ratio, detail, error).
     #[arg(long, conflicts_with = "markdown")]
     json: bool,
-    /// Print a Markdown table (the README's performance section).
+    /// Print a Markdown table (as docs/performance.md has it).
     #[arg(long)]
     markdown: bool,
 }

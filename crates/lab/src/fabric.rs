@@ -50,7 +50,7 @@ pub(crate) struct TopologyArgs {
     /// A preset: nvl72 (default), nvl36, nvl36x2, nvl576.
     #[arg(value_name = "NAME", conflicts_with = "file")]
     name: Option<String>,
-    /// A topology file (format in the README, "NVLink topologies").
+    /// A topology file (format in docs/lab/fabric.md, "NVLink topologies").
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
     /// Split the domain into K partitions of whole compute trays (each its own clique).

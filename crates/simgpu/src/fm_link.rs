@@ -1,5 +1,5 @@
 //! The tray's NVLink in-band link to the domain's Fabric Manager (`openimex-lab gpu
-//! --fabric-manager`; driver-interface §5, [`openimex_simproto::inband`]).
+//! --fabric-manager`; docs/reference/driver-interface.md §5, [`openimex_simproto::inband`]).
 //!
 //! One thread keeps one connection to the FM's socket in the fabric directory: it connects
 //! (retrying every [`RETRY`] while no FM listens, since the drivers may start first), sends
@@ -276,7 +276,7 @@ mod tests {
         s
     }
 
-    /// driver-interface §5: the probe stays IN_PROGRESS until the FM (started after the driver)
+    /// docs/reference/driver-interface.md §5: the probe stays IN_PROGRESS until the FM (started after the driver)
     /// answers; the answer completes it; the FM going away leaves it as it was, and the link
     /// attaches again to the next FM. The sender reaches the FM on the current connection.
     #[test]

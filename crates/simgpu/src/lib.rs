@@ -5,7 +5,7 @@
 //! domain (sparse, 2 MiB granularity); an importer maps the exporter's file range, so loads and
 //! stores are zero-copy across processes and "nodes". IMEX channels are files under the node's
 //! `dev/nvidia-caps-imex-channels/`; a client proves it holds one by passing an open descriptor.
-//! The semantics follow `reference/driver-interface.md` §1.6, §4 and §6.
+//! The semantics follow `docs/reference/driver-interface.md` §1.6, §4 and §6.
 //!
 //! The socket protocol (the simulated ioctl interface: messages, status codes, framing), the
 //! 64-byte fabric handle and the node-directory layout are not here: they are the

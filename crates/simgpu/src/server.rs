@@ -87,7 +87,7 @@ pub struct DriverConfig {
     pub channels: u32,
     /// `NVreg_ImexChannelCount` (default
     /// [`openimex_simproto::proto::DEFAULT_IMEX_CHANNEL_COUNT`]): the channel numbers
-    /// the driver serves; 0 disables IMEX channels (`reference/driver-interface.md` §2).
+    /// the driver serves; 0 disables IMEX channels (`docs/reference/driver-interface.md` §2).
     pub imex_channel_count: u32,
     /// The driver version it reports (NV_ESC_CHECK_VERSION_STR, the procfs banner) and whose
     /// RM struct layouts it serves (`openimex_rmabi::layout_for`); one the ABI crate does not

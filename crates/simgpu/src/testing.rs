@@ -7,7 +7,7 @@
 //! node's driver directly: a MEM_IMPORT is answered with DESCRIBE on the exporter (taking the
 //! daemon's reference) and VALIDATE on the importer (pages, or the IMPORT_FAILED flag, which
 //! carries no status); a MEM_UNIMPORT drops that reference and finishes the unimport
-//! (`reference/driver-interface.md` §1.6, §4). There is no network, no peer state and no
+//! (`docs/reference/driver-interface.md` §1.6, §4). There is no network, no peer state and no
 //! timer: what is tested is the driver and its clients, not the daemon. It also forwards
 //! multicast REMOTE_GPU_ATTACH events to the prime's driver (ATTACH_REMOTE_GPU); [`fm`] plays
 //! the Fabric Manager's multicast team set-up.

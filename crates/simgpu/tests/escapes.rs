@@ -1,4 +1,4 @@
-//! The RM escapes through real bound drivers (`reference/driver-interface.md` §1.5, §1.6): a
+//! The RM escapes through real bound drivers (`docs/reference/driver-interface.md` §1.5, §1.6): a
 //! daemon per node speaks NVIDIA's ioctl structs over the socket with real descriptors (an
 //! `eventfd` as the OS event, the capability device's descriptor, the GPU device files held
 //! open), applications speak the simulation protocol, and an import is served end to end.

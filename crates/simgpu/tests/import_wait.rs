@@ -1,6 +1,6 @@
 //! An import that waits (`Import` with `wait_ms`): cuMemImportFromShareableHandle allocates the
 //! IMPORT_V2 object, which succeeds at once, then waits on the object's OS event until the
-//! daemon's VALIDATE signals it (`reference/driver-interface.md` §1.6 "Import request" 1-4,
+//! daemon's VALIDATE signals it (`docs/reference/driver-interface.md` §1.6 "Import request" 1-4,
 //! "Daemon B" 3). The simulated driver takes both in one call, so its answer names the new
 //! handle whatever the outcome: the caller owns it, and releases it.
 

@@ -1,4 +1,4 @@
-//! Who may open the IMEX session (`reference/driver-interface.md` §1.4, §1.5: the real driver
+//! Who may open the IMEX session (`docs/reference/driver-interface.md` §1.4, §1.5: the real driver
 //! wants a descriptor of the root-only fabric-imex-mgmt capability in NV_IMEX_SESSION's
 //! `capDescriptor`): an unprivileged local user is refused with
 //! NV_ERR_INSUFFICIENT_PERMISSIONS, so it cannot take the session while no daemon holds it and

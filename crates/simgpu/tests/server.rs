@@ -417,7 +417,7 @@ fn connections_beyond_the_limit_are_closed_and_freed_slots_are_reused() {
     });
 }
 
-/// Issue 7's driver fidelity on the wire (`reference/driver-interface.md`): §4 and §6.1 fabric
+/// Issue 7's driver fidelity on the wire (`docs/reference/driver-interface.md`): §4 and §6.1 fabric
 /// allocation and export with no daemon ever (the UUID says node 0xFFFF); §1.4 and §1.6
 /// "Import request" 2 a packet naming node 0xFFFF is NOT_SUPPORTED; §1.6 "Import request" 4 and
 /// §6.5 an import on a node with no daemon is NOT_READY at once, keeping nothing.

@@ -4,7 +4,7 @@
 //! messages (`nvlink_inband_msg.h`): GPU_PROBE_REQ / GPU_PROBE_RSP when the driver loads, the
 //! FM's probe updates when a partition or the fabric's health changes (a changed cliqueId makes
 //! the driver post CLIQUE_ID_CHANGE to its daemon), and MC_TEAM_SETUP_REQ / _RSP for multicast
-//! teams (`reference/driver-interface.md` §1.6 "Multicast" step 5, §5). The IMEX daemons are
+//! teams (`docs/reference/driver-interface.md` §1.6 "Multicast" step 5, §5). The IMEX daemons are
 //! never on this path: the FM answers every participating driver directly.
 //!
 //! Here the "NVLink" is a unix stream socket in the fabric directory that every tray shares

@@ -1,5 +1,5 @@
 //! The driver protocol's multicast (NVLS) messages: the NV_MEMORY_MULTICAST_FABRIC (class
-//! 0xFD) object's allocation and controls (`reference/driver-interface.md` §1.2-1.4, §1.6
+//! 0xFD) object's allocation and controls (`docs/reference/driver-interface.md` §1.2-1.4, §1.6
 //! "Multicast (NVLS) across nodes"), carried in the driver protocol's `Request::Multicast` and
 //! `Response::Multicast`, and the multicast table the drivers keep in the
 //! fabric directory (the simulated NVSwitch's multicast group: which HBM ranges a store to the

@@ -14,7 +14,7 @@
 //! ```
 //!
 //! The driver creates all of them. Applications open a channel file and pass the descriptor
-//! to prove they hold the channel (`reference/driver-interface.md` §2); the daemon opens the
+//! to prove they hold the channel (`docs/reference/driver-interface.md` §2); the daemon opens the
 //! capability file and passes it in NV_IMEX_SESSION's `capDescriptor` (§1.5). Where the real
 //! files are character devices (a channel, the capability, a GPU), the simulation's are
 //! regular files the driver recognises by inode; the channel number is the file name's suffix

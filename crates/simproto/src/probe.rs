@@ -1,6 +1,6 @@
 //! The GPU fabric probe as the driver exposes it: the probe state machine's values, the result
 //! the Fabric Manager hands each GPU, and the NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO answer
-//! (`reference/driver-interface.md` §1.3, §5).
+//! (`docs/reference/driver-interface.md` §1.3, §5).
 //!
 //! On a real node the GPU's RM sends a probe request over NVLink in-band messages to the
 //! Global Fabric Manager at load; its response fills the clusterUuid, fabric partition ID,
@@ -126,7 +126,7 @@ pub struct ProbeInfo {
 mod tests {
     use super::*;
 
-    /// The numbers are the control's and NVML's (`reference/driver-interface.md` §5).
+    /// The numbers are the control's and NVML's (`docs/reference/driver-interface.md` §5).
     #[test]
     fn states_and_caps_have_the_drivers_values() {
         let states = [

@@ -23,19 +23,19 @@ pub const NO_NODE: u16 = 0xFFFF;
 /// Fabric page size: every allocation and every PFN is in 2 MiB units.
 pub const PAGE_SIZE: u64 = 2 << 20;
 /// The reserved import ID (2^48 - 1, the real driver's `NV00F9_IMPORT_ID_MAX`, kept for
-/// multicast): an import ID must be below it (`reference/driver-interface.md` §1.4).
+/// multicast): an import ID must be below it (`docs/reference/driver-interface.md` §1.4).
 pub const IMPORT_ID_MAX: u64 = (1 << 48) - 1;
 /// Tokens one FINISH_MEM_UNIMPORT takes at most (its `numTokens` is 1..256,
-/// `reference/driver-interface.md` §1.3, §1.4).
+/// `docs/reference/driver-interface.md` §1.3, §1.4).
 pub const MAX_UNIMPORT_TOKENS: usize = 256;
 /// `NVreg_ImexChannelCount`'s default: the channel minors the driver allocates
-/// (`reference/driver-interface.md` §2). 0 disables IMEX channels.
+/// (`docs/reference/driver-interface.md` §2). 0 disables IMEX channels.
 pub const DEFAULT_IMEX_CHANNEL_COUNT: u32 = 2048;
 /// `NVreg_ImexChannelCount`'s maximum (2^20).
 pub const MAX_IMEX_CHANNEL_COUNT: u32 = 1 << 20;
 
 /// The real driver's import cache key of (index, import ID) under an export UUID:
-/// `(id << 16) | index` (`reference/driver-interface.md` §1.4, §6.1).
+/// `(id << 16) | index` (`docs/reference/driver-interface.md` §1.4, §6.1).
 pub fn import_key(index: u16, import_id: u64) -> u64 {
     (import_id << 16) | u64::from(index)
 }
@@ -127,7 +127,7 @@ pub enum FabricEvent {
     },
     /// REMOTE_GPU_ATTACH: a local GPU attached to an imported multicast object; the owner's
     /// daemon must call ATTACH_REMOTE_GPU (or SET_FAILURE) on the prime
-    /// (`reference/driver-interface.md` §1.6 "Multicast" 3-4).
+    /// (`docs/reference/driver-interface.md` §1.6 "Multicast" 3-4).
     RemoteGpuAttach {
         /// System-wide increasing event ID.
         event_id: u64,
@@ -151,7 +151,7 @@ pub enum Validation {
     Pages(FabricPages),
     /// VALIDATE with the IMPORT_FAILED flag. It carries no status: whatever went wrong on the
     /// daemons' side, the importer's object reports NV_ERR_INVALID_OBJECT from then on
-    /// (`reference/driver-interface.md` §1.4 VALIDATE flags, §4 "Failed import").
+    /// (`docs/reference/driver-interface.md` §1.4 VALIDATE flags, §4 "Failed import").
     ImportFailed,
 }
 
@@ -224,7 +224,7 @@ pub enum Request {
     /// `WaitImport` on the new import would, for up to `wait_ms`, and answers `ImportWaited`:
     /// the allocation and libcuda's wait on its OS event in one call, as
     /// cuMemImportFromShareableHandle makes them one after the other
-    /// (`reference/driver-interface.md` §1.6 "Import request" 1-4).
+    /// (`docs/reference/driver-interface.md` §1.6 "Import request" 1-4).
     Import {
         /// The 64-byte handle, hex.
         handle: String,

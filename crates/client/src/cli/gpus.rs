@@ -1,6 +1,6 @@
 //! `openimex-lab app gpus`: each GPU of the node as NVML shows it to NCCL, NVSHMEM and UCX: UUID,
 //! clusterUuid, cliqueId, fabric probe state and health summary, read fresh from the driver's
-//! GET_GPU_FABRIC_PROBE_INFO (`reference/driver-interface.md` §5), as a table or, with
+//! GET_GPU_FABRIC_PROBE_INFO (`docs/reference/driver-interface.md` §5), as a table or, with
 //! `-j`, one JSON object per line.
 
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
 //! `openimex-lab app multicast`: a multicast (NVLS) team of this node's GPUs through the client
 //! library, end to end: create, add every GPU, bind each GPU's memory, store through the
-//! team (checked in every GPU's memory) and load-reduce (`reference/driver-interface.md`
+//! team (checked in every GPU's memory) and load-reduce (`docs/reference/driver-interface.md`
 //! §6.10). For scripts and the tests of the driver's multicast lifecycle (`--hold`, then kill
 //! the process: the driver frees the team with it). `--import HANDLE` joins another tray's
 //! team instead (import, add the GPUs, bind their memory).

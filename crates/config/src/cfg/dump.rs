@@ -1,4 +1,4 @@
-//! The configuration dump the daemon logs at start (imex-guide §9), one `label = value` entry
+//! The configuration dump the daemon logs at start (docs/reference/imex-guide.md §9), one `label = value` entry
 //! per option: NVIDIA's labels for the options its dump is known to show, in its order, then
 //! the other keys under their own names. `ctl -d` prints the same entries.
 

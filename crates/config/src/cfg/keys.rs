@@ -270,6 +270,17 @@ pub(super) fn find(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name == name)
 }
 
+/// Every key the parser knows, in the order of its table (the configuration reference lists
+/// them so: `crate::reference`).
+pub(crate) fn names() -> Vec<&'static str> {
+    KEYS.iter().map(|k| k.name).collect()
+}
+
+/// The keys accepted without effect (the configuration reference says so of them).
+pub(crate) fn without_effect() -> Vec<&'static str> {
+    NOT_SUPPORTED_YET.iter().map(|(name, _)| *name).collect()
+}
+
 /// Names of our own keys, for the "unknown OPENIMEX_ key" error.
 pub(super) fn openimex_keys() -> Vec<&'static str> {
     KEYS.iter()

@@ -1,5 +1,5 @@
 //! The node's GPUs on the NVLink fabric and the cliques they put it in, and what the peers are
-//! told of them (`reference/driver-interface.md` §1.6 "Other events", §5; the guide's §6.8).
+//! told of them (`docs/reference/driver-interface.md` §1.6 "Other events", §5; the guide's §6.8).
 //!
 //! - The GPUs' fabric probes are read when the owner starts the node, every
 //!   [`FABRIC_REFRESH`] after ([`Action::ReadGpuFabric`]: health changes come with no event),

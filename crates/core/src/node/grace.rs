@@ -65,7 +65,7 @@ impl Node {
 
     /// A lost peer stayed away for its whole grace time: fence its memory here now, release
     /// what it held here after [`Node::fence_margin`] at the least (IMEX guide "Connections,
-    /// Quorum, and Clean up"; driver-interface.md §4 "Peer node dies or disconnects").
+    /// Quorum, and Clean up"; docs/reference/driver-interface.md §4 "Peer node dies or disconnects").
     pub(super) fn grace_over(&mut self, now: Instant, peer: NodeId) {
         if self.connected(peer).is_some() || self.cleaned.contains_key(&peer) {
             return;

@@ -1,4 +1,4 @@
-//! Multicast (NVLS) across trays, the daemons' part (`reference/driver-interface.md` §1.6
+//! Multicast (NVLS) across trays, the daemons' part (`docs/reference/driver-interface.md` §1.6
 //! "Multicast (NVLS) across nodes" 3-4): a local GPU joined an imported multicast object, so
 //! the importer's driver posted REMOTE_GPU_ATTACH; this node forwards it to the prime's node,
 //! whose daemon calls ATTACH_REMOTE_GPU on the prime, or SET_FAILURE on any error so that

@@ -1,6 +1,6 @@
 //! `IMEX_CONN_WAIT_TIMEOUT`: the bound on the FULL quorum's start-up wait for peers.
 //!
-//! The key is a legacy one (NVIDIA's Slurm prolog example sets it to 70; imex-guide §1), read
+//! The key is a legacy one (NVIDIA's Slurm prolog example sets it to 70; docs/reference/imex-guide.md §1), read
 //! here as the longest a node with `IMEX_WAIT_FOR_QUORUM=FULL` stays in WAITING_FOR_PEERS:
 //! when it passes with peers still missing, the node goes on to INIT_GPU and READY without
 //! them, and says so ([`Action::PeersWaitOver`] names them; the owner logs a warning). The

@@ -1,10 +1,10 @@
-//! The recovery gate (`IMEX_WAIT_FOR_QUORUM=RECOVERY`, imex-guide §4) and the persist record.
+//! The recovery gate (`IMEX_WAIT_FOR_QUORUM=RECOVERY`, docs/reference/imex-guide.md §4) and the persist record.
 //!
 //! The record lists the nodes that hold references to this node's memory, and it is brought up
 //! to date before a reference is handed to a peer, so an unclean exit leaves a truthful list.
 //! On the next start those nodes may still map memory the old daemon's exit left dangling: the
 //! node reports WAITING_FOR_RECOVERY and does not open the driver session (which would re-enable
-//! fabric allocation, driver-interface.md §4) until each of them has reconnected — its hello
+//! fabric allocation, docs/reference/driver-interface.md §4) until each of them has reconnected — its hello
 //! answer to us comes after its driver disabled its importers of our memory, as a new instance
 //! of ours means — or has been declared lost after the grace time (or, when that is forever,
 //! after [`super::NodeConfig::recovery_wait`]). While waiting, the record keeps listing them, so

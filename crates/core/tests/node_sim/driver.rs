@@ -1,4 +1,4 @@
-//! An in-memory model of one node's GPU driver, as `reference/driver-interface.md` §4 and §6
+//! An in-memory model of one node's GPU driver, as `docs/reference/driver-interface.md` §4 and §6
 //! describe it: exports with a reference count (the creator plus one per daemon describe), import
 //! descriptors keyed by (export, id) and named by their MEM_IMPORT event, the unimport wait
 //! table, DISABLE_IMPORTERS, and the teardown of the IMEX session when the daemon dies. The
@@ -127,7 +127,7 @@ pub struct Session {
 pub enum ImportCall {
     /// The allocation succeeded; its descriptor (new or shared).
     Ok { desc: u64, posted: bool },
-    /// No daemon session to post the event to: NOT_READY at once (driver-interface.md §1.6
+    /// No daemon session to post the event to: NOT_READY at once (docs/reference/driver-interface.md §1.6
     /// "Import request", §6.5), keeping nothing.
     NoSession,
     /// Shared descriptor with another channel: INSUFFICIENT_PERMISSIONS.

@@ -1,5 +1,5 @@
 //! Deterministic simulation of whole nodes (issue 12 item 4): several [`openimex_core::Node`]s,
-//! each with an in-memory model of its GPU driver (`reference/driver-interface.md` §4, §6), on a
+//! each with an in-memory model of its GPU driver (`docs/reference/driver-interface.md` §4, §6), on a
 //! simulated network in virtual time, under export/import traffic and seeded faults: kill -9 and
 //! restart, clean shutdown with goodbyes, partitions and heals, connection resets, message loss,
 //! long delays and slow driver calls, names that move and SIGUSR1 re-reads, strangers that

@@ -99,7 +99,7 @@ impl Report {
 /// opened. That is not free of effects, so it is asked for: creating a session re-enables the
 /// node's fabric allocations (`imexsessionapiConstruct` → `fabricEnableMemAlloc`), which the
 /// kernel disabled if the last daemon died holding exports, until a daemon that recovers the
-/// domain starts (`reference/driver-interface.md` §4).
+/// domain starts (`docs/reference/driver-interface.md` §4).
 pub fn check(root: &Path, open_session: bool) -> Report {
     let mut r = Report {
         root: root.to_path_buf(),

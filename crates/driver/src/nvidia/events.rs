@@ -1,5 +1,5 @@
 //! GET_FABRIC_EVENTS drained until `bMoreEvents` is false, and each fabric event as the
-//! daemon's [`Event`] (`reference/driver-interface.md` §1.5 "OS event mechanism", §1.4
+//! daemon's [`Event`] (`docs/reference/driver-interface.md` §1.5 "OS event mechanism", §1.4
 //! NV00F1_CTRL_FABRIC_EVENT).
 
 use openimex_core::NodeId;

@@ -1,4 +1,4 @@
-//! The exporting node's side (`reference/driver-interface.md` §1.6 "Daemon A"): dup the
+//! The exporting node's side (`docs/reference/driver-interface.md` §1.6 "Daemon A"): dup the
 //! export by UUID on the importer's channel, IMPORT_MEM its memory into this client, DESCRIBE
 //! it in chunks of 512 PFNs, keep both dups for as long as the remote import lives (§4: they
 //! keep the memory alive after the exporter frees it), free them on unimport or peer loss.

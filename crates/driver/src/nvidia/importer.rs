@@ -1,4 +1,4 @@
-//! The importing node's side (`reference/driver-interface.md` §1.6 "Daemon B", "Unimport",
+//! The importing node's side (`docs/reference/driver-interface.md` §1.6 "Daemon B", "Unimport",
 //! §4 "Peer node dies"): IMPORTED_REF for the import an event named (NV_WARN_NOTHING_TO_DO:
 //! nothing left to do), VALIDATE in chunks of 512 PFNs until `bDone`, or one VALIDATE with
 //! IMPORT_FAILED; the ref freed after (no event follows); FINISH_MEM_UNIMPORT in batches of at

@@ -1,7 +1,7 @@
 //! The RM client of the `nvidia` backend: RM_ALLOC, RM_CONTROL and RM_FREE on one root
 //! client, built from the ABI's structs ([`openimex_rmabi`]) and issued through the
 //! [`Ctl`] transport. Every privileged call of the daemon goes through the one client that
-//! owns the IMEX session (`reference/driver-interface.md` §1.2: "capable" is decided per
+//! owns the IMEX session (`docs/reference/driver-interface.md` §1.2: "capable" is decided per
 //! client).
 
 use std::os::fd::BorrowedFd;

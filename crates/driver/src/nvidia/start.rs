@@ -1,4 +1,4 @@
-//! The start-up of `reference/driver-interface.md` §1.6 (steps 1–5) and the fabric probe per
+//! The start-up of `docs/reference/driver-interface.md` §1.6 (steps 1–5) and the fabric probe per
 //! GPU: what the daemon does before its first event, and what `openimex driver-check` runs.
 
 use std::os::fd::{AsFd, AsRawFd};

@@ -1,4 +1,4 @@
-//! Multicast (NVLS) team set-up on the FM's side (driver-interface §1.6 step 5): the prime
+//! Multicast (NVLS) team set-up on the FM's side (docs/reference/driver-interface.md §1.6 step 5): the prime
 //! driver's MC_TEAM_SETUP request, checked and answered to every member tray, and the address
 //! ranges of live teams.
 //!

@@ -1,4 +1,4 @@
-//! The manager's rules, one test each (driver-interface §5 for probes and health, §1.6 step 5
+//! The manager's rules, one test each (docs/reference/driver-interface.md §5 for probes and health, §1.6 step 5
 //! for multicast teams).
 
 use openimex_simproto::inband::{FabricGpu, FromFm};

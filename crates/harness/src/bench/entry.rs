@@ -164,7 +164,7 @@ pub fn render_table(entries: &[BenchEntry]) -> String {
     out
 }
 
-/// The entries as a Markdown table (the README's performance section), with each entry's
+/// The entries as a Markdown table (docs/performance.md), with each entry's
 /// detail or error in the last column.
 pub fn render_markdown(entries: &[BenchEntry]) -> String {
     let mut out = String::from(

@@ -14,7 +14,7 @@
 //! The same rounds time the transport's floor (`formation_N_grpc_mesh`): N processes
 //! (`openimex-lab bench mesh-probe`) from spawn to every pair holding one gRPC connection that
 //! carried one call, against the same bare processes. A domain is a full mesh (every node
-//! connected to every other, imex-guide §4), so that ratio is the lowest a gRPC daemon's
+//! connected to every other, docs/reference/imex-guide.md §4), so that ratio is the lowest a gRPC daemon's
 //! `formation_N` could reach here: the quadratic part is the connections' own cost.
 //!
 //! With mutual TLS ([`formation_tls_entry`]: `formation_N_tls` and its floor

@@ -29,7 +29,7 @@ pub enum FaultKind {
     /// SIGSTOP a daemon past the peer timeout plus the grace time (its peers clean up), then
     /// SIGCONT (the same instance comes back). Its applications keep running meanwhile and
     /// nothing can disable them while their daemon is frozen, so stale reads are expected: a
-    /// grace time declares a peer silent that long dead (see the README's "Peer loss").
+    /// grace time declares a peer silent that long dead (docs/operator/daemon.md, "Peer loss and recovery").
     HangPastGrace,
     /// A flapping node: its daemon killed and restarted 3 to 5 times in quick succession.
     Flap,

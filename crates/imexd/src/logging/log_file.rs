@@ -1,5 +1,5 @@
 //! The log file under NVIDIA's size cap and rotation: `LOG_FILE_MAX_SIZE` (the cap, in MB of
-//! 2^20 bytes at the key; in bytes here) and `LOG_MAX_ROTATE_COUNT` (imex-guide §1).
+//! 2^20 bytes at the key; in bytes here) and `LOG_MAX_ROTATE_COUNT` (docs/reference/imex-guide.md §1).
 //!
 //! - Count 0: no rotation. Lines are written while they fit under the cap less a small reserve
 //!   ([`STOP_RESERVE`]); the first line that does not fit is replaced by one notice line that

@@ -1,4 +1,4 @@
-//! One record of the stats file, and its text exactly as NVIDIA's (imex-guide §6): the prefix
+//! One record of the stats file, and its text exactly as NVIDIA's (docs/reference/imex-guide.md §6): the prefix
 //! `Performance statistics for last N seconds  : ` (two spaces before the colon), then the
 //! figures as JSON pretty-printed with a one-space indent, one field per line. Counts and
 //! depths are JSON strings, durations in milliseconds are numbers (averages fractional).

@@ -1,7 +1,7 @@
 //! The thread that writes the stats file: a record every interval, and a last one when the
 //! daemon stops ([`StatsFile`] dropped).
 //!
-//! Where (imex-guide §1 `STATS_FILE_NAME`): the named file, appended or truncated as the log
+//! Where (docs/reference/imex-guide.md §1 `STATS_FILE_NAME`): the named file, appended or truncated as the log
 //! is (`LOG_APPEND_TO_LOG`); standard error when the name is empty or the file cannot be
 //! opened; the main log when the name is `LOG_FILE_NAME`'s, written through the log's own
 //! writer ([`crate::logging::write_to_log`]) so the two never interleave within a line or

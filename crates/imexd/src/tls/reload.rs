@@ -1,4 +1,4 @@
-//! SIGUSR1 with TLS on (imex-guide §5): read the six key/certificate/CA files again before the
+//! SIGUSR1 with TLS on (docs/reference/imex-guide.md §5): read the six key/certificate/CA files again before the
 //! nodes file is re-read. If they cannot be used, the daemon says why, keeps the material it
 //! has and skips the re-read and re-dials of that signal. At most one reload every
 //! [`MIN_RELOAD_INTERVAL`] (NVIDIA's `IMEX_MINIMUM_SSL_RELOAD_INTERVAL`): signals inside the

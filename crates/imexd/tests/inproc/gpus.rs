@@ -1,6 +1,6 @@
 //! A GPU driver for the in-process layer: the daemon's side of the driver interface with GPUs
 //! whose fabric probes the test sets and CLIQUE_ID_CHANGE events it posts
-//! (`reference/driver-interface.md` §1.6 "Other events", §5), answered at once on the
+//! (`docs/reference/driver-interface.md` §1.6 "Other events", §5), answered at once on the
 //! daemon's runtime thread so virtual time stays exact. Events arrive as the real driver's do:
 //! its event descriptor turns readable and the daemon takes the queue. Its import path is the
 //! least the daemon's lifecycle needs: exports the test names are described with one page, and

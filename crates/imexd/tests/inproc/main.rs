@@ -2,7 +2,7 @@
 //! binary's) run together in one process, on an in-process network ([`MemNet`]), under tokio's
 //! paused clock. Time moves only when every daemon waits for a timer, so a 10 s deadline
 //! takes microseconds of the test's time and fires at exactly 10 s of virtual time: the
-//! lifecycle decisions core takes on timers (DESIGN.md §2) are checked here at their instant,
+//! lifecycle decisions core takes on timers (docs/DESIGN.md §2) are checked here at their instant,
 //! not after a sleep long enough on a quiet machine.
 //!
 //! The daemons run the `nogpu` driver (control plane only), or a driver whose GPUs' probes

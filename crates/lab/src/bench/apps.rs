@@ -92,7 +92,7 @@ fn open(node_dir: &Path) -> Result<Context> {
         .with_context(|| format!("cannot open the driver of {}", node_dir.display()))
 }
 
-/// Driver calls one import makes on the two nodes (`reference/driver-interface.md` §1.6; the
+/// Driver calls one import makes on the two nodes (`docs/reference/driver-interface.md` §1.6; the
 /// golden trace test checks them): the importer's GET_FABRIC_EVENTS, IMPORTED_REF, VALIDATE
 /// and the ref's RM_FREE; the exporter's dup by UUID, IMPORT_MEM and DESCRIBE.
 const DRIVER_CALLS_PER_IMPORT: u32 = 7;

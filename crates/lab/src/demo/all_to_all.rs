@@ -228,7 +228,7 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         bail!(
             "demo failed: {cross_refused} of {cross_expected} imports across cliques were \
              refused at map ({cross_mapped} mapped): a GPU must not map memory of another \
-             clique (driver-interface §6.8), and {check}"
+             clique (docs/reference/driver-interface.md §6.8), and {check}"
         );
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! `openimex-lab demo --allreduce`: an NVLS-style all-reduce, as NCCL's NVLS algorithm does it,
 //! over ONE multicast object spanning every GPU of the domain (issue 14, item 6;
-//! driver-interface §1.6). The prime is created on tray 0 for every GPU and exported; every
+//! docs/reference/driver-interface.md §1.6). The prime is created on tray 0 for every GPU and exported; every
 //! other tray imports it once; every GPU is added and binds its own buffer. GPU g's buffer
 //! starts with u32 values derived from g and the index ([`value`]); each GPU takes its slice
 //! of the buffer ([`slice()`]), load-reduces it over all members (`multimem.ld_reduce`) and

@@ -21,7 +21,7 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "NAME", default_value = openimex_fabric_manager::topology::DEFAULT_PRESET,
           conflicts_with_all = ["topology_file", "chaos"])]
     pub(super) topology: String,
-    /// A topology file instead of a preset (format in the README, "NVLink topologies"; every
+    /// A topology file instead of a preset (format in docs/lab/fabric.md, "NVLink topologies"; every
     /// compute tray must have the same GPU count).
     #[arg(long, value_name = "FILE", conflicts_with = "chaos")]
     pub(super) topology_file: Option<PathBuf>,

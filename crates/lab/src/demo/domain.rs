@@ -47,7 +47,7 @@ impl Domain {
             Some(f) => openimex_fabric_manager::file::load(f).map_err(|e| match e {
                 FabricError::Io { path, source } => anyhow!(
                     "--topology-file {}: cannot read it: {source}; give an existing, readable \
-                     topology file (format in the README, \"NVLink topologies\")",
+                     topology file (format in docs/lab/fabric.md, \"NVLink topologies\")",
                     path.display()
                 ),
                 e => e.into(),
@@ -55,7 +55,7 @@ impl Domain {
             None => preset(name).map_err(|e| match e {
                 FabricError::UnknownPreset { name, known } => anyhow!(UsageError(format!(
                     "--topology {name}: no such preset; use one of {known}, or \
-                     --topology-file FILE for a layout of your own (format in the README, \
+                     --topology-file FILE for a layout of your own (format in docs/lab/fabric.md, \
                      \"NVLink topologies\")"
                 ))),
                 e => e.into(),

@@ -14,7 +14,7 @@ pub(crate) struct ServeArgs {
     /// A topology preset: nvl72 (default), nvl36, nvl36x2, nvl576.
     #[arg(long, value_name = "NAME", conflicts_with = "file")]
     topology: Option<String>,
-    /// A topology file (format in the README, "NVLink topologies").
+    /// A topology file (format in docs/lab/fabric.md, "NVLink topologies").
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
     /// The fabric directory the trays' drivers share (`openimex-lab gpu --fabric-dir`); the FM's

@@ -12,7 +12,7 @@ impl Rm {
     /// caller's 48-bit `import_id`. Returns a new import handle at once; the import may still
     /// be pending ([`Rm::wait_import`]).
     ///
-    /// The checks and their order are the real constructor's (`reference/driver-interface.md`
+    /// The checks and their order are the real constructor's (`docs/reference/driver-interface.md`
     /// §1.6 "Import request" 1-4, §6.5; `mem_fabric_import_v2.c`):
     /// 1. the client must be subscribed to a channel: NV_ERR_INSUFFICIENT_PERMISSIONS;
     /// 2. the packet's *export* node ID must not be 0xFFFF (a single-node UUID, exported while
@@ -113,7 +113,7 @@ impl Rm {
 
     /// The state of an import: ready (where to map it), pending, or the error its use reports.
     /// For a remote import, in the real driver's order (`memoryfabricimportv2IsReady`,
-    /// `reference/driver-interface.md` §1.6 "Import request" 4, §6.5): NV_ERR_INVALID_STATE
+    /// `docs/reference/driver-interface.md` §1.6 "Import request" 4, §6.5): NV_ERR_INVALID_STATE
     /// while no daemon session is open, NV_ERR_NOT_READY (here: pending) until VALIDATE,
     /// NV_ERR_INVALID_OBJECT once VALIDATE said IMPORT_FAILED (§4 "Failed import"). A client
     /// that was disabled gets ResetRequired, and a handle whose descriptor was removed under it

@@ -1,5 +1,5 @@
 //! cuMemMap on a GPU: the driver's check that a GPU may map a piece of fabric memory
-//! (`reference/driver-interface.md` §1.6 "Map", §5, §6.8).
+//! (`docs/reference/driver-interface.md` §1.6 "Map", §5, §6.8).
 //!
 //! The real driver checks on the map, not on the import: an import succeeds across cliques and
 //! only the mapping on a GPU whose cliqueId, bwMode or bwModeEpoch differs from the owner's is

@@ -11,7 +11,7 @@
 //!   down).
 //! - [`Rm::get_events`] never waits; the caller long-polls on "some event was queued".
 //!
-//! State follows `reference/driver-interface.md` §6: the node ID (0xFFFF without a session), one
+//! State follows `docs/reference/driver-interface.md` §6: the node ID (0xFFFF without a session), one
 //! session slot, `allow_fabric_alloc` (true from load until a daemon session ends holding
 //! export references, §4), a monotonically increasing event ID, the event FIFO, the export
 //! cache, the import descriptors keyed by (UUID, `(id << 16) | index`), the unimport wait table
@@ -71,7 +71,7 @@ pub struct RmConfig {
     /// `cluster_uuid` and `clique_id`).
     pub probe: ProbeStart,
     /// `NVreg_ImexChannelCount`: channel numbers below it are channels; 0 disables IMEX
-    /// channels (subscription is NV_ERR_NOT_SUPPORTED), `reference/driver-interface.md` §2.
+    /// channels (subscription is NV_ERR_NOT_SUPPORTED), `docs/reference/driver-interface.md` §2.
     pub imex_channel_count: u32,
 }
 
@@ -413,7 +413,7 @@ impl Rm {
 
     /// SUBSCRIBE_TO_IMEX_CHANNEL with the passed descriptor resolved to the number of the
     /// channel file it is open on (`None`: not open on a channel file of this node).
-    /// `reference/driver-interface.md` §2: NV_ERR_NOT_SUPPORTED when the channel count is 0
+    /// `docs/reference/driver-interface.md` §2: NV_ERR_NOT_SUPPORTED when the channel count is 0
     /// (checked first: with no channels there is no channel device to check the descriptor
     /// against); NV_ERR_INSUFFICIENT_PERMISSIONS when the descriptor is not a channel, which is
     /// also the case of a file numbered at or above the channel count (no such minor);
@@ -478,7 +478,7 @@ impl Rm {
     /// cuMemExportToShareableHandle(FABRIC): the 64-byte handle, hex. Exporting the same
     /// allocation again returns the same handle. The UUID carries the node ID at export time:
     /// 0xFFFF while no daemon session is open, which no other node can ever import
-    /// (`reference/driver-interface.md` §1.4, export packet).
+    /// (`docs/reference/driver-interface.md` §1.4, export packet).
     pub fn export(&mut self, client: ClientId, mem: u64) -> Result<String, NvStatus> {
         let channel = self.subscribed_channel(client)?;
         let Some(Owned::Alloc(id)) = self.client(client)?.handles.get(&mem).copied() else {

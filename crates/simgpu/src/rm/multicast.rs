@@ -1,5 +1,5 @@
 //! Multicast (NVLS) objects: NV_MEMORY_MULTICAST_FABRIC (class 0xFD) as
-//! `mem_multicast_fabric.c` builds it (`reference/driver-interface.md` §1.2-1.4, §1.6
+//! `mem_multicast_fabric.c` builds it (`docs/reference/driver-interface.md` §1.2-1.4, §1.6
 //! "Multicast (NVLS) across nodes", §6.10).
 //!
 //! A *descriptor* is the team as this node sees it; client objects hold references on it.

@@ -1,4 +1,4 @@
-//! Each GPU's fabric probe (`reference/driver-interface.md` §5, §6.9): its state, the Fabric
+//! Each GPU's fabric probe (`docs/reference/driver-interface.md` §5, §6.9): its state, the Fabric
 //! Manager's response once it came, and what the rest of the driver reads from it (may fabric
 //! memory be allocated on the GPU, which clique owns its memory).
 //!
@@ -90,7 +90,7 @@ impl Rm {
     /// An update that changes the clique of a GPU whose probe was already complete posts
     /// CLIQUE_ID_CHANGE {gpuId, new cliqueId} on channel 0 to the daemon's event queue, as
     /// `gpuFabricProbeReceiveUpdateKernelCallback` does (`_gpuFabricProbeSendCliqueIdChangeEvent`,
-    /// `reference/driver-interface.md` §1.6 "Other events", §5). The first response is not a
+    /// `docs/reference/driver-interface.md` §1.6 "Other events", §5). The first response is not a
     /// change. Without a daemon session the real post fails (`_fabricNotifyEvent`: no IMEX event
     /// to signal, NV_ERR_NOT_READY) and the event is dropped; the probe update still applies.
     pub fn complete_probe(&mut self, gpu: u32, info: ProbeInfo) -> Result<(), NvStatus> {

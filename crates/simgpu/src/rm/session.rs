@@ -165,7 +165,7 @@ impl Rm {
     /// Importer side: VALIDATE the import posted as `import_event_id` with its pages, or with
     /// the IMPORT_FAILED flag, which wakes every waiter. IMPORT_FAILED carries no status: every
     /// use of a failed import reports NV_ERR_INVALID_OBJECT, whatever the daemons saw
-    /// (`reference/driver-interface.md` §1.4 VALIDATE, §1.6 "Daemon B" 2, §4 "Failed import").
+    /// (`docs/reference/driver-interface.md` §1.4 VALIDATE, §1.6 "Daemon B" 2, §4 "Failed import").
     /// An import already being unimported accepts (and ignores) it.
     pub fn validate(
         &mut self,
@@ -193,7 +193,7 @@ impl Rm {
 
     /// Importer side: FINISH_MEM_UNIMPORT. Completes the blocked releases; unknown IDs are
     /// ignored (the releasing thread may be gone). One call takes 1 to [`MAX_UNIMPORT_TOKENS`]
-    /// tokens (`numTokens`, `reference/driver-interface.md` §1.3, §1.4); 0 or more is
+    /// tokens (`numTokens`, `docs/reference/driver-interface.md` §1.3, §1.4); 0 or more is
     /// NV_ERR_INVALID_ARGUMENT and finishes nothing. The reference gives the range, not the
     /// status: NV_ERR_INVALID_ARGUMENT is what `imexsessionapiCtrlCmdFinishMemUnimport`
     /// returns in open-gpu-kernel-modules.
@@ -260,7 +260,7 @@ impl Rm {
     }
 
     /// The session's connection closed: the daemon died or stopped. See
-    /// `reference/driver-interface.md` §4, "Daemon dies or restarts".
+    /// `docs/reference/driver-interface.md` §4, "Daemon dies or restarts".
     pub(super) fn teardown_session(&mut self) {
         let Some(session) = self.session.take() else {
             return;

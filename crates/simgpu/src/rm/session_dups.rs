@@ -1,4 +1,4 @@
-//! The daemon's objects as the RM ioctl path makes them (`reference/driver-interface.md` §1.4,
+//! The daemon's objects as the RM ioctl path makes them (`docs/reference/driver-interface.md` §1.4,
 //! §1.6 "Daemon A" and "Daemon B", §4): on the exporting node the dup of an export by UUID
 //! (NV_MEMORY_EXPORT, DUP_BY_UUID) and IMPORT_MEM's dup of the memory attached to it, each a
 //! reference on the memory held by a client; on the importing node the claim of a pending

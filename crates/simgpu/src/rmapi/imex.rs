@@ -1,4 +1,4 @@
-//! The IMEX classes' controls (`reference/driver-interface.md` §1.3, §1.4, §1.6): the
+//! The IMEX classes' controls (`docs/reference/driver-interface.md` §1.3, §1.4, §1.6): the
 //! session's (GET_FABRIC_EVENTS, FINISH_MEM_UNIMPORT, DISABLE_IMPORTERS), the export dup's
 //! (IMPORT_MEM, GET_INFO), the fabric memory dup's (DESCRIBE, GET_INFO), the imported
 //! reference's (VALIDATE) and the multicast dup's (ATTACH_REMOTE_GPU, SET_FAILURE).

@@ -1,6 +1,6 @@
 //! NVIDIA's RM ioctl interface served over the driver's state, byte for byte: what
 //! `/dev/nvidiactl` does with `NV_ESC_*` escapes on a real node
-//! (`reference/driver-interface.md` §1), as a synchronous state machine over [`Rm`] with no
+//! (`docs/reference/driver-interface.md` §1), as a synchronous state machine over [`Rm`] with no
 //! sockets: escape in ([`EscapeCall`]), reply out ([`Served`]). The socket server feeds it
 //! (`server::escapes`); the unit tests drive it directly.
 //!

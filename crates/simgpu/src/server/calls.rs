@@ -11,7 +11,7 @@ use openimex_simproto::proto::{NvStatus, Response};
 
 /// May the peer of `stream` open the IMEX session? The real driver grants it only with a
 /// descriptor of the fabric-imex-mgmt capability, a root-only file
-/// (`reference/driver-interface.md` §1.4, §1.5: NV_IMEX_SESSION's `capDescriptor`, validated
+/// (`docs/reference/driver-interface.md` §1.4, §1.5: NV_IMEX_SESSION's `capDescriptor`, validated
 /// by osRmCapAcquire). The simulation has no capability file, so it asks the kernel who is
 /// calling: root, or the user the driver itself runs as. Otherwise any local user could take
 /// the session while no daemon holds it and answer imports with any node's memory.

@@ -1,4 +1,4 @@
-//! The owner's daemon's controls on a prime multicast object (`reference/driver-interface.md`
+//! The owner's daemon's controls on a prime multicast object (`docs/reference/driver-interface.md`
 //! §1.6 "Multicast" 4): ATTACH_REMOTE_GPU for a GPU of another node, SET_FAILURE, and the
 //! failure of a prime, which every local object sees and, with a Fabric Manager linked, the
 //! remote members are told of.

@@ -1,4 +1,4 @@
-//! Multicast objects under faults (`reference/driver-interface.md` §1.6 "Multicast" 7, §4):
+//! Multicast objects under faults (`docs/reference/driver-interface.md` §1.6 "Multicast" 7, §4):
 //! the MEM_UNIMPORT an imported object posts when it goes, and what a session teardown or
 //! DISABLE_IMPORTERS does to the holders of imported multicast objects. Decisions follow
 //! `mem_multicast_fabric.c` and `imex_session_api.c`:

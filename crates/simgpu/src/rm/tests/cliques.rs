@@ -1,4 +1,4 @@
-//! Cliques and bandwidth modes (`reference/driver-interface.md` §1.6 "Map" and "Other
+//! Cliques and bandwidth modes (`docs/reference/driver-interface.md` §1.6 "Map" and "Other
 //! events", §5, §6.8): the owner GPU's cliqueId, bwMode and bwModeEpoch travel with the memory,
 //! a GPU whose values differ may import it but not map it, and a probe update that changes a
 //! GPU's clique posts CLIQUE_ID_CHANGE on channel 0.

@@ -1,7 +1,7 @@
 //! What the real driver returns where the simulation used to differ (issue 7, "Driver
 //! fidelity"): fabric allocation with no daemon ever, the export node check of IMPORT_V2, the
 //! status of a failed import, the 48-bit import ID, the channel count and the unimport token
-//! limit. Each test names the section of `reference/driver-interface.md` it follows.
+//! limit. Each test names the section of `docs/reference/driver-interface.md` it follows.
 
 use super::*;
 use openimex_simproto::proto::{IMPORT_ID_MAX, MAX_UNIMPORT_TOKENS};

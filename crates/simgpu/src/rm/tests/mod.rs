@@ -1,6 +1,6 @@
 //! Unit tests of the state machine: two nodes (slots 0 and 1, IMEX nodes 0 and 1) on one fabric
 //! directory, the daemons played by the test. Where a test asserts what the real driver does, it
-//! names the section of `reference/driver-interface.md` it follows.
+//! names the section of `docs/reference/driver-interface.md` it follows.
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Multicast (NVLS) objects (`reference/driver-interface.md` §1.6 "Multicast (NVLS) across
+//! Multicast (NVLS) objects (`docs/reference/driver-interface.md` §1.6 "Multicast (NVLS) across
 //! nodes", §6.10; `mem_multicast_fabric.c`): the team completes only after the last attach,
 //! the team request carries every member, a refused team or SET_FAILURE fails every member, the
 //! attach refusals and their statuses, and frees that leak nothing. Node A (slot 0, IMEX node 0)

@@ -1,4 +1,4 @@
-//! Multicast objects under faults (`reference/driver-interface.md` §1.6 "Multicast" 7, §4;
+//! Multicast objects under faults (`docs/reference/driver-interface.md` §1.6 "Multicast" 7, §4;
 //! `mem_multicast_fabric.c`, `imex_session_api.c`): an imported object's free unbinds its
 //! memory and posts MEM_UNIMPORT per attach without blocking; DISABLE_IMPORTERS and a session
 //! teardown disable the holders of imported multicast objects (never the prime's) and empty

@@ -1,4 +1,4 @@
-//! The GPU fabric probe (`reference/driver-interface.md` §5, §6.9): no fabric memory before it
+//! The GPU fabric probe (`docs/reference/driver-interface.md` §5, §6.9): no fabric memory before it
 //! completes, the completed values in GET_GPU_FABRIC_PROBE_INFO and wherever the driver uses
 //! them.
 

@@ -2,7 +2,7 @@
 //! directory, their applications played through [`Rm`]'s methods and their daemons through
 //! escapes built with `openimex-rmabi`'s structs, as the daemon's RM backend builds them. Each
 //! test names the kernel function (open-gpu-kernel-modules 595.45.04) or the section of
-//! `reference/driver-interface.md` whose behaviour it asserts.
+//! `docs/reference/driver-interface.md` whose behaviour it asserts.
 
 mod clients;
 mod errors;

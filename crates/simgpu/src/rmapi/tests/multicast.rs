@@ -1,4 +1,4 @@
-//! Multicast through the escapes (`reference/driver-interface.md` §1.6 "Multicast" 3-4): the
+//! Multicast through the escapes (`docs/reference/driver-interface.md` §1.6 "Multicast" 3-4): the
 //! importing node's REMOTE_GPU_ATTACH event, the owner's daemon's dup of the prime and its
 //! ATTACH_REMOTE_GPU / SET_FAILURE; and the clique change event naming the GPU by its ID.
 

@@ -1,4 +1,4 @@
-//! The daemon's whole call sequence (`reference/driver-interface.md` §1.6) through escapes, on
+//! The daemon's whole call sequence (`docs/reference/driver-interface.md` §1.6) through escapes, on
 //! an exporting node A and an importing node B, at the layout of each driver family: start-up
 //! (version, client, GPUs, Device/Subdevice, OS event, session), an application's import
 //! served by dup by UUID + IMPORT_MEM + DESCRIBE in chunks on A and IMPORTED_REF + VALIDATE

@@ -1,4 +1,4 @@
-//! VALIDATE's rules (`memoryfabricimportedrefCtrlValidate`, `reference/driver-interface.md`
+//! VALIDATE's rules (`memoryfabricimportedrefCtrlValidate`, `docs/reference/driver-interface.md`
 //! §1.4, §4 "Failed import"), and escapes of arbitrary bytes, which are answered, never a
 //! panic.
 
