@@ -13,7 +13,7 @@
 
 mod procs;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write as _};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -314,7 +314,7 @@ fn up(args: &UpArgs) -> Result<()> {
         Duration::from_secs(args.timeout),
     )?;
     let records = started.keep();
-    print_up(&exe, &layout, &nodes, &records, args.gpus);
+    print_up(&exe, &layout, &nodes, &records, args.gpus)?;
     Ok(())
 }
 
@@ -579,14 +579,16 @@ fn print_up(
     nodes: &[openimex::InitNode],
     records: &[Record],
     gpus: u32,
-) {
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
     let exe = exe.display();
     let dir = layout.dir.display();
-    println!(
+    writeln!(
+        out,
         "A local openimex domain is UP in {dir}: {} nodes, each a simulated GPU driver ({gpus} \
          GPUs) and an IMEX daemon, mutual TLS between the daemons.",
         nodes.len()
-    );
+    )?;
     for node in nodes {
         let pid = |kind| {
             records
@@ -594,29 +596,35 @@ fn print_up(
                 .find(|r| r.node == node.id && r.kind == kind)
                 .map_or_else(|| "?".to_owned(), |r| r.pid.to_string())
         };
-        println!(
+        writeln!(
+            out,
             "  node {}  {:<12} daemon pid {:<7} driver pid {:<7} log {}",
             node.id,
             node.entry,
             pid(Kind::Daemon),
             pid(Kind::Driver),
             node.log_file(true).display()
-        );
+        )?;
     }
     let config0 = layout.config(0);
     let config0 = config0.display();
-    println!();
-    println!("Point ctl at it with any node's config.cfg:");
-    println!("  {exe} ctl -c {config0} -N       # every node and connection");
-    println!("  {exe} ctl -c {config0} -q       # node 0's state");
-    println!("  {exe} ctl -c {config0} -N -j    # the same as JSON");
-    println!("Status and stop:");
-    println!("  {exe} local status --dir {dir}");
-    println!("  {exe} local down --dir {dir}");
+    writeln!(out)?;
+    writeln!(out, "Point ctl at it with any node's config.cfg:")?;
+    writeln!(
+        out,
+        "  {exe} ctl -c {config0} -N       # every node and connection"
+    )?;
+    writeln!(out, "  {exe} ctl -c {config0} -q       # node 0's state")?;
+    writeln!(out, "  {exe} ctl -c {config0} -N -j    # the same as JSON")?;
+    writeln!(out, "Status and stop:")?;
+    writeln!(out, "  {exe} local status --dir {dir}")?;
+    writeln!(out, "  {exe} local down --dir {dir}")?;
+    Ok(())
 }
 
 /// `local status`.
 fn status(layout: &Layout) -> Result<()> {
+    let mut out = std::io::stdout().lock();
     let n = check_domain_dir(layout)?;
     let records = procs::read_records(&layout.records())?;
     let exe = std::env::current_exe().context("cannot find this binary's path")?;
@@ -638,11 +646,12 @@ fn status(layout: &Layout) -> Result<()> {
                 .unwrap_or_else(|e| format!("no answer ({e})")),
             None => "-".to_owned(),
         };
-        println!(
+        writeln!(
+            out,
             "node {i}  driver {:<10} daemon {:<10} {state}",
             show(driver),
             show(daemon)
-        );
+        )?;
         if driver.is_none() || daemon.is_none() || state != "READY" {
             problems.push(i);
         }
@@ -651,7 +660,7 @@ fn status(layout: &Layout) -> Result<()> {
         .ok()
         .and_then(|t| DomainView::parse(&t).ok())
         .map_or_else(|| "no answer from node 0".to_owned(), |d| d.status);
-    println!("domain {domain}");
+    writeln!(out, "domain {domain}")?;
     if let Some(first) = problems.first() {
         bail!(
             "the local domain in {} is not fully up: node {first} is not running or not READY \
@@ -677,6 +686,7 @@ fn check_domain_dir(layout: &Layout) -> Result<usize> {
 
 /// `local down`.
 fn down(layout: &Layout, purge: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
     let n = check_domain_dir(layout)?;
     let records = procs::read_records(&layout.records())?;
     let stopped = procs::stop(&records);
@@ -709,9 +719,10 @@ fn down(layout: &Layout, purge: bool) -> Result<()> {
         .with_context(|| format!("cannot remove {}", layout.records().display()))?;
     let count = stopped.terminated.len() + stopped.killed.len();
     if count == 0 {
-        println!("Nothing was running in {}.", layout.dir.display());
+        writeln!(out, "Nothing was running in {}.", layout.dir.display())?;
     } else {
-        println!(
+        writeln!(
+            out,
             "Stopped {count} processes of the local domain in {} ({} after SIGTERM{}); sockets \
              removed.",
             layout.dir.display(),
@@ -720,7 +731,7 @@ fn down(layout: &Layout, purge: bool) -> Result<()> {
                 0 => String::new(),
                 k => format!(", {k} SIGKILLed: {}", describe_all(&stopped.killed)),
             }
-        );
+        )?;
     }
     if purge {
         std::fs::remove_dir_all(&layout.dir).with_context(|| {
@@ -729,13 +740,14 @@ fn down(layout: &Layout, purge: bool) -> Result<()> {
                 layout.dir.display()
             )
         })?;
-        println!("Removed {}.", layout.dir.display());
+        writeln!(out, "Removed {}.", layout.dir.display())?;
     } else {
-        println!(
+        writeln!(
+            out,
             "Configs, keys and logs stay in {} (`local down --purge` removes them; `local up` \
              reuses the directory).",
             layout.dir.display()
-        );
+        )?;
     }
     Ok(())
 }
