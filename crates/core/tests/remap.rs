@@ -446,3 +446,23 @@ fn filling_in_entry_0_re_derives_the_domain_id() {
     net.run_until(10 * SEC, Net::all_up)
         .expect("node 0 joins with the re-derived domain ID");
 }
+
+/// Entry 0's line deleted: the derived domain ID follows the aligned map's hole at entry 0
+/// (what a daemon started on the file with the hole written as `0.0.0.0` derives), not the
+/// file's new first line.
+#[test]
+fn deleting_entry_0_derives_the_domain_id_from_the_hole() {
+    let mut net = formed(3);
+    let file = NodeMap::new(sim::hosts(3)[1..].to_vec());
+    let in_step = map_with_placeholder(3, 0);
+    for i in [1, 2] {
+        let reread = net.nodes[i]
+            .as_mut()
+            .expect("running")
+            .handle_node_map(net.now, file.clone(), &[])
+            .expect("a hole at entry 0");
+        assert_eq!(reread.removed, vec![NodeId(0)]);
+        assert_eq!(net.mesh(i).config().domain_id, in_step.derived_domain_id());
+        assert_ne!(net.mesh(i).config().domain_id, file.derived_domain_id());
+    }
+}

@@ -78,16 +78,17 @@ impl Mesh {
                 Dialer::Queued(self.due(DueClass::FirstRound, now, peer)),
             );
         }
-        // A derived domain ID follows a filled-in placeholder at entry 0, so that this daemon
-        // agrees with those started on the filled-in file (see `NodeMap::derived_domain_id`).
+        // A derived domain ID follows entry 0 filled in or made a hole, so that this daemon
+        // agrees with those started on the file as it is, holes written as `0.0.0.0` (see
+        // `NodeMap::derived_domain_id`): the aligned map's entry 0, not the file's first line.
         // A configured ID never equals the derivation by chance.
+        let map = reread.map.clone();
         if self.cfg.domain_id == self.cfg.map.derived_domain_id() {
             self.cfg.domain_id = map.derived_domain_id();
         }
         for &peer in removed {
             self.remove_peer(now, peer);
         }
-        let map = reread.map.clone();
         self.hosts = Arc::from(map.hosts());
         self.cfg.map = map;
         // Appended entries (placeholders among them) get their links.
