@@ -372,12 +372,14 @@ pub(crate) fn depth_of(tx: &mpsc::Sender<Input>) -> crate::stats::Depth {
 /// What an [`Input::JobWait`] waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum JobWant {
-    /// The job held, in any state.
-    Held,
     /// The job held in the state of this word (`JobState::word`).
     State(String),
     /// The job no longer held.
     Gone,
+    /// A read of the jobs directory has taken the job's file: the job held, or its definition
+    /// refused by the node (answered `None`). What `ctl jobs create` waits for after writing
+    /// the file, however long the daemon takes to read it.
+    Read,
 }
 
 /// What one read of the jobs directory found (`jobs_dir`).

@@ -25,9 +25,12 @@ use tonic::Status;
 
 use crate::mailbox::{Hosts, Input, JobWant, ask};
 
-/// How long create and end wait for the engine to have read the change they made. The watch
-/// of the directory reads it at once; this bounds a daemon too busy to.
+/// How long end waits for the engine to have read the deletion it made. The watch of the
+/// directory reads it at once; this bounds a daemon too busy to.
 const READ_BACK: Duration = Duration::from_secs(5);
+/// How long create waits for the engine to read the file it wrote. Past it the file stays (it
+/// is the record): create never takes back a file the daemon has not read yet.
+const CREATE_READ: Duration = Duration::from_secs(60);
 /// Longest `ctl jobs wait` (and its default).
 const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// The state words a wait may ask for (`JobState::word`), and GONE.
@@ -155,7 +158,17 @@ pub(crate) async fn create(
             .await
             .map_err(|e| Status::internal(format!("writing the job file: {e}")))??
     };
-    let job = held(engine, &req.name, JobWant::Held).await?;
+    let (read, job) = wait_for(engine, &req.name, JobWant::Read, CREATE_READ).await?;
+    if !read {
+        return Err(Status::deadline_exceeded(format!(
+            "job {}: the daemon has not read {} within {} s; the file stays, as the record              (`ctl jobs wait {}` follows the job, `ctl jobs end {}` takes the file back)",
+            req.name,
+            path.display(),
+            CREATE_READ.as_secs(),
+            req.name,
+            req.name
+        )));
+    }
     if job.is_none() && written {
         // Refused by the node (a channel another job holds here, or one still quarantined):
         // the file is taken back, so no record stays of a job that never was.
@@ -284,7 +297,10 @@ async fn wait_for(
         .map_err(|_| Status::unavailable("daemon is stopping"))?;
     match tokio::time::timeout(limit, rx).await {
         Ok(Ok(job)) => Ok((true, job)),
-        Ok(Err(_)) => Err(Status::unavailable("daemon is stopping")),
+        Ok(Err(_)) => Err(Status::unavailable(format!(
+            "the daemon did not answer about job {name}: it is stopping, or keeps as many \
+             callers waiting as it will"
+        ))),
         // Dropping the receiver tells the engine to forget the waiter.
         Err(_) => {
             let all = ask(engine, |reply| Input::Jobs { reply }).await?;

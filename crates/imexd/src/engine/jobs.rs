@@ -61,6 +61,9 @@ pub(super) struct FromFiles {
     problems: BTreeSet<String>,
     /// The quarantine record was read (at the first read of the directory).
     restored: bool,
+    /// The jobs whose definition the node refused at the last read, with why
+    /// ([`JobWant::Read`]).
+    refused: BTreeMap<String, String>,
 }
 
 impl Engine {
@@ -75,6 +78,7 @@ impl Engine {
         }
         let mut problems = BTreeSet::new();
         problems.extend(files.problems);
+        let mut refused = BTreeMap::new();
         let wanted: BTreeMap<String, (std::path::PathBuf, JobSpec)> = (files.jobs.into_iter())
             .map(|f| {
                 let spec = JobSpec {
@@ -134,6 +138,7 @@ impl Engine {
                 }
                 Err(e) => {
                     problems.insert(format!("{}: {e}", path.display()));
+                    refused.insert(spec.name.clone(), e.to_string());
                 }
             }
         }
@@ -141,6 +146,7 @@ impl Engine {
             warn!("job file ignored: {p}");
         }
         self.job_files.problems = problems;
+        self.job_files.refused = refused;
     }
 }
 
@@ -220,13 +226,21 @@ impl Engine {
     /// most [`MAX_JOB_WAITERS`]; one more is answered at once with the job as it stands, so
     /// the asker sees "not reached" rather than a daemon that keeps every asker forever).
     pub(super) fn job_wait(&mut self, waiter: JobWaiter) {
+        // A refusal of an earlier file of that name says nothing of the one just written: only
+        // a read from now on answers.
+        if waiter.want == JobWant::Read {
+            self.job_files.refused.remove(&waiter.name);
+        }
         let waiter = match self.try_answer(waiter) {
             Some(w) => w,
             None => return,
         };
         if self.job_waiters.len() >= MAX_JOB_WAITERS {
-            let job = self.job_report(&waiter.name);
-            let _ = waiter.reply.send(job);
+            // "Not read" has no answer to give: the asker sees no answer (its reply dropped).
+            if waiter.want != JobWant::Read {
+                let job = self.job_report(&waiter.name);
+                let _ = waiter.reply.send(job);
+            }
             return;
         }
         self.job_waiters.push(waiter);
@@ -250,8 +264,9 @@ impl Engine {
         let job = self.job_report(&waiter.name);
         let reached = match (&waiter.want, &job) {
             (JobWant::Gone, None) => true,
-            (JobWant::Held, Some(_)) => true,
             (JobWant::State(word), Some(j)) => j.state == *word,
+            (JobWant::Read, Some(_)) => true,
+            (JobWant::Read, None) => self.job_files.refused.contains_key(&waiter.name),
             _ => false,
         };
         if !reached {

@@ -471,3 +471,78 @@ async fn a_restarted_peers_hello_is_answered_after_its_importers_are_disabled() 
     );
     stop(r).await;
 }
+
+/// A job file of node 0 and node 1 (the two nodes of [`settings`]).
+fn job_file(name: &str, channel: u32) -> openimex_config::jobfile::JobFile {
+    openimex_config::jobfile::JobFile {
+        path: format!("/jobs/{name}.job").into(),
+        name: name.to_string(),
+        channel,
+        members: [0, 1].into_iter().collect(),
+        owner: None,
+    }
+}
+
+/// What `ctl jobs create` waits for after writing a job file ([`crate::mailbox::JobWant::Read`]):
+/// answered by the first read of the directory that takes the file, the job held or its
+/// definition refused, however late that read comes; a read without the file answers nothing,
+/// and an earlier refusal of that name does not answer a new wait.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_create_is_answered_by_the_read_that_takes_its_file_and_by_nothing_else() {
+    use crate::mailbox::{JobFiles, JobWant};
+    let d = Recorder::default();
+    let r = ready(&d).await;
+    let read = |jobs| {
+        Input::JobFiles(JobFiles {
+            jobs,
+            ..JobFiles::default()
+        })
+    };
+    let wait = |name: &str| {
+        let (reply, rx) = oneshot::channel();
+        let input = Input::JobWait {
+            name: name.to_string(),
+            want: JobWant::Read,
+            reply,
+        };
+        (input, rx)
+    };
+
+    // Job a holds channel 5; b's file, written later, asks for channel 5 too.
+    let (ask_b, mut b) = wait("b");
+    r.tx.send(ask_b).await.unwrap();
+    r.tx.send(read(vec![job_file("a", 5)])).await.unwrap();
+    snapshot(&r.tx).await;
+    assert!(
+        b.try_recv().is_err(),
+        "a read without b's file answers nothing"
+    );
+    r.tx.send(read(vec![job_file("a", 5), job_file("b", 5)]))
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(1), &mut b)
+        .await
+        .expect("answered by the read that took b's file")
+        .unwrap();
+    assert!(answer.is_none(), "b refused: another job holds channel 5");
+
+    // b's file asked for again: the earlier refusal does not answer the new wait.
+    let (ask_b, mut b) = wait("b");
+    r.tx.send(ask_b).await.unwrap();
+    snapshot(&r.tx).await;
+    assert!(b.try_recv().is_err(), "only a read from now on answers");
+
+    // c on a free channel: held.
+    let (ask_c, c) = wait("c");
+    r.tx.send(ask_c).await.unwrap();
+    r.tx.send(read(vec![job_file("a", 5), job_file("c", 6)]))
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(1), c)
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(answer.map(|j| j.channel), Some(6));
+    drop(b);
+    stop(r).await;
+}
