@@ -161,7 +161,8 @@ pub(crate) async fn create(
     let (read, job) = wait_for(engine, &req.name, JobWant::Read, CREATE_READ).await?;
     if !read {
         return Err(Status::deadline_exceeded(format!(
-            "job {}: the daemon has not read {} within {} s; the file stays, as the record              (`ctl jobs wait {}` follows the job, `ctl jobs end {}` takes the file back)",
+            "job {}: the daemon has not read {} within {} s; the file stays, as the record \
+             (`ctl jobs wait {}` follows the job, `ctl jobs end {}` takes the file back)",
             req.name,
             path.display(),
             CREATE_READ.as_secs(),
