@@ -39,6 +39,13 @@ impl Mesh {
         readdressed: &[NodeId],
     ) -> Result<Reread, MapRefusal> {
         let reread = self.cfg.map.reread(&map, self.cfg.local)?;
+        self.apply_reread(now, &reread, readdressed);
+        Ok(reread)
+    }
+
+    /// [`Mesh::handle_node_map`] for a file already aligned with this map
+    /// ([`NodeMap::reread`] of this mesh's map, just now).
+    pub(crate) fn apply_reread(&mut self, now: Instant, reread: &Reread, readdressed: &[NodeId]) {
         let (added, removed) = (&reread.added, &reread.removed);
         let started = !matches!(
             self.state,
@@ -49,14 +56,11 @@ impl Mesh {
             .iter()
             .filter(|&p| started && !removed.contains(p))
         {
-            let Some(link) = self.link(peer) else {
+            if self.link(peer).is_none() {
                 continue;
-            };
-            let (dialer, carrier) = (link.dialer, link.carrier);
-            if let Some(c) = carrier {
-                self.actions
-                    .push_back(super::Action::CloseSession { peer, via: c.via });
-                self.set_carrier(peer, None);
+            }
+            // A dial in flight goes to the old address: superseded when the new one leaves.
+            if self.let_go(peer) {
                 self.set_status(
                     now,
                     peer,
@@ -66,12 +70,6 @@ impl Mesh {
             }
             if let Some(link) = self.link_mut(peer) {
                 link.failures = 0;
-            }
-            // A dial in flight goes to the old address: superseded when the new one leaves.
-            if matches!(dialer, Dialer::InFlight)
-                && let Some(link) = self.link_mut(peer)
-            {
-                link.attempt += 1;
             }
             self.set_dialer(
                 peer,
@@ -117,33 +115,17 @@ impl Mesh {
                 self.set_dialer(id, Dialer::Queued(self.due(DueClass::FirstRound, now, id)));
             }
         }
-        for &peer in removed {
-            self.set_status(
-                now,
-                peer,
-                ConnStatus::Invalid,
-                "removed from the nodes file (SIGUSR1): a hole, its ID is not reused; not dialled"
-                    .into(),
-            );
-        }
         self.check_quorum();
         self.pump_dials(now);
-        Ok(reread)
     }
 
-    /// Peer `peer`'s entry is gone from the nodes file: it is lost here for good (its session
-    /// closed, a connected link counted lost first so that the owner's lost-node rules run) and
-    /// no dial of it is waiting or in flight.
+    /// Peer `peer`'s entry is gone from the nodes file: it is lost here for good (a connected
+    /// link counted lost first, so that the owner's lost-node rules run), and shows INVALID.
     fn remove_peer(&mut self, now: Instant, peer: NodeId) {
-        let Some(link) = self.link(peer) else {
+        let Some(status) = self.link(peer).map(|l| l.status) else {
             return;
         };
-        let (dialer, carrier, status) = (link.dialer, link.carrier, link.status);
-        if let Some(c) = carrier {
-            self.actions
-                .push_back(super::Action::CloseSession { peer, via: c.via });
-            self.set_carrier(peer, None);
-        }
+        self.let_go(peer);
         if status == ConnStatus::Connected {
             self.set_status(
                 now,
@@ -152,13 +134,33 @@ impl Mesh {
                 "removed from the nodes file (SIGUSR1)".into(),
             );
         }
-        // A dial in flight is superseded: its result is ignored when it comes.
-        if matches!(dialer, Dialer::InFlight)
-            && let Some(link) = self.link_mut(peer)
-        {
+        self.set_dialer(peer, Dialer::Idle);
+        self.set_status(
+            now,
+            peer,
+            ConnStatus::Invalid,
+            "removed from the nodes file (SIGUSR1): a hole, its ID is not reused; not dialled"
+                .into(),
+        );
+    }
+
+    /// Closes the session that carries the pair with `peer`, if any, and supersedes a dial of
+    /// it in flight (its result is ignored when it comes). Returns whether a session was
+    /// closed. The link's status and dialer are the caller's to set.
+    fn let_go(&mut self, peer: NodeId) -> bool {
+        let Some(link) = self.link_mut(peer) else {
+            return false;
+        };
+        if matches!(link.dialer, Dialer::InFlight) {
             link.attempt += 1;
         }
-        self.set_dialer(peer, Dialer::Idle);
+        let Some(c) = link.carrier else {
+            return false;
+        };
+        self.actions
+            .push_back(super::Action::CloseSession { peer, via: c.via });
+        self.set_carrier(peer, None);
+        true
     }
 }
 

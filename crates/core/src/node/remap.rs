@@ -71,10 +71,17 @@ impl Node {
         map: NodeMap,
         readdressed: &[NodeId],
     ) -> Result<Reread, MapRefusal> {
-        let reread = self.mesh.handle_node_map(now, map, readdressed)?;
+        let config = self.mesh.config();
+        let reread = config.map.reread(&map, config.local)?;
+        self.apply_reread(now, &reread, readdressed);
+        Ok(reread)
+    }
+
+    /// [`Node::handle_node_map`] for a file already aligned with the running map.
+    fn apply_reread(&mut self, now: Instant, reread: &Reread, readdressed: &[NodeId]) {
+        self.mesh.apply_reread(now, reread, readdressed);
         self.absorb_mesh(now);
         self.rewrite_persist();
-        Ok(reread)
     }
 
     /// What each entry of the nodes file resolved to at start-up (by node ID): what the first
@@ -94,7 +101,6 @@ impl Node {
     ) -> Result<Remapped, MapRefusal> {
         let config = self.mesh.config();
         let aligned = config.map.reread(&file.map, config.local)?;
-        let file_in_step = aligned.file_in_step();
         // Addresses by node ID: a hole whose line went resolves to nothing.
         let addrs: Vec<Vec<IpAddr>> = (aligned.entry_of.iter())
             .map(|e| {
@@ -102,49 +108,48 @@ impl Node {
                     .unwrap_or_default()
             })
             .collect();
-        let file = ResolvedNodes {
-            map: aligned.map,
-            addrs,
-            sessions: file.sessions,
-        };
-        let (moved, redial) = self.readdressed(&file);
-        let reread = self.handle_node_map(now, file.map, &redial)?;
+        let (moved, redial) = self.readdressed(&aligned.map, &addrs, &file.sessions);
+        self.apply_reread(now, &aligned, &redial);
         // We closed these pairs' sessions on our own. The peer, if it is the lower node with a
         // dial of us in flight, holds the pair as connected on the strength of that dial until
         // it fails (the mesh's handover, `pair.rs`): up to a dial timeout before it even starts
         // its grace time. What it holds here is released no earlier than after an answered
         // hello, which allows for exactly that (`grace.rs`).
-        for &peer in reread.removed.iter().chain(&redial) {
+        for &peer in aligned.removed.iter().chain(&redial) {
             self.answered_hello(now, peer);
         }
-        self.resolved = file.addrs;
+        self.resolved = addrs;
         Ok(Remapped {
-            added: reread.added,
-            removed: reread.removed,
-            file_in_step,
+            file_in_step: aligned.file_in_step(),
+            added: aligned.added,
+            removed: aligned.removed,
             moved,
             redial,
         })
     }
 
     /// The peers of the running map whose entry resolves elsewhere than at the last read
-    /// (`moved`, with the new addresses), and those to dial again (the module doc).
-    fn readdressed(&self, file: &ResolvedNodes) -> (Vec<(NodeId, Vec<IpAddr>)>, Vec<NodeId>) {
+    /// (`moved`, with the new addresses), and those to dial again (the module doc): `new_map`
+    /// is the file aligned with the running map, `addrs` what its entries resolve to by node
+    /// ID, `sessions` the peer's address on each pair's live session.
+    fn readdressed(
+        &self,
+        new_map: &NodeMap,
+        addrs: &[Vec<IpAddr>],
+        sessions: &[(NodeId, IpAddr)],
+    ) -> (Vec<(NodeId, Vec<IpAddr>)>, Vec<NodeId>) {
         let map = &self.mesh.config().map;
         let local = self.mesh.config().local;
         let mut moved = Vec::new();
         let mut redial = Vec::new();
-        let common = map.len().min(file.map.len());
-        for (i, new) in file.addrs.iter().enumerate().take(common) {
+        let common = map.len().min(new_map.len());
+        for (i, new) in addrs.iter().enumerate().take(common) {
             let Ok(id) = u16::try_from(i).map(NodeId) else {
                 break;
             };
             // A placeholder filled in is no move: the mesh counts it as a node added. A node
             // removed (a hole now) is not dialled anywhere.
-            if id == local
-                || new.is_empty()
-                || map.is_placeholder(id)
-                || file.map.is_placeholder(id)
+            if id == local || new.is_empty() || map.is_placeholder(id) || new_map.is_placeholder(id)
             {
                 continue;
             }
@@ -153,7 +158,7 @@ impl Node {
                 .mesh
                 .peer(id)
                 .is_some_and(|(status, _)| status == ConnStatus::Connected);
-            let session = file.sessions.iter().find(|(p, _)| *p == id).map(|s| s.1);
+            let session = sessions.iter().find(|(p, _)| *p == id).map(|s| s.1);
             let stale = connected && session.is_some_and(|ip| !new.contains(&ip));
             if changed {
                 moved.push((id, new.clone()));
