@@ -7,7 +7,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use openimex_config::{Config, ConfigError};
+use openimex_config::Config;
 use openimex_driver::nvidia::files::DRIVER_ROOT_ENV;
 
 /// The longest value quoted in a warning.
@@ -55,20 +55,9 @@ fn ignored(
     out
 }
 
-/// Whether `name` (all `A-Z`, `0-9`, `_`) is a key of config.cfg: the config parser knows it.
+/// Whether `name` is a key of config.cfg: the parser's own table has it.
 fn is_config_key(name: &str) -> bool {
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-    {
-        return false;
-    }
-    // The parser refuses an OPENIMEX_ key it does not know; any other outcome (a value it
-    // cannot take, a combination it refuses) means it knows the key.
-    !matches!(
-        Config::parse(&format!("{name}=\n"), Path::new("(environment)")),
-        Err(ConfigError::UnknownOpenimexKey { .. })
-    )
+    openimex_config::reference::parser_keys().contains(&name)
 }
 
 /// `value`, cut to [`MAX_VALUE`] characters.
