@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent};
 use openimex_config::jobfile::{JOB_FILE_SUFFIX, JobFile};
 use openimex_config::{NodeConfig, NodeEntry};
 use tokio::io::unix::AsyncFd;
@@ -69,36 +69,74 @@ pub(crate) async fn run(
         }
     };
     let nodes_file = Arc::new(nodes_file.unwrap_or_default());
+    // The quarantine record matters once: the engine restores it from the first read only.
+    let mut first = true;
     loop {
         let map = Arc::clone(&hosts.borrow());
         let (dir2, nodes2) = (dir.clone(), Arc::clone(&nodes_file));
-        let read = tokio::task::spawn_blocking(move || read(&dir2, &nodes2, &map)).await;
+        let with_record = std::mem::take(&mut first);
+        let read =
+            tokio::task::spawn_blocking(move || read(&dir2, &nodes2, &map, with_record)).await;
         let Ok(files) = read else { return };
         if engine.send(Input::JobFiles(files)).await.is_err() {
             return;
         }
-        match &watch {
-            Some(w) => {
-                tokio::select! {
-                    ready = w.readable() => match ready {
-                        // Drained until the kernel says it would block (only then is the
-                        // readiness cleared, so an event landing meanwhile is not lost): one
-                        // read of the directory covers them all.
-                        Ok(mut guard) => while let Ok(Ok(_)) = guard.try_io(|fd| {
-                            fd.get_ref().0.read_events().map_err(std::io::Error::from)
-                        }) {},
-                        Err(_) => tokio::time::sleep(RESCAN).await,
-                    },
-                    () = tokio::time::sleep(RESCAN) => {}
-                    () = engine.closed() => return,
-                }
-            }
-            None => tokio::select! {
-                () = tokio::time::sleep(RESCAN) => {}
+        let rescan = tokio::time::Instant::now() + RESCAN;
+        let Some(w) = &watch else {
+            tokio::select! {
+                () = tokio::time::sleep_until(rescan) => continue,
                 () = engine.closed() => return,
-            },
+            }
+        };
+        // Until an event that may change the jobs: a prolog's temporary file and the daemon's
+        // own quarantine record are written here too, and reading the directory for them
+        // would only find the jobs it holds.
+        loop {
+            tokio::select! {
+                ready = w.readable() => match ready {
+                    // Drained until the kernel says it would block (only then is the
+                    // readiness cleared, so an event landing meanwhile is not lost): one read
+                    // of the directory covers them all.
+                    Ok(mut guard) => {
+                        let mut changed = false;
+                        while let Ok(Ok(events)) = guard.try_io(|fd| {
+                            fd.get_ref().0.read_events().map_err(std::io::Error::from)
+                        }) {
+                            changed |= events.iter().any(may_change_jobs);
+                        }
+                        if changed {
+                            break;
+                        }
+                    }
+                    Err(_) => {
+                        tokio::time::sleep_until(rescan).await;
+                        break;
+                    }
+                },
+                () = tokio::time::sleep_until(rescan) => break,
+                () = engine.closed() => return,
+            }
         }
     }
+}
+
+/// Whether an inotify event may change what the directory's job files say: one naming a job
+/// file, the directory itself moved or deleted, or events lost (the queue overflowed).
+fn may_change_jobs(event: &InotifyEvent) -> bool {
+    let whole = AddWatchFlags::IN_Q_OVERFLOW
+        | AddWatchFlags::IN_DELETE_SELF
+        | AddWatchFlags::IN_MOVE_SELF
+        | AddWatchFlags::IN_IGNORED;
+    event.mask.intersects(whole)
+        || (event.name.as_deref())
+            .and_then(|n| n.to_str())
+            .is_some_and(is_job_file)
+}
+
+/// Whether a directory entry named `name` is a job file (a dot file, such as a prolog's
+/// temporary file or the quarantine record, is not).
+fn is_job_file(name: &str) -> bool {
+    name.ends_with(JOB_FILE_SUFFIX) && !name.starts_with('.')
 }
 
 /// The node map `hosts` as the nodes file `nodes_file` it came from (line i+1 is node i), which
@@ -123,6 +161,16 @@ fn watch(dir: &Path) -> std::io::Result<AsyncFd<Watch>> {
             .mode(0o700)
             .create(dir)?;
     }
+    let inotify = inotify_on(dir)?;
+    // SAFETY: the `Inotify` owns its descriptor, which stays open and the same until the
+    // `AsyncFd`, which owns the `Inotify`, is dropped.
+    unsafe { AsyncFd::register_with_interest(Watch(inotify), tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
+
+/// A non-blocking inotify instance watching `dir` for files written, moved in or out, and
+/// deleted, and for the directory itself moved or deleted.
+fn inotify_on(dir: &Path) -> std::io::Result<Inotify> {
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
     inotify.add_watch(
         dir,
@@ -133,10 +181,7 @@ fn watch(dir: &Path) -> std::io::Result<AsyncFd<Watch>> {
             | AddWatchFlags::IN_DELETE_SELF
             | AddWatchFlags::IN_MOVE_SELF,
     )?;
-    // SAFETY: the `Inotify` owns its descriptor, which stays open and the same until the
-    // `AsyncFd`, which owns the `Inotify`, is dropped.
-    unsafe { AsyncFd::register_with_interest(Watch(inotify), tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
+    Ok(inotify)
 }
 
 /// The inotify instance, as the runtime polls it.
@@ -152,8 +197,8 @@ impl std::os::fd::AsRawFd for Watch {
 use std::os::unix::fs::DirBuilderExt as _;
 
 /// Reads every `.job` file of `dir` against the nodes file's entries `hosts` (read from
-/// `nodes_file`, named in messages).
-pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles {
+/// `nodes_file`, named in messages), and the quarantine record when `with_record`.
+pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String], with_record: bool) -> JobFiles {
     let nodes = node_config(nodes_file, hosts);
     let mut found = JobFiles::default();
     let entries = match std::fs::read_dir(dir) {
@@ -168,7 +213,8 @@ pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles 
         }
     };
     let record = dir.join(QUARANTINE_FILE);
-    if let Ok(text) = std::fs::read_to_string(&record) {
+    let text = with_record.then(|| std::fs::read_to_string(&record));
+    if let Some(Ok(text)) = text {
         let written_in = text.lines().next().and_then(|l| l.strip_prefix("boot "));
         let this_boot = boot_id();
         let stale =
@@ -196,7 +242,7 @@ pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles 
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(JOB_FILE_SUFFIX) && !n.starts_with('.'))
+                .is_some_and(is_job_file)
         })
         .collect();
     paths.sort();
@@ -223,7 +269,46 @@ pub(crate) fn read(dir: &Path, nodes_file: &Path, hosts: &[String]) -> JobFiles 
 
 #[cfg(test)]
 mod tests {
-    use super::{QUARANTINE_FILE, boot_id, read};
+    use super::{QUARANTINE_FILE, boot_id, inotify_on, may_change_jobs, read};
+
+    /// A prolog writes its job file whole (a dot file renamed into place) and the daemon
+    /// rewrites its quarantine record the same way: of all the events that makes, only those
+    /// naming a job file (and the directory's own end) ask for a read.
+    #[test]
+    fn only_events_naming_a_job_file_ask_for_a_read() {
+        let dir = std::env::temp_dir().join(format!("openimex-jobs-events-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let inotify = inotify_on(&dir).unwrap();
+        std::fs::write(dir.join(".a.tmp"), "CHANNEL=1\n").unwrap();
+        std::fs::rename(dir.join(".a.tmp"), dir.join("a.job")).unwrap();
+        std::fs::write(dir.join(".quarantine.tmp"), "boot x\n").unwrap();
+        std::fs::rename(dir.join(".quarantine.tmp"), dir.join(QUARANTINE_FILE)).unwrap();
+        std::fs::write(dir.join("notes.txt"), "").unwrap();
+        std::fs::remove_file(dir.join("a.job")).unwrap();
+        let asked: Vec<(String, bool)> = (inotify.read_events().unwrap().iter())
+            .map(|e| {
+                let name = e.name.as_deref().and_then(|n| n.to_str()).unwrap_or("");
+                (name.to_string(), may_change_jobs(e))
+            })
+            .collect();
+        let want = [
+            (".a.tmp", false),
+            (".a.tmp", false),
+            ("a.job", true),
+            (".quarantine.tmp", false),
+            (".quarantine.tmp", false),
+            (".quarantine", false),
+            ("notes.txt", false),
+            ("a.job", true),
+        ];
+        let want: Vec<(String, bool)> = want.iter().map(|(n, b)| (n.to_string(), *b)).collect();
+        assert_eq!(asked, want);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let gone: Vec<bool> = (inotify.read_events().unwrap().iter())
+            .map(may_change_jobs)
+            .collect();
+        assert!(gone.contains(&true), "the directory deleted: {gone:?}");
+    }
 
     #[test]
     fn the_quarantine_of_this_boot_holds_and_one_of_another_boot_is_none() {
@@ -234,7 +319,7 @@ mod tests {
         let nodes = dir.join("nodes_config.cfg");
         let this = boot_id().expect("the kernel names this boot");
         std::fs::write(&record, format!("boot {this}\n3 old\n4 older\n")).unwrap();
-        let found = read(&dir, &nodes, &hosts);
+        let found = read(&dir, &nodes, &hosts, true);
         assert_eq!(
             found.quarantined,
             vec![(3, "old".to_string()), (4, "older".to_string())]
@@ -245,9 +330,9 @@ mod tests {
             "boot 00000000-0000-0000-0000-000000000000\n3 old\n",
         )
         .unwrap();
-        assert!(read(&dir, &nodes, &hosts).quarantined.is_empty());
+        assert!(read(&dir, &nodes, &hosts, true).quarantined.is_empty());
         std::fs::write(&record, format!("boot {this}\nthree old\n")).unwrap();
-        let found = read(&dir, &nodes, &hosts);
+        let found = read(&dir, &nodes, &hosts, true);
         assert!(
             found.problems[0].ends_with(
                 ":2: \"three old\" is not CHANNEL JOB; the daemon writes this file: remove the line"
