@@ -66,14 +66,27 @@ fn gpu_cluster_with(
     if tls {
         spec = spec.with_tls();
     }
-    let mut cluster = Cluster::prepare(spec).context("cannot prepare the nodes")?;
-    for i in 0..nodes {
+    start_each(spec, |cluster, i| {
         if metrics {
-            let addr = metrics_addr(&cluster, i).to_string();
+            let addr = metrics_addr(cluster, i).to_string();
             cluster
                 .set_node_config(i, "OPENIMEX_METRICS_ADDR", &addr)
                 .context("cannot set a node's metrics address")?;
         }
+        Ok(())
+    })
+}
+
+/// Prepares `spec`'s nodes, starts each after `configure` has set what that node needs, and
+/// waits for the domain UP.
+pub(super) fn start_each(
+    spec: ClusterSpec,
+    mut configure: impl FnMut(&mut Cluster, usize) -> Result<()>,
+) -> Result<Cluster> {
+    let nodes = spec.nodes;
+    let mut cluster = Cluster::prepare(spec).context("cannot prepare the nodes")?;
+    for i in 0..nodes {
+        configure(&mut cluster, i)?;
         cluster.start_node(i).context("cannot start the nodes")?;
     }
     cluster

@@ -49,22 +49,18 @@ pub(crate) fn job_ready_entry(binary: &Path, nodes: usize, rounds: usize) -> Vec
 /// Starts `spec`'s nodes, each with a jobs directory of its own (`<node dir>/jobs`, as real
 /// nodes have), and waits for the domain UP: the cluster and those directories.
 pub(super) fn start_with_jobs_dirs(spec: ClusterSpec) -> Result<(Cluster, Vec<PathBuf>)> {
-    let nodes = spec.nodes;
-    let mut cluster = Cluster::prepare(spec).context("cannot prepare the nodes")?;
-    let dirs: Vec<PathBuf> = (0..nodes)
-        .map(|i| cluster.node(i).dir().join("jobs"))
-        .collect();
-    for (i, dir) in dirs.iter().enumerate() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut dirs = Vec::with_capacity(spec.nodes);
+    let cluster = super::apps::start_each(spec, |cluster, i| {
+        let dir = cluster.node(i).dir().join("jobs");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         let shown = dir.display().to_string();
         cluster
             .set_node_config(i, "OPENIMEX_JOBS_DIR", &shown)
             .context("cannot set a node's jobs directory")?;
-        cluster.start_node(i).context("cannot start the nodes")?;
-    }
-    cluster
-        .wait_up(0, LIMIT)
-        .map_err(|e| anyhow!(openimex_harness::bench::short_error(&e)))?;
+        dirs.push(dir);
+        Ok(())
+    })?;
     Ok((cluster, dirs))
 }
 
