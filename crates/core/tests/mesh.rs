@@ -737,6 +737,39 @@ fn while_answers_arrive_every_other_heartbeat_asks_for_none_and_a_silent_peer_is
     assert!(m.links()[1].reason.contains("no heartbeat answer"));
 }
 
+/// A session that began carrying its pair less than an interval before a tick sends no
+/// heartbeat on that tick (its handshake has just proved the pair; while a domain forms every
+/// session is that new), and its first at the next tick; a peer silent from the handshake on is
+/// still lost a peer timeout after it, no later.
+#[test]
+fn a_new_session_sends_its_first_heartbeat_a_whole_interval_on_and_is_lost_on_time() {
+    let (mut m, hello_1, t0) = node_0_and_hello_of(2, 1);
+    let cfg = m.config().clone();
+    m.handle_start(t0);
+    // Ticks fall on t0 + k intervals: opened half an interval before the first.
+    let opened = t0 + cfg.heartbeat_interval / 2;
+    assert_eq!(m.handle_hello(opened, &hello_1), Verdict::Accept);
+    assert!(m.handle_session_opened(opened, NodeId(1), hello_1.instance, 3));
+    while m.poll_action().is_some() {}
+    let first = m.poll_timeout().unwrap();
+    assert_eq!(first, t0 + cfg.heartbeat_interval);
+    m.handle_timeout(first);
+    assert_eq!(heartbeats(&mut m), Vec::<bool>::new(), "none half an interval in");
+    let second = m.poll_timeout().unwrap();
+    assert_eq!(second, first + cfg.heartbeat_interval);
+    m.handle_timeout(second);
+    assert_eq!(heartbeats(&mut m), vec![true], "the first, asking for an answer");
+    // No answer ever comes: lost at the first tick a peer timeout after the handshake.
+    let mut now = second;
+    while m.peer(NodeId(1)).unwrap().0 == ConnStatus::Connected {
+        now = m.poll_timeout().unwrap();
+        m.handle_timeout(now);
+        assert!(now <= opened + cfg.peer_timeout + cfg.heartbeat_interval, "lost late");
+    }
+    assert!(now >= opened + cfg.peer_timeout, "lost early");
+    assert!(m.links()[1].reason.contains("no heartbeat answer"));
+}
+
 #[test]
 fn with_a_peer_timeout_under_four_intervals_every_heartbeat_asks_for_an_answer() {
     let map = NodeMap::new(sim::hosts(2));

@@ -11,7 +11,12 @@
 //!
 //! Heartbeats are not timed per session: one tick every `heartbeat_interval` sends every
 //! heartbeat due and checks every session's silence, so a session costs no timer, and an
-//! answer costs an assignment, not a reordering of timers. Ticks fall on a phase the owner may
+//! answer costs an assignment, not a reordering of timers. A session that began carrying its
+//! pair less than an interval before a tick sends no heartbeat on it: its handshake has just
+//! proved the pair, the next tick is at most one interval later, and while a domain forms (every
+//! session new) a tick would otherwise add one heartbeat per pair to the connections' own cost.
+//! Loss is still judged from the last sign of life (the handshake counts as one), so the peer
+//! timeout allows one heartbeat fewer before it, never a later loss. Ticks fall on a phase the owner may
 //! set ([`Mesh::set_heartbeat_phase`]); daemons that share a machine and a phase wake together
 //! once per interval instead of once per peer, so each wake-up handles a batch of messages. A
 //! loss is seen between `peer_timeout` and `peer_timeout + heartbeat_interval` after the last
@@ -107,18 +112,18 @@ impl Mesh {
         let late = now.saturating_duration_since(due) >= self.cfg.heartbeat_interval;
         let spare = late && !self.spared_late_tick;
         self.spared_late_tick = spare;
-        let ids: Vec<(NodeId, Via, Instant, Option<Instant>)> = self
+        let ids: Vec<(NodeId, Via, Instant, Instant, Option<Instant>)> = self
             .links
             .iter()
             .enumerate()
             .filter_map(
                 |(i, link)| match (link.as_ref()?.carrier, u16::try_from(i)) {
-                    (Some(c), Ok(id)) => Some((NodeId(id), c.via, c.last_rx, c.asked_at)),
+                    (Some(c), Ok(id)) => Some((NodeId(id), c.via, c.last_rx, c.since, c.asked_at)),
                     _ => None,
                 },
             )
             .collect();
-        for (id, via, last_rx, asked_at) in ids {
+        for (id, via, last_rx, since, asked_at) in ids {
             let sender = self.sends_heartbeats(id);
             if !spare && now.saturating_duration_since(last_rx) >= timeout {
                 let what = if sender {
@@ -127,6 +132,9 @@ impl Mesh {
                     "no heartbeat from the peer"
                 };
                 self.lose(now, id, format!("{what} for {ms} ms"));
+            } else if sender && now.saturating_duration_since(since) < self.cfg.heartbeat_interval {
+                // Opened within the last interval: its handshake is the pair's sign of life,
+                // and the next tick is soon enough for the first heartbeat.
             } else if sender {
                 let answer = !self.may_skip_answer(last_rx, asked_at);
                 if let Some(c) = self.link_mut(id).and_then(|l| l.carrier.as_mut()) {

@@ -78,6 +78,9 @@ pub(super) struct Carrier {
     pub(super) instance: InstanceId,
     /// The pair was last heard from then (see `liveness`).
     pub(super) last_rx: Instant,
+    /// It began carrying the pair then: its first heartbeat is due a whole interval later
+    /// (see `liveness`).
+    pub(super) since: Instant,
     /// When our last heartbeat on it asked for an answer; `None` if it asked for none, or none
     /// was sent yet (see `liveness`).
     pub(super) asked_at: Option<Instant>,
@@ -252,6 +255,7 @@ impl Mesh {
                 via,
                 instance,
                 last_rx: now,
+                since: now,
                 asked_at: None,
             }),
         );
