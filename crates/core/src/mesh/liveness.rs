@@ -16,11 +16,13 @@
 //! proved the pair, the next tick is at most one interval later, and while a domain forms (every
 //! session new) a tick would otherwise add one heartbeat per pair to the connections' own cost.
 //! Loss is still judged from the last sign of life (the handshake counts as one), so the peer
-//! timeout allows one heartbeat fewer before it, never a later loss. Ticks fall on a phase the owner may
-//! set ([`Mesh::set_heartbeat_phase`]); daemons that share a machine and a phase wake together
-//! once per interval instead of once per peer, so each wake-up handles a batch of messages. A
-//! loss is seen between `peer_timeout` and `peer_timeout + heartbeat_interval` after the last
-//! sign of life. A killed peer is seen at once: its sessions close.
+//! timeout allows one heartbeat fewer before it, never a later loss.
+//!
+//! Ticks fall on a phase the owner may set ([`Mesh::set_heartbeat_phase`]); daemons that share
+//! a machine and a phase wake together once per interval instead of once per peer, so each
+//! wake-up handles a batch of messages. A loss is seen between `peer_timeout` and
+//! `peer_timeout + heartbeat_interval` after the last sign of life. A killed peer is seen at
+//! once: its sessions close.
 //!
 //! A tick that comes a whole interval or more after it was due means this daemon did not run
 //! (a starved or stopped process, a machine swapping): the peers' heartbeats may be waiting
