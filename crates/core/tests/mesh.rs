@@ -754,17 +754,28 @@ fn a_new_session_sends_its_first_heartbeat_a_whole_interval_on_and_is_lost_on_ti
     let first = m.poll_timeout().unwrap();
     assert_eq!(first, t0 + cfg.heartbeat_interval);
     m.handle_timeout(first);
-    assert_eq!(heartbeats(&mut m), Vec::<bool>::new(), "none half an interval in");
+    assert_eq!(
+        heartbeats(&mut m),
+        Vec::<bool>::new(),
+        "none half an interval in"
+    );
     let second = m.poll_timeout().unwrap();
     assert_eq!(second, first + cfg.heartbeat_interval);
     m.handle_timeout(second);
-    assert_eq!(heartbeats(&mut m), vec![true], "the first, asking for an answer");
+    assert_eq!(
+        heartbeats(&mut m),
+        vec![true],
+        "the first, asking for an answer"
+    );
     // No answer ever comes: lost at the first tick a peer timeout after the handshake.
     let mut now = second;
     while m.peer(NodeId(1)).unwrap().0 == ConnStatus::Connected {
         now = m.poll_timeout().unwrap();
         m.handle_timeout(now);
-        assert!(now <= opened + cfg.peer_timeout + cfg.heartbeat_interval, "lost late");
+        assert!(
+            now <= opened + cfg.peer_timeout + cfg.heartbeat_interval,
+            "lost late"
+        );
     }
     assert!(now >= opened + cfg.peer_timeout, "lost early");
     assert!(m.links()[1].reason.contains("no heartbeat answer"));

@@ -30,17 +30,24 @@ fn described(actions: &[node::Action]) -> bool {
         .any(|a| matches!(a, node::Action::DescribeExport { .. }))
 }
 
+/// Node 0, started, with the session it dialled to node 1 up: the node, the time, the hellos,
+/// the dial's attempt.
+fn dialled_node_1() -> (Node, std::time::Instant, Vec<Hello>, u64) {
+    let (mut n, now, hellos) = sim::node::node(Setup::default());
+    let started = sim::node::start(&mut n, now);
+    let a1 = sim::node::dial_attempt(&started, 1).expect("dials node 1");
+    n.handle_dial_ok(now, NodeId(1), a1, &hellos[1]);
+    drain(&mut n);
+    (n, now, hellos, a1)
+}
+
 /// (e) A request on a session we dialled is the peer's while that attempt carries the pair
 /// with the instance it handshook with; on a stale attempt, another peer's session, or after
 /// the peer restarted, it is refused and counted as "no session"; claiming another identity is
 /// an identity mismatch.
 #[test]
 fn requests_on_a_dialled_session_are_the_peers_only_while_it_carries_the_pair() {
-    let (mut n, now, hellos) = sim::node::node(Setup::default());
-    let started = sim::node::start(&mut n, now);
-    let a1 = sim::node::dial_attempt(&started, 1).expect("dials node 1");
-    n.handle_dial_ok(now, NodeId(1), a1, &hellos[1]);
-    drain(&mut n);
+    let (mut n, now, hellos, a1) = dialled_node_1();
     let via = Via::Dialled {
         peer: NodeId(1),
         attempt: a1,
@@ -211,11 +218,7 @@ fn heartbeats_on_an_accepted_session_keep_the_pair_alive() {
 /// ends, it proves nothing.
 #[test]
 fn a_departing_peer_hands_back_on_the_session_it_said_goodbye_on() {
-    let (mut n, now, hellos) = sim::node::node(Setup::default());
-    let started = sim::node::start(&mut n, now);
-    let a1 = sim::node::dial_attempt(&started, 1).expect("dials node 1");
-    n.handle_dial_ok(now, NodeId(1), a1, &hellos[1]);
-    drain(&mut n);
+    let (mut n, now, hellos, a1) = dialled_node_1();
     let via = Via::Dialled {
         peer: NodeId(1),
         attempt: a1,

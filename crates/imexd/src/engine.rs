@@ -93,6 +93,17 @@ pub(crate) struct Engine {
     job_waiters: Vec<jobs::JobWaiter>,
 }
 
+/// Sleeps until the node's next deadline (`Node::poll_timeout`), or for ever without one.
+fn node_timer(deadline: Option<std::time::Instant>) -> impl Future<Output = ()> {
+    let deadline = deadline.map(Instant::from_std);
+    async move {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 fn now() -> std::time::Instant {
     Instant::now().into_std()
 }
@@ -152,13 +163,7 @@ impl Engine {
         self.node.handle_start(now());
         let mut result = self.perform();
         while result.is_ok() {
-            let deadline = self.node.poll_timeout().map(Instant::from_std);
-            let timer = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let timer = node_timer(self.node.poll_timeout());
             tokio::select! {
                 () = &mut shutdown => break,
                 input = rx.recv() => {

@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Engine, now};
+use super::{Engine, node_timer, now};
 use crate::mailbox::Input;
 use crate::peer_client;
 
@@ -36,13 +35,7 @@ impl Engine {
         // acknowledged goodbye releases what we held for that peer's importers. The node says
         // when to stop waiting (all reported, or its goodbye wait is over), on its timer.
         while !self.goodbyes_over {
-            let deadline = self.node.poll_timeout().map(Instant::from_std);
-            let timer = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let timer = node_timer(self.node.poll_timeout());
             tokio::select! {
                 () = timer => {
                     self.node.handle_timeout(now());
