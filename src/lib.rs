@@ -76,7 +76,7 @@ pub const DAEMON: Passthrough = Passthrough {
 /// The control CLI, as `openimex ctl` or `nvidia-imex-ctl`.
 pub const CTL: Passthrough = Passthrough {
     name: "ctl",
-    program: "nvidia-imex-ctl",
+    program: openimex_ctl::NVIDIA_PROGRAM,
     about: "Query the daemon (same flags as nvidia-imex-ctl: -q, -N, -j, -H, -c, -i, -u ...)",
     command: Some(openimex_ctl::command),
     run: openimex_ctl::main,

@@ -27,10 +27,12 @@ fn ignored(
     config_path: &Path,
 ) -> Vec<String> {
     let config = config_path.display();
+    // The parser's own table: a name is a config.cfg key when it has it.
+    let keys = openimex_config::reference::parser_keys();
     let mut out: Vec<String> = vars
         .filter_map(|(name, value)| {
             let name = name.into_string().ok()?;
-            if !name.starts_with("OPENIMEX_") || !is_config_key(&name) {
+            if !name.starts_with("OPENIMEX_") || !keys.contains(&name.as_str()) {
                 return None;
             }
             let value = clip(&value.to_string_lossy());
@@ -53,11 +55,6 @@ fn ignored(
         .collect();
     out.sort();
     out
-}
-
-/// Whether `name` is a key of config.cfg: the parser's own table has it.
-fn is_config_key(name: &str) -> bool {
-    openimex_config::reference::parser_keys().contains(&name)
 }
 
 /// `value`, cut to [`MAX_VALUE`] characters.

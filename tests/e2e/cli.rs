@@ -9,17 +9,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use openimex_harness::process::{find_pids_with_args, process_alive, send_signal};
-use openimex_harness::{AddrBlock, Cluster, ScratchDir, Signal};
+use openimex_harness::{Cluster, ScratchDir, Signal};
 
 use crate::common::{
-    COMMAND, FORM, KillOnDrop, assert_clean_failure, binary, lab_binary, run, spec, text,
+    COMMAND, FORM, KillOnDrop, assert_clean_failure, binary, dead_endpoint, lab_binary, run, spec,
+    text,
 };
-
-/// A loopback address and port with nothing listening.
-fn dead_endpoint() -> (String, String) {
-    let block = AddrBlock::allocate(1, &[50005]).expect("free address");
-    (block.ip(0).to_string(), "50005".to_string())
-}
 
 #[test]
 fn ctl_without_daemon_fails_clearly() {

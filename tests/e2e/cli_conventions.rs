@@ -11,17 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use openimex_harness::{AddrBlock, Cluster, ScratchDir};
+use openimex_harness::{Cluster, ScratchDir};
 
 use crate::common::{
-    FORM, assert_clean_failure, binary, lab_binary, log, run, run_long, spec, text,
+    FORM, assert_clean_failure, binary, dead_endpoint, lab_binary, log, run, run_long, spec, text,
 };
-
-/// A loopback address and port with nothing listening.
-fn dead_endpoint() -> (String, String) {
-    let block = AddrBlock::allocate(1, &[50005]).expect("free address");
-    (block.ip(0).to_string(), "50005".to_string())
-}
 
 /// `install-links` into a scratch directory: (the directory, `nvidia-imex`, `nvidia-imex-ctl`).
 fn links() -> (ScratchDir, PathBuf, PathBuf) {

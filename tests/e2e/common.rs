@@ -5,7 +5,13 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openimex_harness::process::{find_pids_with_args, run_with_timeout, send_signal};
-use openimex_harness::{Cluster, ClusterSpec, Signal};
+use openimex_harness::{AddrBlock, Cluster, ClusterSpec, Signal};
+
+/// A loopback address and port with nothing listening.
+pub(crate) fn dead_endpoint() -> (String, String) {
+    let block = AddrBlock::allocate(1, &[50005]).expect("free address");
+    (block.ip(0).to_string(), "50005".to_string())
+}
 
 /// Time allowed for a domain to form (18 daemons on a loaded 2-core machine included).
 pub(crate) const FORM: Duration = Duration::from_secs(60);

@@ -176,14 +176,14 @@ fn cuda(what: &'static str) -> impl FnOnce(CuError) -> Failure {
     move |err| Failure::Cuda { what, err }
 }
 
-/// Runs `openimex-lab app` with `args` (including the program name, e.g. `openimex-lab app`, as
-/// clap's `parse_from` takes them) and returns the exit code (see the module docs).
 /// The command line `openimex-lab app` parses, named `program` (for `help app` and the man
 /// page: one definition).
 pub fn command(program: &str) -> clap::Command {
     <Cli as clap::CommandFactory>::command().bin_name(program)
 }
 
+/// Runs `openimex-lab app` with `args` (including the program name, e.g. `openimex-lab app`, as
+/// clap's `parse_from` takes them) and returns the exit code (see the module docs).
 pub fn main(args: Vec<OsString>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,

@@ -16,7 +16,7 @@
 use std::fmt::Display;
 use std::path::Path;
 
-use crate::{AuthMode, AuthSource, Config, DriverKind, GraceTime, Quorum};
+use crate::{AuthMode, AuthSource, Config, DriverKind, Quorum};
 
 /// The line before the generated block in the document.
 pub const BEGIN_MARKER: &str = "<!-- BEGIN GENERATED: config keys. Edit crates/config/src/reference.rs, then run \
@@ -176,10 +176,7 @@ const DOCS: &[KeyDoc] = &[
         "The command service's TCP port (NVIDIA's files use 50005). Empty: no TCP port. Any local user can reach a TCP port, so the commands that change state are taken on the unix socket only."),
     doc!("IMEX_CMD_UNIX_DOMAIN_PATH", |c| path(c.imex_cmd_unix_domain_path.as_deref()), Yes,
         "The command service's unix socket, mode 0660 whatever the umask (root-only unless a site gives it a group). The Kubernetes DRA driver's host-managed mode wants `/etc/nvidia-imex/imex_ctrl.sock`."),
-    doc!("IMEX_NODE_DISCONNECTED_GRACE_TIME", |c| match c.imex_node_disconnected_grace_time {
-            GraceTime::Forever => "-1".to_owned(),
-            GraceTime::Seconds(s) => s.to_string(),
-        }, Yes,
+    doc!("IMEX_NODE_DISCONNECTED_GRACE_TIME", |c| c.imex_node_disconnected_grace_time.to_string(), Yes,
         "How long a lost peer is waited for before its imports and exports are cleaned up: -1 forever, 0 at once, N seconds. N > 0 declares a peer silent for N seconds dead; where a frozen host may still run applications, keep -1."),
     doc!("IMEX_CONN_WAIT_TIMEOUT", |c| opt(c.imex_conn_wait_timeout), Yes,
         "Seconds the `FULL` quorum waits for every peer; then the daemon goes on to READY and logs the peers still missing. It does not shorten the `RECOVERY` wait. Empty: wait for all (NVIDIA's legacy Slurm key)."),

@@ -36,14 +36,12 @@ const MARKER: &str = "openimex-local";
 const RECORDS: &str = "local.pids";
 /// The simulated NVLink fabric shared by the nodes' drivers.
 const FABRIC: &str = "fabric";
-/// The longest unix socket path Linux accepts (`sun_path` is 108 bytes with the NUL).
-const MAX_SOCKET_PATH: usize = 107;
 /// Time for a driver to say `ready`.
 const DRIVER_READY: Duration = Duration::from_secs(30);
 /// Time for one `ctl` query.
 const CTL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Addresses per block (`127.1.B.1` … `127.1.B.250`).
-const MAX_NODES: usize = 250;
+const MAX_NODES: usize = openimex_harness::addr::ADDRS_PER_BLOCK;
 
 /// `openimex-lab local …`.
 #[derive(Debug, Subcommand)]
@@ -196,7 +194,7 @@ fn up(args: &UpArgs) -> Result<()> {
     }
     let exe = std::env::current_exe()
         .context("cannot find this binary's path, which starts the drivers and daemons")?;
-    prepare_dir(&layout)?;
+    prepare_dir(&layout, &exe)?;
     // Nodes of an earlier, larger domain in this directory.
     for i in (n..).take_while(|&i| layout.node(i).is_dir()) {
         std::fs::remove_dir_all(layout.node(i)).with_context(|| {
@@ -229,22 +227,18 @@ fn up(args: &UpArgs) -> Result<()> {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect(),
+    })
+    .with_context(|| {
+        format!(
+            "cannot lay out the nodes in --dir {} (init's --install-dir below is that --dir)",
+            layout.dir.display()
+        )
     })?;
-    // init refuses a command socket path that is too long; the driver's is as long or shorter.
+    // init refused a command socket path that is too long; the driver's is one byte shorter.
     let sockets: Vec<PathBuf> = nodes
         .iter()
         .flat_map(|node| [layout.driver_socket(node.id), node.cmd_socket()])
         .collect();
-    if let Some(socket) = sockets
-        .iter()
-        .find(|s| s.as_os_str().len() > MAX_SOCKET_PATH)
-    {
-        bail!(
-            "the socket {} would be longer than the {MAX_SOCKET_PATH} bytes Linux allows a unix \
-             socket path; pass a shorter --dir",
-            socket.display()
-        );
-    }
     let mut started = Started::new(layout.records(), sockets);
     for (i, node) in nodes.iter().enumerate() {
         let node_dir = layout.node(i);
@@ -320,7 +314,7 @@ fn up(args: &UpArgs) -> Result<()> {
 
 /// Makes sure `DIR` is this command's to use: absent or empty (then created, mode 0700), or a
 /// local domain's (its marker) with nothing of it running; owned by this user, not a link.
-fn prepare_dir(layout: &Layout) -> Result<()> {
+fn prepare_dir(layout: &Layout, exe: &Path) -> Result<()> {
     let dir = &layout.dir;
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -376,7 +370,7 @@ fn prepare_dir(layout: &Layout) -> Result<()> {
                     dir.display(),
                     r.describe(),
                     running.len() - 1,
-                    program_name(),
+                    exe.display(),
                     dir.display()
                 );
             }
@@ -563,13 +557,6 @@ fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// How this binary is called in the printed commands: its full path, so they work as printed.
-fn program_name() -> String {
-    std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "openimex-lab".to_owned())
 }
 
 /// What `up` prints once the domain is UP.
@@ -779,7 +766,7 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("mkdir");
         std::fs::write(dir.join("mine.txt"), "x").expect("write");
         let layout = Layout { dir: dir.clone() };
-        let e = prepare_dir(&layout).unwrap_err();
+        let e = prepare_dir(&layout, Path::new("openimex-lab")).unwrap_err();
         let down_err = down(&layout, false).unwrap_err();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(e.to_string().contains("did not write"), "{e}");

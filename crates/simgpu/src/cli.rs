@@ -113,13 +113,13 @@ fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
     })
 }
 
-/// Entry point of `openimex-lab gpu`; `args[0]` is the program name.
 /// The command line `openimex-lab gpu` parses, named `program` (for `help gpu` and the man
 /// page: one definition).
 pub fn command(program: &str) -> clap::Command {
     <Args as clap::CommandFactory>::command().bin_name(program)
 }
 
+/// Entry point of `openimex-lab gpu`; `args[0]` is the program name.
 pub fn main(args: Vec<OsString>) -> ExitCode {
     let args = match Args::try_parse_from(args) {
         Ok(a) => a,
