@@ -9,6 +9,11 @@ use serde_json::{Value, json};
 
 use super::faults::{FaultKind, FaultRecord, Outcome};
 
+/// What the summary's `freed reads` count is, said right under its line.
+const FREED_READS: &str = "(freed reads: zeros read through a mapping whose exporter had \
+                           already freed the memory, before the revocation reached the \
+                           importer; expected under faults, not an error)";
+
 /// A snapshot while the run goes on.
 #[derive(Debug, Clone)]
 pub struct Progress {
@@ -200,6 +205,7 @@ impl ChaosReport {
             self.app_crashes,
             self.daemon_crashes
         );
+        let _ = writeln!(s, "    {FREED_READS}");
         s.push_str(&self.table());
         for n in &self.notes {
             let _ = writeln!(s, "  note: {n}");
@@ -267,5 +273,47 @@ impl ChaosReport {
             "faults": faults,
             "notes": self.notes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_says_what_freed_reads_are() {
+        let report = ChaosReport {
+            seed: 1,
+            nodes: 4,
+            gpus_per_node: 2,
+            elapsed: Duration::from_secs(60),
+            faults: Vec::new(),
+            imports: 100,
+            import_failures: 4,
+            import_p50_us: 900,
+            reads: 1000,
+            stale_reads: 0,
+            freed_reads: 3,
+            data_errors: 0,
+            revoked_apps: 2,
+            app_restarts: 5,
+            app_crashes: 0,
+            daemon_crashes: 0,
+            leaked_refs: 0,
+            recovered: true,
+            final_recover: Some(Duration::from_millis(800)),
+            notes: Vec::new(),
+        };
+        let text = report.text();
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains("freed reads 3"))
+            .expect("the count stays");
+        assert!(
+            lines[at + 1].contains("freed reads: zeros read")
+                && lines[at + 1].contains("not an error"),
+            "{text}"
+        );
     }
 }

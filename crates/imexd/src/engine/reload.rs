@@ -88,7 +88,7 @@ impl Engine {
             warn!(
                 "nodes file {}: a removed line left a hole the file does not show, so a daemon started on this file would number the nodes after it differently from the running domain (and the two would refuse each other). Fix: write 0.0.0.0 where the line was{}",
                 file.path.display(),
-                holes(&hosts)
+                running_map_hint(&hosts)
             );
         }
     }
@@ -108,7 +108,7 @@ impl Engine {
 }
 
 /// " (the running map is: a, 0.0.0.0, c)" for a short map, "" for a long one.
-fn holes(hosts: &[String]) -> String {
+fn running_map_hint(hosts: &[String]) -> String {
     match hosts.len() <= 16 {
         true => format!(" (the running map is: {})", hosts.join(", ")),
         false => String::new(),

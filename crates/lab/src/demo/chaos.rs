@@ -45,7 +45,7 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
     if args.json {
         println!("{}", report.to_json());
     } else {
-        print!("{}", explained(&report.text()));
+        print!("{}", report.text());
     }
     if !report.passed() {
         bail!(
@@ -54,68 +54,4 @@ pub(super) fn run(args: &DemoArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// What the summary's `freed reads` count is, said right under its line.
-const FREED_READS: &str = "(freed reads: zeros read through a mapping whose exporter had \
-                           already freed the memory, before the revocation reached the \
-                           importer; expected under faults, not an error)";
-
-/// The chaos summary `text` with [`FREED_READS`] under the line that counts them.
-fn explained(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + FREED_READS.len() + 8);
-    for line in text.lines() {
-        out.push_str(line);
-        out.push('\n');
-        if line.trim_start().starts_with("freed reads ") {
-            out.push_str("    ");
-            out.push_str(FREED_READS);
-            out.push('\n');
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_summary_says_what_freed_reads_are() {
-        let report = chaos::ChaosReport {
-            seed: 1,
-            nodes: 4,
-            gpus_per_node: 2,
-            elapsed: Duration::from_secs(60),
-            faults: Vec::new(),
-            imports: 100,
-            import_failures: 4,
-            import_p50_us: 900,
-            reads: 1000,
-            stale_reads: 0,
-            freed_reads: 3,
-            data_errors: 0,
-            revoked_apps: 2,
-            app_restarts: 5,
-            app_crashes: 0,
-            daemon_crashes: 0,
-            leaked_refs: 0,
-            recovered: true,
-            final_recover: Some(Duration::from_millis(800)),
-            notes: Vec::new(),
-        };
-        let text = report.text();
-        let out = explained(&text);
-        let lines: Vec<&str> = out.lines().collect();
-        let at = lines
-            .iter()
-            .position(|l| l.contains("freed reads 3"))
-            .expect("the count stays");
-        assert!(
-            lines[at + 1].contains("freed reads: zeros read")
-                && lines[at + 1].contains("not an error"),
-            "{out}"
-        );
-        assert_eq!(lines.len(), text.lines().count() + 1, "{out}");
-    }
 }
