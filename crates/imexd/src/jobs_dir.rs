@@ -133,6 +133,20 @@ fn may_change_jobs(event: &InotifyEvent) -> bool {
             .is_some_and(is_job_file)
 }
 
+/// The job a job file defines, as the node takes it.
+pub(crate) fn spec_of(file: &JobFile) -> openimex_core::jobs::JobSpec {
+    openimex_core::jobs::JobSpec {
+        name: file.name.clone(),
+        channel: file.channel,
+        members: file
+            .members
+            .iter()
+            .map(|m| openimex_core::NodeId(*m))
+            .collect(),
+        owner: file.owner,
+    }
+}
+
 /// Whether a directory entry named `name` is a job file (a dot file, such as a prolog's
 /// temporary file or the quarantine record, is not).
 fn is_job_file(name: &str) -> bool {

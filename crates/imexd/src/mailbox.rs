@@ -376,10 +376,11 @@ pub(crate) enum JobWant {
     State(String),
     /// The job no longer held.
     Gone,
-    /// A read of the jobs directory has taken the job's file: the job held, or its definition
-    /// refused by the node (answered `None`). What `ctl jobs create` waits for after writing
-    /// the file, however long the daemon takes to read it.
-    Read,
+    /// A read of the jobs directory has taken the job's file, which defines the job as this
+    /// says: the job held, or this definition refused by the node (answered `None`). What `ctl
+    /// jobs create` waits for after writing the file, however long the daemon takes to read
+    /// it, and also when the read came first (the wait and the read race).
+    Read(openimex_core::jobs::JobSpec),
 }
 
 /// What one read of the jobs directory found (`jobs_dir`).

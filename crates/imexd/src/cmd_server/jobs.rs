@@ -158,7 +158,8 @@ pub(crate) async fn create(
             .await
             .map_err(|e| Status::internal(format!("writing the job file: {e}")))??
     };
-    let (read, job) = wait_for(engine, &req.name, JobWant::Read, CREATE_READ).await?;
+    let want = JobWant::Read(crate::jobs_dir::spec_of(&parsed));
+    let (read, job) = wait_for(engine, &req.name, want, CREATE_READ).await?;
     if !read {
         return Err(Status::deadline_exceeded(format!(
             "job {}: the daemon has not read {} within {} s; the file stays, as the record \

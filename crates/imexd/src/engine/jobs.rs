@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use openimex_core::NodeId;
 use openimex_core::jobs::{JobSpec, MAX_JOB_NAME};
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{JobDigest, JobsHeld};
@@ -61,9 +60,8 @@ pub(super) struct FromFiles {
     problems: BTreeSet<String>,
     /// The quarantine record was read (at the first read of the directory).
     restored: bool,
-    /// The jobs whose definition the node refused at the last read, with why
-    /// ([`JobWant::Read`]).
-    refused: BTreeMap<String, String>,
+    /// The definitions the node refused at the last read, by job name ([`JobWant::Read`]).
+    refused: BTreeMap<String, JobSpec>,
 }
 
 impl Engine {
@@ -81,12 +79,7 @@ impl Engine {
         let mut refused = BTreeMap::new();
         let wanted: BTreeMap<String, (std::path::PathBuf, JobSpec)> = (files.jobs.into_iter())
             .map(|f| {
-                let spec = JobSpec {
-                    name: f.name.clone(),
-                    channel: f.channel,
-                    members: f.members.iter().map(|m| NodeId(*m)).collect(),
-                    owner: f.owner,
-                };
+                let spec = crate::jobs_dir::spec_of(&f);
                 (f.name, (f.path, spec))
             })
             .collect();
@@ -138,7 +131,7 @@ impl Engine {
                 }
                 Err(e) => {
                     problems.insert(format!("{}: {e}", path.display()));
-                    refused.insert(spec.name.clone(), e.to_string());
+                    refused.insert(spec.name.clone(), spec.clone());
                 }
             }
         }
@@ -226,18 +219,13 @@ impl Engine {
     /// most [`MAX_JOB_WAITERS`]; one more is answered at once with the job as it stands, so
     /// the asker sees "not reached" rather than a daemon that keeps every asker forever).
     pub(super) fn job_wait(&mut self, waiter: JobWaiter) {
-        // A refusal of an earlier file of that name says nothing of the one just written: only
-        // a read from now on answers.
-        if waiter.want == JobWant::Read {
-            self.job_files.refused.remove(&waiter.name);
-        }
         let waiter = match self.try_answer(waiter) {
             Some(w) => w,
             None => return,
         };
         if self.job_waiters.len() >= MAX_JOB_WAITERS {
             // "Not read" has no answer to give: the asker sees no answer (its reply dropped).
-            if waiter.want != JobWant::Read {
+            if !matches!(waiter.want, JobWant::Read(_)) {
                 let job = self.job_report(&waiter.name);
                 let _ = waiter.reply.send(job);
             }
@@ -265,8 +253,11 @@ impl Engine {
         let reached = match (&waiter.want, &job) {
             (JobWant::Gone, None) => true,
             (JobWant::State(word), Some(j)) => j.state == *word,
-            (JobWant::Read, Some(_)) => true,
-            (JobWant::Read, None) => self.job_files.refused.contains_key(&waiter.name),
+            (JobWant::Read(_), Some(_)) => true,
+            // Refused at the last read: the file that read took defined the job as asked (the
+            // file just written, whether that read came before the wait or after it), not
+            // another definition under the name.
+            (JobWant::Read(spec), None) => self.job_files.refused.get(&waiter.name) == Some(spec),
             _ => false,
         };
         if !reached {

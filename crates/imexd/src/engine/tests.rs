@@ -484,9 +484,10 @@ fn job_file(name: &str, channel: u32) -> openimex_config::jobfile::JobFile {
 }
 
 /// What `ctl jobs create` waits for after writing a job file ([`crate::mailbox::JobWant::Read`]):
-/// answered by the first read of the directory that takes the file, the job held or its
-/// definition refused, however late that read comes; a read without the file answers nothing,
-/// and an earlier refusal of that name does not answer a new wait.
+/// answered by the read of the directory that takes the file, the job held or its
+/// definition refused, however late that read comes or if it came before the wait; a read
+/// without the file answers nothing, and a refusal of another definition under that name does
+/// not answer.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_create_is_answered_by_the_read_that_takes_its_file_and_by_nothing_else() {
     use crate::mailbox::{JobFiles, JobWant};
@@ -498,18 +499,18 @@ async fn a_create_is_answered_by_the_read_that_takes_its_file_and_by_nothing_els
             ..JobFiles::default()
         })
     };
-    let wait = |name: &str| {
+    let wait = |name: &str, channel: u32| {
         let (reply, rx) = oneshot::channel();
         let input = Input::JobWait {
             name: name.to_string(),
-            want: JobWant::Read,
+            want: JobWant::Read(crate::jobs_dir::spec_of(&job_file(name, channel))),
             reply,
         };
         (input, rx)
     };
 
     // Job a holds channel 5; b's file, written later, asks for channel 5 too.
-    let (ask_b, mut b) = wait("b");
+    let (ask_b, mut b) = wait("b", 5);
     r.tx.send(ask_b).await.unwrap();
     r.tx.send(read(vec![job_file("a", 5)])).await.unwrap();
     snapshot(&r.tx).await;
@@ -526,14 +527,26 @@ async fn a_create_is_answered_by_the_read_that_takes_its_file_and_by_nothing_els
         .unwrap();
     assert!(answer.is_none(), "b refused: another job holds channel 5");
 
-    // b's file asked for again: the earlier refusal does not answer the new wait.
-    let (ask_b, mut b) = wait("b");
+    // The read came before the wait (they race: the watch reads the file as soon as it is
+    // written): the refusal of that very definition answers.
+    let (ask_b, b) = wait("b", 5);
+    r.tx.send(ask_b).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(1), b)
+        .await
+        .expect("answered by the read that came first")
+        .unwrap();
+    assert!(answer.is_none(), "b refused");
+    // Another definition under the name: the refusal of b on channel 5 says nothing of it.
+    let (ask_b, mut b) = wait("b", 7);
     r.tx.send(ask_b).await.unwrap();
     snapshot(&r.tx).await;
-    assert!(b.try_recv().is_err(), "only a read from now on answers");
+    assert!(
+        b.try_recv().is_err(),
+        "only a read of that definition answers"
+    );
 
     // c on a free channel: held.
-    let (ask_c, c) = wait("c");
+    let (ask_c, c) = wait("c", 6);
     r.tx.send(ask_c).await.unwrap();
     r.tx.send(read(vec![job_file("a", 5), job_file("c", 6)]))
         .await
