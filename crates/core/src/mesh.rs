@@ -28,7 +28,8 @@
 //!
 //! # Cost of a large node file
 //! Every peer is dialled once at start (the first round), at most [`DialBudget::max_in_flight`]
-//! at a time, in ring order from this node (`dial.rs`). After that, retries share one [`DialBudget`]: a burst, then a fixed rate across
+//! at a time, in ring order from this node (`dial.rs`), the higher node IDs before the lower
+//! ones, so daemons started together dial each pair once (`first_round.rs`). After that, retries share one [`DialBudget`]: a burst, then a fixed rate across
 //! all peers, so a node file of 10,000 mostly dead entries costs about what a small domain
 //! costs, and each dead entry is retried less often the more there are. Retries of peers heard
 //! from since start come before entries that never answered, so a peer lost a moment ago is not
@@ -39,6 +40,7 @@
 
 mod budget;
 mod dial;
+mod first_round;
 mod handshake;
 mod liveness;
 mod pair;
@@ -49,6 +51,7 @@ mod retry;
 pub use budget::DialBudget;
 use budget::Tokens;
 use dial::{Dialer, DueClass, DueKey};
+use first_round::FirstRound;
 pub use handshake::{Hello, Verdict};
 use pair::Carrier;
 pub use pair::Via;
@@ -280,6 +283,8 @@ pub struct Mesh {
     tick: Option<Instant>,
     /// The last tick came late and lost nobody (`liveness`): the next one checks regardless.
     spared_late_tick: bool,
+    /// The dials at start (`first_round.rs`).
+    first_round: FirstRound,
 }
 
 impl Mesh {
@@ -317,6 +322,7 @@ impl Mesh {
             phase: now,
             tick: None,
             spared_late_tick: false,
+            first_round: FirstRound::default(),
         }
     }
 
@@ -413,9 +419,7 @@ impl Mesh {
         if self.state != DaemonState::Initializing {
             return;
         }
-        for id in self.peer_ids() {
-            self.set_dialer(id, Dialer::Queued(self.due(DueClass::FirstRound, now, id)));
-        }
+        self.queue_first_round(now);
         self.pump_dials(now);
         match self.cfg.quorum {
             QuorumPolicy::Full => self.set_state(DaemonState::WaitingForPeers),

@@ -169,6 +169,7 @@ impl Mesh {
         if self.state == DaemonState::ShuttingDown {
             return;
         }
+        self.first_round_release(now);
         while self.in_flight < self.budget.max_in_flight {
             let Some(&(class, _, _, peer)) = self.due.first() else {
                 return;
@@ -218,5 +219,6 @@ impl Mesh {
         if let Some(link) = self.link_mut(peer) {
             link.dialer = to;
         }
+        self.first_round_step(peer, to);
     }
 }

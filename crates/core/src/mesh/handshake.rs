@@ -61,6 +61,8 @@ impl Mesh {
     /// dial that would open a second session only for the pair to close one costs each side a
     /// TCP connection, a TLS and HTTP/2 start and a hello. If the session does not follow, the
     /// dial is due again then, with its place kept (a first-round dial needs no retry token).
+    /// A first-round dial put off until the first half of the round has answered
+    /// (`first_round.rs`) is put off from the hello the same way.
     pub fn handle_hello(&mut self, now: Instant, remote: &Hello) -> Verdict {
         if self.state == DaemonState::ShuttingDown {
             return Verdict::ShuttingDown;
@@ -68,13 +70,21 @@ impl Mesh {
         let verdict = self.judge(remote, None);
         if verdict == Verdict::Accept {
             self.note_instance(remote.node, remote.instance);
-            if let Some(Dialer::Queued(key)) = self
-                .link(remote.node)
+            let peer = remote.node;
+            let dialer = (self.link(peer))
                 .filter(|l| l.carrier.is_none())
-                .map(|l| l.dialer)
-            {
+                .map(|l| l.dialer);
+            // A dial put off for the first round's second half is put off from now too.
+            let key = match dialer {
+                Some(Dialer::Queued(key)) => Some(key),
+                Some(Dialer::PutOff(_, key)) if self.first_round_heard(peer) => Some(key),
+                _ => None,
+            };
+            if let Some(key) = key {
                 let at = now + self.cfg.backoff.min;
-                self.set_dialer(remote.node, Dialer::PutOff(at, key));
+                self.set_dialer(peer, Dialer::PutOff(at, key));
+                // The first round's second half may be due now (`first_round.rs`).
+                self.pump_dials(now);
             }
         }
         verdict

@@ -1,0 +1,113 @@
+//! The first round of dials, at start: one connection per pair when a domain starts together.
+//!
+//! A node dials every peer at start, and a pair keeps one session whichever side dialled it
+//! (`pair.rs`). When both nodes of a pair are up and each dials the other at once, the pair
+//! gets two connections and closes one: each side paid a TCP connection, a TLS and HTTP/2
+//! start and a hello for nothing. A domain whose daemons start together (a rack powered on,
+//! a prolog or a DaemonSet starting every daemon at once) did that for nearly every pair: 291
+//! connections accepted for the 153 pairs of 18 daemons started by `bench`, where a gRPC mesh
+//! that dials one way needs 153.
+//!
+//! So the first round goes in two halves. First the peers with a higher node ID: the pair's
+//! preferred session (`pair.rs`) is the one its lower node dials. Then, once every one of
+//! those dials has answered (a refusal from a peer not up yet answers at once) and as long
+//! again as they took, the peers with a lower ID that have not opened their session to us
+//! meanwhile. A lower peer that started when we did dials us in its own first half, and its
+//! dial takes about as long as ours took: going at once would race it. So in a domain started
+//! together each pair is dialled once, by its lower node, except the highest node's pairs: it
+//! has no first half to time, and it dials at once, since its lower peers may be waiting for
+//! it (below). A peer that is not up is dialled by whichever of the two starts later, without
+//! waiting: when nodes start one after another from the lowest ID, each new node's higher
+//! peers refuse at once and its lower ones (whose dials it refused before it was up, and which
+//! leave the pair to it) are dialled straight away; from the highest ID down, each new node's
+//! higher peers answer its dials. The second half waits at most the backoff's first delay, so
+//! a first-half dial that hangs (a peer that swallows connections) holds nobody up longer than
+//! a refused dial's retry would.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use super::dial::DueClass;
+use super::{Dialer, Mesh};
+use crate::ids::NodeId;
+
+/// Where the first round stands.
+#[derive(Debug, Default)]
+pub(super) struct FirstRound {
+    /// Peers of the first half (higher IDs) whose dial has not answered yet.
+    first: BTreeSet<NodeId>,
+    /// Peers of the second half (lower IDs), their dial put off until `first` is empty (or
+    /// until the backoff's first delay has passed).
+    second: BTreeSet<NodeId>,
+    /// When the first half was queued.
+    started: Option<Instant>,
+}
+
+impl Mesh {
+    /// Queues the first round: the higher peers now, the lower ones once those dials have
+    /// answered.
+    pub(super) fn queue_first_round(&mut self, now: Instant) {
+        let local = self.cfg.local;
+        let (first, second): (Vec<NodeId>, Vec<NodeId>) =
+            self.peer_ids().into_iter().partition(|p| *p > local);
+        for id in &first {
+            let key = self.due(DueClass::FirstRound, now, *id);
+            self.set_dialer(*id, Dialer::Queued(key));
+        }
+        self.first_round.first = first.into_iter().collect();
+        self.first_round.started = Some(now);
+        let wait = !self.first_round.first.is_empty();
+        for id in second {
+            let key = self.due(DueClass::FirstRound, now, id);
+            if wait {
+                self.set_dialer(id, Dialer::PutOff(now + self.cfg.backoff.min, key));
+                self.first_round.second.insert(id);
+            } else {
+                self.set_dialer(id, Dialer::Queued(key));
+            }
+        }
+    }
+
+    /// `peer`'s dialer became `to` ([`Mesh::set_dialer`]): a first-half dial that is neither
+    /// waiting for a slot nor in flight any more has answered (or is no longer needed). A
+    /// second-half peer whose put-off ended otherwise (its session arrived, its time came)
+    /// leaves the round.
+    pub(super) fn first_round_step(&mut self, peer: NodeId, to: Dialer) {
+        let round = &mut self.first_round;
+        if !matches!(to, Dialer::PutOff(..)) {
+            round.second.remove(&peer);
+        }
+        if !matches!(to, Dialer::Queued(_) | Dialer::InFlight) {
+            round.first.remove(&peer);
+        }
+    }
+
+    /// `peer` said hello: if its dial waits for the first half to answer, it no longer does
+    /// (its session follows the hello; [`Mesh::handle_hello`] puts the dial off from now).
+    pub(super) fn first_round_heard(&mut self, peer: NodeId) -> bool {
+        self.first_round.second.remove(&peer)
+    }
+
+    /// Once every first-half dial has answered: the second half is dialled after as long again
+    /// as the first half took ([`Mesh::pump_dials`] asks). A first half answered at once (every
+    /// higher peer refused: none is up, or there is none) waits for nothing.
+    pub(super) fn first_round_release(&mut self, now: Instant) {
+        let round = &mut self.first_round;
+        if !round.first.is_empty() || round.second.is_empty() {
+            return;
+        }
+        let took = round
+            .started
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
+        let at = now + took;
+        for id in std::mem::take(&mut round.second) {
+            if let Some(Dialer::PutOff(until, key)) = self.link(id).map(|l| l.dialer) {
+                if at <= now {
+                    self.set_dialer(id, Dialer::Queued(key));
+                } else if at < until {
+                    self.set_dialer(id, Dialer::PutOff(at, key));
+                }
+            }
+        }
+    }
+}
