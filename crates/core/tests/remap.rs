@@ -466,3 +466,40 @@ fn deleting_entry_0_derives_the_domain_id_from_the_hole() {
         assert_ne!(net.mesh(i).config().domain_id, file.derived_domain_id());
     }
 }
+
+/// A file of 10,000 entries is aligned in one pass (the daemon does it on its runtime thread,
+/// so a scan of the rest of the file per entry, 50 million comparisons, would stall it): lines
+/// removed at the start and further on become holes, an entry appended joins, a line
+/// written in a different case is the same entry, and a moved line is still refused.
+#[test]
+fn a_ten_thousand_entry_file_is_aligned_with_holes_and_a_move_refused() {
+    let n = 10_000;
+    let running = map(n);
+    let hosts = sim::hosts(n + 1);
+    let removed = [0, 5_000, 9_000];
+    let mut file: Vec<String> = (0..n)
+        .filter(|i| !removed.contains(i))
+        .map(|i| hosts[i].clone())
+        .collect();
+    file[1] = file[1].to_ascii_uppercase();
+    file.push(hosts[n].clone());
+    let local = NodeId(1);
+    let r = running
+        .reread(&NodeMap::new(file.clone()), local)
+        .expect("aligned");
+    let ids: Vec<NodeId> = removed.iter().map(|i| NodeId(*i as u16)).collect();
+    assert_eq!(r.removed, ids);
+    assert_eq!(r.added, vec![NodeId(n as u16)]);
+    assert_eq!(r.map.len(), n + 1);
+    for i in removed {
+        assert!(r.map.is_placeholder(NodeId(i as u16)), "entry {i} a hole");
+        assert_eq!(r.entry_of[i], None);
+    }
+    assert_eq!(r.map.host(NodeId(4_999)), Some(hosts[4_999].as_str()));
+    assert_eq!(r.map.host(NodeId(5_001)), Some(hosts[5_001].as_str()));
+    assert_eq!(r.entry_of[5_001], Some(4_999));
+    // The first and the last kept entries swapped: a reorder, refused.
+    let (first, last) = (1, file.len() - 2);
+    file.swap(first, last);
+    assert!(running.reread(&NodeMap::new(file), local).is_err());
+}

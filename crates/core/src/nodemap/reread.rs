@@ -23,6 +23,7 @@
 //! maps differ, `NodeMap::accepts`). Writing the hole as a `0.0.0.0` line keeps the file and the
 //! running domain in step; the daemon's log says so.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use super::{NodeMap, id_of, is_placeholder, same_entry};
@@ -81,13 +82,18 @@ impl NodeMap {
             removed: Vec::new(),
         };
         let mut hosts: Vec<String> = Vec::with_capacity(old.len().max(new.len()));
+        // Where each entry stands in both lists, so the alignment is one pass, not a scan of
+        // the rest of a list per entry (10,000 entries are 50 million comparisons).
+        let (last_in_new, last_in_old) = (last_index(new), last_index(old));
+        let first_in_old = first_index(old);
+        let last_placeholder_old = old.iter().rposition(|o| is_placeholder(o));
         let mut j = 0;
         for (i, was) in old.iter().enumerate() {
             let id = id_of(i);
-            let rest = new.get(j..).unwrap_or_default();
-            let next = rest.first();
+            let next = new.get(j);
             // A running node's entry the file no longer has anywhere from here on.
-            let absent = !is_placeholder(was) && !rest.iter().any(|n| same_entry(n, was));
+            let absent =
+                !is_placeholder(was) && (last_in_new.get(&entry_key(was))).is_none_or(|k| *k < j);
             let step = match next {
                 Some(now)
                     if same_entry(was, now) || (is_placeholder(was) && is_placeholder(now)) =>
@@ -102,8 +108,8 @@ impl NodeMap {
                 // replaced by a new one where no placeholder follows is an edit (below).
                 Some(now)
                     if !is_placeholder(now)
-                        && (old[i + 1..].iter().any(|o| same_entry(o, now))
-                            || (absent && old[i + 1..].iter().any(|o| is_placeholder(o)))) =>
+                        && ((last_in_old.get(&entry_key(now))).is_some_and(|k| *k > i)
+                            || (absent && last_placeholder_old.is_some_and(|k| k > i))) =>
                 {
                     Step::HoleGone
                 }
@@ -152,7 +158,7 @@ impl NodeMap {
         for (k, now) in new.iter().enumerate().skip(j) {
             let id = id_of(hosts.len());
             if !is_placeholder(now)
-                && let Some(from) = old.iter().position(|o| same_entry(o, now))
+                && let Some(&from) = first_in_old.get(&entry_key(now))
             {
                 return Err(MapRefusal::Moved {
                     node: id_of(from),
@@ -170,6 +176,27 @@ impl NodeMap {
         out.map = NodeMap::new(hosts);
         Ok(out)
     }
+}
+
+/// An entry as [`same_entry`] compares it: trimmed, case-insensitive.
+fn entry_key(host: &str) -> String {
+    host.trim().to_ascii_lowercase()
+}
+
+/// Each entry's last index in `hosts`.
+fn last_index(hosts: &[String]) -> HashMap<String, usize> {
+    (hosts.iter().enumerate())
+        .map(|(i, h)| (entry_key(h), i))
+        .collect()
+}
+
+/// Each entry's first index in `hosts`.
+fn first_index(hosts: &[String]) -> HashMap<String, usize> {
+    let mut first = HashMap::with_capacity(hosts.len());
+    for (i, h) in hosts.iter().enumerate().rev() {
+        first.insert(entry_key(h), i);
+    }
+    first
 }
 
 /// Why a re-read nodes file cannot replace the running map (nothing changes).
