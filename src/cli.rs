@@ -22,11 +22,9 @@ pub struct Passthrough {
     /// The program it stands for: run through a link of this name (when it has no space), the
     /// binary is that program.
     pub program: &'static str,
-    /// One line for `openimex --help` when it has no [`Passthrough::command`].
-    pub about: &'static str,
-    /// Its command line as clap describes it, given the name it goes by (`openimex ctl`): for
-    /// `help NAME` and its man page. `None`: listed with `about` only, and no man page.
-    pub command: Option<fn(&str) -> clap::Command>,
+    /// Its command line as clap describes it, given the name it goes by (`openimex ctl`): its
+    /// line in `openimex --help`, `help NAME` and its man page.
+    pub command: fn(&str) -> clap::Command,
     /// Its entry point, given its arguments; the first is the name it goes by: `openimex NAME`
     /// (the binary's name and this one's) as a subcommand, the link's path through a link.
     pub run: fn(Vec<OsString>) -> ExitCode,
@@ -80,7 +78,7 @@ pub fn entry<C: Subcommand>(
     };
     if let Some((MAN, m)) = matches.subcommand() {
         let dir = m.get_one::<PathBuf>("out").cloned().unwrap_or_default();
-        return match write_man_pages(man_tree(command, passthrough), &dir) {
+        return match write_man_pages(command, &dir) {
             Ok(pages) => {
                 println!(
                     "{program}: wrote {} man pages to {}",
@@ -118,7 +116,7 @@ pub fn entry<C: Subcommand>(
 }
 
 /// The binary `program`'s whole command line: the clap subcommands `C`, the verbatim ones
-/// (with their own definitions where they have one) and `man`.
+/// (each with its own definition) and `man`.
 pub fn root_command<C: Subcommand>(
     program: &'static str,
     about: &'static str,
@@ -131,10 +129,7 @@ pub fn root_command<C: Subcommand>(
     let command = passthrough
         .iter()
         .fold(C::augment_subcommands(root), |c, p| {
-            c.subcommand(match p.command {
-                Some(define) => define(&format!("{program} {}", p.name)).name(p.name),
-                None => clap::Command::new(p.name).about(p.about),
-            })
+            c.subcommand((p.command)(&format!("{program} {}", p.name)).name(p.name))
         })
         // After the derived subcommands, whose enum's doc comment would be the about otherwise.
         .about(about);
@@ -152,15 +147,6 @@ pub fn root_command<C: Subcommand>(
                     ),
             ),
     )
-}
-
-/// `command` less the verbatim subcommands without a definition, whose page would hold no
-/// option.
-fn man_tree(command: clap::Command, passthrough: &[Passthrough]) -> clap::Command {
-    passthrough
-        .iter()
-        .filter(|p| p.command.is_none())
-        .fold(command, |c, p| c.mut_subcommand(p.name, |s| s.hide(true)))
 }
 
 /// Writes a man page for `command` and each of its subcommands, recursively (hidden ones

@@ -68,8 +68,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
 pub const DAEMON: Passthrough = Passthrough {
     name: "daemon",
     program: "nvidia-imex",
-    about: "Run the IMEX daemon (same flags as nvidia-imex: -c CONFIG, -p PORT, --nogpu)",
-    command: Some(daemon_cmd::command),
+    command: daemon_cmd::command,
     run: |args| daemon(args, None),
 };
 
@@ -77,8 +76,7 @@ pub const DAEMON: Passthrough = Passthrough {
 pub const CTL: Passthrough = Passthrough {
     name: "ctl",
     program: openimex_ctl::NVIDIA_PROGRAM,
-    about: "Query the daemon (same flags as nvidia-imex-ctl: -q, -N, -j, -H, -c, -i, -u ...)",
-    command: Some(openimex_ctl::command),
+    command: openimex_ctl::command,
     run: openimex_ctl::main,
 };
 

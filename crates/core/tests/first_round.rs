@@ -6,19 +6,9 @@ mod sim;
 use std::time::{Duration, Instant};
 
 use openimex_core::*;
-use sim::Net;
+use sim::{Net, dials};
 
 const MS: Duration = Duration::from_millis(1);
-
-/// The dials among the actions `m` has queued (the rest are dropped).
-fn dials(m: &mut Mesh) -> Vec<(NodeId, u64)> {
-    std::iter::from_fn(|| m.poll_action())
-        .filter_map(|a| match a {
-            Action::Dial { peer, attempt } => Some((peer, attempt)),
-            _ => None,
-        })
-        .collect()
-}
 
 /// `n` meshes of one map, each node `i` its own instance, made at the returned instant.
 fn domain(n: usize) -> (Vec<Mesh>, Instant) {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use openimex_core::*;
 use proptest::prelude::*;
-use sim::Net;
+use sim::{Net, dials};
 
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -797,16 +797,6 @@ fn with_a_peer_timeout_under_four_intervals_every_heartbeat_asks_for_an_answer()
     let asked = tick_answering(&mut m, Via::Accepted { conn: 3 }, t0 + 5 * SEC);
     assert!(asked.len() >= 9 && asked.iter().all(|a| *a), "{asked:?}");
     assert_eq!(m.peer(NodeId(1)).unwrap().0, ConnStatus::Connected);
-}
-
-/// The dials among the actions `m` has queued (the rest are dropped).
-fn dials(m: &mut Mesh) -> Vec<(NodeId, u64)> {
-    std::iter::from_fn(|| m.poll_action())
-        .filter_map(|a| match a {
-            Action::Dial { peer, attempt } => Some((peer, attempt)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Node 0 of an `n`-entry map (not started), the hello node `peer` of the same map sends, and

@@ -66,15 +66,13 @@ const PASSTHROUGH: &[Passthrough] = &[
     Passthrough {
         name: "gpu",
         program: "openimex-lab gpu",
-        about: "Run a node's simulated GPU driver (--node-dir, --fabric-dir, --slot, --gpus, --hbm-mib, ...)",
-        command: Some(openimex_simgpu::cli::command),
+        command: openimex_simgpu::cli::command,
         run: openimex_simgpu::cli::main,
     },
     Passthrough {
         name: "app",
         program: "openimex-lab app",
-        about: "Application tools over the client library: export, import, verify, stats",
-        command: Some(openimex_client::cli::command),
+        command: openimex_client::cli::command,
         run: openimex_client::cli::main,
     },
 ];

@@ -67,6 +67,16 @@ pub fn refused(m: &mut Mesh, now: Instant, peer: NodeId, attempt: u64) {
     );
 }
 
+/// The dials among the actions `m` has queued (the rest are dropped).
+pub fn dials(m: &mut Mesh) -> Vec<(NodeId, u64)> {
+    std::iter::from_fn(|| m.poll_action())
+        .filter_map(|a| match a {
+            Action::Dial { peer, attempt } => Some((peer, attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn hosts(n: usize) -> Vec<String> {
     (1..=n)
         .map(|i| format!("10.0.{}.{}", i / 250, i % 250 + 1))

@@ -311,17 +311,18 @@ pub(super) fn stop(records: &[Record]) -> Stopped {
             let _ = send_signal(r.pid, Signal::SIGCONT);
         }
         wait_gone(&group, limit);
-        for r in group {
-            if !r.running() {
-                out.terminated.push(r.clone());
-                continue;
-            }
+        let (gone, stuck): (Vec<&Record>, Vec<&Record>) =
+            group.into_iter().partition(|r| !r.running());
+        out.terminated.extend(gone.into_iter().cloned());
+        // One wait for all of them: n stuck processes cost one KILL_WAIT, not n.
+        for r in &stuck {
             let _ = send_signal(r.pid, Signal::SIGKILL);
-            wait_gone(&[r], KILL_WAIT);
-            if r.running() {
-                out.remaining.push(r.clone());
-            } else {
-                out.killed.push(r.clone());
+        }
+        wait_gone(&stuck, KILL_WAIT);
+        for r in stuck {
+            match r.running() {
+                true => out.remaining.push(r.clone()),
+                false => out.killed.push(r.clone()),
             }
         }
     }
