@@ -24,7 +24,7 @@ fn domain(n: usize) -> (Vec<Mesh>, Instant) {
     (meshes, t0)
 }
 
-/// Node `i` of `n` (a 6-node map), started at the returned instant, with its first dials.
+/// Node `i` of an `n`-node map, started at the returned instant, with its first dials.
 fn started(i: usize, n: usize) -> (Mesh, Instant, Vec<(NodeId, u64)>) {
     let (mut meshes, t0) = domain(n);
     let mut m = meshes.swap_remove(i);
