@@ -413,18 +413,26 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
                 settings,
                 world,
                 driver,
-            } => openimex_imexd::run(
-                *settings,
-                world,
-                driver,
-                openimex_imexd::Entropy::random(),
-                shutdown,
-                reloads,
-                notifier,
-            )
-            .await
-            .map(|()| Outcome::Stopped)
-            .map_err(anyhow::Error::from),
+            } => {
+                // A task, not this block's own future: a task woken from this thread is queued
+                // on the spot, where waking the future `block_on` polls writes to the runtime's
+                // wake-up descriptor, once for every message a session hands the engine.
+                let daemon = tokio::spawn(openimex_imexd::run(
+                    *settings,
+                    world,
+                    driver,
+                    openimex_imexd::Entropy::random(),
+                    shutdown,
+                    reloads,
+                    notifier,
+                ));
+                match daemon.await {
+                    Ok(ran) => ran.map(|()| Outcome::Stopped).map_err(anyhow::Error::from),
+                    // A panic goes on as it did before the task: it ends the process.
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(e) => Err(anyhow::anyhow!("the daemon's task was cancelled: {e}")),
+                }
+            }
             Mode::Unconfigured { listeners, why } => {
                 unconfigured::run(listeners, why, check, shutdown, reloads, notifier)
                     .await
@@ -451,7 +459,8 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
 /// serves one at a time (see `openimex_imexd::Reloads`). With TLS on, the daemon reloads its keys
 /// and certificates first (at most once every 5 s; see `openimex_imexd::tls`). Every other signal whose default
 /// action would end the daemon is blocked from the start and logged by [`signals`], which also
-/// says why the synchronous fault signals are left alone.
+/// says why the synchronous fault signals are left alone. Called on the runtime (it spawns
+/// the signals' task).
 fn shutdown_signal() -> Result<(
     impl std::future::Future<Output = ()>,
     openimex_imexd::Reloads,
@@ -483,5 +492,14 @@ fn shutdown_signal() -> Result<(
             }
         }
     };
-    Ok((signals, reloads))
+    // A task of its own: the engine waits on its end, one cheap poll, where polling the five
+    // signal streams themselves ran each time anything woke the engine.
+    let signals = tokio::spawn(signals);
+    Ok((
+        async move {
+            // A panicked signal task stops the daemon as a signal would.
+            let _ = signals.await;
+        },
+        reloads,
+    ))
 }

@@ -93,12 +93,40 @@ pub(crate) struct Engine {
     job_waiters: Vec<jobs::JobWaiter>,
 }
 
-/// Sleeps until the node's next deadline (`Node::poll_timeout`), or for ever without one.
-fn node_timer(deadline: Option<std::time::Instant>) -> impl Future<Output = ()> {
-    let deadline = deadline.map(Instant::from_std);
-    async move {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
+/// The node's next deadline (`Node::poll_timeout`), one timer re-armed in place: a fresh
+/// `sleep_until` on each turn of the engine's loop registered and dropped a timer entry for
+/// every message the engine took.
+struct NodeTimer {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    armed: Option<Instant>,
+}
+
+impl NodeTimer {
+    fn new() -> Self {
+        Self {
+            sleep: Box::pin(tokio::time::sleep_until(Instant::now())),
+            armed: None,
+        }
+    }
+
+    /// Arms the timer for `deadline`; without one it never fires.
+    fn set(&mut self, deadline: Option<std::time::Instant>) {
+        let deadline = deadline.map(Instant::from_std);
+        if deadline != self.armed {
+            if let Some(at) = deadline {
+                self.sleep.as_mut().reset(at);
+            }
+            self.armed = deadline;
+        }
+    }
+
+    /// Resolves once the armed deadline has passed (and disarms); never while unarmed.
+    async fn fired(&mut self) {
+        match self.armed {
+            Some(_) => {
+                self.sleep.as_mut().await;
+                self.armed = None;
+            }
             None => std::future::pending().await,
         }
     }
@@ -162,15 +190,16 @@ impl Engine {
         tokio::pin!(shutdown);
         self.node.handle_start(now());
         let mut result = self.perform();
+        let mut timer = NodeTimer::new();
         while result.is_ok() {
-            let timer = node_timer(self.node.poll_timeout());
+            timer.set(self.node.poll_timeout());
             tokio::select! {
                 () = &mut shutdown => break,
                 input = rx.recv() => {
                     let Some(input) = input else { return Err(DaemonError::EngineGone) };
                     result = self.handle(input).and_then(|()| self.perform());
                 }
-                () = timer => {
+                () = timer.fired() => {
                     // The session readers woken with this timer run first: what arrived while
                     // the daemon waited for the CPU counts before the liveness check.
                     tokio::task::yield_now().await;

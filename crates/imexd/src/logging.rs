@@ -206,11 +206,17 @@ pub fn init(opts: &LogOptions) -> LogTarget {
 /// One log line in the file's format, stamped now, for lines written outside `tracing` (the
 /// stop notice of a capped file, the syslog fallback).
 pub(crate) fn stamped_line(level: &str, msg: &str) -> String {
-    format!(
-        "[{}] [{level}] [tid {}] {msg}\n",
-        log_stamp(),
-        nix::unistd::gettid()
-    )
+    format!("[{}] [{level}] [tid {}] {msg}\n", log_stamp(), thread_id())
+}
+
+/// This thread's ID for a line's `[tid N]`, asked of the kernel once per thread, not once per
+/// line (a system call each). The daemon forks only before logging starts (`DAEMONIZE=1`), so
+/// no thread carries a parent's cached ID.
+fn thread_id() -> i32 {
+    thread_local! {
+        static TID: i32 = nix::unistd::gettid().as_raw();
+    }
+    TID.with(|tid| *tid)
 }
 
 /// Why the verbose buffer is written.
@@ -284,7 +290,7 @@ fn render(dump: &Dump, reason: DumpReason, level: u8, capacity: usize, now: Dura
             text,
             "[{}] [INFO] [tid {}] ",
             openimex_core::timefmt::log_timestamp(now),
-            nix::unistd::gettid()
+            thread_id()
         );
     };
     let why = match reason {
@@ -560,8 +566,7 @@ where
             Level::DEBUG => "DEBUG",
             Level::TRACE => "TRACE",
         };
-        let tid = nix::unistd::gettid();
-        write!(w, "[{}] [{level}] [tid {tid}] ", log_stamp())?;
+        write!(w, "[{}] [{level}] [tid {}] ", log_stamp(), thread_id())?;
         ctx.field_format().format_fields(w.by_ref(), event)?;
         writeln!(w)
     }

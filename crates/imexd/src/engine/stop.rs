@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::{Engine, node_timer, now};
+use super::{Engine, NodeTimer, now};
 use crate::mailbox::Input;
 use crate::peer_client;
 
@@ -34,10 +34,11 @@ impl Engine {
         // Keep answering peers (their goodbyes, hellos refused) while ours are in flight; each
         // acknowledged goodbye releases what we held for that peer's importers. The node says
         // when to stop waiting (all reported, or its goodbye wait is over), on its timer.
+        let mut timer = NodeTimer::new();
         while !self.goodbyes_over {
-            let timer = node_timer(self.node.poll_timeout());
+            timer.set(self.node.poll_timeout());
             tokio::select! {
-                () = timer => {
+                () = timer.fired() => {
                     self.node.handle_timeout(now());
                     let _ = self.perform();
                 }
