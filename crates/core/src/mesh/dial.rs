@@ -169,7 +169,7 @@ impl Mesh {
         if self.state == DaemonState::ShuttingDown {
             return;
         }
-        self.first_round_release(now);
+        self.first_round_release();
         while self.in_flight < self.budget.max_in_flight {
             let Some(&(class, _, _, peer)) = self.due.first() else {
                 return;
