@@ -77,11 +77,16 @@ pub struct Entropy {
 }
 
 impl Entropy {
-    /// Fresh values from the OS's random source.
+    /// Fresh values from the OS's random source. Read from it directly: `rand::random` would
+    /// first seed a ChaCha generator for the thread, whose set-up asks the CPU for its features
+    /// (`cpuid`, which a hypervisor traps: about 70 µs of a daemon's start on the bench's VMs)
+    /// to draw two numbers. Like `rand::random`, panics only if the OS has no random source.
     pub fn random() -> Self {
+        use rand::{RngCore as _, TryRngCore as _};
+        let mut os = rand::rngs::OsRng.unwrap_err();
         Self {
-            instance: InstanceId(rand::random::<u64>()),
-            seed: rand::random(),
+            instance: InstanceId(os.next_u64()),
+            seed: os.next_u64(),
         }
     }
 }

@@ -25,8 +25,12 @@ impl Rm {
         if node_id == NO_NODE {
             return Err(NvStatus::InvalidArgument);
         }
+        // From the OS directly: `rand::random` seeds a generator per thread first, and each
+        // client connection is a thread of its own here, so every session paid for a seeding
+        // (and its `cpuid`, trapped by a hypervisor) to draw one number.
         let token = loop {
-            let t: u64 = rand::random();
+            use rand::{RngCore as _, TryRngCore as _};
+            let t = rand::rngs::OsRng.unwrap_err().next_u64();
             if t != 0 {
                 break t;
             }
