@@ -365,19 +365,22 @@ fn start(args: Args, heap_allocations: Option<fn() -> u64>) -> Result<()> {
         },
         counts,
     );
-    // The configuration dump of NVIDIA's daemon (docs/reference/imex-guide.md §9), which `ctl -d` prints too.
-    info!(
-        "IMEX version {} (openimex) is running with the following configuration options",
-        env!("CARGO_PKG_VERSION")
-    );
-    info!("Config file = {}", args.config.display());
-    // The daemon's command service answers `ctl -d` with this same list (Settings).
-    for (label, value) in openimex_config::dump(&cfg) {
-        info!("{label} = {value}");
-    }
-    for notice in cfg.notices() {
-        warn!("{notice}");
-    }
+    // The configuration dump of NVIDIA's daemon (docs/reference/imex-guide.md §9), which `ctl -d`
+    // prints too: over 30 lines, written to the log in one call.
+    logging::batch(|| {
+        info!(
+            "IMEX version {} (openimex) is running with the following configuration options",
+            env!("CARGO_PKG_VERSION")
+        );
+        info!("Config file = {}", args.config.display());
+        // The daemon's command service answers `ctl -d` with this same list (Settings).
+        for (label, value) in openimex_config::dump(&cfg) {
+            info!("{label} = {value}");
+        }
+        for notice in cfg.notices() {
+            warn!("{notice}");
+        }
+    });
     for w in &env_warnings {
         warn!("{w}");
         if !daemonizing && !matches!(target, logging::LogTarget::Stderr(_)) {

@@ -188,8 +188,12 @@ impl Engine {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), DaemonError> {
         tokio::pin!(shutdown);
-        self.node.handle_start(now());
-        let mut result = self.perform();
+        // Each turn's log lines go to the file in one write (`logging::batch`): a turn is
+        // synchronous, so nothing is held while the engine waits.
+        let mut result = crate::logging::batch(|| {
+            self.node.handle_start(now());
+            self.perform()
+        });
         let mut timer = NodeTimer::new();
         while result.is_ok() {
             timer.set(self.node.poll_timeout());
@@ -197,16 +201,20 @@ impl Engine {
                 () = &mut shutdown => break,
                 input = rx.recv() => {
                     let Some(input) = input else { return Err(DaemonError::EngineGone) };
-                    result = self.handle(input).and_then(|()| self.perform());
+                    result = crate::logging::batch(|| {
+                        self.handle(input).and_then(|()| self.perform())
+                    });
                 }
                 () = timer.fired() => {
                     // The session readers woken with this timer run first: what arrived while
                     // the daemon waited for the CPU counts before the liveness check.
                     tokio::task::yield_now().await;
                     let now = now();
-                    self.collect_heartbeats(now);
-                    self.node.handle_timeout(now);
-                    result = self.perform();
+                    result = crate::logging::batch(|| {
+                        self.collect_heartbeats(now);
+                        self.node.handle_timeout(now);
+                        self.perform()
+                    });
                 }
             }
         }

@@ -21,6 +21,7 @@
 //! DEBUG and TRACE are never buffered: NVIDIA's levels end at INFO, and the libraries' trace
 //! events would only cost time.
 
+mod batch;
 mod log_file;
 #[cfg(test)]
 mod scratch;
@@ -42,6 +43,8 @@ use tracing_subscriber::layer::{Context, Filter, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
+use batch::SharedWriter;
+pub use batch::batch;
 use sink::{FileSpec, Sink};
 
 /// Where the log went (to say so on stderr when a file could not be opened).
@@ -502,17 +505,6 @@ impl<S> Filter<S> for Held {
 /// A poisoned lock still holds usable data (a line or a ring); logging never gives up on it.
 fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-struct SharedWriter(Out);
-
-impl Write for SharedWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        lock(&self.0).write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        lock(&self.0).flush()
-    }
 }
 
 /// Collects one formatted line and hands it to the ring when dropped (the formatter makes one
