@@ -29,7 +29,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::mailbox::PeersSnapshot;
@@ -72,12 +72,8 @@ impl Default for Events {
         let events = Self {
             imports_answered: Family::default(),
             imports_completed: Family::default(),
-            // 0.5 ms to about 16 s, doubling: the bounds `exponential_buckets(0.0005, 2.0, 16)`
-            // gives, by doubling (exact) rather than `powf`, whose first calls are a visible
-            // part of a daemon's start.
-            import_duration: Histogram::new(
-                std::iter::successors(Some(0.0005_f64), |b| Some(b * 2.0)).take(16),
-            ),
+            // 0.5 ms to about 16 s.
+            import_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             unimports_sent: Family::default(),
             unimports_received: Counter::default(),
             reconnects: Family::default(),
