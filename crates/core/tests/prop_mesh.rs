@@ -32,6 +32,10 @@ enum Lie {
     Domain,
     Version,
     Map,
+    /// Leaves the node map's entries out, as a daemon's dial does: its digest decides.
+    Entries,
+    /// Another map's digest, its entries left out: an inbound one is asked for them.
+    MapEntries,
     /// Claims another node ID than the one dialled.
     Node(u16),
 }
@@ -65,6 +69,8 @@ fn input(n: u16) -> impl Strategy<Value = Input> {
         1 => Just(Lie::Domain),
         1 => Just(Lie::Version),
         1 => Just(Lie::Map),
+        1 => Just(Lie::Entries),
+        1 => Just(Lie::MapEntries),
         1 => (0..n + 1).prop_map(Lie::Node),
     ];
     let mismatch = proptest::sample::select(vec![
@@ -160,6 +166,11 @@ impl Harness {
                 h.digest = NodeMap::new(m.clone()).digest().to_owned();
                 h.node_map = Arc::from(m);
             }
+            Lie::Entries => h.node_map = Arc::from(Vec::new()),
+            Lie::MapEntries => {
+                h = self.hello(node, instance, Lie::Map);
+                h.node_map = Arc::from(Vec::new());
+            }
             Lie::Node(other) => h.node = NodeId(other),
         }
         h
@@ -210,7 +221,7 @@ impl Harness {
                 let before = self.mesh.links();
                 let verdict = self.mesh.handle_hello(now, &hello);
                 // An inbound hello has no expected node: another ID is just another sender.
-                let honest = matches!(lie, Lie::None | Lie::Node(_));
+                let honest = matches!(lie, Lie::None | Lie::Entries | Lie::Node(_));
                 let real = usize::from(hello.node.0) < self.hellos.len()
                     && hello.node != self.local
                     && !self.placeholders.contains(&hello.node);
@@ -218,6 +229,12 @@ impl Harness {
                     Verdict::Accept => prop_assert!(honest && real, "{hello:?} accepted"),
                     Verdict::ShuttingDown => {
                         prop_assert_eq!(self.mesh.state(), DaemonState::ShuttingDown)
+                    }
+                    // Only a hello whose entries decide and were left out, before anything
+                    // else is judged of it but its protocol version.
+                    Verdict::MapNeeded => {
+                        prop_assert!(matches!(lie, Lie::MapEntries), "{hello:?}: {verdict:?}");
+                        prop_assert_eq!(before, self.mesh.links());
                     }
                     Verdict::Refuse { .. } => {
                         prop_assert!(!(honest && real), "honest {hello:?} refused: {verdict:?}");

@@ -89,7 +89,9 @@ pub(crate) fn refusal(m: Mismatch) -> Refusal {
 
 pub(crate) fn mismatch(r: Refusal) -> Mismatch {
     match r {
-        Refusal::NodeMapMismatch => Mismatch::NodeMap,
+        // Asked for entries it was sent: a peer that cannot judge our map is one whose map
+        // is not ours.
+        Refusal::NodeMapMismatch | Refusal::NodeMapNeeded => Mismatch::NodeMap,
         Refusal::DomainMismatch => Mismatch::Domain,
         Refusal::ProtocolVersion => Mismatch::Version,
         Refusal::WrongNode | Refusal::ShuttingDown | Refusal::None => Mismatch::WrongNode,

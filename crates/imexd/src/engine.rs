@@ -24,6 +24,7 @@ use crate::driver_io::{Call, DriverThreads};
 use crate::error::{DaemonError, DialError};
 use crate::mailbox::{DriverInput, Input, OutLink, PeersSnapshot, Snapshot};
 use crate::peer_client;
+use crate::peer_client::OwnHello;
 use crate::settings::Settings;
 
 /// Peer requests waiting for the node's answer.
@@ -75,9 +76,9 @@ pub(crate) struct Engine {
     net: Option<crate::net::MemNet>,
     /// Writes the persist record, if one is kept, and holds the answers waiting for it.
     persist: Option<crate::persist::Writer>,
-    /// Our identity for dials, built once (it carries the whole node map) and rebuilt when
-    /// the driver version or the node map changes.
-    me_cache: Option<Arc<Identity>>,
+    /// Our hello for dials (the identity without the node map's entries, and the entries),
+    /// built once and rebuilt when the cliques, the driver version or the node map change.
+    me_cache: Option<OwnHello>,
     /// Where the node map's entries are published for the peer and command services.
     hosts_tx: Option<watch::Sender<Arc<Vec<String>>>>,
     /// Counters and histograms of imports, unimports and links (`metrics`).
@@ -275,15 +276,19 @@ impl Engine {
         self
     }
 
-    fn cached_identity(&mut self) -> Arc<Identity> {
+    /// Our hello as dials send it, without the node map's entries (`peer_client::OwnHello`).
+    fn cached_identity(&mut self) -> OwnHello {
         // The identity carries the node's cliques: a clique change rebuilds it.
         if let Some(me) = &self.me_cache
-            && me.cliques_epoch == self.node.cliques_epoch()
+            && me.identity.cliques_epoch == self.node.cliques_epoch()
         {
-            return Arc::clone(me);
+            return me.clone();
         }
-        let me = Arc::new(self.identity(true));
-        self.me_cache = Some(Arc::clone(&me));
+        let me = OwnHello {
+            identity: Arc::new(self.identity(false)),
+            map: self.node.mesh().hello().node_map,
+        };
+        self.me_cache = Some(me.clone());
         me
     }
 

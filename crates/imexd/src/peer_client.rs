@@ -3,9 +3,10 @@
 //! on an open session (`session`). One task per dial attempt or call; each reports its outcome to
 //! the engine as an [`Input`], and the engine (its core node) decides what follows.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use openimex_core::{ImportError, ImportRequest, NodeId, Status, Via};
+use openimex_core::{Hello, ImportError, ImportRequest, NodeId, Status, Via};
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{
     GoodbyeRequest, HelloRequest, Identity, Refusal, SessionMsg, UnimportRequest,
@@ -41,11 +42,7 @@ pub(crate) struct Target {
 }
 
 /// Dials `target` and reports the outcome to the engine.
-pub(crate) async fn dial(
-    target: Target,
-    me: std::sync::Arc<Identity>,
-    engine: mpsc::Sender<Input>,
-) {
+pub(crate) async fn dial(target: Target, me: OwnHello, engine: mpsc::Sender<Input>) {
     let (peer, attempt) = (target.peer, target.attempt);
     let outcome = tokio::time::timeout(target.timeout, handshake(&target, me, engine.clone()))
         .await
@@ -264,25 +261,52 @@ fn source(target: &Target) -> Option<std::net::SocketAddr> {
     }
 }
 
-/// The peer leaves its node map's entries out of its hello answer when its digest is the one
-/// we sent (engine's Hello): they are the entries we sent, put back here. Without them an
-/// answer that crossed our own map's growth (SIGUSR1 while it was on its way) would fail the
-/// check against the grown map, whose digest is no longer the peer's, as a mismatch.
-fn restore_node_map(answer: &mut Identity, sent: &Identity) {
-    if answer.node_map.is_empty() && answer.node_map_digest == sent.node_map_digest {
-        answer.node_map.clone_from(&sent.node_map);
+/// Our hello as a dial sends it: the identity without the node map's entries, which only a
+/// peer whose map's digest differs needs (it asks, `REFUSAL_NODE_MAP_NEEDED`), and the entries,
+/// for that peer and to put back into an answer that left them out. At 144 nodes the entries
+/// were most of a hello's bytes, and a string allocated per entry on each side of each dial.
+#[derive(Clone)]
+pub(crate) struct OwnHello {
+    /// Our identity, `node_map` empty.
+    pub(crate) identity: Arc<Identity>,
+    /// The entries the identity's digest is of (core's `Hello::node_map`).
+    pub(crate) map: Arc<[String]>,
+}
+
+impl OwnHello {
+    /// The identity with the entries, for a peer that asked for them.
+    fn with_entries(&self) -> Identity {
+        Identity {
+            node_map: self.map.to_vec(),
+            ..(*self.identity).clone()
+        }
+    }
+
+    /// The peer leaves its node map's entries out of its hello answer when its digest is the
+    /// one we sent (engine's Hello): they are the entries we sent, put back here. Without them
+    /// an answer that crossed our own map's growth (SIGUSR1 while it was on its way) would
+    /// fail the check against the grown map, whose digest is no longer the peer's, as a
+    /// mismatch.
+    fn restore_node_map(&self, answer: &mut Hello) {
+        if answer.node_map.is_empty() && answer.digest == self.identity.node_map_digest {
+            answer.node_map = Arc::clone(&self.map);
+        }
     }
 }
 
-/// Dials `target` and opens the session with our hello as its first frame; the answer's first
-/// frame is the peer's verdict.
-async fn handshake(
+/// A session stream opened with our hello, and the peer's answer to it (its first frame).
+struct Opened {
+    session: SessionTx,
+    inbound: tonic::Streaming<SessionMsg>,
+    reply: Box<openimex_proto::peer::HelloResponse>,
+}
+
+/// Opens a session stream on `channel` with `me` as its hello and reads the answer.
+async fn open_session(
     target: &Target,
-    me: std::sync::Arc<Identity>,
-    engine: mpsc::Sender<Input>,
-) -> Result<Input, DialError> {
-    let (peer, attempt) = (target.peer, target.attempt);
-    let (channel, addr) = connect(target).await?;
+    channel: &Channel,
+    me: Identity,
+) -> Result<Opened, DialError> {
     let failed = |s: tonic::Status| match (&target.tls, s.code()) {
         // The pair keeps the session the peer dialled (core's `mesh::pair`).
         (_, tonic::Code::AlreadyExists) => DialError::Session(s.message().to_string()),
@@ -291,8 +315,8 @@ async fn handshake(
     };
     let (session, outbound) = SessionTx::new(&target.stats);
     session.open_with(Body::Hello(Box::new(HelloRequest {
-        from: Some((*me).clone()),
-        to_node_id: u32::from(peer.0),
+        from: Some(me),
+        to_node_id: u32::from(target.peer.0),
     })));
     let mut inbound = PeerClient::new(channel.clone())
         .max_decoding_message_size(crate::limits::MAX_SESSION_FRAME)
@@ -312,7 +336,43 @@ async fn handshake(
         }
         None => return Err(DialError::Handshake("the session ended unanswered".into())),
     };
-    let refusal = Refusal::try_from(reply.refusal).unwrap_or(Refusal::WrongNode);
+    Ok(Opened {
+        session,
+        inbound,
+        reply,
+    })
+}
+
+/// The refusal an answer carries (an unknown code: the peer's node is not the one dialled).
+fn refusal_of(reply: &openimex_proto::peer::HelloResponse) -> Refusal {
+    Refusal::try_from(reply.refusal).unwrap_or(Refusal::WrongNode)
+}
+
+/// Dials `target` and opens the session with our hello as its first frame; the answer's first
+/// frame is the peer's verdict. A peer that needs our node map's entries (its digest is not
+/// ours) gets them on a second stream of the same connection.
+async fn handshake(
+    target: &Target,
+    me: OwnHello,
+    engine: mpsc::Sender<Input>,
+) -> Result<Input, DialError> {
+    let (peer, attempt) = (target.peer, target.attempt);
+    let (channel, addr) = connect(target).await?;
+    let mut opened = open_session(target, &channel, (*me.identity).clone()).await?;
+    // An older daemon refuses a hello without entries whose digest is not its own as a
+    // mismatch: it gets the entries too, and then judges what differs.
+    if matches!(
+        refusal_of(&opened.reply),
+        Refusal::NodeMapNeeded | Refusal::NodeMapMismatch
+    ) {
+        opened = open_session(target, &channel, me.with_entries()).await?;
+    }
+    let Opened {
+        session,
+        inbound,
+        reply,
+    } = opened;
+    let refusal = refusal_of(&reply);
     if refusal != Refusal::None {
         return Ok(Input::DialRefused {
             peer,
@@ -320,11 +380,11 @@ async fn handshake(
             mismatch: convert::mismatch(refusal),
         });
     }
-    let mut identity = reply
+    let identity = reply
         .from
         .ok_or_else(|| DialError::Identity("carries no identity".into()))?;
-    restore_node_map(&mut identity, &me);
-    let remote = convert::hello(&identity).map_err(DialError::Identity)?;
+    let mut remote = convert::hello(&identity).map_err(DialError::Identity)?;
+    me.restore_node_map(&mut remote);
 
     let via = Via::Dialled { peer, attempt };
     let reader = tokio::spawn({
@@ -432,101 +492,4 @@ pub(crate) async fn goodbye(peer: NodeId, session: SessionTx) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use openimex_core::NodeMap;
-
-    fn identity(map: &NodeMap, entries: bool) -> Identity {
-        Identity {
-            node_map_digest: map.digest().to_string(),
-            node_map: if entries {
-                map.hosts().to_vec()
-            } else {
-                Vec::new()
-            },
-            ..Identity::default()
-        }
-    }
-
-    #[test]
-    fn an_answer_without_entries_still_proves_the_map_after_ours_grew() {
-        let hosts: Vec<String> = vec!["10.0.0.1".into(), "10.0.0.2".into()];
-        let before = NodeMap::new(hosts.clone());
-        let sent = identity(&before, true);
-        // The peer had our digest and left its entries out; meanwhile SIGUSR1 appended a node.
-        let mut answer = identity(&before, false);
-        let grown = NodeMap::new([hosts, vec!["10.0.0.3".into()]].concat());
-        let check = |a: &Identity| grown.accepts(2, &a.node_map, &a.node_map_digest, 2);
-        assert!(check(&answer).is_err(), "without its entries: a mismatch");
-        restore_node_map(&mut answer, &sent);
-        assert_eq!(check(&answer), Ok(()));
-        // A peer with another digest must send its own entries: nothing is made up for it.
-        let other = NodeMap::new(vec!["10.0.0.9".into(), "10.0.0.2".into()]);
-        let mut foreign = identity(&other, false);
-        restore_node_map(&mut foreign, &sent);
-        assert!(foreign.node_map.is_empty());
-        assert!(check(&foreign).is_err());
-    }
-
-    fn target(port: u16, tls: Option<crate::tls::Sides>) -> Target {
-        Target {
-            peer: NodeId(1),
-            attempt: 1,
-            local: None,
-            scope: 0,
-            host: "127.0.0.1".into(),
-            port,
-            timeout: Duration::from_secs(10),
-            keepalive: Duration::from_secs(10),
-            tls,
-            stats: crate::stats::Stats::default(),
-            net: None,
-        }
-    }
-
-    /// A port on 127.0.0.1 nothing listens on (bound, then released).
-    fn closed_port() -> u16 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_refused_connection_is_told_apart_from_other_failures() {
-        let tls = crate::tls::Tls::new(crate::tls::tests::material(&["127.0.0.1"], None), None)
-            .unwrap()
-            .sides();
-        for tls in [None, Some(tls)] {
-            let with_tls = tls.is_some();
-            // Nothing listens: refused, the retry waits for the peer's own dial (core retry.rs).
-            let err = connect(&target(closed_port(), tls.clone()))
-                .await
-                .unwrap_err();
-            assert!(
-                matches!(err, DialError::Connect { refused: true, .. }),
-                "tls {with_tls}: {err:?}"
-            );
-            assert_eq!(err.failure(), openimex_core::DialFailure::NotListening);
-            assert!(err.to_string().contains("refused"), "{err}");
-            // Something listens and hangs up at once: a failure of another kind.
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = l.local_addr().unwrap().port();
-            let hang_up = tokio::spawn(async move {
-                loop {
-                    let (s, _) = l.accept().await.unwrap();
-                    drop(s);
-                }
-            });
-            let (engine, _inputs) = mpsc::channel(1);
-            let me = std::sync::Arc::new(Identity::default());
-            let Err(err) = handshake(&target(port, tls), me, engine).await else {
-                panic!("tls {with_tls}: a peer that hangs up completed a handshake");
-            };
-            hang_up.abort();
-            assert_eq!(
-                err.failure(),
-                openimex_core::DialFailure::Other,
-                "tls {with_tls}: {err:?}"
-            );
-        }
-    }
-}
+mod tests;

@@ -140,6 +140,13 @@ impl PeerService {
                 info.greeted();
                 Greeting::Accepted(me)
             }
+            // Our entries' digest is not the hello's, which left its own out: the caller sends
+            // them on a new stream.
+            Verdict::MapNeeded => Greeting::Refused(HelloResponse {
+                from: None,
+                refusal: Refusal::NodeMapNeeded.into(),
+                detail: String::new(),
+            }),
             Verdict::Refuse { mismatch, .. } => Greeting::Refused(HelloResponse {
                 from: None,
                 refusal: convert::refusal(mismatch).into(),

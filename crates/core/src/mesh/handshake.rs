@@ -39,6 +39,11 @@ pub enum Verdict {
     /// This daemon is shutting down: answer "unavailable", so the caller treats it as a failed
     /// dial (its link keeps showing our departure) rather than as a mismatch.
     ShuttingDown,
+    /// Neither accepted nor refused: the hello left its node map's entries out (a daemon's
+    /// dial sends only their digest, which decides between daemons of one map) and its digest
+    /// is not ours, so its entries decide (a map grown by SIGUSR1, a hole filled in, or what
+    /// differs). The caller is asked to send its hello again with them; nothing is counted.
+    MapNeeded,
     /// Refuse, with the reason the caller shows in `ctl`.
     Refuse {
         /// What differs.
@@ -109,6 +114,12 @@ impl Mesh {
             );
         }
         let map = &self.cfg.map;
+        // An answer to our dial is judged as it comes: the peer leaves its entries out only
+        // when its digest is the one we sent (imexd puts ours back), so an answer without them
+        // and of another digest is a mismatch.
+        if expected_node.is_none() && remote.node_map.is_empty() && remote.digest != map.digest() {
+            return Verdict::MapNeeded;
+        }
         if let Err(detail) = map.accepts(
             self.base_len,
             &remote.node_map,

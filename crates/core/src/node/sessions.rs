@@ -164,7 +164,7 @@ impl Node {
                 let detail = format!("hello naming node {}: {detail}", remote.node);
                 self.refused(hello_reason(*mismatch), detail);
             }
-            Verdict::ShuttingDown => {}
+            Verdict::MapNeeded | Verdict::ShuttingDown => {}
         }
         verdict
     }

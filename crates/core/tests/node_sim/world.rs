@@ -135,6 +135,9 @@ pub struct Stats {
     /// Nodes' lines removed from the nodes file (issue 31), and the holes re-reads made.
     pub lines_removed: u64,
     pub holes: u64,
+    /// Hellos sent again with the node map's entries, which the peer asked for (its map's
+    /// digest was not the dialler's).
+    pub maps_asked: u64,
     /// Connections closed at their hello deadline, retired sessions ended at their wait, and
     /// goodbyes a shutdown stopped waiting for (`owed.rs`).
     pub hello_deadlines: u64,
@@ -167,6 +170,7 @@ impl Stats {
         self.redialled += o.redialled;
         self.lines_removed += o.lines_removed;
         self.holes += o.holes;
+        self.maps_asked += o.maps_asked;
         self.hello_deadlines += o.hello_deadlines;
         self.silent_streams_ended += o.silent_streams_ended;
         self.retired_ended += o.retired_ended;

@@ -287,7 +287,7 @@ impl Net {
                     return;
                 }
                 let hello_a = self.mesh(a).hello();
-                let verdict = self.nodes[b].as_mut().unwrap().handle_hello(now, &hello_a);
+                let verdict = sim_hello(self.nodes[b].as_mut().unwrap(), now, &hello_a);
                 let hello_b = self.mesh(b).hello();
                 let ma = self.nodes[a].as_mut().unwrap();
                 match verdict {
@@ -314,6 +314,7 @@ impl Net {
                         DialFailure::Other,
                         "peer shutting down".into(),
                     ),
+                    Verdict::MapNeeded => unreachable!("a hello with its entries is judged"),
                 }
             }
             Action::SendHeartbeat { peer, via, answer } => {
@@ -435,5 +436,19 @@ impl Net {
             .iter()
             .filter(|(_, a)| matches!(a, Action::Dial { peer, .. } if peer.index() == target))
             .count()
+    }
+}
+
+/// `hello`, as a daemon's dial sends it, judged by `mesh`: its node map's entries left out,
+/// then, if the peer asks for them (its digest is not the hello's), the hello again with them
+/// (imexd's `peer_client`: a second stream of the same connection).
+fn sim_hello(mesh: &mut Mesh, now: Instant, hello: &Hello) -> Verdict {
+    let lite = Hello {
+        node_map: Vec::new().into(),
+        ..hello.clone()
+    };
+    match mesh.handle_hello(now, &lite) {
+        Verdict::MapNeeded => mesh.handle_hello(now, hello),
+        verdict => verdict,
     }
 }

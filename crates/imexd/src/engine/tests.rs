@@ -407,12 +407,14 @@ async fn shutdown_finishes_queued_driver_calls_before_returning() {
     );
 }
 
-/// Node 1's hello to the engine's node 0, from instance `instance`, with node map `hosts`
-/// (grown past `settings()`'s two entries when longer; base: the two).
-async fn hello_from_1(
+/// Node 1's hello to the engine's node 0, from instance `instance`, of node map `hosts`, its
+/// entries sent or left out (`entries`, as a dial's hello leaves them), and the engine's
+/// answer (base: `settings()`'s two entries).
+async fn hello_of(
     tx: &mpsc::Sender<Input>,
     instance: u64,
     hosts: Vec<String>,
+    entries: bool,
 ) -> (openimex_core::Verdict, openimex_proto::peer::Identity) {
     let map = NodeMap::new(hosts.clone());
     let hello = openimex_core::Hello {
@@ -420,7 +422,11 @@ async fn hello_from_1(
         node: NodeId(1),
         instance: InstanceId(instance),
         digest: map.digest().to_string(),
-        node_map: hosts.into(),
+        node_map: if entries {
+            hosts.into()
+        } else {
+            Vec::new().into()
+        },
         map_base_len: 2,
         protocol_version: 1,
     };
@@ -433,6 +439,42 @@ async fn hello_from_1(
     })
     .await
     .unwrap()
+}
+
+/// [`hello_of`] with the entries.
+async fn hello_from_1(
+    tx: &mpsc::Sender<Input>,
+    instance: u64,
+    hosts: Vec<String>,
+) -> (openimex_core::Verdict, openimex_proto::peer::Identity) {
+    hello_of(tx, instance, hosts, true).await
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_hello_without_entries_is_judged_by_its_digest_or_asked_for_them() {
+    use openimex_core::Verdict;
+    let d = Recorder::default();
+    let r = ready(&d).await;
+    // Our digest: accepted on it, as a dial's hello is between daemons of one map.
+    let (verdict, me) = hello_of(&r.tx, 5, settings().hosts, false).await;
+    assert_eq!(verdict, Verdict::Accept);
+    assert!(me.node_map.is_empty(), "same digest: no entries answered");
+    // Another digest (a map grown by SIGUSR1, compatible with ours): its entries decide, so
+    // they are asked for, and nothing is counted meanwhile...
+    let mut grown = settings().hosts;
+    grown.push("127.0.0.9".into());
+    let (verdict, _) = hello_of(&r.tx, 6, grown.clone(), false).await;
+    assert_eq!(verdict, Verdict::MapNeeded);
+    let snapshot = snapshot(&r.tx).await;
+    assert!(
+        snapshot.refusals.is_empty(),
+        "asking for entries is no refusal: {:?}",
+        snapshot.refusals
+    );
+    // ...and the same hello with them is accepted.
+    let (verdict, _) = hello_from_1(&r.tx, 6, grown).await;
+    assert_eq!(verdict, Verdict::Accept);
+    stop(r).await;
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -190,9 +190,17 @@ impl World {
         self.next_conn += 1;
         let from = self.addr(a);
         self.conn_accepted(b, conn, from, false);
-        let verdict = self
-            .node_mut(b)
-            .handle_session_hello(now, conn, true, &hello_a);
+        // The daemon's dial leaves its node map's entries out of the hello, and sends it again
+        // with them, on a second stream of the connection, when the peer asks.
+        let lite = Hello {
+            node_map: Vec::new().into(),
+            ..hello_a.clone()
+        };
+        let mut verdict = (self.node_mut(b)).handle_session_hello(now, conn, true, &lite);
+        if verdict == Verdict::MapNeeded {
+            self.stats.maps_asked += 1;
+            verdict = (self.node_mut(b)).handle_session_hello(now, conn, true, &hello_a);
+        }
         if verdict == Verdict::Accept {
             self.conn_heard(b, conn);
             // The daemon hands the node the cliques the accepted hello named.
@@ -209,6 +217,7 @@ impl World {
             Verdict::Accept => DialResult::Accept(Box::new((hello_b, cliques_b, epoch_b)), conn),
             Verdict::Refuse { mismatch, detail } => DialResult::Refused(mismatch, detail),
             Verdict::ShuttingDown => DialResult::ShuttingDown,
+            Verdict::MapNeeded => unreachable!("a hello with its entries is judged"),
         };
         self.push(
             now + d,
