@@ -13,17 +13,23 @@ fn answer_of(map: &NodeMap) -> Hello {
     .unwrap()
 }
 
+/// The node map of `hosts`, and our hello of it as a dial sends it.
+fn own_hello(hosts: &[String]) -> (NodeMap, OwnHello) {
+    let map = NodeMap::new(hosts.to_vec());
+    let me = OwnHello {
+        identity: Arc::new(Identity {
+            node_map_digest: map.digest().to_string(),
+            ..Identity::default()
+        }),
+        map: hosts.into(),
+    };
+    (map, me)
+}
+
 #[test]
 fn an_answer_without_entries_still_proves_the_map_after_ours_grew() {
     let hosts: Vec<String> = vec!["10.0.0.1".into(), "10.0.0.2".into()];
-    let before = NodeMap::new(hosts.clone());
-    let sent = OwnHello {
-        identity: Arc::new(Identity {
-            node_map_digest: before.digest().to_string(),
-            ..Identity::default()
-        }),
-        map: hosts.clone().into(),
-    };
+    let (before, sent) = own_hello(&hosts);
     assert!(
         sent.identity.node_map.is_empty(),
         "a dial's hello has no entries"
@@ -177,14 +183,7 @@ async fn a_dials_hello_leaves_the_entries_out_until_the_peer_asks_for_them() {
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
         let hosts: Vec<String> = vec!["127.0.0.1".into(), "127.0.0.2".into()];
-        let map = NodeMap::new(hosts.clone());
-        let me = OwnHello {
-            identity: Arc::new(Identity {
-                node_map_digest: map.digest().to_string(),
-                ..Identity::default()
-            }),
-            map: hosts.clone().into(),
-        };
+        let (map, me) = own_hello(&hosts);
         let (engine, _inputs) = mpsc::channel(4);
         let outcome = handshake(&target(port, None), me, engine).await.unwrap();
         let Input::DialOk { remote, .. } = outcome else {
