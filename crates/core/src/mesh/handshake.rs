@@ -114,9 +114,10 @@ impl Mesh {
             );
         }
         let map = &self.cfg.map;
-        // An answer to our dial is judged as it comes: the peer leaves its entries out only
-        // when its digest is the one we sent (imexd puts ours back), so an answer without them
-        // and of another digest is a mismatch.
+        // An inbound hello without entries (a daemon's dial sends none) whose digest is not ours
+        // is asked for them. An answer to our dial is judged as it comes: the peer leaves its
+        // entries out only when its digest is the one we sent (imexd puts ours back), so an
+        // answer without them and of another digest is a mismatch.
         if expected_node.is_none() && remote.node_map.is_empty() && remote.digest != map.digest() {
             return Verdict::MapNeeded;
         }
