@@ -60,8 +60,8 @@ fn summary(seeds: u64, failures: usize, s: &Stats) -> String {
          ended at the wait, {} \
          goodbyes not waited for, {} requests refused on a retired session, {} GPUs moved to \
          another clique ({} clique notifications delivered), {} jobs started ({} definitions \
-         taken, {} refused), {} nodes-file lines removed ({} holes made by re-reads), {} hellos sent again with the \
-         node map's entries",
+         taken, {} refused), {} nodes-file lines removed ({} holes made by re-reads), {} \
+         hellos sent again with the node map's entries",
         s.imports,
         s.validated_ok,
         s.validated_err,
