@@ -439,15 +439,19 @@ impl Net {
     }
 }
 
-/// `hello`, as a daemon's dial sends it, judged by `mesh`: its node map's entries left out,
-/// then, if the peer asks for them (its digest is not the hello's), the hello again with them
-/// (imexd's `peer_client`: a second stream of the same connection).
-fn sim_hello(mesh: &mut Mesh, now: Instant, hello: &Hello) -> Verdict {
-    let lite = Hello {
+/// `hello` as a daemon's dial first sends it: the node map's entries left out (imexd's
+/// `peer_client` sends them again, on a second stream of the connection, when the peer asks).
+pub fn without_entries(hello: &Hello) -> Hello {
+    Hello {
         node_map: Vec::new().into(),
         ..hello.clone()
-    };
-    match mesh.handle_hello(now, &lite) {
+    }
+}
+
+/// `hello`, as a daemon's dial sends it ([`without_entries`]), judged by `mesh`; then, if the
+/// peer asks for the entries (its digest is not the hello's), the hello again with them.
+fn sim_hello(mesh: &mut Mesh, now: Instant, hello: &Hello) -> Verdict {
+    match mesh.handle_hello(now, &without_entries(hello)) {
         Verdict::MapNeeded => mesh.handle_hello(now, hello),
         verdict => verdict,
     }

@@ -192,10 +192,7 @@ impl World {
         self.conn_accepted(b, conn, from, false);
         // The daemon's dial leaves its node map's entries out of the hello, and sends it again
         // with them, on a second stream of the connection, when the peer asks.
-        let lite = Hello {
-            node_map: Vec::new().into(),
-            ..hello_a.clone()
-        };
+        let lite = crate::sim::without_entries(&hello_a);
         let mut verdict = (self.node_mut(b)).handle_session_hello(now, conn, true, &lite);
         if verdict == Verdict::MapNeeded {
             self.stats.maps_asked += 1;
