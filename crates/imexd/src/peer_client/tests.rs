@@ -119,12 +119,13 @@ async fn a_refused_connection_is_told_apart_from_other_failures() {
     }
 }
 
-/// A peer that keeps the identity of every hello it gets and answers the first `needed` of
-/// them `REFUSAL_NODE_MAP_NEEDED` (as a daemon whose map's digest is not the hello's), the
-/// next one with an acceptance that leaves its entries out (the digest is the hello's).
+/// A peer that keeps the identity of every hello it gets and answers a hello without entries
+/// with `asks` (`REFUSAL_NODE_MAP_NEEDED` as a daemon whose map's digest is not the hello's,
+/// `REFUSAL_NODE_MAP_MISMATCH` as an older one), or `None` (a daemon of the hello's map); a
+/// hello it accepts is answered without its entries (the digest is the hello's).
 struct AsksForEntries {
     hellos: Arc<std::sync::Mutex<Vec<Identity>>>,
-    needed: usize,
+    asks: Option<Refusal>,
 }
 
 #[tonic::async_trait]
@@ -145,12 +146,12 @@ impl openimex_proto::peer::peer_server::Peer for AsksForEntries {
         let answer = {
             let mut hellos = self.hellos.lock().unwrap();
             hellos.push(from.clone());
-            match hellos.len() <= self.needed {
-                true => openimex_proto::peer::HelloResponse {
-                    refusal: Refusal::NodeMapNeeded.into(),
+            match self.asks.filter(|_| from.node_map.is_empty()) {
+                Some(refusal) => openimex_proto::peer::HelloResponse {
+                    refusal: refusal.into(),
                     ..Default::default()
                 },
-                false => openimex_proto::peer::HelloResponse {
+                None => openimex_proto::peer::HelloResponse {
                     from: Some(Identity {
                         node_id: 1,
                         node_map_digest: from.node_map_digest,
@@ -169,13 +170,17 @@ impl openimex_proto::peer::peer_server::Peer for AsksForEntries {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_dials_hello_leaves_the_entries_out_until_the_peer_asks_for_them() {
-    for needed in [0, 1] {
+    for asks in [
+        None,
+        Some(Refusal::NodeMapNeeded),
+        Some(Refusal::NodeMapMismatch),
+    ] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let hellos = Arc::default();
         let peer = AsksForEntries {
             hellos: Arc::clone(&hellos),
-            needed,
+            asks,
         };
         let server = tokio::spawn(
             tonic::transport::Server::builder()
@@ -187,17 +192,18 @@ async fn a_dials_hello_leaves_the_entries_out_until_the_peer_asks_for_them() {
         let (engine, _inputs) = mpsc::channel(4);
         let outcome = handshake(&target(port, None), me, engine).await.unwrap();
         let Input::DialOk { remote, .. } = outcome else {
-            panic!("needed {needed}: accepted, got another outcome");
+            panic!("{asks:?}: accepted, got another outcome");
         };
         // The answer left its entries out (our digest): ours are put back for core's check.
-        assert_eq!(&*remote.node_map, hosts.as_slice(), "needed {needed}");
+        assert_eq!(&*remote.node_map, hosts.as_slice(), "{asks:?}");
         let hellos = hellos.lock().unwrap().clone();
         let entries: Vec<usize> = hellos.iter().map(|h| h.node_map.len()).collect();
-        match needed {
+        match asks {
             // A peer of our map judges the digest: one hello, no entries.
-            0 => assert_eq!(entries, [0]),
-            // A peer that asks gets them on a second stream of the same connection.
-            _ => assert_eq!(entries, [0, 2]),
+            None => assert_eq!(entries, [0]),
+            // A peer that asks (or, older, refuses the map) gets them on a second stream of the
+            // same connection.
+            Some(_) => assert_eq!(entries, [0, 2], "{asks:?}"),
         }
         assert!(hellos.iter().all(|h| h.node_map_digest == map.digest()));
         server.abort();
