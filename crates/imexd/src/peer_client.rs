@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper_util::rt::TokioIo;
 use openimex_core::{Hello, ImportError, ImportRequest, NodeId, Status, Via};
 use openimex_proto::peer::session_msg::Body;
 use openimex_proto::peer::{
@@ -20,6 +21,9 @@ use crate::error::DialError;
 use crate::mailbox::{Input, OutLink};
 use crate::session;
 use crate::session_tx::{CallError, SessionTx};
+
+mod corked;
+use corked::Corked;
 
 /// Where and how to dial.
 pub(crate) struct Target {
@@ -104,12 +108,15 @@ async fn connect(target: &Target) -> Result<(Channel, std::net::SocketAddr), Dia
     let channel = endpoint
         .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
             // One connection per channel: a session that loses it is over (a dial starts anew).
-            let io = tcp.take().map(hyper_util::rt::TokioIo::new).ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "the session's connection ended",
-                )
-            });
+            let io = tcp
+                .take()
+                .map(|tcp| TokioIo::new(Corked::new(tcp)))
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotConnected,
+                        "the session's connection ended",
+                    )
+                });
             std::future::ready(io)
         }))
         .await
@@ -174,7 +181,7 @@ async fn connect_tls(
             async move {
                 let tcp = tcp_from(from, addr).await?;
                 match connector.connect(name, tcp).await {
-                    Ok(stream) => Ok(hyper_util::rt::TokioIo::new(stream)),
+                    Ok(stream) => Ok(TokioIo::new(Corked::new(stream))),
                     Err(e) => {
                         let reason = crate::tls::refusal(
                             crate::tls::Side::Dialling,

@@ -193,9 +193,10 @@ struct Shared {
     conns: Mutex<HashMap<ClientId, UnixStream>>,
     /// Connection threads, joined on stop.
     threads: Mutex<Vec<JoinHandle<()>>>,
-    /// The process behind each connection (SO_PEERCRED), to kill it when its client is
-    /// revoked.
-    pids: Mutex<HashMap<ClientId, i32>>,
+    /// Who is behind each connection (SO_PEERCRED, taken once at accept: the kernel fixes a
+    /// unix socket's peer credentials when it connects, as it fixes an open file's): the
+    /// process to kill when its client is revoked, and the user an escape is judged by.
+    peers: Mutex<HashMap<ClientId, Peer>>,
     /// Where the in-band messages the driver queues for the Fabric Manager go (the FM link,
     /// [`ServerHandle::set_fm_outbox`]); with none they are dropped with a warning.
     fm_out: Mutex<FmOut>,
@@ -208,6 +209,13 @@ pub type FmOutbox = Box<dyn Fn(ToFm) + Send + Sync>;
 
 /// The FM link's sender, if any.
 struct FmOut(Option<FmOutbox>);
+
+/// The process at the other end of a connection, as SO_PEERCRED gave it at accept.
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    pid: i32,
+    uid: u32,
+}
 
 impl std::fmt::Debug for FmOut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -263,10 +271,10 @@ impl Shared {
         if revoked.is_empty() {
             return;
         }
-        let pids = self.pids.lock().unwrap_or_else(PoisonError::into_inner);
+        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
         for client in revoked {
-            let Some(&pid) = pids.get(&client) else {
+            let Some(Peer { pid, .. }) = peers.get(&client).copied() else {
                 continue;
             };
             if pid == me || pid <= 1 {
@@ -378,7 +386,7 @@ impl Server {
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
-            pids: Mutex::new(HashMap::new()),
+            peers: Mutex::new(HashMap::new()),
             fm_out: Mutex::new(FmOut(None)),
             trace,
         });
@@ -550,10 +558,16 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, max_clients: usize
             nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
         {
             shared
-                .pids
+                .peers
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(client, cred.pid());
+                .insert(
+                    client,
+                    Peer {
+                        pid: cred.pid(),
+                        uid: cred.uid(),
+                    },
+                );
         }
         shared
             .conns
@@ -712,7 +726,7 @@ fn disconnect(shared: &Shared, client: ClientId) {
         .unwrap_or_else(PoisonError::into_inner)
         .remove(&client);
     shared
-        .pids
+        .peers
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(&client);

@@ -406,3 +406,41 @@ fn an_unsupported_driver_version_is_refused_at_bind() {
         "the supported versions are named: {err}"
     );
 }
+
+/// `osIsGpuAccessible` (the reference's §1.6 step 2: a client may allocate a GPU's Device only
+/// while its process holds that GPU's device file open) over the socket: the driver looks among
+/// the caller's descriptors at each allocation, so a file opened later lets the next one
+/// through and a file closed again stops the one after.
+#[test]
+fn a_device_is_allocated_only_while_the_caller_holds_the_gpus_file() {
+    let dir = TempDir::new("escapes-gpu-file");
+    let server = server(&dir.0, 0);
+    let node_dir = config(&dir.0, 0).node_dir;
+    let gpu0 = File::open(gpu_device_path(&node_dir, 0)).unwrap();
+    let ctl = Ctl::open(&server);
+    let (s, h) = ctl.alloc(0, 0, 0, NV01_ROOT_CLIENT, &mut [], &[]);
+    assert_eq!(s, NV_OK);
+    let device = |handle: NvHandle, gpu: u32| {
+        let mut dev = NV0080_ALLOC_PARAMETERS {
+            deviceId: gpu,
+            ..Default::default()
+        };
+        ctl.alloc(h, h, handle, NV01_DEVICE_0, dev.as_mut_bytes(), &[])
+            .0
+    };
+    assert_eq!(device(0x100, 0), NV_OK, "GPU 0's file is held");
+    assert_eq!(
+        device(0x101, 1),
+        NV_ERR_INSUFFICIENT_PERMISSIONS,
+        "GPU 1's file is not"
+    );
+    let gpu1 = File::open(gpu_device_path(&node_dir, 1)).unwrap();
+    assert_eq!(device(0x102, 1), NV_OK, "GPU 1's file is held now");
+    drop(gpu1);
+    drop(gpu0);
+    assert_eq!(
+        device(0x103, 0),
+        NV_ERR_INSUFFICIENT_PERMISSIONS,
+        "the check is made at each allocation, not remembered"
+    );
+}

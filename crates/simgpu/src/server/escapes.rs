@@ -14,6 +14,8 @@ use std::path::Path;
 use std::sync::{MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::AtFlags;
+use nix::sys::stat::fstatat;
 use openimex_rmabi::class::NV_IMEX_SESSION;
 use openimex_rmabi::escape::{NV_ESC_RM_ALLOC, NVOS64_PARAMETERS};
 use openimex_simproto::escape::{self, EscapeCall};
@@ -69,13 +71,15 @@ pub(super) fn serve(
             drop(shared.wait(rm, Some(until)));
         }
     }
-    let pid = shared
-        .pids
+    let peer = shared
+        .peers
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .get(&file)
         .copied();
-    let admin = peer_is_root(stream);
+    let pid = peer.map(|p| p.pid);
+    // `osIsAdministrator`: the peer's uid is 0 (the simulation's stand-in for CAP_SYS_ADMIN).
+    let admin = peer.is_some_and(|p| p.uid == 0);
     let node_dir = shared.node_dir.clone();
     let gpu_accessible = move |gpu: u32| process_holds(pid, &gpu_device_path(&node_dir, gpu));
     let caller = Caller {
@@ -115,18 +119,13 @@ fn allocates_session(call: &EscapeCall) -> bool {
             .is_ok_and(|(p, _)| p.hClass == NV_IMEX_SESSION)
 }
 
-/// `osIsAdministrator` for the peer: its uid is 0 (the simulation's stand-in for
-/// CAP_SYS_ADMIN).
-fn peer_is_root(stream: &UnixStream) -> bool {
-    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-    getsockopt(stream, PeerCredentials).is_ok_and(|c| c.uid() == 0)
-}
-
 /// `nv_is_gpu_accessible`: whether process `pid` has a descriptor open on the file at
 /// `path` (its `/proc/<pid>/fd` entries compared by device and inode). A process whose
 /// descriptors cannot be read (another user's, with the driver not root) or an unknown peer
 /// is let through: the simulation cannot tell, and refusing would stop a daemon the kernel
-/// would serve.
+/// would serve. Each entry is looked up relative to the open directory, not by its whole path:
+/// walking `/proc/<pid>/fd/<n>` from the root for every descriptor was a tenth of the driver's
+/// time at a daemon's start (four Device allocations, each scanning every descriptor).
 fn process_holds(pid: Option<i32>, path: &Path) -> bool {
     let Some(pid) = pid else {
         return true;
@@ -134,14 +133,16 @@ fn process_holds(pid: Option<i32>, path: &Path) -> bool {
     let Ok(want) = fs::metadata(path) else {
         return false;
     };
-    let dir = match fs::read_dir(format!("/proc/{pid}/fd")) {
-        Ok(d) => d,
+    let fds = format!("/proc/{pid}/fd");
+    let (dir, entries) = match fs::File::open(&fds).and_then(|d| Ok((d, fs::read_dir(&fds)?))) {
+        Ok(both) => both,
         Err(e) => {
             tracing::debug!(pid, "cannot read the descriptors of the caller: {e}");
             return true;
         }
     };
-    dir.flatten().any(|entry| {
-        fs::metadata(entry.path()).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
+    entries.flatten().any(|entry| {
+        fstatat(&dir, entry.file_name().as_os_str(), AtFlags::empty())
+            .is_ok_and(|m| m.st_dev == want.dev() && m.st_ino == want.ino())
     })
 }
