@@ -193,7 +193,7 @@ const DOCS: &[KeyDoc] = &[
     doc!("OPENIMEX_RECONNECT_MIN_MS", |c| c.reconnect_min_ms.to_string(), Ours,
         "First reconnect delay (jittered, doubling up to the maximum)."),
     doc!("OPENIMEX_RECONNECT_MAX_MS", |c| c.reconnect_max_ms.to_string(), Ours,
-        "Reconnect backoff cap. A refused connection is retried at the cap (the peer dials us when its daemon starts); the dial budget allows 24 retries per cap across all peers after a burst of 64."),
+        "Reconnect backoff cap. A refused connection is retried only after 2-4 times the cap, as a safety net (the peer dials us when its daemon starts); the dial budget allows 24 retries per cap across all peers after a burst of 64."),
     doc!("OPENIMEX_HOSTNAME", |c| opt(c.host_name.as_deref()), Ours,
         "The name `ctl -H` shows. Empty: the system host name."),
     doc!("OPENIMEX_PEER_ANY_SOURCE", |c| flag(c.peer_any_source), Ours,

@@ -38,7 +38,8 @@ pub use fabric::{Drained, ExportRefs, Imports, UnimportStep};
 pub use gpu::{Event, GpuFabric, ImportAnswer, ImportError, Pages, RemoteGpuAttach, Status};
 pub use ids::{ConnId, InstanceId, NodeId};
 pub use mesh::{
-    Action, DialBudget, DialFailure, Hello, LinkView, Mesh, MeshConfig, QuorumPolicy, Verdict, Via,
+    Action, DialBudget, DialFailure, Hello, LinkView, Mesh, MeshConfig, NOT_LISTENING_CAPS,
+    QuorumPolicy, Verdict, Via,
 };
 pub use node::{
     CleanUp, Cleaned, ImportRequest, Node, NodeConfig, PERSIST_LINGER, PeerId, PeerState, RequestId,

@@ -55,7 +55,7 @@ use first_round::FirstRound;
 pub use handshake::{Hello, Verdict};
 use pair::Carrier;
 pub use pair::Via;
-pub use retry::DialFailure;
+pub use retry::{DialFailure, NOT_LISTENING_CAPS};
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;

@@ -74,7 +74,7 @@ impl Mesh {
 
     /// The dial of `attempt` failed before a session (refused connection, timeout, DNS).
     /// The link keeps its state; the error is kept for `ctl` and the next attempt is scheduled
-    /// (`retry.rs`: after a refused connection, at the backoff's cap).
+    /// (`retry.rs`: after a refused connection, at several times the backoff's cap).
     pub fn handle_dial_failed(
         &mut self,
         now: Instant,
