@@ -39,6 +39,7 @@ use crate::cluster::{Cluster, ClusterSpec, DEFAULT_SERVER_PORT, is_up};
 use crate::fabric_manager::FabricManagerSpec;
 use crate::process::{describe_status, die_with_parent};
 
+use super::procfs::tcp_passive_opens;
 use super::tls::ProbeTls;
 use super::{BenchEntry, Unit, median, ms, short_error};
 
@@ -70,6 +71,12 @@ pub struct FormationReport {
     pub baseline_samples: Vec<Duration>,
     /// Every mesh-floor round, in order.
     pub mesh_samples: Vec<Duration>,
+    /// TCP connections accepted on this machine inside each daemon round's clock, in order
+    /// (`None`: `/proc/net/snmp` unreadable). A full mesh needs one per pair; more are pairs
+    /// whose dials crossed, and sessions lost and made again.
+    pub daemon_connections: Vec<Option<u64>>,
+    /// The same for each mesh-floor round (one per pair, and a probe's retries).
+    pub mesh_connections: Vec<Option<u64>>,
 }
 
 impl FormationReport {
@@ -116,10 +123,16 @@ fn formation_over(
     let mut daemon_samples = Vec::with_capacity(rounds);
     let mut baseline_samples = Vec::with_capacity(rounds);
     let mut mesh_samples = Vec::with_capacity(rounds);
+    let mut daemon_connections = Vec::with_capacity(rounds);
+    let mut mesh_connections = Vec::with_capacity(rounds);
     for _ in 0..rounds {
-        daemon_samples.push(daemon_round(binary, nodes, tls)?);
+        let (took, accepted) = daemon_round(binary, nodes, tls)?;
+        daemon_samples.push(took);
+        daemon_connections.push(accepted);
         baseline_samples.push(baseline_round(binary, nodes)?);
-        mesh_samples.push(mesh_round(binary, nodes, tls)?);
+        let (took, accepted) = mesh_round(binary, nodes, tls)?;
+        mesh_samples.push(took);
+        mesh_connections.push(accepted);
     }
     Ok(FormationReport {
         nodes,
@@ -130,7 +143,23 @@ fn formation_over(
         daemon_samples,
         baseline_samples,
         mesh_samples,
+        daemon_connections,
+        mesh_connections,
     })
+}
+
+/// The median of the rounds' connection counts, `?` when a round could not count.
+fn median_count(counts: &[Option<u64>]) -> String {
+    let mut known: Vec<u64> = counts
+        .iter()
+        .copied()
+        .collect::<Option<_>>()
+        .unwrap_or_default();
+    if known.is_empty() {
+        return "?".into();
+    }
+    known.sort_unstable();
+    known[known.len() / 2].to_string()
 }
 
 /// [`formation`] as the `formation_N` entry of `bench all`, and its floor
@@ -161,6 +190,7 @@ fn entries(binary: &Path, nodes: usize, rounds: usize, tls: bool) -> Vec<BenchEn
         ),
         false => ("daemons", "gRPC connection"),
     };
+    let pairs = nodes * nodes.saturating_sub(1) / 2;
     match formation_over(binary, nodes, rounds, tls) {
         Ok(r) => vec![
             BenchEntry::measured(
@@ -173,10 +203,12 @@ fn entries(binary: &Path, nodes: usize, rounds: usize, tls: bool) -> Vec<BenchEn
                      connected, as each says on its NOTIFY_SOCKET (the domain UP; checked with \
                      ctl -N after the clock) (the first {nodes} trays of {}, Fabric Manager and \
                      GPU drivers already up; the default liveness, a heartbeat every {} ms), \
-                     against {nodes} bare processes to ports open; median of {} rounds",
+                     against {nodes} bare processes to ports open; median of {} rounds; TCP \
+                     connections accepted inside the clock, median: {} for {pairs} pairs",
                     formation_topology(nodes).map_or_else(|_| "?".into(), |t| t.topology),
                     openimex_config::Config::default().heartbeat_interval_ms,
-                    r.rounds
+                    r.rounds,
+                    median_count(&r.daemon_connections),
                 ),
             ),
             BenchEntry::measured(
@@ -188,10 +220,11 @@ fn entries(binary: &Path, nodes: usize, rounds: usize, tls: bool) -> Vec<BenchEn
                     "spawn of {nodes} processes to every one of their {} pairs holding one \
                      {connection} that carried one call (the least any gRPC domain of \
                      {nodes} nodes{} does), against the same bare processes; median of {} \
-                     rounds",
-                    nodes * nodes.saturating_sub(1) / 2,
+                     rounds; TCP connections accepted inside the clock, median: {}",
+                    pairs,
                     if tls { " with TLS" } else { "" },
-                    r.rounds
+                    r.rounds,
+                    median_count(&r.mesh_connections),
                 ),
             ),
         ],
@@ -223,8 +256,13 @@ pub fn formation_topology(nodes: usize) -> Result<FabricManagerSpec, HarnessErro
 }
 
 /// One daemon measurement: files, addresses, certificates (with `tls`), the Fabric Manager
-/// and the trays' drivers are ready before the clock starts.
-fn daemon_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, HarnessError> {
+/// and the trays' drivers are ready before the clock starts. Also returns the TCP connections
+/// accepted on this machine inside the clock (nothing else of the bench connects then).
+fn daemon_round(
+    binary: &Path,
+    nodes: usize,
+    tls: bool,
+) -> Result<(Duration, Option<u64>), HarnessError> {
     let mut spec = ClusterSpec::first_trays(formation_topology(nodes)?, nodes, binary)?;
     // Liveness as an operator's daemon has it (the config's defaults), not the harness's
     // quicker test values: heartbeats flow while a domain forms, and they are part of its cost.
@@ -240,6 +278,7 @@ fn daemon_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, Harn
         cluster.start_driver(i)?;
     }
     let ready = cluster.ready_watch(ROUND_TIMEOUT)?;
+    let opens = tcp_passive_opens();
     let start = Instant::now();
     for i in 0..nodes {
         cluster.start_node(i)?;
@@ -249,12 +288,15 @@ fn daemon_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, Harn
     // the daemons anything while they form (`cluster/ready.rs`).
     ready.wait(&cluster, ROUND_TIMEOUT)?;
     let elapsed = start.elapsed();
+    let accepted = opens
+        .zip(tcp_passive_opens())
+        .map(|(a, b)| b.saturating_sub(a));
     // What every node said of itself is the domain UP as `ctl -N` shows it (checked, not timed).
     cluster.wait_domain_watching(0, ROUND_TIMEOUT, WATCH_INTERVAL, "domain UP", |d| {
         is_up(d, nodes)
     })?;
     cluster.shutdown()?;
-    Ok(elapsed)
+    Ok((elapsed, accepted))
 }
 
 /// Baseline processes (listen-probes, mesh probes), killed and reaped on drop.
@@ -354,7 +396,11 @@ pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, Ha
 /// One floor measurement: spawn `nodes` mesh probes (`bench mesh-probe`), all writing to one
 /// pipe, and wait until each has said `meshed I`. With `tls`, each probe gets the config file
 /// of its own certificate (made before the clock, as the daemons' are).
-fn mesh_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, HarnessError> {
+fn mesh_round(
+    binary: &Path,
+    nodes: usize,
+    tls: bool,
+) -> Result<(Duration, Option<u64>), HarnessError> {
     let sockets = probe_addrs(nodes)?;
     let addrs: Vec<String> = sockets.iter().map(ToString::to_string).collect();
     let certs = match tls {
@@ -380,6 +426,7 @@ fn mesh_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, Harnes
             }
         }
     });
+    let opens = tcp_passive_opens();
     let start = Instant::now();
     let mut probes = Probes(Vec::with_capacity(nodes));
     for i in 0..nodes {
@@ -437,9 +484,12 @@ fn mesh_round(binary: &Path, nodes: usize, tls: bool) -> Result<Duration, Harnes
         }
     }
     let elapsed = start.elapsed();
+    let accepted = opens
+        .zip(tcp_passive_opens())
+        .map(|(a, b)| b.saturating_sub(a));
     drop(probes);
     drop(certs);
-    Ok(elapsed)
+    Ok((elapsed, accepted))
 }
 
 #[cfg(test)]
@@ -457,9 +507,25 @@ mod tests {
             daemon_samples: vec![],
             baseline_samples: vec![],
             mesh_samples: vec![],
+            daemon_connections: vec![],
+            mesh_connections: vec![],
         };
         assert!((r.ratio() - 3.0).abs() < 1e-9);
         assert!((r.floor_ratio() - 2.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn connection_counts_median_or_unknown() {
+        assert_eq!(
+            median_count(&[Some(10_305), Some(14_151), Some(10_296)]),
+            "10305"
+        );
+        assert_eq!(
+            median_count(&[Some(7), None]),
+            "?",
+            "a round that could not count"
+        );
+        assert_eq!(median_count(&[]), "?");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! A process's footprint read from `/proc`: resident memory (`/proc/PID/status` `VmRSS`),
 //! CPU time (`/proc/PID/stat` utime + stime, in clock ticks) and open descriptors
 //! (`/proc/PID/fd`). [`Watch`] turns samples over a window into [`Usage`]: CPU% over the
-//! window, and the peak RSS and descriptor count seen in it.
+//! window, and the peak RSS and descriptor count seen in it. Also the machine's count of TCP
+//! connections accepted (`/proc/net/snmp` `Tcp: PassiveOpens`), which tells how many
+//! connections a formation took for its pairs.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -36,6 +38,23 @@ pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// The value of `Tcp:` field `name` in the text of `/proc/net/snmp` (a line of names, then a
+/// line of values, both starting with `Tcp:`).
+pub fn parse_snmp_tcp(snmp: &str, name: &str) -> Option<u64> {
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let names = tcp.next()?.split_whitespace();
+    let values = tcp.next()?.split_whitespace();
+    let (_, value) = names.zip(values).find(|(n, _)| *n == name)?;
+    value.parse().ok()
+}
+
+/// TCP connections accepted on this machine (in this network namespace) since it started;
+/// `None` if `/proc/net/snmp` cannot be read.
+pub fn tcp_passive_opens() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    parse_snmp_tcp(&snmp, "PassiveOpens")
 }
 
 /// Clock ticks per second, the unit of `/proc/PID/stat` times.
@@ -192,6 +211,21 @@ mod tests {
         assert_eq!(parse_vm_rss_kib(STATUS), Some(10936));
         assert_eq!(parse_vm_rss_kib("Name:\tx\n"), None);
         assert_eq!(parse_vm_rss_kib("VmRSS:\t12 MB\n"), None);
+    }
+
+    #[test]
+    fn snmp_tcp_field() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin ActiveOpens \
+                    PassiveOpens AttemptFails\nTcp: 1 200 29835 14241 19600\nUdp: InDatagrams\n\
+                    Udp: 7\n";
+        assert_eq!(parse_snmp_tcp(snmp, "PassiveOpens"), Some(14241));
+        assert_eq!(parse_snmp_tcp(snmp, "ActiveOpens"), Some(29835));
+        assert_eq!(parse_snmp_tcp(snmp, "InDatagrams"), None);
+        assert_eq!(parse_snmp_tcp("Tcp: PassiveOpens\n", "PassiveOpens"), None);
+        assert!(
+            tcp_passive_opens().is_some(),
+            "this machine's /proc/net/snmp"
+        );
     }
 
     #[test]
