@@ -18,9 +18,10 @@
 //! both were carried through. In the bench's 144-node TLS domain, started in ID order over
 //! 4–8 s, 3,855 of the 10,296 pairs (37 %) got a second connection that way (traced with the
 //! kernel's `sock:inet_sock_set_state`): 14,151 TLS handshakes where 10,296 do, and formation
-//! took 1.7–2.1× the TLS gRPC mesh floor. Retried at four times the cap's delay: 10,305
-//! connections and 1.28–1.30× (at twice it, 1.31–1.37×). The cost is the safety net's: a pair
-//! that only one side can dial forms within 20 s of that side's refusal instead of 5 s.
+//! took 1.5–2.1× the TLS gRPC mesh floor. Retried at four times the cap's delay: 10,305
+//! connections and 1.23–1.30× (a scratch cap of 10 s, retries at 5–10 s: 1.31–1.37×). The cost
+//! is the safety net's: a pair that only one side can dial forms within 20 s of that side's
+//! refusal instead of 5 s.
 
 use std::time::Instant;
 
