@@ -39,9 +39,9 @@ use crate::cluster::{Cluster, ClusterSpec, DEFAULT_SERVER_PORT, is_up};
 use crate::fabric_manager::FabricManagerSpec;
 use crate::process::{describe_status, die_with_parent};
 
-use super::procfs::tcp_passive_opens;
+use super::procfs::{tcp_passive_opens, tcp_passive_opens_since};
 use super::tls::ProbeTls;
-use super::{BenchEntry, Unit, median, ms, short_error};
+use super::{BenchEntry, Unit, median, median_f64, ms, short_error};
 
 /// Limit for one round of either measurement.
 pub(crate) const ROUND_TIMEOUT: Duration = Duration::from_secs(120);
@@ -148,18 +148,18 @@ fn formation_over(
     })
 }
 
-/// The median of the rounds' connection counts, `?` when a round could not count.
+/// The median of the rounds' connection counts (`median_f64`'s upper middle), `?` when a
+/// round could not count.
 fn median_count(counts: &[Option<u64>]) -> String {
-    let mut known: Vec<u64> = counts
-        .iter()
-        .copied()
-        .collect::<Option<_>>()
-        .unwrap_or_default();
-    if known.is_empty() {
-        return "?".into();
+    match counts.iter().copied().collect::<Option<Vec<u64>>>() {
+        Some(known) if !known.is_empty() => {
+            format!(
+                "{:.0}",
+                median_f64(known.into_iter().map(|c| c as f64).collect())
+            )
+        }
+        _ => "?".into(),
     }
-    known.sort_unstable();
-    known[known.len() / 2].to_string()
 }
 
 /// [`formation`] as the `formation_N` entry of `bench all`, and its floor
@@ -288,9 +288,7 @@ fn daemon_round(
     // the daemons anything while they form (`cluster/ready.rs`).
     ready.wait(&cluster, ROUND_TIMEOUT)?;
     let elapsed = start.elapsed();
-    let accepted = opens
-        .zip(tcp_passive_opens())
-        .map(|(a, b)| b.saturating_sub(a));
+    let accepted = tcp_passive_opens_since(opens);
     // What every node said of itself is the domain UP as `ctl -N` shows it (checked, not timed).
     cluster.wait_domain_watching(0, ROUND_TIMEOUT, WATCH_INTERVAL, "domain UP", |d| {
         is_up(d, nodes)
@@ -484,9 +482,7 @@ fn mesh_round(
         }
     }
     let elapsed = start.elapsed();
-    let accepted = opens
-        .zip(tcp_passive_opens())
-        .map(|(a, b)| b.saturating_sub(a));
+    let accepted = tcp_passive_opens_since(opens);
     drop(probes);
     drop(certs);
     Ok((elapsed, accepted))

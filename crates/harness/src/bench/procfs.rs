@@ -57,6 +57,14 @@ pub fn tcp_passive_opens() -> Option<u64> {
     parse_snmp_tcp(&snmp, "PassiveOpens")
 }
 
+/// TCP connections accepted since a reading of [`tcp_passive_opens`] (`None` if either reading
+/// failed).
+pub fn tcp_passive_opens_since(before: Option<u64>) -> Option<u64> {
+    before
+        .zip(tcp_passive_opens())
+        .map(|(a, b)| b.saturating_sub(a))
+}
+
 /// Clock ticks per second, the unit of `/proc/PID/stat` times.
 pub fn clock_ticks_per_sec() -> u64 {
     // SAFETY: sysconf only reads a constant of the C library; it has no preconditions.
