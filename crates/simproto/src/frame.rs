@@ -82,6 +82,25 @@ pub fn send_frame(sock: &UnixStream, body: &[u8], fds: &[RawFd]) -> Result<(), W
     Ok(())
 }
 
+/// Appends one frame (`body` behind its length) to `out`, for several frames without
+/// descriptors written at once ([`send_frames`]): the frame [`send_frame`] would send.
+pub fn push_frame(out: &mut Vec<u8>, body: &[u8]) -> Result<(), WireError> {
+    if body.len() > MAX_MESSAGE {
+        return Err(WireError::TooLarge(body.len()));
+    }
+    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge(body.len()))?;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(body);
+    Ok(())
+}
+
+/// Writes frames laid out by [`push_frame`] in one call: the reader is woken once for all
+/// of them, and reads them one by one as if each had come alone.
+pub fn send_frames(sock: &UnixStream, frames: &[u8]) -> Result<(), WireError> {
+    (&*sock).write_all(frames)?;
+    Ok(())
+}
+
 /// A thread's buffers for framing: a message is encoded into and read into memory the thread
 /// keeps, so a call costs no allocation for its bytes or its control-message space. Every
 /// import crosses this protocol several times on each node (the event, the describe, the

@@ -17,7 +17,7 @@ use openimex_rmabi::status::{self, NV_OK};
 use openimex_rmabi::{AbiError, Layout, NvHandle};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::transport::{Ctl, TransportError};
+use super::transport::{Ctl, Escape, TransportError};
 
 /// Errors of one RM call.
 #[derive(Debug, thiserror::Error)]
@@ -146,30 +146,10 @@ impl RmClient {
         params: &mut [u8],
         pass: &[BorrowedFd<'_>],
     ) -> Result<u32, RmError> {
-        let size = alloc_params_size(self.layout, class);
-        if size != Some(params.len()) {
-            return Err(self.wrong_size("RM_ALLOC parameters", size, params.len()));
-        }
-        let mut arg = NVOS64_PARAMETERS {
-            hRoot: self.client,
-            hObjectParent: parent,
-            hObjectNew: handle,
-            hClass: class,
-            // The kernel follows this pointer to `params` (borrowed for the call); the
-            // simulated driver gets `params` in the frame instead.
-            pAllocParms: user_pointer(params),
-            paramsSize: params.len() as u32,
-            ..Default::default()
-        };
+        let mut arg = self.alloc_arg(parent, handle, class, params)?;
         self.ctl
             .ioctl(NV_ESC_RM_ALLOC, arg.as_mut_bytes(), params, pass)?;
-        if is_error(arg.status) {
-            return Err(RmError::Status {
-                call: format!("RM_ALLOC class {class:#x}"),
-                status: arg.status,
-            });
-        }
-        Ok(arg.status)
+        alloc_status(class, arg.status)
     }
 
     /// RM_CONTROL `cmd` on `object` with `params` (in and out); warnings count as success.
@@ -179,27 +159,111 @@ impl RmClient {
         cmd: u32,
         params: &mut [u8],
     ) -> Result<u32, RmError> {
+        let mut arg = self.control_arg(object, cmd, params)?;
+        self.ctl
+            .ioctl(NV_ESC_RM_CONTROL, arg.as_mut_bytes(), params, &[])?;
+        control_status(cmd, arg.status)
+    }
+
+    /// RM calls whose parameters need nothing from one another's answers, made in order as
+    /// one batch of the transport ([`Ctl::ioctls`]: one wait for the simulated driver instead
+    /// of one per call). Every call is made; the first that failed, in order, is the error, and
+    /// each call's parameters hold what the driver copied back.
+    pub(crate) fn calls(&self, calls: &mut [RmCall<'_>]) -> Result<(), RmError> {
+        let mut prepared = Vec::with_capacity(calls.len());
+        for call in calls.iter_mut() {
+            prepared.push(match call {
+                RmCall::Alloc {
+                    parent,
+                    handle,
+                    class,
+                    params,
+                } => Prepared::Alloc(self.alloc_arg(*parent, *handle, *class, params)?, params),
+                RmCall::Control {
+                    object,
+                    cmd,
+                    params,
+                } => Prepared::Control(self.control_arg(*object, *cmd, params)?, params),
+                RmCall::Escape { nr, arg } => Prepared::Escape(*nr, arg),
+            });
+        }
+        let mut escapes: Vec<Escape<'_>> = (prepared.iter_mut())
+            .map(|p| match p {
+                Prepared::Alloc(a, params) => Escape {
+                    nr: NV_ESC_RM_ALLOC,
+                    arg: a.as_mut_bytes(),
+                    params,
+                },
+                Prepared::Control(a, params) => Escape {
+                    nr: NV_ESC_RM_CONTROL,
+                    arg: a.as_mut_bytes(),
+                    params,
+                },
+                Prepared::Escape(nr, arg) => Escape {
+                    nr: *nr,
+                    arg,
+                    params: &mut [],
+                },
+            })
+            .collect();
+        let done = self.ctl.ioctls(&mut escapes)?;
+        drop(escapes);
+        for (p, outcome) in prepared.iter().zip(done) {
+            outcome?;
+            match p {
+                Prepared::Alloc(a, _) => alloc_status(a.hClass, a.status)?,
+                Prepared::Control(a, _) => control_status(a.cmd, a.status)?,
+                Prepared::Escape(..) => 0,
+            };
+        }
+        Ok(())
+    }
+
+    /// The argument of an RM_ALLOC, its parameters checked against the class's size for
+    /// this driver (the kernel copies them by that size, whatever `paramsSize` says).
+    fn alloc_arg(
+        &self,
+        parent: NvHandle,
+        handle: NvHandle,
+        class: u32,
+        params: &mut [u8],
+    ) -> Result<NVOS64_PARAMETERS, RmError> {
+        let size = alloc_params_size(self.layout, class);
+        if size != Some(params.len()) {
+            return Err(self.wrong_size("RM_ALLOC parameters", size, params.len()));
+        }
+        Ok(NVOS64_PARAMETERS {
+            hRoot: self.client,
+            hObjectParent: parent,
+            hObjectNew: handle,
+            hClass: class,
+            // The kernel follows this pointer to `params` (borrowed for the call); the
+            // simulated driver gets `params` in the frame instead.
+            pAllocParms: user_pointer(params),
+            paramsSize: params.len() as u32,
+            ..Default::default()
+        })
+    }
+
+    /// The argument of an RM_CONTROL, its parameters checked against the command's size.
+    fn control_arg(
+        &self,
+        object: NvHandle,
+        cmd: u32,
+        params: &mut [u8],
+    ) -> Result<NVOS54_PARAMETERS, RmError> {
         let size = self.layout.control_params_size(cmd);
         if size != Some(params.len()) {
             return Err(self.wrong_size("RM_CONTROL parameters", size, params.len()));
         }
-        let mut arg = NVOS54_PARAMETERS {
+        Ok(NVOS54_PARAMETERS {
             hClient: self.client,
             hObject: object,
             cmd,
             params: user_pointer(params),
             paramsSize: params.len() as u32,
             ..Default::default()
-        };
-        self.ctl
-            .ioctl(NV_ESC_RM_CONTROL, arg.as_mut_bytes(), params, &[])?;
-        if is_error(arg.status) {
-            return Err(RmError::Status {
-                call: format!("RM_CONTROL {cmd:#x}"),
-                status: arg.status,
-            });
-        }
-        Ok(arg.status)
+        })
     }
 
     /// RM_CONTROL with a typed parameter block.
@@ -232,6 +296,69 @@ impl Drop for RmClient {
         // descriptor would do the same, this says it first.
         let _ = self.free(self.client, self.client);
     }
+}
+
+/// One call of [`RmClient::calls`].
+#[derive(Debug)]
+pub(crate) enum RmCall<'a> {
+    /// RM_ALLOC of `class` under `parent` as `handle` ([`RmClient::alloc`], no descriptors).
+    Alloc {
+        /// The parent object.
+        parent: NvHandle,
+        /// The new object's handle.
+        handle: NvHandle,
+        /// Its class.
+        class: u32,
+        /// The class's parameters (in and out).
+        params: &'a mut [u8],
+    },
+    /// RM_CONTROL `cmd` on `object` ([`RmClient::control`]).
+    Control {
+        /// The object.
+        object: NvHandle,
+        /// The command.
+        cmd: u32,
+        /// The command's parameters (in and out).
+        params: &'a mut [u8],
+    },
+    /// Another escape with its argument (in and out) and no parameters or descriptors, as
+    /// [`Ctl::ioctl`] makes it: its errno is its only failure.
+    Escape {
+        /// The escape number.
+        nr: u8,
+        /// Its argument.
+        arg: &'a mut [u8],
+    },
+}
+
+/// One call of a batch: the argument it is made with (kept to read its status after) and
+/// the caller's bytes.
+enum Prepared<'c> {
+    Alloc(NVOS64_PARAMETERS, &'c mut [u8]),
+    Control(NVOS54_PARAMETERS, &'c mut [u8]),
+    Escape(u8, &'c mut [u8]),
+}
+
+/// An RM_ALLOC's status: NV_OK or a warning returned, an error as [`RmError::Status`].
+fn alloc_status(class: u32, status: u32) -> Result<u32, RmError> {
+    if is_error(status) {
+        return Err(RmError::Status {
+            call: format!("RM_ALLOC class {class:#x}"),
+            status,
+        });
+    }
+    Ok(status)
+}
+
+/// An RM_CONTROL's status, as [`alloc_status`].
+fn control_status(cmd: u32, status: u32) -> Result<u32, RmError> {
+    if is_error(status) {
+        return Err(RmError::Status {
+            call: format!("RM_CONTROL {cmd:#x}"),
+            status,
+        });
+    }
+    Ok(status)
 }
 
 /// The user pointer of a parameter block: 0 for none (the kernel refuses a pointer with a

@@ -25,7 +25,7 @@ use openimex_rmabi::{AbiError, NvHandle, layout_for};
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::files::{self, FileError};
-use super::rm::{self, RmClient, RmError};
+use super::rm::{self, RmCall, RmClient, RmError};
 use super::transport::{Ctl, OpenError};
 use super::{Gpu, Nvidia, error};
 use crate::{DriverError, GpuFabric};
@@ -157,37 +157,72 @@ fn attach_gpus(rm: &RmClient, layout: openimex_rmabi::Layout) -> Result<Vec<Gpu>
     if ids.is_empty() {
         return Ok(Vec::new());
     }
+    // Two batches whatever the number of GPUs: the attach and every GPU's instances (all
+    // made from the probed IDs), then every Device and Subdevice (made from the instances;
+    // the handles are this client's choice, so no allocation waits for another's answer), in
+    // the order the calls would go one by one.
     let mut attach = NV0000_CTRL_GPU_ATTACH_IDS_PARAMS::new(&ids).map_err(abi)?;
-    rm.control_typed(client, NV0000_CTRL_CMD_GPU_ATTACH_IDS, &mut attach)?;
-    let mut arg = attach_gpus_to_fd_arg(&ids);
-    rm.ctl()
-        .ioctl(NV_ESC_ATTACH_GPUS_TO_FD, &mut arg, &mut [], &[])?;
-    let mut gpus = Vec::with_capacity(ids.len());
-    for (index, gpu_id) in ids.into_iter().enumerate() {
-        let mut info = NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS {
+    let mut to_fd = attach_gpus_to_fd_arg(&ids);
+    let mut infos: Vec<NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS> = (ids.iter())
+        .map(|&gpu_id| NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS {
             gpuId: gpu_id,
             ..Default::default()
-        };
-        rm.control_typed(client, NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2, &mut info)?;
-        let device = rm.new_handle();
-        let mut dev = NV0080_ALLOC_PARAMETERS {
-            deviceId: info.deviceInstance,
-            ..Default::default()
-        };
-        rm.alloc(client, device, NV01_DEVICE_0, dev.as_mut_bytes(), &[])?;
-        let subdevice = rm.new_handle();
-        let mut sub = NV2080_ALLOC_PARAMETERS {
-            subDeviceId: info.subDeviceInstance,
-        };
-        rm.alloc(device, subdevice, NV20_SUBDEVICE_0, sub.as_mut_bytes(), &[])?;
-        gpus.push(Gpu {
+        })
+        .collect();
+    let mut calls = vec![
+        RmCall::Control {
+            object: client,
+            cmd: NV0000_CTRL_CMD_GPU_ATTACH_IDS,
+            params: attach.as_mut_bytes(),
+        },
+        RmCall::Escape {
+            nr: NV_ESC_ATTACH_GPUS_TO_FD,
+            arg: &mut to_fd,
+        },
+    ];
+    calls.extend(infos.iter_mut().map(|info| RmCall::Control {
+        object: client,
+        cmd: NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2,
+        params: info.as_mut_bytes(),
+    }));
+    rm.calls(&mut calls)?;
+    drop(calls);
+    let gpus: Vec<Gpu> = (ids.into_iter().zip(&infos).enumerate())
+        .map(|(index, (gpu_id, info))| Gpu {
             index: index as u32,
             gpu_id,
             device_instance: info.deviceInstance,
-            device,
-            subdevice,
+            device: rm.new_handle(),
+            subdevice: rm.new_handle(),
+        })
+        .collect();
+    let mut devs: Vec<NV0080_ALLOC_PARAMETERS> = (infos.iter())
+        .map(|info| NV0080_ALLOC_PARAMETERS {
+            deviceId: info.deviceInstance,
+            ..Default::default()
+        })
+        .collect();
+    let mut subs: Vec<NV2080_ALLOC_PARAMETERS> = (infos.iter())
+        .map(|info| NV2080_ALLOC_PARAMETERS {
+            subDeviceId: info.subDeviceInstance,
+        })
+        .collect();
+    let mut calls = Vec::with_capacity(2 * gpus.len());
+    for ((gpu, dev), sub) in gpus.iter().zip(&mut devs).zip(&mut subs) {
+        calls.push(RmCall::Alloc {
+            parent: client,
+            handle: gpu.device,
+            class: NV01_DEVICE_0,
+            params: dev.as_mut_bytes(),
+        });
+        calls.push(RmCall::Alloc {
+            parent: gpu.device,
+            handle: gpu.subdevice,
+            class: NV20_SUBDEVICE_0,
+            params: sub.as_mut_bytes(),
         });
     }
+    rm.calls(&mut calls)?;
     Ok(gpus)
 }
 
@@ -218,31 +253,35 @@ pub(super) fn open_session(nv: &Nvidia, node: NodeId) -> Result<NvHandle, Driver
     }
 }
 
-/// NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO on each GPU's Subdevice.
+/// NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO on each GPU's Subdevice, as one batch.
 pub(super) fn probe_all(nv: &Nvidia) -> Result<Vec<GpuFabric>, DriverError> {
-    nv.gpus
-        .iter()
-        .map(|gpu| probe(&nv.rm, nv.layout, gpu).map_err(|e| error("fabric probe", e)))
+    let mut params: Vec<Vec<u8>> = (nv.gpus.iter())
+        .map(|_| FabricProbeInfo::default().encode(nv.layout))
+        .collect();
+    let mut calls: Vec<RmCall<'_>> = (nv.gpus.iter().zip(&mut params))
+        .map(|(gpu, params)| RmCall::Control {
+            object: gpu.subdevice,
+            cmd: NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO,
+            params,
+        })
+        .collect();
+    nv.rm
+        .calls(&mut calls)
+        .map_err(|e| error("fabric probe", e))?;
+    (nv.gpus.iter().zip(&params))
+        .map(|(gpu, params)| {
+            let info = decode_probe(nv.layout, params).map_err(|e| error("fabric probe", e))?;
+            Ok(gpu_fabric(gpu.index, &info))
+        })
         .collect()
 }
 
-/// One GPU's fabric probe, as the daemon keeps it.
-pub(super) fn probe(
-    rm: &RmClient,
-    layout: openimex_rmabi::Layout,
-    gpu: &Gpu,
-) -> Result<GpuFabric, RmError> {
-    let mut params = FabricProbeInfo::default().encode(layout);
-    rm.control(
-        gpu.subdevice,
-        NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO,
-        &mut params,
-    )?;
-    let info = FabricProbeInfo::decode(layout, &params).map_err(|source| RmError::Abi {
+/// A probe's answer, in this driver's layout.
+fn decode_probe(layout: openimex_rmabi::Layout, params: &[u8]) -> Result<FabricProbeInfo, RmError> {
+    FabricProbeInfo::decode(layout, params).map_err(|source| RmError::Abi {
         call: "GET_GPU_FABRIC_PROBE_INFO".into(),
         source,
-    })?;
-    Ok(gpu_fabric(gpu.index, &info))
+    })
 }
 
 /// The probe as the daemon keeps it: NVML's state word, the cluster UUID in hex (empty and 0

@@ -80,6 +80,21 @@ impl OsEvent {
     }
 }
 
+/// Most bytes [`Ctl::ioctls`] sends and reads back in one go (requests and answers of a batch
+/// of a dozen allocations or probes are a few KiB; a unix socket buffers about 200 KiB).
+const BATCH_BYTES: usize = 64 << 10;
+
+/// One escape of [`Ctl::ioctls`]: as [`Ctl::ioctl`] takes it, with no descriptors.
+#[derive(Debug)]
+pub(crate) struct Escape<'a> {
+    /// The escape number.
+    pub(crate) nr: u8,
+    /// The argument (in and out); an RM call's pointer field set to `params`.
+    pub(crate) arg: &'a mut [u8],
+    /// The parameters (in and out).
+    pub(crate) params: &'a mut [u8],
+}
+
 /// An open `/dev/nvidiactl`.
 #[derive(Debug)]
 pub enum Ctl {
@@ -282,6 +297,70 @@ impl Ctl {
         self.ioctl_on(None, nr, arg, params, pass)
     }
 
+    /// Escapes whose arguments need nothing from one another's answers, made in order, none
+    /// passing descriptors. On the kernel's descriptor they are one `ioctl(2)` after another.
+    /// On the simulated driver's socket every frame goes out before the first answer is read:
+    /// the driver serves a connection one frame at a time, in the order sent, so it makes them
+    /// as it would one by one, and the caller waits for it once instead of once per escape
+    /// (the kernel's ioctl has the caller wait for nobody; a round trip to another process
+    /// waits to be scheduled twice). Every escape is made; each one's outcome is returned, in
+    /// order, and a lost driver as the error of the whole.
+    pub(crate) fn ioctls(
+        &self,
+        calls: &mut [Escape<'_>],
+    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+        // The answers must fit in the socket's buffer beside the requests, or the driver
+        // would wait to write an answer while this thread still writes requests.
+        let bytes: usize = calls
+            .iter()
+            .map(|c| 2 * (c.arg.len() + c.params.len()))
+            .sum();
+        let (Self::Sim { sock, path }, true) = (self, bytes <= BATCH_BYTES) else {
+            let mut done = Vec::with_capacity(calls.len());
+            for call in calls {
+                match self.ioctl(call.nr, call.arg, call.params, &[]) {
+                    Err(lost @ TransportError::Lost { .. }) => return Err(lost),
+                    outcome => done.push(outcome),
+                }
+            }
+            return Ok(done);
+        };
+        let lost = |detail: String| TransportError::Lost {
+            path: path.clone(),
+            detail,
+        };
+        let sock = sock
+            .lock()
+            .map_err(|_| lost("connection lock poisoned".into()))?;
+        FRAME.with_borrow_mut(|frames| {
+            frames.clear();
+            let mut body = Vec::new();
+            for call in calls.iter() {
+                body.clear();
+                escape::encode_call(&mut body, call.nr, call.arg, call.params, &[]);
+                openimex_simproto::frame::push_frame(frames, &body)
+                    .map_err(|e| lost(e.to_string()))?;
+            }
+            openimex_simproto::frame::send_frames(&sock, frames)
+                .map_err(|e| lost(e.to_string()))?;
+            let mut done = Vec::with_capacity(calls.len());
+            for call in calls.iter_mut() {
+                let _fds = openimex_simproto::proto::recv_body(&sock, frames)
+                    .map_err(|e| lost(e.to_string()))?;
+                let errno = escape::decode_reply(frames, call.arg, call.params)
+                    .map_err(|e| lost(e.to_string()))?;
+                done.push(match errno {
+                    0 => Ok(()),
+                    errno => Err(TransportError::Errno {
+                        nr: call.nr,
+                        errno: nix::errno::Errno::from_raw(errno),
+                    }),
+                });
+            }
+            Ok(done)
+        })
+    }
+
     /// [`Ctl::ioctl`] issued on `on` instead of the control device, for the escapes the
     /// kernel takes on another descriptor (NV_ESC_ALLOC_OS_EVENT is issued on the event fd
     /// itself). The simulated driver gets it on its socket like any other, with `on` among
@@ -372,6 +451,93 @@ mod tests {
         assert_eq!(flags & nix::libc::O_NONBLOCK, 0, "O_NONBLOCK set");
         assert_eq!(event.number, event.poll.as_raw_fd());
         assert!(event.register.is_none(), "registered on itself");
+    }
+
+    /// A batch reaches the simulated driver whole before its first answer is awaited, and each
+    /// call gets its own answer, in order. The driver here reads every frame before it answers
+    /// the first: calls made one by one would wait on it for ever (the test would time out).
+    #[test]
+    fn a_batch_goes_out_before_its_answers_are_read_and_each_call_gets_its_own() {
+        use openimex_simproto::escape::{EscapeReply, decode_call, encode_reply};
+        let dir = std::env::temp_dir().join(format!("openimex-batch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nvidiactl");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let driver = std::thread::spawn(move || {
+            let (sock, _) = listener.accept().unwrap();
+            let mut calls = Vec::new();
+            for _ in 0..3 {
+                let mut body = Vec::new();
+                let fds = openimex_simproto::proto::recv_body(&sock, &mut body).unwrap();
+                calls.push(decode_call(&body, fds).unwrap());
+            }
+            for call in &calls {
+                let reply = EscapeReply {
+                    // The third fails as a malformed ioctl would.
+                    errno: if call.nr == 0x2c {
+                        nix::libc::EINVAL
+                    } else {
+                        0
+                    },
+                    arg: call.arg.iter().map(|b| b + 1).collect(),
+                    params: call.params.iter().rev().copied().collect(),
+                };
+                let mut body = Vec::new();
+                encode_reply(&mut body, call.nr, &reply);
+                openimex_simproto::frame::send_frame(&sock, &body, &[]).unwrap();
+            }
+            calls.iter().map(|c| c.nr).collect::<Vec<_>>()
+        });
+        let ctl = Ctl::open(&path).expect("a socket");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut a, mut b, mut c) = ([1u8, 2], [3u8], [5u8]);
+            let (mut pa, mut pc) = ([9u8, 8], [7u8, 6, 4]);
+            let mut calls = [
+                Escape {
+                    nr: 0x2a,
+                    arg: &mut a,
+                    params: &mut pa,
+                },
+                Escape {
+                    nr: 0x2b,
+                    arg: &mut b,
+                    params: &mut [],
+                },
+                Escape {
+                    nr: 0x2c,
+                    arg: &mut c,
+                    params: &mut pc,
+                },
+            ];
+            let done = ctl.ioctls(&mut calls).map(|done| {
+                done.into_iter()
+                    .map(|r| match r {
+                        Ok(()) => 0,
+                        Err(TransportError::Errno { nr, errno }) => (nr as i32) << 8 | errno as i32,
+                        Err(e) => panic!("unexpected {e}"),
+                    })
+                    .collect::<Vec<_>>()
+            });
+            let _ = tx.send((done.map_err(|e| e.to_string()), a, b, c, pa, pc));
+        });
+        let (done, a, b, c, pa, pc) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the batch was answered (its frames all reached the driver)");
+        assert_eq!(done, Ok(vec![0, 0, 0x2c << 8 | nix::libc::EINVAL]));
+        assert_eq!(
+            (a, b, c),
+            ([2, 3], [4], [6]),
+            "each argument copied back to its call"
+        );
+        assert_eq!((pa, pc), ([8, 9], [4, 6, 7]), "and each parameter block");
+        assert_eq!(
+            driver.join().unwrap(),
+            vec![0x2a, 0x2b, 0x2c],
+            "in the order sent"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The simulated driver's OS event: a post makes it readable, and the driver's end

@@ -1,0 +1,59 @@
+//! The backend's start on a tray of four GPUs (`docs/reference/driver-interface.md` §1.6 step
+//! 2), its calls made in batches (`RmClient::calls`): every GPU gets its own Device and
+//! Subdevice, as the instances the driver gave it say, and each Subdevice answers its GPU's
+//! fabric probe. The simulated driver's server and the daemon's backend in one process.
+
+use openimex_core::NodeId;
+use openimex_driver::Driver;
+use openimex_driver::nvidia::Nvidia;
+use openimex_simgpu::server::{DriverConfig, Server};
+
+#[test]
+fn four_gpus_each_get_their_device_and_subdevice_and_answer_their_probe() {
+    let dir = std::env::temp_dir().join(format!("openimex-start-batches-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let node = dir.join("node2");
+    let cluster = [5u8; 16];
+    let _server = Server::bind(&DriverConfig {
+        node_dir: node.clone(),
+        fabric_dir: dir.join("fabric"),
+        slot: 2,
+        gpus: 4,
+        hbm_bytes: 16 << 20,
+        cluster_uuid: cluster,
+        ..DriverConfig::default()
+    })
+    .expect("bind the driver")
+    .spawn()
+    .expect("serve");
+    let nv = Nvidia::open(&node).expect("the backend starts");
+    let gpus = nv.gpus();
+    assert_eq!(gpus.len(), 4, "every probed GPU attached");
+    let mut handles: Vec<u32> = gpus.iter().flat_map(|g| [g.device, g.subdevice]).collect();
+    handles.sort_unstable();
+    handles.dedup();
+    assert_eq!(
+        handles.len(),
+        8,
+        "a Device and a Subdevice of its own per GPU"
+    );
+    let mut instances: Vec<u32> = gpus.iter().map(|g| g.device_instance).collect();
+    instances.sort_unstable();
+    instances.dedup();
+    assert_eq!(
+        instances.len(),
+        4,
+        "each GPU's Device on its own instance: {gpus:?}"
+    );
+    nv.open_session(NodeId(2)).expect("session as node 2");
+    // The probe goes to each GPU's Subdevice: one under the wrong Device, or missing, would
+    // fail it (NV_ERR_INVALID_OBJECT_HANDLE).
+    let probes = nv.gpu_fabric().expect("every GPU's probe");
+    assert_eq!(
+        probes.iter().map(|p| p.gpu).collect::<Vec<_>>(),
+        gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
+        "one probe per GPU, in order"
+    );
+    drop(nv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
