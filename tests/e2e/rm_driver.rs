@@ -129,7 +129,8 @@ fn only_known_calls(trace: &[Traced], what: &str) {
 }
 
 /// The start of §1.6 on a node with `gpus` GPUs: version check, root client, GPUs attached
-/// with a Device and a Subdevice each, the OS event, the session.
+/// (every GPU's instances read, then a Device and a Subdevice each), the OS event, the
+/// session.
 fn start_steps(layout: Layout, gpus: usize) -> Vec<(String, String, usize)> {
     let mut s = vec![
         step("CHECK_VERSION_STR", "-", 0),
@@ -140,6 +141,8 @@ fn start_steps(layout: Layout, gpus: usize) -> Vec<(String, String, usize)> {
     ];
     for _ in 0..gpus {
         s.push(step("RM_CONTROL", "0x205", 32));
+    }
+    for _ in 0..gpus {
         s.push(step("RM_ALLOC", "0x80", 56));
         s.push(step("RM_ALLOC", "0x2080", 4));
     }
