@@ -81,6 +81,9 @@ pub struct Nvidia {
     layout: Layout,
     version: String,
     gpus: Vec<Gpu>,
+    /// The GPUs' fabric probes read with their attach at the start, for the first read
+    /// ([`Driver::gpu_fabric`]: the daemon's, just after), which then costs no call.
+    start_probes: Mutex<Option<Vec<GpuFabric>>>,
     /// `<root>/dev/nvidiaN`, held open (never read) for as long as the client lives.
     _gpu_files: Vec<OwnedFd>,
     event: transport::OsEvent,
@@ -242,6 +245,9 @@ impl Driver for Nvidia {
     }
 
     fn gpu_fabric(&self) -> Result<Vec<GpuFabric>, DriverError> {
+        if let Some(probes) = lock(&self.start_probes)?.take() {
+            return Ok(probes);
+        }
         start::probe_all(self)
     }
 

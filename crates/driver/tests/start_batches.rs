@@ -1,7 +1,6 @@
 //! The backend's start on a tray of four GPUs (`docs/reference/driver-interface.md` §1.6 step
 //! 2), its calls made in batches (`RmClient::calls`): every GPU gets its own Device and
-//! Subdevice, as the instances the driver gave it say, and each Subdevice answers its GPU's
-//! fabric probe. The simulated driver's server and the daemon's backend in one process.
+//! Subdevice, on its own instance, and each Subdevice answers its GPU's fabric probe. The simulated driver's server and the daemon's backend in one process.
 
 use openimex_core::NodeId;
 use openimex_driver::Driver;
@@ -46,14 +45,21 @@ fn four_gpus_each_get_their_device_and_subdevice_and_answer_their_probe() {
         "each GPU's Device on its own instance: {gpus:?}"
     );
     nv.open_session(NodeId(2)).expect("session as node 2");
-    // The probe goes to each GPU's Subdevice: one under the wrong Device, or missing, would
-    // fail it (NV_ERR_INVALID_OBJECT_HANDLE).
-    let probes = nv.gpu_fabric().expect("every GPU's probe");
-    assert_eq!(
-        probes.iter().map(|p| p.gpu).collect::<Vec<_>>(),
-        gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
-        "one probe per GPU, in order"
-    );
+    // The probe goes to each GPU's Subdevice: a missing one would fail it
+    // (NV_ERR_INVALID_OBJECT_HANDLE). The first read is the start's own (its last batch),
+    // the next one asks the driver again; both find every GPU's probe.
+    for read in ["the start's", "a later"] {
+        let probes = nv.gpu_fabric().expect("every GPU's probe");
+        assert_eq!(
+            probes.iter().map(|p| p.gpu).collect::<Vec<_>>(),
+            gpus.iter().map(|g| g.index).collect::<Vec<_>>(),
+            "{read} read: one probe per GPU, in order"
+        );
+        assert!(
+            probes.iter().all(|p| p.state == "COMPLETED"),
+            "{read} read: {probes:?}"
+        );
+    }
     drop(nv);
     let _ = std::fs::remove_dir_all(&dir);
 }

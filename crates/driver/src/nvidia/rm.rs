@@ -170,6 +170,15 @@ impl RmClient {
     /// of one per call). Every call is made; the first that failed, in order, is the error, and
     /// each call's parameters hold what the driver copied back.
     pub(crate) fn calls(&self, calls: &mut [RmCall<'_>]) -> Result<(), RmError> {
+        self.calls_each(calls)?.into_iter().collect()
+    }
+
+    /// [`RmClient::calls`], each call's outcome returned in order; the error of the whole is a
+    /// parameter block of the wrong size (nothing made) or the driver lost.
+    pub(crate) fn calls_each(
+        &self,
+        calls: &mut [RmCall<'_>],
+    ) -> Result<Vec<Result<(), RmError>>, RmError> {
         let mut prepared = Vec::with_capacity(calls.len());
         for call in calls.iter_mut() {
             prepared.push(match call {
@@ -208,15 +217,16 @@ impl RmClient {
             .collect();
         let done = self.ctl.ioctls(&mut escapes)?;
         drop(escapes);
-        for (p, outcome) in prepared.iter().zip(done) {
-            outcome?;
-            match p {
-                Prepared::Alloc(a, _) => alloc_status(a.hClass, a.status)?,
-                Prepared::Control(a, _) => control_status(a.cmd, a.status)?,
-                Prepared::Escape(..) => 0,
-            };
-        }
-        Ok(())
+        Ok((prepared.iter().zip(done))
+            .map(|(p, outcome)| {
+                outcome?;
+                match p {
+                    Prepared::Alloc(a, _) => alloc_status(a.hClass, a.status).map(drop),
+                    Prepared::Control(a, _) => control_status(a.cmd, a.status).map(drop),
+                    Prepared::Escape(..) => Ok(()),
+                }
+            })
+            .collect())
     }
 
     /// The argument of an RM_ALLOC, its parameters checked against the class's size for

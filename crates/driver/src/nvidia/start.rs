@@ -98,7 +98,7 @@ pub(super) fn open(root: &Path) -> Result<Nvidia, StartError> {
     // The RM lets a client allocate a GPU's Device only while its process holds that GPU's
     // device file open (`osIsGpuAccessible`), as every CUDA or NVML client does.
     let gpu_files = files::open_gpu_files(root)?;
-    let gpus = attach_gpus(&rm, layout).map_err(step("attaching the GPUs"))?;
+    let (gpus, start_probes) = attach_gpus(&rm, layout).map_err(step("attaching the GPUs"))?;
     let minor = files::imex_cap_minor(root)?;
     let (_, cap) = files::open_imex_cap(root, minor)?;
     let mut event = rm.ctl().open_event()?;
@@ -133,6 +133,7 @@ pub(super) fn open(root: &Path) -> Result<Nvidia, StartError> {
         layout,
         version,
         gpus,
+        start_probes: Mutex::new(start_probes),
         _gpu_files: gpu_files,
         event,
         cap,
@@ -144,8 +145,13 @@ pub(super) fn open(root: &Path) -> Result<Nvidia, StartError> {
 
 /// The probed GPUs, attached (NV0000 ATTACH_IDS, and to the control file with
 /// NV_ESC_ATTACH_GPUS_TO_FD so they stay initialised while it is open), each with a Device
-/// and a Subdevice of this client, which IMPORT_MEM needs as parents (§1.6 step 2).
-fn attach_gpus(rm: &RmClient, layout: openimex_rmabi::Layout) -> Result<Vec<Gpu>, RmError> {
+/// and a Subdevice of this client, which IMPORT_MEM needs as parents (§1.6 step 2); and each
+/// GPU's fabric probe, read on its new Subdevice in the same batch (`None` if one failed: a
+/// probe is not part of the start, and is read again when asked).
+fn attach_gpus(
+    rm: &RmClient,
+    layout: openimex_rmabi::Layout,
+) -> Result<(Vec<Gpu>, Option<Vec<GpuFabric>>), RmError> {
     let client = rm.handle();
     let abi = |source| RmError::Abi {
         call: "GET_PROBED_IDS".into(),
@@ -155,7 +161,7 @@ fn attach_gpus(rm: &RmClient, layout: openimex_rmabi::Layout) -> Result<Vec<Gpu>
     rm.control(client, NV0000_CTRL_CMD_GPU_GET_PROBED_IDS, &mut probed)?;
     let ids = parse_probed_ids(layout, &probed).map_err(abi)?;
     if ids.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Some(Vec::new())));
     }
     // Two batches whatever the number of GPUs: the attach and every GPU's instances (all
     // made from the probed IDs), then every Device and Subdevice (made from the instances;
@@ -207,7 +213,10 @@ fn attach_gpus(rm: &RmClient, layout: openimex_rmabi::Layout) -> Result<Vec<Gpu>
             subDeviceId: info.subDeviceInstance,
         })
         .collect();
-    let mut calls = Vec::with_capacity(2 * gpus.len());
+    let mut probes: Vec<Vec<u8>> = (gpus.iter())
+        .map(|_| FabricProbeInfo::default().encode(layout))
+        .collect();
+    let mut calls = Vec::with_capacity(3 * gpus.len());
     for ((gpu, dev), sub) in gpus.iter().zip(&mut devs).zip(&mut subs) {
         calls.push(RmCall::Alloc {
             parent: client,
@@ -222,8 +231,30 @@ fn attach_gpus(rm: &RmClient, layout: openimex_rmabi::Layout) -> Result<Vec<Gpu>
             params: sub.as_mut_bytes(),
         });
     }
-    rm.calls(&mut calls)?;
-    Ok(gpus)
+    calls.extend(
+        gpus.iter()
+            .zip(&mut probes)
+            .map(|(gpu, params)| RmCall::Control {
+                object: gpu.subdevice,
+                cmd: NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO,
+                params,
+            }),
+    );
+    let mut allocs = rm.calls_each(&mut calls)?;
+    drop(calls);
+    let probed = allocs.split_off(2 * gpus.len());
+    if let Some(e) = allocs.into_iter().find_map(Result::err) {
+        return Err(e);
+    }
+    let start_probes = (probed.iter().all(Result::is_ok))
+        .then(|| {
+            (gpus.iter().zip(&probes))
+                .map(|(gpu, params)| Ok(gpu_fabric(gpu.index, &decode_probe(layout, params)?)))
+                .collect::<Result<Vec<_>, RmError>>()
+                .ok()
+        })
+        .flatten();
+    Ok((gpus, start_probes))
 }
 
 /// Step 5: NV_IMEX_SESSION {capDescriptor, flags 0, pOsEvent, nodeId} under the client.
