@@ -2,30 +2,16 @@
 //! 2), its calls made in batches (`RmClient::calls`): every GPU gets its own Device and
 //! Subdevice, on its own instance, and each Subdevice answers its GPU's fabric probe. The simulated driver's server and the daemon's backend in one process.
 
+mod common;
+
 use openimex_core::NodeId;
 use openimex_driver::Driver;
 use openimex_driver::nvidia::Nvidia;
-use openimex_simgpu::server::{DriverConfig, Server};
 
 #[test]
 fn four_gpus_each_get_their_device_and_subdevice_and_answer_their_probe() {
-    let dir = std::env::temp_dir().join(format!("openimex-start-batches-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let node = dir.join("node2");
-    let cluster = [5u8; 16];
-    let _server = Server::bind(&DriverConfig {
-        node_dir: node.clone(),
-        fabric_dir: dir.join("fabric"),
-        slot: 2,
-        gpus: 4,
-        hbm_bytes: 16 << 20,
-        cluster_uuid: cluster,
-        ..DriverConfig::default()
-    })
-    .expect("bind the driver")
-    .spawn()
-    .expect("serve");
-    let nv = Nvidia::open(&node).expect("the backend starts");
+    let tray = common::tray("start-batches", 2, 4, [5u8; 16]);
+    let nv = Nvidia::open(&tray.node).expect("the backend starts");
     let gpus = nv.gpus();
     assert_eq!(gpus.len(), 4, "every probed GPU attached");
     let mut handles: Vec<u32> = gpus.iter().flat_map(|g| [g.device, g.subdevice]).collect();
@@ -61,5 +47,4 @@ fn four_gpus_each_get_their_device_and_subdevice_and_answer_their_probe() {
         );
     }
     drop(nv);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,34 +6,21 @@
 //! pieces in one: the simulated driver's server on its socket, the daemon's backend, and an
 //! application context.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use openimex_client::{Context, FabricHandleBytes};
 use openimex_core::NodeId;
 use openimex_driver::nvidia::Nvidia;
 use openimex_driver::{Driver, Event, Pages};
-use openimex_simgpu::server::{DriverConfig, Server};
 use openimex_simproto::handle::{ExportUuid, FabricHandle};
 
 #[test]
 fn a_validate_the_driver_refuses_fails_the_import_instead_of_leaving_it_pending() {
-    let dir =
-        std::env::temp_dir().join(format!("openimex-validate-fallback-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let node = dir.join("node1");
     let cluster = [3u8; 16];
-    let server = Server::bind(&DriverConfig {
-        node_dir: node.clone(),
-        fabric_dir: dir.join("fabric"),
-        slot: 1,
-        gpus: 1,
-        hbm_bytes: 16 << 20,
-        cluster_uuid: cluster,
-        ..DriverConfig::default()
-    })
-    .expect("bind the driver")
-    .spawn()
-    .expect("serve");
+    let tray = common::tray("validate-fallback", 1, 1, cluster);
+    let node = tray.node.clone();
     let nv = Nvidia::open(&node).expect("the backend starts");
     nv.open_session(NodeId(1)).expect("session as node 1");
     // An export of node 0's that an application here imports.
@@ -84,9 +71,7 @@ fn a_validate_the_driver_refuses_fails_the_import_instead_of_leaving_it_pending(
         took < Duration::from_secs(15),
         "the import ended with the failure, not by timing out ({took:?})"
     );
-    let stats = server.stats();
+    let stats = tray.server().stats();
     assert_eq!(stats.import_descriptors, 0, "{stats:?}");
     drop(nv);
-    server.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }

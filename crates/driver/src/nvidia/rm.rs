@@ -351,24 +351,12 @@ enum Prepared<'c> {
 
 /// An RM_ALLOC's status: NV_OK or a warning returned, an error as [`RmError::Status`].
 fn alloc_status(class: u32, status: u32) -> Result<u32, RmError> {
-    if is_error(status) {
-        return Err(RmError::Status {
-            call: format!("RM_ALLOC class {class:#x}"),
-            status,
-        });
-    }
-    Ok(status)
+    check(status, || format!("RM_ALLOC class {class:#x}")).map(|()| status)
 }
 
 /// An RM_CONTROL's status, as [`alloc_status`].
 fn control_status(cmd: u32, status: u32) -> Result<u32, RmError> {
-    if is_error(status) {
-        return Err(RmError::Status {
-            call: format!("RM_CONTROL {cmd:#x}"),
-            status,
-        });
-    }
-    Ok(status)
+    check(status, || format!("RM_CONTROL {cmd:#x}")).map(|()| status)
 }
 
 /// The user pointer of a parameter block: 0 for none (the kernel refuses a pointer with a
