@@ -163,12 +163,74 @@ fn attach_gpus(
     if ids.is_empty() {
         return Ok((Vec::new(), Some(Vec::new())));
     }
-    // Two batches whatever the number of GPUs: the attach and every GPU's instances (all
-    // made from the probed IDs), then every Device and Subdevice (made from the instances;
-    // the handles are this client's choice, so no allocation waits for another's answer), in
-    // the order the calls would go one by one.
-    let mut attach = NV0000_CTRL_GPU_ATTACH_IDS_PARAMS::new(&ids).map_err(abi)?;
-    let mut to_fd = attach_gpus_to_fd_arg(&ids);
+    // Two batches whatever the number of GPUs, in the order the calls would go one by one:
+    // the attach and every GPU's instances (all made from the probed IDs), then every Device
+    // and Subdevice (made from the instances; the handles are this client's choice, so no
+    // allocation waits for another's answer) and every GPU's probe on its new Subdevice.
+    let infos = attach(rm, &ids)?;
+    let gpus: Vec<Gpu> = (ids.into_iter().zip(&infos).enumerate())
+        .map(|(index, (gpu_id, info))| Gpu {
+            index: index as u32,
+            gpu_id,
+            device_instance: info.deviceInstance,
+            device: rm.new_handle(),
+            subdevice: rm.new_handle(),
+        })
+        .collect();
+    let mut devs: Vec<NV0080_ALLOC_PARAMETERS> = (infos.iter())
+        .map(|info| NV0080_ALLOC_PARAMETERS {
+            deviceId: info.deviceInstance,
+            ..Default::default()
+        })
+        .collect();
+    let mut subs: Vec<NV2080_ALLOC_PARAMETERS> = (infos.iter())
+        .map(|info| NV2080_ALLOC_PARAMETERS {
+            subDeviceId: info.subDeviceInstance,
+        })
+        .collect();
+    let mut probes = probe_params(layout, &gpus);
+    let mut calls = Vec::with_capacity(3 * gpus.len());
+    for ((gpu, dev), sub) in gpus.iter().zip(&mut devs).zip(&mut subs) {
+        calls.push(RmCall::Alloc {
+            parent: client,
+            handle: gpu.device,
+            class: NV01_DEVICE_0,
+            params: dev.as_mut_bytes(),
+        });
+        calls.push(RmCall::Alloc {
+            parent: gpu.device,
+            handle: gpu.subdevice,
+            class: NV20_SUBDEVICE_0,
+            params: sub.as_mut_bytes(),
+        });
+    }
+    calls.extend(probe_calls(&gpus, &mut probes));
+    let mut allocs = rm.calls_each(&mut calls)?;
+    drop(calls);
+    let probed = allocs.split_off(2 * gpus.len());
+    if let Some(e) = allocs.into_iter().find_map(Result::err) {
+        return Err(e);
+    }
+    let start_probes = match probed.into_iter().collect::<Result<(), RmError>>() {
+        Ok(()) => probes_read(layout, &gpus, &probes).ok(),
+        Err(_) => None,
+    };
+    Ok((gpus, start_probes))
+}
+
+/// NV0000 ATTACH_IDS of `ids`, NV_ESC_ATTACH_GPUS_TO_FD of the same, and each GPU's
+/// instances (GET_ID_INFO_V2), as one batch.
+fn attach(
+    rm: &RmClient,
+    ids: &[u32],
+) -> Result<Vec<NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS>, RmError> {
+    let client = rm.handle();
+    let mut attach =
+        NV0000_CTRL_GPU_ATTACH_IDS_PARAMS::new(ids).map_err(|source| RmError::Abi {
+            call: "ATTACH_IDS".into(),
+            source,
+        })?;
+    let mut to_fd = attach_gpus_to_fd_arg(ids);
     let mut infos: Vec<NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS> = (ids.iter())
         .map(|&gpu_id| NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS {
             gpuId: gpu_id,
@@ -193,68 +255,36 @@ fn attach_gpus(
     }));
     rm.calls(&mut calls)?;
     drop(calls);
-    let gpus: Vec<Gpu> = (ids.into_iter().zip(&infos).enumerate())
-        .map(|(index, (gpu_id, info))| Gpu {
-            index: index as u32,
-            gpu_id,
-            device_instance: info.deviceInstance,
-            device: rm.new_handle(),
-            subdevice: rm.new_handle(),
-        })
-        .collect();
-    let mut devs: Vec<NV0080_ALLOC_PARAMETERS> = (infos.iter())
-        .map(|info| NV0080_ALLOC_PARAMETERS {
-            deviceId: info.deviceInstance,
-            ..Default::default()
-        })
-        .collect();
-    let mut subs: Vec<NV2080_ALLOC_PARAMETERS> = (infos.iter())
-        .map(|info| NV2080_ALLOC_PARAMETERS {
-            subDeviceId: info.subDeviceInstance,
-        })
-        .collect();
-    let mut probes: Vec<Vec<u8>> = (gpus.iter())
+    Ok(infos)
+}
+
+/// A fabric probe's parameter block for each of `gpus`.
+fn probe_params(layout: openimex_rmabi::Layout, gpus: &[Gpu]) -> Vec<Vec<u8>> {
+    (gpus.iter())
         .map(|_| FabricProbeInfo::default().encode(layout))
-        .collect();
-    let mut calls = Vec::with_capacity(3 * gpus.len());
-    for ((gpu, dev), sub) in gpus.iter().zip(&mut devs).zip(&mut subs) {
-        calls.push(RmCall::Alloc {
-            parent: client,
-            handle: gpu.device,
-            class: NV01_DEVICE_0,
-            params: dev.as_mut_bytes(),
-        });
-        calls.push(RmCall::Alloc {
-            parent: gpu.device,
-            handle: gpu.subdevice,
-            class: NV20_SUBDEVICE_0,
-            params: sub.as_mut_bytes(),
-        });
-    }
-    calls.extend(
-        gpus.iter()
-            .zip(&mut probes)
-            .map(|(gpu, params)| RmCall::Control {
-                object: gpu.subdevice,
-                cmd: NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO,
-                params,
-            }),
-    );
-    let mut allocs = rm.calls_each(&mut calls)?;
-    drop(calls);
-    let probed = allocs.split_off(2 * gpus.len());
-    if let Some(e) = allocs.into_iter().find_map(Result::err) {
-        return Err(e);
-    }
-    let start_probes = (probed.iter().all(Result::is_ok))
-        .then(|| {
-            (gpus.iter().zip(&probes))
-                .map(|(gpu, params)| Ok(gpu_fabric(gpu.index, &decode_probe(layout, params)?)))
-                .collect::<Result<Vec<_>, RmError>>()
-                .ok()
+        .collect()
+}
+
+/// NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO on each GPU's Subdevice, into `params`.
+fn probe_calls<'a>(gpus: &'a [Gpu], params: &'a mut [Vec<u8>]) -> impl Iterator<Item = RmCall<'a>> {
+    gpus.iter()
+        .zip(params)
+        .map(|(gpu, params)| RmCall::Control {
+            object: gpu.subdevice,
+            cmd: NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO,
+            params,
         })
-        .flatten();
-    Ok((gpus, start_probes))
+}
+
+/// The probes [`probe_calls`] read, as the daemon keeps them.
+fn probes_read(
+    layout: openimex_rmabi::Layout,
+    gpus: &[Gpu],
+    params: &[Vec<u8>],
+) -> Result<Vec<GpuFabric>, RmError> {
+    (gpus.iter().zip(params))
+        .map(|(gpu, params)| Ok(gpu_fabric(gpu.index, &decode_probe(layout, params)?)))
+        .collect()
 }
 
 /// Step 5: NV_IMEX_SESSION {capDescriptor, flags 0, pOsEvent, nodeId} under the client.
@@ -286,25 +316,13 @@ pub(super) fn open_session(nv: &Nvidia, node: NodeId) -> Result<NvHandle, Driver
 
 /// NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO on each GPU's Subdevice, as one batch.
 pub(super) fn probe_all(nv: &Nvidia) -> Result<Vec<GpuFabric>, DriverError> {
-    let mut params: Vec<Vec<u8>> = (nv.gpus.iter())
-        .map(|_| FabricProbeInfo::default().encode(nv.layout))
-        .collect();
-    let mut calls: Vec<RmCall<'_>> = (nv.gpus.iter().zip(&mut params))
-        .map(|(gpu, params)| RmCall::Control {
-            object: gpu.subdevice,
-            cmd: NV2080_CTRL_CMD_GET_GPU_FABRIC_PROBE_INFO,
-            params,
-        })
-        .collect();
+    let mut params = probe_params(nv.layout, &nv.gpus);
+    let mut calls: Vec<RmCall<'_>> = probe_calls(&nv.gpus, &mut params).collect();
     nv.rm
         .calls(&mut calls)
         .map_err(|e| error("fabric probe", e))?;
-    (nv.gpus.iter().zip(&params))
-        .map(|(gpu, params)| {
-            let info = decode_probe(nv.layout, params).map_err(|e| error("fabric probe", e))?;
-            Ok(gpu_fabric(gpu.index, &info))
-        })
-        .collect()
+    drop(calls);
+    probes_read(nv.layout, &nv.gpus, &params).map_err(|e| error("fabric probe", e))
 }
 
 /// A probe's answer, in this driver's layout.
