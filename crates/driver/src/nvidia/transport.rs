@@ -106,7 +106,7 @@ pub enum Ctl {
         path: PathBuf,
     },
     /// The simulated driver's socket. One call at a time on it, as one frame answers one
-    /// frame (a batch, [`Ctl::ioctls`], is its frames sent together and answered in turn); the
+    /// frame (a batch of calls is its frames sent together and answered in turn); the
     /// daemon's calls take microseconds, so they queue behind one another here where on the
     /// kernel's descriptor they would run side by side.
     Sim {
