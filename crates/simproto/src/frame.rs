@@ -82,15 +82,20 @@ pub fn send_frame(sock: &UnixStream, body: &[u8], fds: &[RawFd]) -> Result<(), W
     Ok(())
 }
 
-/// Appends one frame (`body` behind its length) to `out`, for several frames without
-/// descriptors written at once ([`send_frames`]): the frame [`send_frame`] would send.
-pub fn push_frame(out: &mut Vec<u8>, body: &[u8]) -> Result<(), WireError> {
-    if body.len() > MAX_MESSAGE {
-        return Err(WireError::TooLarge(body.len()));
+/// Appends one frame to `out`, its body written by `body` behind its length, for several
+/// frames without descriptors written at once ([`send_frames`]): the frame [`send_frame`]
+/// would send, built in place.
+pub fn push_frame(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) -> Result<(), WireError> {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    body(out);
+    let len = out.len() - at - 4;
+    if len > MAX_MESSAGE {
+        out.truncate(at);
+        return Err(WireError::TooLarge(len));
     }
-    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge(body.len()))?;
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(body);
+    let header = u32::try_from(len).map_err(|_| WireError::TooLarge(len))?;
+    out[at..at + 4].copy_from_slice(&header.to_be_bytes());
     Ok(())
 }
 

@@ -16,7 +16,7 @@ use openimex_rmabi::ctrl::nv00fd::{
 };
 use zerocopy::{FromZeros, IntoBytes};
 
-use super::rm::RmError;
+use super::rm::{RmCall, RmError};
 use super::{Dup, Nvidia, error, lock, nv_status};
 use crate::multicast::RemoteGpuAttach;
 use crate::{DriverError, Pages, Status};
@@ -50,18 +50,7 @@ impl Nvidia {
         let imported = self
             .rm
             .control_typed(export, NV00E0_CTRL_CMD_IMPORT_MEM, &mut import);
-        // An empty slot at `index` imports nothing and says NV_OK with a zero entry
-        // (`memoryexportCtrlImportMem`): there is no memory to describe.
-        let imported = imported.and_then(|_| {
-            if import.memInfos[0].hParent == 0 {
-                Err(RmError::Status {
-                    call: format!("IMPORT_MEM: nothing attached at index {index}"),
-                    status: openimex_rmabi::status::NV_ERR_OBJECT_NOT_FOUND,
-                })
-            } else {
-                Ok(())
-            }
-        });
+        let imported = imported.and_then(|_| empty_slot(index, import.memInfos[0].hParent));
         if let Err(e) = imported {
             let _ = self.rm.free(client, export);
             self.rm.recycle(export);
@@ -87,18 +76,82 @@ impl Nvidia {
         memory.and(export)
     }
 
-    /// DESCRIBE at offsets 0, 512, … until every PFN is read.
-    fn describe_all(&self, memory: NvHandle) -> Result<Pages, RmError> {
+    /// The dups of [`Nvidia::dup_export`] and the first DESCRIBE of the memory (offset 0),
+    /// as one batch: the handles are this client's choice, so neither the IMPORT_MEM nor the
+    /// DESCRIBE waits for the answer before it. The first failure in order is the error (an
+    /// empty slot is IMPORT_MEM's, as one by one), and whatever was made is freed.
+    fn dup_and_describe(
+        &self,
+        uuid: [u8; 16],
+        index: u16,
+        channel: u32,
+    ) -> Result<(Dup, Describe), RmError> {
+        let client = self.rm.handle();
+        let (export, memory) = (self.rm.new_handle(), self.rm.new_handle());
+        let mut params = NV00E0_ALLOCATION_PARAMETERS::dup_by_uuid(uuid, channel);
+        let mut import = NV00E0_CTRL_IMPORT_MEM_PARAMS::new_zeroed();
+        import.index = index;
+        import.numHandles = 1;
+        import.handles[0] = memory;
+        let forget = |e: RmError| {
+            self.rm.recycle(export);
+            self.rm.recycle(memory);
+            e
+        };
+        DESCRIBE.with_borrow_mut(|describe| {
+            describe_request(describe, self.layout.describe_params_size(), 0);
+            let mut calls = [
+                RmCall::Alloc {
+                    parent: client,
+                    handle: export,
+                    class: NV_MEMORY_EXPORT,
+                    params: params.as_mut_bytes(),
+                },
+                RmCall::Control {
+                    object: export,
+                    cmd: NV00E0_CTRL_CMD_IMPORT_MEM,
+                    params: import.as_mut_bytes(),
+                },
+                RmCall::Control {
+                    object: memory,
+                    cmd: NV00F8_CTRL_CMD_DESCRIBE,
+                    params: describe,
+                },
+            ];
+            let mut outcomes = self.rm.calls_each(&mut calls).map_err(forget)?.into_iter();
+            let (Some(allocated), Some(imported), Some(described)) =
+                (outcomes.next(), outcomes.next(), outcomes.next())
+            else {
+                return Err(forget(lost_answer()));
+            };
+            allocated.map_err(forget)?;
+            let parent = import.memInfos[0].hParent;
+            if let Err(e) = imported.and_then(|()| empty_slot(index, parent)) {
+                let _ = self.rm.free(client, export);
+                return Err(forget(e));
+            }
+            let dup = Dup {
+                export,
+                memory,
+                memory_parent: parent,
+            };
+            match described
+                .and_then(|()| Describe::decode(self.layout, describe).map_err(abi("DESCRIBE")))
+            {
+                Ok(first) => Ok((dup, first)),
+                Err(e) => {
+                    let _ = self.free_dup(dup);
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    /// The pages of `memory`, from its first DESCRIBE (`d`, offset 0) and more at offsets
+    /// 512, 1024, … until every PFN is read.
+    fn describe_from(&self, memory: NvHandle, mut d: Describe) -> Result<Pages, RmError> {
         let mut pfns: Vec<u64> = Vec::new();
         loop {
-            let d = DESCRIBE.with_borrow_mut(|params| {
-                // The request is all zero but `offset` (the block's first field).
-                params.clear();
-                params.resize(self.layout.describe_params_size(), 0);
-                params[..8].copy_from_slice(&(pfns.len() as u64).to_ne_bytes());
-                self.rm.control(memory, NV00F8_CTRL_CMD_DESCRIBE, params)?;
-                Describe::decode(self.layout, params).map_err(abi("DESCRIBE"))
-            })?;
             if d.pfns.is_empty() && (pfns.len() as u64) < d.total_pfns {
                 return Err(RmError::Status {
                     call: format!(
@@ -124,7 +177,40 @@ impl Nvidia {
                     mem_flags: d.mem_flags,
                 });
             }
+            d = DESCRIBE.with_borrow_mut(|params| {
+                let offset = pfns.len() as u64;
+                describe_request(params, self.layout.describe_params_size(), offset);
+                self.rm.control(memory, NV00F8_CTRL_CMD_DESCRIBE, params)?;
+                Describe::decode(self.layout, params).map_err(abi("DESCRIBE"))
+            })?;
         }
+    }
+}
+
+/// DESCRIBE's request in `params`: all zero but `offset` (the block's first field).
+fn describe_request(params: &mut Vec<u8>, size: usize, offset: u64) {
+    params.clear();
+    params.resize(size, 0);
+    params[..8].copy_from_slice(&offset.to_ne_bytes());
+}
+
+/// An empty slot at `index` imports nothing and says NV_OK with a zero entry
+/// (`memoryexportCtrlImportMem`): there is no memory to describe.
+fn empty_slot(index: u16, parent: NvHandle) -> Result<(), RmError> {
+    if parent == 0 {
+        return Err(RmError::Status {
+            call: format!("IMPORT_MEM: nothing attached at index {index}"),
+            status: openimex_rmabi::status::NV_ERR_OBJECT_NOT_FOUND,
+        });
+    }
+    Ok(())
+}
+
+/// A batch answered with another number of outcomes than it had calls (never: one per call).
+fn lost_answer() -> RmError {
+    RmError::Status {
+        call: "a batch's answers".into(),
+        status: openimex_rmabi::status::NV_ERR_INVALID_STATE,
     }
 }
 
@@ -137,10 +223,10 @@ pub(super) fn describe(
     channel: u32,
 ) -> Result<(u64, Pages), DriverError> {
     nv.session()?;
-    let dup = nv
-        .dup_export(uuid, index, channel)
+    let (dup, first) = nv
+        .dup_and_describe(uuid, index, channel)
         .map_err(|e| error("describe", e))?;
-    match nv.describe_all(dup.memory) {
+    match nv.describe_from(dup.memory, first) {
         Ok(pages) => {
             lock(&nv.dups)?.insert(u64::from(dup.memory), dup);
             Ok((u64::from(dup.memory), pages))

@@ -17,7 +17,9 @@ use openimex_rmabi::status::{self, NV_OK};
 use openimex_rmabi::{AbiError, Layout, NvHandle};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::transport::{Ctl, Escape, TransportError};
+use smallvec::SmallVec;
+
+use super::transport::{Ctl, Escape, INLINE_CALLS, TransportError};
 
 /// Errors of one RM call.
 #[derive(Debug, thiserror::Error)]
@@ -178,8 +180,9 @@ impl RmClient {
     pub(crate) fn calls_each(
         &self,
         calls: &mut [RmCall<'_>],
-    ) -> Result<Vec<Result<(), RmError>>, RmError> {
-        let mut prepared = Vec::with_capacity(calls.len());
+    ) -> Result<SmallVec<[Result<(), RmError>; INLINE_CALLS]>, RmError> {
+        let mut prepared: SmallVec<[Prepared<'_>; INLINE_CALLS]> =
+            SmallVec::with_capacity(calls.len());
         for call in calls.iter_mut() {
             prepared.push(match call {
                 RmCall::Alloc {
@@ -196,7 +199,7 @@ impl RmClient {
                 RmCall::Escape { nr, arg } => Prepared::Escape(*nr, arg),
             });
         }
-        let mut escapes: Vec<Escape<'_>> = (prepared.iter_mut())
+        let mut escapes: SmallVec<[Escape<'_>; INLINE_CALLS]> = (prepared.iter_mut())
             .map(|p| match p {
                 Prepared::Alloc(a, params) => Escape {
                     nr: NV_ESC_RM_ALLOC,

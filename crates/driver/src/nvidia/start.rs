@@ -207,7 +207,7 @@ fn attach_gpus(
     calls.extend(probe_calls(&gpus, &mut probes));
     let mut allocs = rm.calls_each(&mut calls)?;
     drop(calls);
-    let probed = allocs.split_off(2 * gpus.len());
+    let probed: Vec<Result<(), RmError>> = allocs.drain(2 * gpus.len()..).collect();
     if let Some(e) = allocs.into_iter().find_map(Result::err) {
         return Err(e);
     }

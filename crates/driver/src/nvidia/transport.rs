@@ -22,6 +22,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use openimex_simproto::escape;
+use smallvec::SmallVec;
 
 /// `_IOC_NR` of an escape, and `_IOWR('F', nr, size)` for the kernel.
 pub use openimex_rmabi::escape::iowr;
@@ -83,6 +84,14 @@ impl OsEvent {
 /// Most bytes [`Ctl::ioctls`] sends and reads back in one go (requests and answers of a batch
 /// of a dozen allocations or probes are a few KiB; a unix socket buffers about 200 KiB).
 const BATCH_BYTES: usize = 64 << 10;
+
+/// Calls of a batch kept without a heap allocation: an import's exporter makes 3, a start 2 +
+/// 3 per GPU (a batch of more spills to the heap). The single calls allocate nothing once a
+/// thread has made one, and a batch must not cost an import more.
+pub(crate) const INLINE_CALLS: usize = 16;
+
+/// Each escape's outcome in a batch ([`Ctl::ioctls`]), in order.
+pub(crate) type Outcomes = SmallVec<[Result<(), TransportError>; INLINE_CALLS]>;
 
 /// One escape of [`Ctl::ioctls`]: as [`Ctl::ioctl`] takes it, with no descriptors.
 #[derive(Debug)]
@@ -306,10 +315,7 @@ impl Ctl {
     /// (the kernel's ioctl has the caller wait for nobody; a round trip to another process
     /// waits to be scheduled twice). Every escape is made; each one's outcome is returned, in
     /// order, and a lost driver as the error of the whole.
-    pub(crate) fn ioctls(
-        &self,
-        calls: &mut [Escape<'_>],
-    ) -> Result<Vec<Result<(), TransportError>>, TransportError> {
+    pub(crate) fn ioctls(&self, calls: &mut [Escape<'_>]) -> Result<Outcomes, TransportError> {
         // The answers must fit in the socket's buffer beside the requests, or the driver
         // would wait to write an answer while this thread still writes requests.
         let bytes: usize = calls
@@ -317,7 +323,7 @@ impl Ctl {
             .map(|c| 2 * (c.arg.len() + c.params.len()))
             .sum();
         let (Self::Sim { sock, path }, true) = (self, bytes <= BATCH_BYTES) else {
-            let mut done = Vec::with_capacity(calls.len());
+            let mut done = Outcomes::with_capacity(calls.len());
             for call in calls {
                 match self.ioctl(call.nr, call.arg, call.params, &[]) {
                     Err(lost @ TransportError::Lost { .. }) => return Err(lost),
@@ -335,16 +341,15 @@ impl Ctl {
             .map_err(|_| lost("connection lock poisoned".into()))?;
         FRAME.with_borrow_mut(|frames| {
             frames.clear();
-            let mut body = Vec::new();
             for call in calls.iter() {
-                body.clear();
-                escape::encode_call(&mut body, call.nr, call.arg, call.params, &[]);
-                openimex_simproto::frame::push_frame(frames, &body)
-                    .map_err(|e| lost(e.to_string()))?;
+                openimex_simproto::frame::push_frame(frames, |body| {
+                    escape::encode_call(body, call.nr, call.arg, call.params, &[]);
+                })
+                .map_err(|e| lost(e.to_string()))?;
             }
             openimex_simproto::frame::send_frames(&sock, frames)
                 .map_err(|e| lost(e.to_string()))?;
-            let mut done = Vec::with_capacity(calls.len());
+            let mut done = Outcomes::with_capacity(calls.len());
             for call in calls.iter_mut() {
                 let _fds = openimex_simproto::proto::recv_body(&sock, frames)
                     .map_err(|e| lost(e.to_string()))?;
