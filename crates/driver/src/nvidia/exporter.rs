@@ -16,6 +16,8 @@ use openimex_rmabi::ctrl::nv00fd::{
 };
 use zerocopy::{FromZeros, IntoBytes};
 
+use smallvec::SmallVec;
+
 use super::rm::{RmCall, RmError};
 use super::{Dup, Nvidia, error, lock, nv_status};
 use crate::multicast::RemoteGpuAttach;
@@ -37,31 +39,69 @@ impl Nvidia {
     /// RM_ALLOC NV_MEMORY_EXPORT with DUP_BY_UUID on `channel`, then IMPORT_MEM of the
     /// object attached at `index`: the two dups, the memory's under the parent the RM chose.
     fn dup_export(&self, uuid: [u8; 16], index: u16, channel: u32) -> Result<Dup, RmError> {
+        self.dup_export_and(uuid, index, channel, None)
+            .map(|(dup, _)| dup)
+    }
+
+    /// [`Nvidia::dup_export`], and `then` (a control on the memory dup: its command and
+    /// parameters) after it, as one batch: the handles are this client's choice, so neither
+    /// the IMPORT_MEM nor `then` waits for the answer before it. The first failure of the dup
+    /// in order is the error (an empty slot is IMPORT_MEM's, as one by one), and whatever was
+    /// made is freed; `then`'s outcome comes beside the dups.
+    fn dup_export_and(
+        &self,
+        uuid: [u8; 16],
+        index: u16,
+        channel: u32,
+        then: Option<(u32, &mut [u8])>,
+    ) -> Result<(Dup, Result<(), RmError>), RmError> {
         let client = self.rm.handle();
-        let export = self.rm.new_handle();
+        let (export, memory) = (self.rm.new_handle(), self.rm.new_handle());
         let mut params = NV00E0_ALLOCATION_PARAMETERS::dup_by_uuid(uuid, channel);
-        self.rm
-            .alloc(client, export, NV_MEMORY_EXPORT, params.as_mut_bytes(), &[])?;
-        let memory = self.rm.new_handle();
         let mut import = NV00E0_CTRL_IMPORT_MEM_PARAMS::new_zeroed();
         import.index = index;
         import.numHandles = 1;
         import.handles[0] = memory;
-        let imported = self
-            .rm
-            .control_typed(export, NV00E0_CTRL_CMD_IMPORT_MEM, &mut import);
-        let imported = imported.and_then(|_| empty_slot(index, import.memInfos[0].hParent));
-        if let Err(e) = imported {
-            let _ = self.rm.free(client, export);
+        let forget = |e: RmError| {
             self.rm.recycle(export);
             self.rm.recycle(memory);
-            return Err(e);
+            e
+        };
+        let mut calls: SmallVec<[RmCall<'_>; 3]> = SmallVec::new();
+        calls.push(RmCall::Alloc {
+            parent: client,
+            handle: export,
+            class: NV_MEMORY_EXPORT,
+            params: params.as_mut_bytes(),
+        });
+        calls.push(RmCall::Control {
+            object: export,
+            cmd: NV00E0_CTRL_CMD_IMPORT_MEM,
+            params: import.as_mut_bytes(),
+        });
+        if let Some((cmd, params)) = then {
+            calls.push(RmCall::Control {
+                object: memory,
+                cmd,
+                params,
+            });
         }
-        Ok(Dup {
+        let mut outcomes = self.rm.calls_each(&mut calls).map_err(forget)?.into_iter();
+        drop(calls);
+        // One outcome per call, in order.
+        let mut next = || outcomes.next().unwrap_or_else(|| Err(lost_answer()));
+        next().map_err(forget)?;
+        let parent = import.memInfos[0].hParent;
+        if let Err(e) = next().and_then(|()| empty_slot(index, parent)) {
+            let _ = self.rm.free(client, export);
+            return Err(forget(e));
+        }
+        let dup = Dup {
             export,
             memory,
-            memory_parent: import.memInfos[0].hParent,
-        })
+            memory_parent: parent,
+        };
+        Ok((dup, next()))
     }
 
     fn free_dup(&self, dup: Dup) -> Result<(), RmError> {
@@ -77,64 +117,21 @@ impl Nvidia {
     }
 
     /// The dups of [`Nvidia::dup_export`] and the first DESCRIBE of the memory (offset 0),
-    /// as one batch: the handles are this client's choice, so neither the IMPORT_MEM nor the
-    /// DESCRIBE waits for the answer before it. The first failure in order is the error (an
-    /// empty slot is IMPORT_MEM's, as one by one), and whatever was made is freed.
+    /// as one batch ([`Nvidia::dup_export_and`]); the dups are freed if the DESCRIBE fails.
     fn dup_and_describe(
         &self,
         uuid: [u8; 16],
         index: u16,
         channel: u32,
     ) -> Result<(Dup, Describe), RmError> {
-        let client = self.rm.handle();
-        let (export, memory) = (self.rm.new_handle(), self.rm.new_handle());
-        let mut params = NV00E0_ALLOCATION_PARAMETERS::dup_by_uuid(uuid, channel);
-        let mut import = NV00E0_CTRL_IMPORT_MEM_PARAMS::new_zeroed();
-        import.index = index;
-        import.numHandles = 1;
-        import.handles[0] = memory;
-        let forget = |e: RmError| {
-            self.rm.recycle(export);
-            self.rm.recycle(memory);
-            e
-        };
         DESCRIBE.with_borrow_mut(|describe| {
             describe_request(describe, self.layout.describe_params_size(), 0);
-            let mut calls = [
-                RmCall::Alloc {
-                    parent: client,
-                    handle: export,
-                    class: NV_MEMORY_EXPORT,
-                    params: params.as_mut_bytes(),
-                },
-                RmCall::Control {
-                    object: export,
-                    cmd: NV00E0_CTRL_CMD_IMPORT_MEM,
-                    params: import.as_mut_bytes(),
-                },
-                RmCall::Control {
-                    object: memory,
-                    cmd: NV00F8_CTRL_CMD_DESCRIBE,
-                    params: describe,
-                },
-            ];
-            let mut outcomes = self.rm.calls_each(&mut calls).map_err(forget)?.into_iter();
-            let (Some(allocated), Some(imported), Some(described)) =
-                (outcomes.next(), outcomes.next(), outcomes.next())
-            else {
-                return Err(forget(lost_answer()));
-            };
-            allocated.map_err(forget)?;
-            let parent = import.memInfos[0].hParent;
-            if let Err(e) = imported.and_then(|()| empty_slot(index, parent)) {
-                let _ = self.rm.free(client, export);
-                return Err(forget(e));
-            }
-            let dup = Dup {
-                export,
-                memory,
-                memory_parent: parent,
-            };
+            let (dup, described) = self.dup_export_and(
+                uuid,
+                index,
+                channel,
+                Some((NV00F8_CTRL_CMD_DESCRIBE, describe)),
+            )?;
             match described
                 .and_then(|()| Describe::decode(self.layout, describe).map_err(abi("DESCRIBE")))
             {
@@ -206,7 +203,7 @@ fn empty_slot(index: u16, parent: NvHandle) -> Result<(), RmError> {
     Ok(())
 }
 
-/// A batch answered with another number of outcomes than it had calls (never: one per call).
+/// The outcome of a call a batch did not answer (never: it answers one per call, in order).
 fn lost_answer() -> RmError {
     RmError::Status {
         call: "a batch's answers".into(),

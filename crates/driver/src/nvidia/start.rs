@@ -205,16 +205,16 @@ fn attach_gpus(
         });
     }
     calls.extend(probe_calls(&gpus, &mut probes));
-    let mut allocs = rm.calls_each(&mut calls)?;
+    let mut outcomes = rm.calls_each(&mut calls)?.into_iter();
     drop(calls);
-    let probed: Vec<Result<(), RmError>> = allocs.drain(2 * gpus.len()..).collect();
-    if let Some(e) = allocs.into_iter().find_map(Result::err) {
+    // The allocations first: the first of them that failed is the start's error.
+    let allocs = outcomes.by_ref().take(2 * gpus.len());
+    if let Some(e) = allocs.filter_map(Result::err).next() {
         return Err(e);
     }
-    let start_probes = match probed.into_iter().collect::<Result<(), RmError>>() {
-        Ok(()) => probes_read(layout, &gpus, &probes).ok(),
-        Err(_) => None,
-    };
+    let start_probes = (outcomes.all(|probed| probed.is_ok()))
+        .then(|| probes_read(layout, &gpus, &probes).ok())
+        .flatten();
     Ok((gpus, start_probes))
 }
 

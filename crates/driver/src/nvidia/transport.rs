@@ -355,13 +355,7 @@ impl Ctl {
                     .map_err(|e| lost(e.to_string()))?;
                 let errno = escape::decode_reply(frames, call.arg, call.params)
                     .map_err(|e| lost(e.to_string()))?;
-                done.push(match errno {
-                    0 => Ok(()),
-                    errno => Err(TransportError::Errno {
-                        nr: call.nr,
-                        errno: nix::errno::Errno::from_raw(errno),
-                    }),
-                });
+                done.push(errno_outcome(call.nr, errno));
             }
             Ok(done)
         })
@@ -428,21 +422,36 @@ impl Ctl {
                         .map_err(|e| lost(e.to_string()))?;
                     escape::decode_reply(body, arg, params).map_err(|e| lost(e.to_string()))
                 })?;
-                if errno != 0 {
-                    return Err(TransportError::Errno {
-                        nr,
-                        errno: nix::errno::Errno::from_raw(errno),
-                    });
-                }
-                Ok(())
+                errno_outcome(nr, errno)
             }
         }
+    }
+}
+
+/// The simulated driver's answer to escape `nr`: 0, or the errno the kernel's ioctl would have
+/// failed with.
+fn errno_outcome(nr: u8, errno: i32) -> Result<(), TransportError> {
+    match errno {
+        0 => Ok(()),
+        errno => Err(TransportError::Errno {
+            nr,
+            errno: nix::errno::Errno::from_raw(errno),
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fresh directory for test `name` and the control device's path in it.
+    fn socket_path(name: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("openimex-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nvidiactl");
+        (dir, path)
+    }
 
     /// A character device is the kernel's transport, and its OS event is a blocking open of
     /// it: `nvidia_poll` only queues a waiter on a blocking file (`/dev/null` stands in for
@@ -465,10 +474,7 @@ mod tests {
     #[test]
     fn a_batch_goes_out_before_its_answers_are_read_and_each_call_gets_its_own() {
         use openimex_simproto::escape::{EscapeReply, decode_call, encode_reply};
-        let dir = std::env::temp_dir().join(format!("openimex-batch-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("nvidiactl");
+        let (dir, path) = socket_path("batch");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
         let driver = std::thread::spawn(move || {
             let (sock, _) = listener.accept().unwrap();
@@ -550,10 +556,7 @@ mod tests {
     /// closing reads as the driver gone.
     #[test]
     fn the_simulated_os_event_reports_posts_and_the_drivers_exit() {
-        let dir = std::env::temp_dir().join(format!("openimex-transport-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("nvidiactl");
+        let (dir, path) = socket_path("transport");
         let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
         let ctl = Ctl::open(&path).expect("a socket");
         assert_eq!(ctl.kind(), "sim");
