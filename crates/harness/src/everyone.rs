@@ -144,19 +144,22 @@ mod tests {
         );
     }
 
-    /// A directory left by a process that died before dropping its offer is swept.
+    /// A directory left by a process that died before dropping its offer is swept. The sweep
+    /// runs over a scratch directory of this test's own: in the shared temp dir any other
+    /// caller's sweep (the test above, or another test binary) would remove the stale directory
+    /// before this test wrote into it.
     #[test]
     fn a_dead_processs_directory_is_swept() {
-        let temp = std::env::temp_dir();
+        let scratch = crate::ScratchDir::new("everyone-sweep").expect("scratch dir");
+        let temp = scratch.path();
         // PIDs above the kernel's maximum (2^22) never run.
         let stale = temp.join(format!("{PREFIX}{}-0", 1u32 << 23));
         fs::create_dir_all(&stale).expect("dir");
         fs::write(stale.join("tool"), b"x").expect("write");
         let live = temp.join(format!("{PREFIX}{}-999999", std::process::id()));
         fs::create_dir_all(&live).expect("dir");
-        sweep(&temp);
+        sweep(temp);
         assert!(!stale.exists(), "swept");
         assert!(live.exists(), "a live process's directory stays");
-        fs::remove_dir_all(&live).expect("clean up");
     }
 }
