@@ -277,7 +277,7 @@ fn daemon_round(
     for i in 0..nodes {
         cluster.start_driver(i)?;
     }
-    let ready = cluster.ready_watch(ROUND_TIMEOUT)?;
+    let mut ready = cluster.ready_watch()?;
     let opens = tcp_passive_opens();
     let start = Instant::now();
     for i in 0..nodes {
