@@ -9,6 +9,10 @@
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -16,23 +20,32 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use super::{Cluster, ERROR_LOG_TAIL};
 use crate::HarnessError;
 
-/// How often the waiter looks for daemons that exited while none reports.
+/// How often the waiter looks for daemons that exited.
 const CHECK_EXITS: Duration = Duration::from_millis(50);
 
-/// The sockets of [`Cluster::ready_watch`], removed on drop. They are read by the thread that
-/// waits, with one `poll` over all of them: a thread per socket would make each daemon's spawn
-/// (a fork of this process) copy one more stack's mappings per node, which at 144 nodes cost
-/// the daemons' side of the formation bench more than its probes' (perf, 2026-12-08).
+/// How long the reader's `poll` may block before it looks whether the watch was dropped.
+const READER_TICK: Duration = Duration::from_millis(100);
+
+/// The sockets of [`Cluster::ready_watch`] and their one reader thread; the sockets are
+/// removed and the reader ends on drop.
+///
+/// One thread reads them all (`poll`), as one thread reads the mesh floor's pipe: a thread
+/// per socket made the harness a process of N + 1 threads, and each daemon's spawn (a fork of
+/// it) copied every thread's mappings. At 144 nodes that made the spawn loop, which runs on
+/// the clock, 2.5–2.95 s against the probes' 1.7–2.2 s (2026-12-08). The reader drains the
+/// sockets while the daemons are still being spawned, so no daemon's notification waits for
+/// room in a full queue (10 datagrams).
 pub struct ReadyWatch {
-    sockets: Vec<UnixDatagram>,
+    ready: mpsc::Receiver<usize>,
     /// Which daemons have said the line (kept from one wait to the next).
     said: Vec<bool>,
-    want: String,
+    stop: Arc<AtomicBool>,
     paths: Vec<PathBuf>,
 }
 
 impl Drop for ReadyWatch {
     fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
         for p in &self.paths {
             let _ = std::fs::remove_file(p);
         }
@@ -40,8 +53,9 @@ impl Drop for ReadyWatch {
 }
 
 impl Cluster {
-    /// Gives every daemon a `NOTIFY_SOCKET` (at their next start) and binds each, to be read
-    /// by [`ReadyWatch::wait`] for the line that says it is READY with all its peers connected.
+    /// Gives every daemon a `NOTIFY_SOCKET` (at their next start) and starts the thread that
+    /// reads them all for the line that says a daemon is READY with all its peers connected
+    /// ([`ReadyWatch::wait`]).
     pub fn ready_watch(&self) -> Result<ReadyWatch, HarnessError> {
         let nodes = self.spec.nodes;
         let want = format!(
@@ -61,32 +75,79 @@ impl Cluster {
             self.set_node_env(i, "NOTIFY_SOCKET", &path)?;
             sockets.push(sock);
         }
+        let (tx, ready) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader_stop = Arc::clone(&stop);
+        thread::Builder::new()
+            .name("ready-watch".into())
+            .spawn(move || read_all(&sockets, &want, &tx, &reader_stop))
+            .map_err(HarnessError::io(
+                "start the thread that reads the readiness sockets in",
+                self.base_dir(),
+                "the process may be out of threads (ulimit -u)",
+            ))?;
         Ok(ReadyWatch {
-            said: vec![false; sockets.len()],
-            sockets,
-            want,
+            ready,
+            said: vec![false; nodes],
+            stop,
             paths,
         })
     }
 }
 
-impl ReadyWatch {
-    /// The daemons that have not said the line yet.
-    fn missing(&self) -> Vec<usize> {
-        (0..self.said.len()).filter(|&i| !self.said[i]).collect()
+/// Sends the index of each socket on which `want` arrives, once, until every socket has
+/// said it, `stop` is set or the waiter is gone.
+fn read_all(sockets: &[UnixDatagram], want: &str, tx: &mpsc::Sender<usize>, stop: &AtomicBool) {
+    let mut said = vec![false; sockets.len()];
+    let mut buf = [0u8; 4096];
+    let tick = PollTimeout::try_from(READER_TICK.as_millis()).unwrap_or(PollTimeout::MAX);
+    while said.contains(&false) && !stop.load(Ordering::Relaxed) {
+        let waiting: Vec<usize> = (0..said.len()).filter(|&i| !said[i]).collect();
+        let mut fds: Vec<PollFd> = (waiting.iter())
+            .map(|&i| PollFd::new(sockets[i].as_fd(), PollFlags::POLLIN))
+            .collect();
+        match poll(&mut fds, tick) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            // The waiter's timeout reports what is missing.
+            Err(_) => return,
+        }
+        let readable: Vec<usize> = (waiting.iter().zip(&fds))
+            .filter(|(_, fd)| fd.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(&i, _)| i)
+            .collect();
+        for i in readable {
+            // Everything queued on it: a daemon says other lines first (its states).
+            while let Ok(n) = sockets[i].recv(&mut buf) {
+                let line = String::from_utf8_lossy(buf.get(..n).unwrap_or_default());
+                if !said[i] && line.lines().any(|l| l == want) {
+                    said[i] = true;
+                    if tx.send(i).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
     }
+}
 
+impl ReadyWatch {
     /// Waits until every daemon said it is READY with all its peers connected, at most
-    /// `timeout`; a daemon that exits meanwhile ends the wait at once.
+    /// `timeout`; a daemon that exits meanwhile ends the wait within [`CHECK_EXITS`].
     pub fn wait(&mut self, cluster: &Cluster, timeout: Duration) -> Result<(), HarnessError> {
         let what = "every daemon READY with all its peers connected";
         let start = Instant::now();
-        let mut buf = [0u8; 4096];
+        let mut checked = start;
+        cluster.check_unexpected_exits(what)?;
         while self.said.contains(&false) {
-            cluster.check_unexpected_exits(what)?;
+            // Exits are looked for every CHECK_EXITS, not at every line, as the mesh floor
+            // looks at its probes.
+            if checked.elapsed() >= CHECK_EXITS {
+                cluster.check_unexpected_exits(what)?;
+                checked = Instant::now();
+            }
             let left = timeout.saturating_sub(start.elapsed());
             if left.is_zero() {
-                let missing = self.missing();
+                let missing: Vec<usize> = (0..self.said.len()).filter(|&i| !self.said[i]).collect();
                 return Err(HarnessError::WaitTimeout {
                     node: missing.first().copied().unwrap_or(0),
                     what: what.to_owned(),
@@ -95,36 +156,21 @@ impl ReadyWatch {
                     logs: cluster.logs_tail(ERROR_LOG_TAIL),
                 });
             }
-            let waiting = self.missing();
-            let mut fds: Vec<PollFd> = waiting
-                .iter()
-                .map(|&i| PollFd::new(self.sockets[i].as_fd(), PollFlags::POLLIN))
-                .collect();
-            let wait_ms = left.min(CHECK_EXITS).as_millis().max(1);
-            let wait = PollTimeout::try_from(wait_ms).unwrap_or(PollTimeout::MAX);
-            match poll(&mut fds, wait) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => {
-                    return Err(HarnessError::io(
-                        "poll the readiness sockets in",
-                        &cluster.base_dir(),
-                        "the process may be out of file descriptors (ulimit -n)",
-                    )(std::io::Error::from(e)));
-                }
-            }
-            let readable: Vec<usize> = waiting
-                .iter()
-                .zip(&fds)
-                .filter(|(_, fd)| fd.revents().is_some_and(|r| !r.is_empty()))
-                .map(|(&i, _)| i)
-                .collect();
-            for i in readable {
-                // Everything queued on it: a daemon may say other lines first (READY=1 alone).
-                while let Ok(n) = self.sockets[i].recv(&mut buf) {
-                    let said = String::from_utf8_lossy(buf.get(..n).unwrap_or_default());
-                    if said.lines().any(|l| l == self.want) {
-                        self.said[i] = true;
+            match self.ready.recv_timeout(left.min(CHECK_EXITS)) {
+                Ok(i) => {
+                    if let Some(s) = self.said.get_mut(i) {
+                        *s = true;
                     }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(HarnessError::WaitTimeout {
+                        node: 0,
+                        what: what.to_owned(),
+                        waited: start.elapsed(),
+                        last: "the readiness sockets' reader stopped".into(),
+                        logs: cluster.logs_tail(ERROR_LOG_TAIL),
+                    });
                 }
             }
         }
