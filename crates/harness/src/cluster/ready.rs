@@ -1,7 +1,7 @@
 //! Waiting for every daemon to say itself that it is READY with all its peers connected,
 //! through the service manager's protocol (`openimex_imexd::notify`): each daemon gets a
 //! `NOTIFY_SOCKET` of its own and sends `STATUS=READY, all N peers connected` there the moment
-//! its own row of `ctl -N` is complete. Nobody polls: the waiter learns of each daemon when
+//! its own row of `ctl -N` is complete. Nobody asks: the waiter learns of each daemon when
 //! it is done, as the formation bench's gRPC mesh floor learns of each probe from the line it
 //! prints, and the daemons are not asked anything while they form (a `ctl -N` look makes node
 //! 0 ask every peer for its row).
