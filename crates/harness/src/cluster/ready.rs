@@ -132,7 +132,7 @@ fn read_all(sockets: &[UnixDatagram], want: &str, tx: &mpsc::Sender<usize>, stop
 
 impl ReadyWatch {
     /// Waits until every daemon said it is READY with all its peers connected, at most
-    /// `timeout`; a daemon that exits meanwhile ends the wait within [`CHECK_EXITS`].
+    /// `timeout`; a daemon that exits meanwhile ends the wait within 50 ms.
     pub fn wait(&mut self, cluster: &Cluster, timeout: Duration) -> Result<(), HarnessError> {
         let what = "every daemon READY with all its peers connected";
         let start = Instant::now();
