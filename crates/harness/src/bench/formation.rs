@@ -77,6 +77,19 @@ pub struct FormationReport {
     pub daemon_connections: Vec<Option<u64>>,
     /// The same for each mesh-floor round (one per pair, and a probe's retries).
     pub mesh_connections: Vec<Option<u64>>,
+    /// How long each daemon round's spawn loop took (inside its clock), in order: the
+    /// harness's own share, which should match the mesh floor's.
+    pub daemon_spawns: Vec<Duration>,
+    /// The same for each mesh-floor round.
+    pub mesh_spawns: Vec<Duration>,
+}
+
+/// One timed round of either side: spawn → done, the spawn loop's part of it, and the TCP
+/// connections accepted on the machine meanwhile (`None`: unreadable).
+struct Round {
+    took: Duration,
+    spawned: Duration,
+    accepted: Option<u64>,
 }
 
 impl FormationReport {
@@ -125,14 +138,18 @@ fn formation_over(
     let mut mesh_samples = Vec::with_capacity(rounds);
     let mut daemon_connections = Vec::with_capacity(rounds);
     let mut mesh_connections = Vec::with_capacity(rounds);
+    let mut daemon_spawns = Vec::with_capacity(rounds);
+    let mut mesh_spawns = Vec::with_capacity(rounds);
     for _ in 0..rounds {
-        let (took, accepted) = daemon_round(binary, nodes, tls)?;
-        daemon_samples.push(took);
-        daemon_connections.push(accepted);
+        let d = daemon_round(binary, nodes, tls)?;
+        daemon_samples.push(d.took);
+        daemon_connections.push(d.accepted);
+        daemon_spawns.push(d.spawned);
         baseline_samples.push(baseline_round(binary, nodes)?);
-        let (took, accepted) = mesh_round(binary, nodes, tls)?;
-        mesh_samples.push(took);
-        mesh_connections.push(accepted);
+        let m = mesh_round(binary, nodes, tls)?;
+        mesh_samples.push(m.took);
+        mesh_connections.push(m.accepted);
+        mesh_spawns.push(m.spawned);
     }
     Ok(FormationReport {
         nodes,
@@ -145,6 +162,8 @@ fn formation_over(
         mesh_samples,
         daemon_connections,
         mesh_connections,
+        daemon_spawns,
+        mesh_spawns,
     })
 }
 
@@ -204,11 +223,13 @@ fn entries(binary: &Path, nodes: usize, rounds: usize, tls: bool) -> Vec<BenchEn
                      ctl -N after the clock) (the first {nodes} trays of {}, Fabric Manager and \
                      GPU drivers already up; the default liveness, a heartbeat every {} ms), \
                      against {nodes} bare processes to ports open; median of {} rounds; TCP \
-                     connections accepted inside the clock, median: {} for {pairs} pairs",
+                     connections accepted inside the clock, median: {} for {pairs} pairs; the \
+                     harness's spawn loop inside the clock, median: {:.0} ms",
                     formation_topology(nodes).map_or_else(|_| "?".into(), |t| t.topology),
                     openimex_config::Config::default().heartbeat_interval_ms,
                     r.rounds,
                     median_count(&r.daemon_connections),
+                    ms(median(&r.daemon_spawns)),
                 ),
             ),
             BenchEntry::measured(
@@ -220,11 +241,13 @@ fn entries(binary: &Path, nodes: usize, rounds: usize, tls: bool) -> Vec<BenchEn
                     "spawn of {nodes} processes to every one of their {} pairs holding one \
                      {connection} that carried one call (the least any gRPC domain of \
                      {nodes} nodes{} does), against the same bare processes; median of {} \
-                     rounds; TCP connections accepted inside the clock, median: {}",
+                     rounds; TCP connections accepted inside the clock, median: {}; the \
+                     harness's spawn loop inside the clock, median: {:.0} ms",
                     pairs,
                     if tls { " with TLS" } else { "" },
                     r.rounds,
                     median_count(&r.mesh_connections),
+                    ms(median(&r.mesh_spawns)),
                 ),
             ),
         ],
@@ -258,11 +281,7 @@ pub fn formation_topology(nodes: usize) -> Result<FabricManagerSpec, HarnessErro
 /// One daemon measurement: files, addresses, certificates (with `tls`), the Fabric Manager
 /// and the trays' drivers are ready before the clock starts. Also returns the TCP connections
 /// accepted on this machine inside the clock (nothing else of the bench connects then).
-fn daemon_round(
-    binary: &Path,
-    nodes: usize,
-    tls: bool,
-) -> Result<(Duration, Option<u64>), HarnessError> {
+fn daemon_round(binary: &Path, nodes: usize, tls: bool) -> Result<Round, HarnessError> {
     let mut spec = ClusterSpec::first_trays(formation_topology(nodes)?, nodes, binary)?;
     // Liveness as an operator's daemon has it (the config's defaults), not the harness's
     // quicker test values: heartbeats flow while a domain forms, and they are part of its cost.
@@ -283,6 +302,7 @@ fn daemon_round(
     for i in 0..nodes {
         cluster.start_node(i)?;
     }
+    let spawned = start.elapsed();
     // Each daemon says when it is READY with every peer connected, as each mesh probe says
     // when it has called every peer: the same kind of observer on both sides, and nobody asks
     // the daemons anything while they form (`cluster/ready.rs`).
@@ -294,7 +314,11 @@ fn daemon_round(
         is_up(d, nodes)
     })?;
     cluster.shutdown()?;
-    Ok((elapsed, accepted))
+    Ok(Round {
+        took: elapsed,
+        spawned,
+        accepted,
+    })
 }
 
 /// Baseline processes (listen-probes, mesh probes), killed and reaped on drop.
@@ -394,11 +418,7 @@ pub(crate) fn baseline_round(binary: &Path, nodes: usize) -> Result<Duration, Ha
 /// One floor measurement: spawn `nodes` mesh probes (`bench mesh-probe`), all writing to one
 /// pipe, and wait until each has said `meshed I`. With `tls`, each probe gets the config file
 /// of its own certificate (made before the clock, as the daemons' are).
-fn mesh_round(
-    binary: &Path,
-    nodes: usize,
-    tls: bool,
-) -> Result<(Duration, Option<u64>), HarnessError> {
+fn mesh_round(binary: &Path, nodes: usize, tls: bool) -> Result<Round, HarnessError> {
     let sockets = probe_addrs(nodes)?;
     let addrs: Vec<String> = sockets.iter().map(ToString::to_string).collect();
     let certs = match tls {
@@ -439,6 +459,7 @@ fn mesh_round(
             .stderr(Stdio::piped());
         probes.spawn(binary, cmd)?;
     }
+    let spawned = start.elapsed();
     // Only the probes hold the pipe now: it ends when they all have.
     drop(writer);
     let command = |i: usize| move || format!("{} bench mesh-probe --index {i} …", binary.display());
@@ -485,7 +506,11 @@ fn mesh_round(
     let accepted = tcp_passive_opens_since(opens);
     drop(probes);
     drop(certs);
-    Ok((elapsed, accepted))
+    Ok(Round {
+        took: elapsed,
+        spawned,
+        accepted,
+    })
 }
 
 #[cfg(test)]
@@ -505,6 +530,8 @@ mod tests {
             mesh_samples: vec![],
             daemon_connections: vec![],
             mesh_connections: vec![],
+            daemon_spawns: vec![],
+            mesh_spawns: vec![],
         };
         assert!((r.ratio() - 3.0).abs() < 1e-9);
         assert!((r.floor_ratio() - 2.5).abs() < 1e-9);
