@@ -598,13 +598,19 @@ fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener, max_clients: usize
 /// One connection: one request (a JSON request or an RM escape), one response, until it
 /// closes.
 fn serve(shared: &Shared, stream: &Arc<UnixStream>, client: ClientId) {
+    let held = escapes::HeldFiles::default();
     loop {
         // The driver sets no read timeout on its connections: a client may wait as long as it
         // likes between two calls.
         let (req, fds) = match recv(stream) {
-            Ok(Frame::Json(req, fds)) => (req, fds),
+            Ok(Frame::Json(req, fds)) => {
+                // Its answer ends any batch of escapes (`escapes::HeldFiles`).
+                held.next_call();
+                (req, fds)
+            }
             Ok(Frame::Escape(call)) => {
-                if escapes::serve(shared, client, stream, &call) {
+                held.next_call();
+                if escapes::serve(shared, client, stream, &call, &held) {
                     continue;
                 }
                 break;

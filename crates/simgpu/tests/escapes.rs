@@ -59,6 +59,41 @@ impl Ctl {
         escape::decode_reply(&reply, arg, params).unwrap()
     }
 
+    /// Device allocations of `(handle, GPU)` sent in one write, as the daemon's start sends
+    /// its GPUs' (`calls_each`); returns each one's status.
+    fn alloc_devices(&self, h_client: NvHandle, devices: &[(NvHandle, u32)]) -> Vec<u32> {
+        let mut frames = Vec::new();
+        for &(handle, gpu) in devices {
+            let mut dev = NV0080_ALLOC_PARAMETERS {
+                deviceId: gpu,
+                ..Default::default()
+            };
+            let a = NVOS64_PARAMETERS {
+                hRoot: h_client,
+                hObjectParent: h_client,
+                hObjectNew: handle,
+                hClass: NV01_DEVICE_0,
+                paramsSize: dev.as_bytes().len() as u32,
+                ..Default::default()
+            };
+            openimex_simproto::frame::push_frame(&mut frames, |out| {
+                escape::encode_call(out, NV_ESC_RM_ALLOC, a.as_bytes(), dev.as_mut_bytes(), &[])
+            })
+            .unwrap();
+        }
+        openimex_simproto::frame::send_frames(&self.0, &frames).unwrap();
+        (devices.iter())
+            .map(|_| {
+                let (mut reply, mut arg) = (Vec::new(), NVOS64_PARAMETERS::default());
+                let mut dev = NV0080_ALLOC_PARAMETERS::default();
+                proto::recv_body(&self.0, &mut reply).unwrap();
+                let errno = escape::decode_reply(&reply, arg.as_mut_bytes(), dev.as_mut_bytes());
+                assert_eq!(errno.unwrap(), 0);
+                arg.status
+            })
+            .collect()
+    }
+
     fn alloc(
         &self,
         h_root: NvHandle,
@@ -443,4 +478,33 @@ fn a_device_is_allocated_only_while_the_caller_holds_the_gpus_file() {
         NV_ERR_INSUFFICIENT_PERMISSIONS,
         "the check is made at each allocation, not remembered"
     );
+}
+
+/// A batch of allocations sent in one write (the simulated transport's stand-in for one
+/// thread's consecutive ioctls, during which its process opens and closes nothing) is checked
+/// against the files the process held when it sent the batch, each GPU on its own; the next
+/// batch is checked against what it holds then.
+#[test]
+fn a_batch_of_device_allocations_is_checked_per_gpu_against_the_files_held_then() {
+    let dir = TempDir::new("escapes-gpu-file-batch");
+    let server = server(&dir.0, 0);
+    let node_dir = config(&dir.0, 0).node_dir;
+    let gpu0 = File::open(gpu_device_path(&node_dir, 0)).unwrap();
+    let ctl = Ctl::open(&server);
+    let (s, h) = ctl.alloc(0, 0, 0, NV01_ROOT_CLIENT, &mut [], &[]);
+    assert_eq!(s, NV_OK);
+    let denied = NV_ERR_INSUFFICIENT_PERMISSIONS;
+    assert_eq!(
+        ctl.alloc_devices(h, &[(0x100, 0), (0x101, 1)]),
+        [NV_OK, denied],
+        "only GPU 0's file is held"
+    );
+    let gpu1 = File::open(gpu_device_path(&node_dir, 1)).unwrap();
+    drop(gpu0);
+    assert_eq!(
+        ctl.alloc_devices(h, &[(0x103, 0), (0x104, 1)]),
+        [denied, NV_OK],
+        "the next batch sees the files held when it was sent"
+    );
+    drop(gpu1);
 }
