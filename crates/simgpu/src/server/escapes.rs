@@ -95,9 +95,11 @@ impl HeldFiles {
         }
     }
 
-    /// An answer goes out on `stream`: a call queued behind it is of the same batch.
+    /// An answer goes out on `stream`: a call queued behind it is of the same batch. Looked
+    /// at only while a read is kept: most calls (an import's) check no file, and pay no peek.
     fn answering(&self, stream: &UnixStream) {
-        self.batch.set(next_frame_queued(stream));
+        let kept = self.read.borrow().is_some();
+        self.batch.set(kept && next_frame_queued(stream));
     }
 
     /// Whether process `pid` holds the file at `path` open. An unknown peer is let through,
