@@ -442,37 +442,53 @@ fn an_unsupported_driver_version_is_refused_at_bind() {
     );
 }
 
+/// A client of a fresh driver whose process holds GPU 0's device file open, with its root
+/// client allocated.
+struct HoldingGpu0 {
+    ctl: Ctl,
+    client: NvHandle,
+    gpu0: File,
+    node_dir: std::path::PathBuf,
+    _server: ServerHandle,
+    _dir: TempDir,
+}
+
+fn holding_gpu0(name: &str) -> HoldingGpu0 {
+    let dir = TempDir::new(name);
+    let server = server(&dir.0, 0);
+    let node_dir = config(&dir.0, 0).node_dir;
+    let gpu0 = File::open(gpu_device_path(&node_dir, 0)).unwrap();
+    let ctl = Ctl::open(&server);
+    let (s, client) = ctl.alloc(0, 0, 0, NV01_ROOT_CLIENT, &mut [], &[]);
+    assert_eq!(s, NV_OK);
+    HoldingGpu0 {
+        ctl,
+        client,
+        gpu0,
+        node_dir,
+        _server: server,
+        _dir: dir,
+    }
+}
+
 /// `osIsGpuAccessible` (the reference's §1.6 step 2: a client may allocate a GPU's Device only
 /// while its process holds that GPU's device file open) over the socket: the driver looks among
 /// the caller's descriptors at each allocation, so a file opened later lets the next one
 /// through and a file closed again stops the one after.
 #[test]
 fn a_device_is_allocated_only_while_the_caller_holds_the_gpus_file() {
-    let dir = TempDir::new("escapes-gpu-file");
-    let server = server(&dir.0, 0);
-    let node_dir = config(&dir.0, 0).node_dir;
-    let gpu0 = File::open(gpu_device_path(&node_dir, 0)).unwrap();
-    let ctl = Ctl::open(&server);
-    let (s, h) = ctl.alloc(0, 0, 0, NV01_ROOT_CLIENT, &mut [], &[]);
-    assert_eq!(s, NV_OK);
-    let device = |handle: NvHandle, gpu: u32| {
-        let mut dev = NV0080_ALLOC_PARAMETERS {
-            deviceId: gpu,
-            ..Default::default()
-        };
-        ctl.alloc(h, h, handle, NV01_DEVICE_0, dev.as_mut_bytes(), &[])
-            .0
-    };
+    let t = holding_gpu0("escapes-gpu-file");
+    let device = |handle: NvHandle, gpu: u32| t.ctl.alloc_devices(t.client, &[(handle, gpu)])[0];
     assert_eq!(device(0x100, 0), NV_OK, "GPU 0's file is held");
     assert_eq!(
         device(0x101, 1),
         NV_ERR_INSUFFICIENT_PERMISSIONS,
         "GPU 1's file is not"
     );
-    let gpu1 = File::open(gpu_device_path(&node_dir, 1)).unwrap();
+    let gpu1 = File::open(gpu_device_path(&t.node_dir, 1)).unwrap();
     assert_eq!(device(0x102, 1), NV_OK, "GPU 1's file is held now");
     drop(gpu1);
-    drop(gpu0);
+    drop(t.gpu0);
     assert_eq!(
         device(0x103, 0),
         NV_ERR_INSUFFICIENT_PERMISSIONS,
@@ -486,23 +502,17 @@ fn a_device_is_allocated_only_while_the_caller_holds_the_gpus_file() {
 /// batch is checked against what it holds then.
 #[test]
 fn a_batch_of_device_allocations_is_checked_per_gpu_against_the_files_held_then() {
-    let dir = TempDir::new("escapes-gpu-file-batch");
-    let server = server(&dir.0, 0);
-    let node_dir = config(&dir.0, 0).node_dir;
-    let gpu0 = File::open(gpu_device_path(&node_dir, 0)).unwrap();
-    let ctl = Ctl::open(&server);
-    let (s, h) = ctl.alloc(0, 0, 0, NV01_ROOT_CLIENT, &mut [], &[]);
-    assert_eq!(s, NV_OK);
+    let t = holding_gpu0("escapes-gpu-file-batch");
     let denied = NV_ERR_INSUFFICIENT_PERMISSIONS;
     assert_eq!(
-        ctl.alloc_devices(h, &[(0x100, 0), (0x101, 1)]),
+        t.ctl.alloc_devices(t.client, &[(0x100, 0), (0x101, 1)]),
         [NV_OK, denied],
         "only GPU 0's file is held"
     );
-    let gpu1 = File::open(gpu_device_path(&node_dir, 1)).unwrap();
-    drop(gpu0);
+    let gpu1 = File::open(gpu_device_path(&t.node_dir, 1)).unwrap();
+    drop(t.gpu0);
     assert_eq!(
-        ctl.alloc_devices(h, &[(0x103, 0), (0x104, 1)]),
+        t.ctl.alloc_devices(t.client, &[(0x103, 0), (0x104, 1)]),
         [denied, NV_OK],
         "the next batch sees the files held when it was sent"
     );
