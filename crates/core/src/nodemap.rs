@@ -56,6 +56,20 @@ impl NodeMap {
         &self.hosts
     }
 
+    /// The node whose entry is `ip` written as an address (IPv4, or IPv6 with or without
+    /// brackets and a zone): the peer a connection from `ip` comes from. An entry that is a
+    /// name says nothing here (it would need resolving), nor does a placeholder.
+    pub fn node_at(&self, ip: std::net::IpAddr) -> Option<NodeId> {
+        let ip = ip.to_canonical();
+        let index = self.hosts.iter().position(|h| {
+            let h = h.trim().trim_start_matches('[').trim_end_matches(']');
+            let h = h.split('%').next().unwrap_or(h);
+            h.parse::<std::net::IpAddr>()
+                .is_ok_and(|a| a.to_canonical() == ip && !a.is_unspecified())
+        })?;
+        u16::try_from(index).ok().map(NodeId)
+    }
+
     /// Every node ID of the domain.
     pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         (0..self.hosts.len()).filter_map(|i| u16::try_from(i).ok().map(NodeId))
@@ -186,6 +200,26 @@ mod tests {
 
     fn map(hosts: &[&str]) -> NodeMap {
         NodeMap::new(hosts.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn node_at_finds_the_entry_written_as_that_address_only() {
+        let m = map(&["10.0.0.1", "node-b", "[fd00::2]", "fe80::3%eth0", "0.0.0.0"]);
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(m.node_at(ip("10.0.0.1")), Some(NodeId(0)));
+        assert_eq!(
+            m.node_at(ip("::ffff:10.0.0.1")),
+            Some(NodeId(0)),
+            "a mapped IPv4"
+        );
+        assert_eq!(m.node_at(ip("fd00::2")), Some(NodeId(2)));
+        assert_eq!(m.node_at(ip("fe80::3")), Some(NodeId(3)));
+        assert_eq!(m.node_at(ip("10.0.0.9")), None, "no entry");
+        assert_eq!(
+            m.node_at(ip("0.0.0.0")),
+            None,
+            "a placeholder names no node"
+        );
     }
 
     #[test]

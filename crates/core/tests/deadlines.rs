@@ -40,7 +40,7 @@ fn refused_for_silence(actions: &[Action]) -> bool {
 fn a_silent_connection_is_closed_at_the_hello_deadline_and_not_before() {
     let (mut n, start, _, _) = node();
     let t0 = start + Duration::from_millis(3);
-    n.handle_conn_accepted(t0, 7, stranger());
+    n.handle_conn_accepted(t0, 7, stranger(), None);
     assert_eq!(n.conns_unheard(), 1);
     let due = t0 + HELLO_DEADLINE;
     assert!(n.poll_timeout().is_some_and(|t| t <= due));
@@ -70,8 +70,8 @@ fn a_silent_connection_is_closed_at_the_hello_deadline_and_not_before() {
 #[test]
 fn an_accepted_hello_stops_the_clock_and_a_refused_one_does_not() {
     let (mut n, t0, hellos, _) = node();
-    n.handle_conn_accepted(t0, 1, stranger());
-    n.handle_conn_accepted(t0, 2, stranger());
+    n.handle_conn_accepted(t0, 1, stranger(), None);
+    n.handle_conn_accepted(t0, 2, stranger(), None);
     // Connection 1 proves node 1; connection 2 claims node 2 from the wrong address.
     assert_eq!(
         n.handle_session_hello(t0, 1, true, &hellos[1]),
@@ -95,7 +95,7 @@ fn an_accepted_hello_stops_the_clock_and_a_refused_one_does_not() {
 #[test]
 fn a_connection_that_hung_up_is_not_closed_again() {
     let (mut n, t0, _, _) = node();
-    n.handle_conn_accepted(t0, 3, stranger());
+    n.handle_conn_accepted(t0, 3, stranger(), None);
     n.handle_conn_closed(t0 + Duration::from_secs(4), 3);
     drain(&mut n);
     n.handle_timeout(t0 + HELLO_DEADLINE);

@@ -198,3 +198,78 @@ fn nodes_started_highest_first_form_at_once() {
         }
     }
 }
+
+/// Runs `m`'s timers up to `until`, returning the first dials that come and when.
+fn next_dials(m: &mut Mesh, until: Instant) -> Option<(Instant, Vec<(NodeId, u64)>)> {
+    while let Some(t) = m.poll_timeout().filter(|t| *t <= until) {
+        m.handle_timeout(t);
+        let out = dials(m);
+        if !out.is_empty() {
+            return Some((t, out));
+        }
+    }
+    None
+}
+
+/// The highest node starts after two lower peers dialled it into its listener's backlog: it
+/// dials the others at once but not those two, whose sessions follow their hellos; a peer
+/// whose session never comes is dialled when the backoff's first delay has passed.
+#[test]
+fn peers_whose_connections_wait_at_the_start_are_not_dialled_back() {
+    let (mut meshes, t0) = domain(6);
+    let mut m = meshes.swap_remove(5);
+    m.handle_peer_connecting(t0, NodeId(1));
+    m.handle_peer_connecting(t0, NodeId(3));
+    m.handle_start(t0);
+    assert_eq!(ids(&dials(&mut m)), vec![0, 2, 4], "the others at once");
+    // Node 1's session arrives; node 3's connection was lost before its hello.
+    let now = t0 + MS;
+    let hello_1 = meshes[1].hello();
+    assert_eq!(m.handle_hello(now, &hello_1), Verdict::Accept);
+    assert!(m.handle_session_opened(now, NodeId(1), hello_1.instance, 1));
+    let put_off = m.config().backoff.min;
+    let (at, late) = next_dials(&mut m, t0 + put_off).expect("node 3 dialled in the end");
+    assert_eq!(
+        ids(&late),
+        vec![3],
+        "only the peer whose session did not come"
+    );
+    assert_eq!(at - t0, put_off, "when the put-off ends");
+}
+
+/// After the start, a connection accepted from a lower peer puts off the dial the second
+/// half would make to it: the others are dialled once the higher peers have answered.
+#[test]
+fn a_lower_peer_connecting_is_left_out_of_the_second_half() {
+    let (mut m, t0, first) = started(3, 6);
+    assert_eq!(ids(&first), vec![4, 5]);
+    m.handle_peer_connecting(t0 + MS, NodeId(1));
+    for (peer, attempt) in &first {
+        sim::refused(&mut m, t0 + 2 * MS, *peer, *attempt);
+    }
+    assert_eq!(
+        ids(&dials(&mut m)),
+        vec![0, 2],
+        "not node 1, whose dial is on its way"
+    );
+    let until = t0 + MS + m.config().backoff.min;
+    let (at, late) = next_dials(&mut m, until).expect("node 1 dialled when no session came");
+    assert_eq!(ids(&late), vec![1]);
+    assert_eq!(at, until);
+}
+
+/// A connection from a peer's address changes nothing for a dial already in flight or a
+/// pair already carried.
+#[test]
+fn a_peer_connecting_leaves_a_dial_in_flight_alone() {
+    let (mut m, t0, first) = started(3, 6);
+    m.handle_peer_connecting(t0 + MS, NodeId(4));
+    let (peer, attempt) = first
+        .iter()
+        .find(|(p, _)| *p == NodeId(4))
+        .copied()
+        .unwrap();
+    let hello_4 = domain(6).0.swap_remove(4).hello();
+    m.handle_dial_ok(t0 + 2 * MS, peer, attempt, &hello_4);
+    assert_eq!(m.peer(NodeId(4)).map(|p| p.0), Some(ConnStatus::Connected));
+}

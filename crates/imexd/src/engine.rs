@@ -189,11 +189,18 @@ impl Engine {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), DaemonError> {
         tokio::pin!(shutdown);
+        let early = self.accepted_before_start(&mut rx).await;
         // Each turn's log lines go to the file in one write (`logging::batch`): a turn is
         // synchronous, so nothing is held while the engine waits.
         let mut result = crate::logging::batch(|| {
+            let later = early?;
             self.node.handle_start(now());
-            self.perform()
+            self.perform()?;
+            for input in later {
+                self.handle(input)?;
+                self.perform()?;
+            }
+            Ok(())
         });
         let mut timer = NodeTimer::new();
         while result.is_ok() {
@@ -233,6 +240,28 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+
+    /// The connections already in the peer listener's backlog when the daemon starts (peers
+    /// that started first and dialled it), handed to core before its first round, which then
+    /// does not dial those peers back (`openimex_core::Mesh::handle_peer_connecting`): the
+    /// accept loop runs first (a yield lets the runtime poll the listener, the next lets the
+    /// woken accept loop run). Any other input that came meanwhile is handled after the start,
+    /// in its order, as every input was before.
+    async fn accepted_before_start(
+        &mut self,
+        rx: &mut mpsc::Receiver<Input>,
+    ) -> Result<Vec<Input>, DaemonError> {
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        let mut later = Vec::new();
+        while let Ok(input) = rx.try_recv() {
+            match input {
+                Input::ConnAccepted { .. } => self.handle(input)?,
+                other => later.push(other),
+            }
+        }
+        Ok(later)
     }
 
     /// Dials leave from `ip` (the peer listener's address) instead of the routing default.
@@ -360,7 +389,8 @@ impl Engine {
                 closer,
             } => {
                 self.closers.insert(conn, closer);
-                self.node.handle_conn_accepted(now, conn, remote);
+                let peer = self.node.mesh().config().map.node_at(remote.ip());
+                self.node.handle_conn_accepted(now, conn, remote, peer);
             }
             Input::StreamOpened { stream, closer } => {
                 self.stream_closers.insert(stream, closer);

@@ -64,6 +64,8 @@ struct Inner {
 struct Conns {
     next: u64,
     live: BTreeMap<u64, Arc<Conn>>,
+    /// Every connection made, by the port dialled ([`MemNet::connections_made`]).
+    made: HashMap<u16, usize>,
     /// Directions (from, to) whose new connections open stalled ([`MemNet::stall_new`]).
     stall_new: HashSet<(IpAddr, IpAddr)>,
 }
@@ -202,6 +204,7 @@ impl MemNet {
                 }),
             });
             conns.live.insert(id, Arc::clone(&conn));
+            *conns.made.entry(to.port()).or_default() += 1;
             conn
         };
         let end = |pipe, local, remote, dialling| MemStream {
@@ -276,6 +279,16 @@ impl MemNet {
         for w in waiting {
             w.wake();
         }
+    }
+
+    /// How many connections were made to `port` (on any host) since the network was made,
+    /// closed ones too.
+    pub fn connections_made(&self, port: u16) -> usize {
+        lock(&self.inner.conns)
+            .made
+            .get(&port)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The connections open between hosts `a` and `b` (either one dialling), oldest first. A

@@ -24,6 +24,16 @@
 //! waits at most the backoff's first delay, so a first-half dial that hangs (a peer that
 //! swallows connections) holds nobody up longer than a refused dial's retry would.
 //!
+//! A peer whose connection to us is already accepted when we start, or when its dial comes
+//! due, is not dialled back at once either ([`Mesh::handle_peer_connecting`]): that connection
+//! is its dial, and its hello follows within a round trip. Its address names it (the owner
+//! looks the connection's source up in the node map); its dial is put off by the backoff's
+//! first delay, as an accepted hello puts it off, and goes out then if no session came. In
+//! an 18-node formation traced on 2 cores (2026-12-08), 10 of the 153 pairs were connected
+//! twice: half by the highest node, which dialled at its start peers whose connections were
+//! already waiting in its listener's backlog, and most others by a dial that left 2–6 ms after
+//! the peer's own connection was accepted, before its hello reached the engine.
+//!
 //! The second half does not wait again as long as the first half took (it did until
 //! 2026-12-07): daemons started one after another do not start in exactly that order, and a
 //! node whose first half found a higher peer already up held every pair with its lower peers
@@ -47,6 +57,9 @@ pub(super) struct FirstRound {
     /// Peers of the second half (lower IDs), their dial put off until `first` is empty (or
     /// until the backoff's first delay has passed).
     second: BTreeSet<NodeId>,
+    /// Peers whose connection to us was accepted before the start: not in the round, their
+    /// dial put off from the start ([`Mesh::handle_peer_connecting`]).
+    connecting: BTreeSet<NodeId>,
 }
 
 impl Mesh {
@@ -54,8 +67,16 @@ impl Mesh {
     /// answered.
     pub(super) fn queue_first_round(&mut self, now: Instant) {
         let local = self.cfg.local;
-        let (first, second): (Vec<NodeId>, Vec<NodeId>) =
-            self.peer_ids().into_iter().partition(|p| *p > local);
+        let connecting = std::mem::take(&mut self.first_round.connecting);
+        let (first, second): (Vec<NodeId>, Vec<NodeId>) = (self.peer_ids().into_iter())
+            .filter(|p| !connecting.contains(p))
+            .partition(|p| *p > local);
+        for id in connecting {
+            if self.link(id).is_some() {
+                let key = self.due(DueClass::FirstRound, now, id);
+                self.set_dialer(id, Dialer::PutOff(now + self.cfg.backoff.min, key));
+            }
+        }
         for id in &first {
             let key = self.due(DueClass::FirstRound, now, *id);
             self.set_dialer(*id, Dialer::Queued(key));
@@ -84,6 +105,14 @@ impl Mesh {
         }
         if !matches!(to, Dialer::Queued(_) | Dialer::InFlight) {
             round.first.remove(&peer);
+        }
+    }
+
+    /// Before the start, a connection from `peer` was accepted: the first round puts its dial
+    /// off instead of queueing it.
+    pub(super) fn first_round_connecting(&mut self, peer: NodeId) {
+        if self.link(peer).is_some() {
+            self.first_round.connecting.insert(peer);
         }
     }
 

@@ -75,24 +75,45 @@ impl Mesh {
         let verdict = self.judge(remote, None);
         if verdict == Verdict::Accept {
             self.note_instance(remote.node, remote.instance);
-            let peer = remote.node;
-            let dialer = (self.link(peer))
-                .filter(|l| l.carrier.is_none())
-                .map(|l| l.dialer);
-            // A dial put off for the first round's second half is put off from now too.
-            let key = match dialer {
-                Some(Dialer::Queued(key)) => Some(key),
-                Some(Dialer::PutOff(_, key)) if self.first_round_heard(peer) => Some(key),
-                _ => None,
-            };
-            if let Some(key) = key {
-                let at = now + self.cfg.backoff.min;
-                self.set_dialer(peer, Dialer::PutOff(at, key));
-                // The first round's second half may be due now (`first_round.rs`).
-                self.pump_dials(now);
-            }
+            self.put_off_for_session(now, remote.node);
         }
         verdict
+    }
+
+    /// A connection from `peer`'s address in the node map was accepted and has not said its
+    /// hello yet (the owner looks the source address up; a connection from anywhere else says
+    /// nothing). It is `peer`'s dial, whose hello and session follow within a round trip, so
+    /// our dial to `peer` is put off as an accepted hello puts it off ([`Mesh::handle_hello`]),
+    /// and one that would come with the first round is put off from the start
+    /// (`first_round.rs`). If no session comes, the dial is due when the put-off ends. Only a
+    /// dial still waiting for a slot or for the first half is put off: one in flight, or a
+    /// retry waiting out its delay, is left as it is.
+    pub fn handle_peer_connecting(&mut self, now: Instant, peer: NodeId) {
+        match self.state {
+            DaemonState::ShuttingDown => {}
+            DaemonState::Initializing => self.first_round_connecting(peer),
+            _ => self.put_off_for_session(now, peer),
+        }
+    }
+
+    /// `peer`'s session is on its way: our dial to it, if it is still waiting for a slot (or
+    /// for the first round's first half), is put off by the backoff's first delay.
+    fn put_off_for_session(&mut self, now: Instant, peer: NodeId) {
+        let dialer = (self.link(peer))
+            .filter(|l| l.carrier.is_none())
+            .map(|l| l.dialer);
+        // A dial put off for the first round's second half is put off from now too.
+        let key = match dialer {
+            Some(Dialer::Queued(key)) => Some(key),
+            Some(Dialer::PutOff(_, key)) if self.first_round_heard(peer) => Some(key),
+            _ => None,
+        };
+        if let Some(key) = key {
+            let at = now + self.cfg.backoff.min;
+            self.set_dialer(peer, Dialer::PutOff(at, key));
+            // The first round's second half may be due now (`first_round.rs`).
+            self.pump_dials(now);
+        }
     }
 
     /// Whether `remote` has our node map (same digest): an answer to its hello needs none of

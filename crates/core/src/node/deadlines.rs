@@ -72,10 +72,23 @@ pub(super) struct Deadlines {
 
 impl Node {
     /// The owner accepted inbound connection `conn` from `from`: it must say an accepted hello
-    /// within [`HELLO_DEADLINE`], or it is closed ([`Action::CloseConn`]).
-    pub fn handle_conn_accepted(&mut self, now: Instant, conn: ConnId, from: SocketAddr) {
+    /// within [`HELLO_DEADLINE`], or it is closed ([`Action::CloseConn`]). `peer`: the node of
+    /// the map whose address `from` is, if any (the owner resolves the map's names): that
+    /// peer's hello is on its way, so our own dial to it waits
+    /// ([`crate::Mesh::handle_peer_connecting`]). May come before [`Node::handle_start`].
+    pub fn handle_conn_accepted(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        from: SocketAddr,
+        peer: Option<NodeId>,
+    ) {
         self.owed.unheard.insert(conn, from);
         self.arm(now + HELLO_DEADLINE, Timer::Hello(conn));
+        if let Some(peer) = peer.filter(|p| *p != self.mesh.config().local) {
+            self.mesh.handle_peer_connecting(now, peer);
+            self.absorb_mesh(now);
+        }
     }
 
     /// Inbound connections accepted and not yet proved by a hello.

@@ -185,16 +185,32 @@ pub(crate) fn start_with(
     options: &Options,
     driver: Box<dyn openimex_driver::Driver>,
 ) -> Daemon {
-    let _ = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(|| Capture)
-        .try_init();
-    let world = World::in_memory(
+    start_bound(id, bind(net, at), options, driver)
+}
+
+/// The listeners of a daemon at `at` on `net`, bound: connections to them wait, as in a
+/// listener's backlog, until a daemon runs on them ([`start_bound`]).
+pub(crate) fn bind(net: &MemNet, at: IpAddr) -> World {
+    World::in_memory(
         net,
         SocketAddr::new(at, PEER_PORT),
         SocketAddr::new(at, CMD_PORT),
     )
-    .expect("free addresses on the in-process network");
+    .expect("free addresses on the in-process network")
+}
+
+/// Starts node `id` on listeners already bound (`world`, from [`bind`]), with `driver`.
+pub(crate) fn start_bound(
+    id: usize,
+    world: World,
+    options: &Options,
+    driver: Box<dyn openimex_driver::Driver>,
+) -> Daemon {
+    let _ = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(|| Capture)
+        .try_init();
+    let at = world.peer.local_addr().expect("a bound listener").ip();
     let (stop, stopped) = oneshot::channel::<()>();
     let (reload, reloads) = mpsc::channel(1);
     // Every start is a new instance, as a restarted daemon's is (its peers tell a restart

@@ -17,6 +17,7 @@
 
 mod cliques;
 mod domain;
+mod first_round;
 mod gpus;
 mod imports;
 mod jobs;

@@ -38,15 +38,23 @@ pub(super) struct Retired {
 }
 
 impl World {
-    /// A connection from `from` reaches node `b` as `conn`: its daemon reports it.
-    pub(super) fn conn_accepted(&mut self, b: usize, conn: ConnId, from: IpAddr, stranger: bool) {
+    /// A connection from `from` reaches node `b` as `conn`: its daemon reports it, with the
+    /// node of the map whose address that is (`from_node`), as the daemon looks it up.
+    pub(super) fn conn_accepted(
+        &mut self,
+        b: usize,
+        conn: ConnId,
+        (from, from_node): (IpAddr, Option<usize>),
+        stranger: bool,
+    ) {
         let (Some(inst), now) = (self.inst(b), self.now) else {
             return;
         };
         self.unheard.insert((b, inst.0, conn), (now, stranger));
         let port = 40_000 + u16::try_from(conn % 20_000).unwrap_or(0);
+        let peer = from_node.map(|a| NodeId(u16::try_from(a).unwrap()));
         self.node_mut(b)
-            .handle_conn_accepted(now, conn, SocketAddr::new(from, port));
+            .handle_conn_accepted(now, conn, SocketAddr::new(from, port), peer);
     }
 
     /// A stranger opens a session stream at node `i` on a connection a peer proved, and says
@@ -136,8 +144,10 @@ impl World {
         );
     }
 
-    /// Strangers (no node of the map) open connections to node `i` and never say hello; some
-    /// hang up before the deadline, some after.
+    /// Strangers open connections to node `i` and never say hello; some hang up before the
+    /// deadline, some after. Most come from no node of the map; one in four from a peer's
+    /// address (a peer's connection lost before its hello, or another process on that host),
+    /// which makes the node put its own dial to that peer off (`core::mesh` first round).
     pub fn strangers(&mut self, i: usize) {
         if !self.alive(i) {
             return;
@@ -146,7 +156,17 @@ impl World {
         for k in 0..1 + self.rng.below(4) {
             let conn = self.next_conn;
             self.next_conn += 1;
-            let from = IpAddr::V4(Ipv4Addr::new(10, 66, 0, u8::try_from(k).unwrap()));
+            let n = self.slots.len();
+            let from = match n > 1 && self.rng.chance(250) {
+                true => {
+                    let j = (i + 1 + self.rng.below(n - 1)) % n;
+                    (self.addr(j), Some(j))
+                }
+                false => (
+                    IpAddr::V4(Ipv4Addr::new(10, 66, 0, u8::try_from(k).unwrap())),
+                    None,
+                ),
+            };
             self.conn_accepted(i, conn, from, true);
             if self.rng.chance(300) {
                 self.silent_stream(i, inst);

@@ -189,7 +189,7 @@ impl World {
         let conn = self.next_conn;
         self.next_conn += 1;
         let from = self.addr(a);
-        self.conn_accepted(b, conn, from, false);
+        self.conn_accepted(b, conn, (from, Some(a)), false);
         // The daemon's dial leaves its node map's entries out of the hello, and sends it again
         // with them, on a second stream of the connection, when the peer asks.
         let lite = crate::sim::without_entries(&hello_a);
